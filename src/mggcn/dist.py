@@ -1,0 +1,104 @@
+"""Distributed state, in one small frozen dataclass passed explicitly, and the few collectives mggcn uses.
+
+Everything device-specific lives here: which backend (gloo on CPU, NCCL on CUDA), which device a rank drives and how
+many CPU threads it may use. Library code never calls ``dist.get_rank()``; it receives a :class:`DistContext`.
+A world of size 1 needs no process group: every collective below is then the identity.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DistContext", "init_distributed", "all_reduce_sum", "all_reduce_max", "all_gather_rows",
+           "available_cores", "resolve_device"]
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this rank sits: rank, world size, the device it computes on, the backend and the process group."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+    backend: str = "gloo"
+    local_rank: int = 0
+    local_world_size: int = 1
+    group: Any = None  # None = the default (world) group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_device(kind: str) -> str:
+    """``auto`` means CUDA where a GPU is visible, else CPU."""
+    if kind == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or auto, got '{kind}'")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible to PyTorch")
+    return kind
+
+
+def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int | None = None) -> DistContext:
+    """Join the job described by the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, ...).
+
+    Without those variables this is a single-process run. ``MGGCN_INIT_METHOD`` (set by mggcn's own launcher)
+    overrides the rendezvous, which otherwise is torchrun's ``env://``. Each rank uses ``cores / local ranks``
+    threads unless ``threads`` says otherwise, so that local workers don't fight over cores.
+    """
+    device = resolve_device(device)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    torch.set_num_threads(threads or max(1, available_cores() // max(1, local_world)))
+
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+        dev, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        dev, backend = torch.device("cpu"), "gloo"
+    if world_size > 1 and not dist.is_initialized():
+        init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
+        kwargs = {"device_id": dev} if device == "cuda" else {}
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s), **kwargs)
+    return DistContext(rank=rank, world_size=world_size, device=dev, backend=backend,
+                       local_rank=local_rank, local_world_size=local_world)
+
+
+def all_reduce_sum(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:
+    """In-place sum over ranks; returns ``tensor``."""
+    if ctx.world_size > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=ctx.group)
+    return tensor
+
+
+def all_reduce_max(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:
+    if ctx.world_size > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=ctx.group)
+    return tensor
+
+
+def all_gather_rows(ctx: DistContext, local: torch.Tensor) -> torch.Tensor:
+    """Concatenate equally sized row blocks of every rank, in rank order (the partition's row order)."""
+    if ctx.world_size == 1:
+        return local
+    parts = [torch.empty_like(local) for _ in range(ctx.world_size)]
+    dist.all_gather(parts, local.contiguous(), group=ctx.group)
+    return torch.cat(parts)

@@ -1,0 +1,155 @@
+"""One training job from dataset to outputs, as every rank runs it (under mggcn's launcher or under torchrun).
+
+:func:`check_job` runs first, in the launching process, so that bad input stops the job before any worker starts;
+:func:`run_train_job` is the worker: join the process group, load this rank's shard, train, write the outputs.
+Outputs are written whole or not at all (a temporary file renamed into place), by rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from mggcn.datasets import DEFAULT_DATASET, load_graph
+from mggcn.dist import init_distributed
+from mggcn.graph import Graph, GraphError
+from mggcn.partition import build_shard, make_partition
+from mggcn.train import TrainConfig, predict_shard, train_shard
+
+__all__ = ["TrainJob", "JobResult", "check_job", "run_train_job", "atomic_write", "format_epoch"]
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """A training run: what to read, how to train, where the outputs go."""
+
+    dataset: str = DEFAULT_DATASET
+    config: TrainConfig = field(default_factory=TrainConfig)
+    fmt: str | None = None
+    undirected: bool = False
+    dedup: bool = False
+    device: str = "cpu"
+    threads: int | None = None
+    timeout_s: float = 300.0
+    metrics: str | None = None
+    save_model: str | None = None
+    save_predictions: str | None = None
+    quiet: bool = False
+
+
+@dataclass
+class JobResult:
+    history: list[dict]
+    state_dict: dict[str, torch.Tensor]
+    predictions: np.ndarray | None = None
+
+
+def _check_output(option: str, path: str | None) -> None:
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise GraphError(f"{option} {path}: the directory {parent} does not exist")
+    if os.path.isdir(path):
+        raise GraphError(f"{option} {path}: is a directory")
+
+
+def check_job(job: TrainJob, nprocs: int) -> Graph:
+    """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
+    for option, path in (("--metrics", job.metrics), ("--save-model", job.save_model),
+                         ("--save-predictions", job.save_predictions)):
+        _check_output(option, path)
+    cfg = job.config
+    if cfg.epochs < 0:
+        raise GraphError(f"--epochs must be at least 0, got {cfg.epochs}")
+    if any(h < 1 for h in cfg.hidden):
+        raise GraphError(f"--hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}")
+    for option, p in (("--dropout", cfg.dropout), ("--input-dropout", cfg.input_dropout)):
+        if not 0.0 <= p < 1.0:
+            raise GraphError(f"{option} must be in [0, 1), got {p}")
+    graph = load_graph(job.dataset, job.fmt, job.undirected, job.dedup)
+    make_partition(graph.num_nodes, nprocs, cfg.seed, cfg.partition)  # raises for P > n
+    return graph
+
+
+def atomic_write(path: str, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file."""
+    parent = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_predictions(path: str, predictions: np.ndarray) -> None:
+    """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
+    if path.endswith(".npy"):
+        atomic_write(path, lambda tmp: np.save(tmp, predictions))
+        return
+
+    def write_csv(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write("vertex,prediction\n")
+            np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
+
+    atomic_write(path, write_csv)
+
+
+def format_epoch(record: dict) -> str:
+    return (f"epoch {record['epoch']:4d} | loss {record['loss']:.4f} | train {record['train_acc']:.4f} "
+            f"val {record['val_acc']:.4f} test {record['test_acc']:.4f} | {record['epoch_s']:.3f} s "
+            f"(spmm {record['spmm']:.3f}, wait {record['comm_wait']:.3f}, gemm {record['gemm']:.3f})")
+
+
+def run_train_job(job: TrainJob, graph: Graph | None = None) -> JobResult:
+    """The body of every rank. ``graph`` skips loading (in-process use, world size 1 or tests)."""
+    ctx = init_distributed(job.device, job.timeout_s, job.threads)
+    try:
+        if graph is None:
+            graph = load_graph(job.dataset, job.fmt, job.undirected, job.dedup)
+        cfg = job.config
+        part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+        shard = build_shard(graph, part, ctx.rank, cfg.norm)
+        del graph  # this rank keeps only its shard
+
+        metrics_file = open(job.metrics, "w") if (ctx.is_main and job.metrics) else None
+
+        def on_epoch(record: dict) -> None:
+            if not ctx.is_main:
+                return
+            if not job.quiet:
+                print(format_epoch(record), flush=True)
+            if metrics_file is not None:
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+
+        try:
+            result = train_shard(ctx, shard, cfg, on_epoch)
+        finally:
+            if metrics_file is not None:
+                metrics_file.close()
+        predictions = None
+        if job.save_predictions:
+            predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
+        if ctx.is_main:
+            if job.save_model:
+                atomic_write(job.save_model, lambda tmp: torch.save(result.state_dict, tmp))
+            if job.save_predictions:
+                save_predictions(job.save_predictions, predictions)
+        return JobResult(result.history, result.state_dict, predictions)
+    finally:
+        if ctx.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        sys.stdout.flush()

@@ -1,0 +1,56 @@
+"""Normalized adjacency Â of a GCN, as pure functions on scipy CSR matrices.
+
+Â has a row per TARGET vertex and a column per SOURCE vertex, so that ``Â @ H`` aggregates incoming messages
+(PyG's ``flow="source_to_target"``). Two normalizations:
+
+* ``sym``  — ``Â = D^-1/2 (A + I) D^-1/2`` (Kipf & Welling; PyG ``gcn_norm``; DGL ``norm="both"``),
+* ``mean`` — ``Â = D^-1 (A + I)`` (what the original MG-GCN code does),
+
+with ``D`` the in-degree of ``A + I`` (row sums), as PyG computes it, which matters on directed graphs.
+Self loops are added once: an input self loop is replaced by a single loop of weight 1 (PyG's
+``add_remaining_self_loops`` with unit weights). Parallel edges are kept and add up, as in PyG's message passing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["NORMS", "adjacency", "normalize"]
+
+NORMS = ("sym", "mean")
+
+
+def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:
+    """``A[target, source]`` = number of edges ``source -> target``, as float32 CSR of shape ``[n, n]``."""
+    src, dst = edge_index
+    ones = np.ones(src.shape[0], dtype=np.float32)
+    adj = sp.csr_matrix((ones, (dst, src)), shape=(num_nodes, num_nodes), dtype=np.float32)
+    adj.sum_duplicates()
+    return adj
+
+
+def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
+    """Return ``Â`` for the adjacency ``A`` (``A[target, source]``), with unit self loops.
+
+    Args:
+        adj: ``[n, n]`` CSR, rows are targets.
+        norm: ``"sym"`` or ``"mean"``.
+    """
+    if norm not in NORMS:
+        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
+    n = adj.shape[0]
+    adj = adj.tocsr(copy=True)
+    adj.setdiag(0)
+    adj.eliminate_zeros()
+    adj = (adj + sp.identity(n, dtype=np.float32, format="csr")).tocsr()
+    adj.sort_indices()
+    deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # >= 1 thanks to the self loop
+    rows = np.repeat(np.arange(n), np.diff(adj.indptr))
+    if norm == "sym":
+        dis = 1.0 / np.sqrt(deg)
+        values = dis[rows] * adj.data.astype(np.float64) * dis[adj.indices]
+    else:
+        values = adj.data.astype(np.float64) / deg[rows]
+    out = sp.csr_matrix((values.astype(np.float32), adj.indices, adj.indptr), shape=adj.shape)
+    return out

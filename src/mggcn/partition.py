@@ -1,0 +1,169 @@
+"""1D row partition of Â, the MG-GCN way.
+
+1. The vertices are renumbered by one permutation of rows and columns (random by default, so that each part gets
+   about the same number of nonzeros), and the vertex count is padded to a multiple of P with isolated dummy
+   vertices that belong to no split.
+2. Rank i owns the m = n_pad / P consecutive new ids ``[i·m, (i+1)·m)``: its rows of Â, of the features and labels.
+   It cuts its row block into P column blocks ``Â[i, j]`` (m × m CSR, int32 indices where they fit), and does the
+   same with its row block of Âᵀ for the backward pass — built once here, never transposed at run time, and never
+   assumed equal to Â (directed graphs, ``mean`` norm).
+
+Legend: n = real vertices, m = rows per rank, F = features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from mggcn.graph import SPLITS, Graph, GraphError
+from mggcn.norm import adjacency, normalize
+
+__all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "build_shard"]
+
+ORDERINGS = ("random", "none")
+
+# torch warns on every CSR construction that the layout is beta; it is the layout MG-GCN is built on.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The vertex renumbering and row ranges shared by all ranks.
+
+    ``order[p]`` is the original id of the vertex at new position ``p`` (``-1`` for a padding vertex);
+    ``position[v]`` is the new position of original vertex ``v``.
+    """
+
+    num_nodes: int
+    num_parts: int
+    order: np.ndarray  # int64 [n_pad]
+    position: np.ndarray  # int64 [n]
+
+    @property
+    def rows_per_part(self) -> int:
+        return self.order.shape[0] // self.num_parts
+
+    @property
+    def padded_nodes(self) -> int:
+        return self.order.shape[0]
+
+    def rows(self, part: int) -> slice:
+        m = self.rows_per_part
+        return slice(part * m, (part + 1) * m)
+
+
+def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
+    """Renumber ``num_nodes`` vertices for ``num_parts`` ranks; see the module docstring."""
+    if num_parts < 1:
+        raise GraphError(f"--nprocs must be at least 1, got {num_parts}")
+    if num_parts > num_nodes:
+        raise GraphError(f"--nprocs {num_parts} is larger than the graph's {num_nodes} vertices")
+    if ordering == "random":
+        real = np.random.default_rng(seed).permutation(num_nodes).astype(np.int64)
+    elif ordering == "none":
+        real = np.arange(num_nodes, dtype=np.int64)
+    else:
+        raise GraphError(f"--partition must be one of {', '.join(ORDERINGS)}, got '{ordering}'")
+    padded = -(-num_nodes // num_parts) * num_parts
+    order = np.concatenate([real, np.full(padded - num_nodes, -1, dtype=np.int64)])
+    position = np.empty(num_nodes, dtype=np.int64)
+    position[real] = np.arange(num_nodes, dtype=np.int64)
+    return Partition(num_nodes, num_parts, order, position)
+
+
+def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A scipy CSR as a torch sparse CSR tensor, with int32 indices when they fit (a bit faster in MKL)."""
+    idx = np.int32 if mat.nnz < 2**31 and max(mat.shape) < 2**31 else np.int64
+    crow = torch.from_numpy(np.ascontiguousarray(mat.indptr, dtype=idx))
+    col = torch.from_numpy(np.ascontiguousarray(mat.indices, dtype=idx))
+    val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
+    return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
+
+
+def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]:
+    """Cut an ``m × (P·m)`` row block (columns in new ids) into its P column blocks of ``m × m``."""
+    m = block.shape[1] // num_parts
+    coo = block.tocoo()
+    part = coo.col // m
+    out = []
+    for j in range(num_parts):
+        sel = part == j
+        blk = sp.csr_matrix((coo.data[sel], (coo.row[sel], coo.col[sel] - j * m)), shape=(block.shape[0], m))
+        blk.sum_duplicates()
+        out.append(blk)
+    return out
+
+
+def _row_block(adj: sp.csr_matrix, part: Partition, rank: int) -> sp.csr_matrix:
+    """Rank ``rank``'s rows of the permuted, padded ``adj``, columns renumbered to new ids."""
+    orig = part.order[part.rows(rank)]
+    real = orig >= 0
+    rows = adj[orig[real]].tocsr()
+    counts = np.zeros(orig.shape[0], dtype=np.int64)
+    counts[real] = np.diff(rows.indptr)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    cols = part.position[rows.indices]
+    return sp.csr_matrix((rows.data, cols, indptr), shape=(orig.shape[0], part.padded_nodes))
+
+
+@dataclass
+class Shard:
+    """What one rank holds: its column blocks of Â and Âᵀ, and its rows of features, labels and splits.
+
+    Shapes: ``x`` [m, F]; ``y`` [m] (``-1`` on padding and unlabelled rows); ``masks[s]`` bool [m];
+    ``adj[j]``, ``adj_t[j]`` sparse CSR [m, m] for j in 0..P-1.
+    """
+
+    rank: int
+    partition: Partition
+    adj: list[torch.Tensor]
+    adj_t: list[torch.Tensor]
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    num_classes: int
+    split_sizes: dict[str, int]  # global counts, the denominators of loss and accuracy
+
+    def to(self, device: torch.device) -> "Shard":
+        self.adj = [b.to(device) for b in self.adj]
+        self.adj_t = [b.to(device) for b in self.adj_t]
+        self.x, self.y = self.x.to(device), self.y.to(device)
+        self.masks = {k: v.to(device) for k, v in self.masks.items()}
+        return self
+
+    @property
+    def nnz(self) -> int:
+        return sum(int(b._nnz()) for b in self.adj)
+
+
+def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
+                adj_hat: sp.csr_matrix | None = None) -> Shard:
+    """Rank ``rank``'s shard of an in-memory graph (the whole graph is read, only this rank's share is kept)."""
+    if adj_hat is None:
+        adj_hat = normalize(adjacency(graph.edge_index, graph.num_nodes), norm)
+    rows = part.rows(rank)
+    adj = split_row_block(_row_block(adj_hat, part, rank), part.num_parts)
+    adj_t = split_row_block(_row_block(adj_hat.T.tocsr(), part, rank), part.num_parts)
+
+    orig = part.order[rows]
+    real = orig >= 0
+    m = orig.shape[0]
+    x = np.zeros((m, graph.num_features), dtype=np.float32)
+    x[real] = graph.x[orig[real]]
+    y = np.full(m, -1, dtype=np.int64)
+    y[real] = graph.y[orig[real]]
+    masks = {}
+    for s in SPLITS:
+        mk = np.zeros(m, dtype=bool)
+        mk[real] = graph.masks[s][orig[real]]
+        masks[s] = torch.from_numpy(mk)
+    return Shard(rank=rank, partition=part, adj=[csr_to_torch(b) for b in adj], adj_t=[csr_to_torch(b) for b in adj_t],
+                 x=torch.from_numpy(x), y=torch.from_numpy(y), masks=masks, num_classes=graph.num_classes,
+                 split_sizes={s: int(graph.masks[s].sum()) for s in SPLITS})

@@ -1,0 +1,125 @@
+"""The distributed SpMM ``C = Â · B`` with B row-distributed like H, as an autograd function.
+
+Forward, P stages: in stage j rank j broadcasts its rows ``B_j`` (m × d) and every rank i computes
+``C_i += Â[i, j] · B_j``. Backward is the same scheme with the blocks of Âᵀ: ``dB_i = Σ_j Âᵀ[i, j] · dC_j``.
+
+Overlap: received rows land in two buffers used alternately (stage j in buffer j mod 2), shared by every layer and
+by forward and backward. The broadcast of stage j+1 is issued before stage j multiplies, so it is in flight during
+that multiply; it may only be issued once stage j−1's multiply, which read the same buffer, is done — on CPU the
+multiply has returned by then; on CUDA, NCCL's stream waits for the work already queued on the compute stream when
+a collective is issued, and ``work.wait()`` makes the compute stream wait for the broadcast, so the GPU overlaps
+the two without host synchronization. ``overlap=False`` runs each stage's broadcast to completion before its
+multiply (CAGNET's 1D scheme), to measure what the overlap buys.
+
+Legend: m = rows per rank, d = width of B.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from mggcn.dist import DistContext
+from mggcn.timing import NULL_TIMER, PhaseTimer
+
+__all__ = ["BroadcastBuffers", "StagedSpMM", "local_adj", "local_spmm"]
+
+
+class BroadcastBuffers:
+    """The two receive buffers, sized once for the widest SpMM and viewed at each SpMM's width."""
+
+    def __init__(self, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.rows = rows
+        self._flat = [torch.empty(rows * width, dtype=dtype, device=device) for _ in range(2)]
+
+    def view(self, stage: int, width: int) -> torch.Tensor:
+        flat = self._flat[stage % 2]
+        if flat.numel() < self.rows * width:  # a wider SpMM than planned: grow once
+            flat = self._flat[stage % 2] = torch.empty(self.rows * width, dtype=flat.dtype, device=flat.device)
+        return flat[: self.rows * width].view(self.rows, width)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.numel() * f.element_size() for f in self._flat)
+
+
+def local_spmm(blocks: list[torch.Tensor], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
+    """``Â · B`` when one rank holds everything (P = 1)."""
+    with timer("spmm"):
+        return torch.sparse.mm(blocks[0], b)
+
+
+class StagedSpMM:
+    """``C_i = Σ_j Â[i, j] · B_j`` across ranks; call it on the local rows ``B_i`` (m × d), get ``C_i``.
+
+    Args:
+        ctx: this rank's distributed context.
+        adj: the P column blocks ``Â[i, j]`` of this rank (sparse CSR, m × m).
+        adj_t: the P column blocks ``Âᵀ[i, j]`` of this rank, for the backward pass.
+        buffers: the shared broadcast buffers (m rows).
+        overlap: issue stage j+1's broadcast before stage j's multiply (default) or not.
+        timer: where SpMM and communication-wait seconds are accounted.
+    """
+
+    def __init__(self, ctx: DistContext, adj: list[torch.Tensor], adj_t: list[torch.Tensor],
+                 buffers: BroadcastBuffers | None = None, overlap: bool = True,
+                 timer: PhaseTimer = NULL_TIMER) -> None:
+        if len(adj) != ctx.world_size or len(adj_t) != ctx.world_size:
+            raise ValueError(f"rank {ctx.rank}: {len(adj)} blocks of Â for a world of {ctx.world_size}")
+        self.ctx, self.adj, self.adj_t = ctx, adj, adj_t
+        self.rows = adj[0].shape[0]
+        self.buffers = buffers
+        self.overlap = overlap
+        self.timer = timer
+        self.skip = [b._nnz() == 0 for b in adj], [b._nnz() == 0 for b in adj_t]
+
+    def __call__(self, b: torch.Tensor) -> torch.Tensor:
+        return _StagedSpMMFunction.apply(b, self)
+
+    def run(self, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+        """One staged SpMM with Â (or Âᵀ) on this rank's rows ``b``; no autograd."""
+        blocks = self.adj_t if transpose else self.adj
+        empty = self.skip[1] if transpose else self.skip[0]
+        if self.ctx.world_size == 1:
+            return local_spmm(blocks, b, self.timer)
+        b = b.contiguous()
+        if self.buffers is None:
+            self.buffers = BroadcastBuffers(self.rows, b.shape[1], b.dtype, b.device)
+        out = torch.zeros_like(b)
+        num_stages, rank = self.ctx.world_size, self.ctx.rank
+
+        def issue(stage: int) -> tuple[torch.Tensor, dist.Work]:
+            rows = b if stage == rank else self.buffers.view(stage, b.shape[1])
+            return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True)
+
+        pending = issue(0)
+        for stage in range(num_stages):
+            rows, work = pending
+            if self.overlap and stage + 1 < num_stages:
+                pending = issue(stage + 1)
+            with self.timer("comm_wait"):
+                work.wait()
+            if not empty[stage]:
+                with self.timer("spmm"):
+                    out.addmm_(blocks[stage], rows)
+            if not self.overlap and stage + 1 < num_stages:
+                pending = issue(stage + 1)
+        return out
+
+
+class _StagedSpMMFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, b: torch.Tensor, op: StagedSpMM) -> torch.Tensor:  # type: ignore[override]
+        ctx.op = op
+        return op.run(b)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:  # type: ignore[override]
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        return ctx.op.run(grad, transpose=True), None
+
+
+def local_adj(adj: torch.Tensor, adj_t: torch.Tensor, timer: PhaseTimer = NULL_TIMER) -> StagedSpMM:
+    """``H -> Â·H`` in one process, with the CSR of Âᵀ built once for backward (never ``Â.t()`` at run time)."""
+    return StagedSpMM(DistContext(), [adj], [adj_t], timer=timer)

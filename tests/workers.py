@@ -1,0 +1,69 @@
+"""Functions that spawned workers run in the multi-process tests (importable by module name)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+
+from mggcn.dist import init_distributed
+from mggcn.partition import build_shard, make_partition
+from mggcn.spmm import StagedSpMM
+from mggcn.train import TrainConfig, train_shard
+
+
+def rows_of(global_new: torch.Tensor, part, rank: int) -> torch.Tensor:
+    return global_new[part.rows(rank)]
+
+
+def to_new_order(mat_orig: torch.Tensor, part) -> torch.Tensor:
+    """Rows in original ids -> rows in the partition's order, padding rows zero."""
+    out = torch.zeros((part.padded_nodes,) + tuple(mat_orig.shape[1:]), dtype=mat_orig.dtype)
+    real = torch.from_numpy(part.order >= 0)
+    out[real] = mat_orig[torch.from_numpy(part.order[part.order >= 0])]
+    return out
+
+
+def spmm_worker(graph, norm, overlap, b_orig, g_orig, seed):
+    """C = Â·B and dB = Âᵀ·G on this rank's rows, both returned in the partition's order."""
+    ctx = init_distributed("cpu", timeout_s=60)
+    part = make_partition(graph.num_nodes, ctx.world_size, seed)
+    shard = build_shard(graph, part, ctx.rank, norm)
+    op = StagedSpMM(ctx, shard.adj, shard.adj_t, overlap=overlap)
+    b = rows_of(to_new_order(b_orig, part), part, ctx.rank).clone().requires_grad_()
+    c = op(b)
+    c.backward(rows_of(to_new_order(g_orig, part), part, ctx.rank))
+    # the same operator used twice more, at another width, reuses its buffers
+    c2 = op(b.detach()[:, :1].contiguous())
+    return ctx.rank, c.detach(), b.grad, c2
+
+
+def train_worker(graph, cfg: TrainConfig):
+    ctx = init_distributed("cpu", timeout_s=60)
+    part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+    shard = build_shard(graph, part, ctx.rank, cfg.norm)
+    result = train_shard(ctx, shard, cfg)
+    return [r["loss"] for r in result.history], result.history, result.state_dict
+
+
+def failing_worker(bad_rank: int, mode: str):
+    """Rank ``bad_rank`` raises, hangs or kills itself after the group is up; the others wait in a collective."""
+    ctx = init_distributed("cpu", timeout_s=120)
+    if ctx.rank == bad_rank:
+        if mode == "raise":
+            raise RuntimeError("boom from the test")
+        if mode == "hang":
+            time.sleep(600)
+        if mode == "kill":
+            os.kill(os.getpid(), 9)
+    torch.distributed.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
+def ok_worker(value):
+    ctx = init_distributed("cpu", timeout_s=60)
+    t = torch.tensor([float(value + ctx.rank)])
+    torch.distributed.all_reduce(t)
+    return float(t), np.arange(3)
