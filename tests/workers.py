@@ -26,18 +26,21 @@ def to_new_order(mat_orig: torch.Tensor, part) -> torch.Tensor:
     return out
 
 
-def spmm_worker(graph, norm, overlap, b_orig, g_orig, seed):
-    """C = Â·B and dB = Âᵀ·G on this rank's rows, both returned in the partition's order."""
+def spmm_worker(cases, seed):
+    """For each (graph, norm, overlap, B, G): C = Â·B and dB = Âᵀ·G on this rank's rows, in partition order."""
     ctx = init_distributed("cpu", timeout_s=60)
-    part = make_partition(graph.num_nodes, ctx.world_size, seed)
-    shard = build_shard(graph, part, ctx.rank, norm)
-    op = StagedSpMM(ctx, shard.adj, shard.adj_t, overlap=overlap)
-    b = rows_of(to_new_order(b_orig, part), part, ctx.rank).clone().requires_grad_()
-    c = op(b)
-    c.backward(rows_of(to_new_order(g_orig, part), part, ctx.rank))
-    # the same operator used twice more, at another width, reuses its buffers
-    c2 = op(b.detach()[:, :1].contiguous())
-    return ctx.rank, c.detach(), b.grad, c2
+    out = []
+    for graph, norm, overlap, b_orig, g_orig in cases:
+        part = make_partition(graph.num_nodes, ctx.world_size, seed)
+        shard = build_shard(graph, part, ctx.rank, norm)
+        op = StagedSpMM(ctx, shard.adj, shard.adj_t, overlap=overlap)
+        b = rows_of(to_new_order(b_orig, part), part, ctx.rank).clone().requires_grad_()
+        c = op(b)
+        c.backward(rows_of(to_new_order(g_orig, part), part, ctx.rank))
+        # the operator used again at another width reuses (and grows) its buffers
+        c2 = op(b.detach()[:, :1].contiguous())
+        out.append((c.detach(), b.grad, c2))
+    return ctx.rank, out
 
 
 def train_worker(graph, cfg: TrainConfig):
