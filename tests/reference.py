@@ -52,7 +52,7 @@ def gcn_losses(graph: Graph, weights: list[tuple[torch.Tensor, torch.Tensor]], e
         loss = F.cross_entropy(h[train], y[train])
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 

@@ -70,3 +70,8 @@ def ok_worker(value):
     t = torch.tensor([float(value + ctx.rank)])
     torch.distributed.all_reduce(t)
     return float(t), np.arange(3)
+
+
+def train_many_worker(cases):
+    """Train each (graph, config) in turn in one process group."""
+    return [train_worker(graph, cfg) for graph, cfg in cases]

@@ -56,6 +56,11 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                    help="synthetic[:n=...,classes=...], rmat:..., builtin:karate|digits, or a path with --format "
                         f"(default: {DEFAULT_DATASET})")
     p.add_argument("--format", dest="fmt", default=None, help="layout of a dataset path (see `mggcn prepare -h`)")
+    p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
+    p.add_argument("--labels", default=None, help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
+    p.add_argument("--split", default=None,
+                   help="mtx/edgelist: split .npy of 0/1/2/-1 (train/val/test/none) or .npz of masks "
+                        "(default: random 50/25/25)")
     p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
     p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
     p.add_argument("--nprocs", type=_positive_int, default=None,
@@ -113,7 +118,12 @@ def _train(args: argparse.Namespace) -> int:
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
                       seed=args.seed)
+    read_options = {k: getattr(args, k) for k in ("features", "labels", "split") if getattr(args, k) is not None}
+    if read_options and args.fmt not in ("mtx", "edgelist"):
+        raise GraphError(f"--{next(iter(read_options))} is for --format mtx or edgelist; "
+                         "other formats carry their vertex data")
     job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
+                   read_options=read_options,
                    device=args.device, threads=args.threads, timeout_s=args.timeout, metrics=args.metrics,
                    save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet)
     if _under_torchrun():
@@ -131,15 +141,15 @@ def _train(args: argparse.Namespace) -> int:
 
         if resolve_device(args.device) == "cuda" and nprocs > torch.cuda.device_count():
             raise GraphError(f"--nprocs {nprocs} needs {nprocs} GPUs, {torch.cuda.device_count()} visible")
-    graph = check_job(job, nprocs)
+    dataset = check_job(job, nprocs)
     if not args.quiet:
-        print(f"mggcn: {graph.name}: {graph.num_nodes} vertices, {graph.num_edges} edges, "
-              f"{graph.num_features} features, {graph.num_classes} classes; {nprocs} worker(s) on {args.device}",
-              flush=True)
+        print(f"mggcn: {dataset.name}: {dataset.num_nodes} vertices, {dataset.num_edges} edges, "
+              f"{dataset.num_features} features, {dataset.num_classes} classes; {nprocs} worker(s) on "
+              f"{args.device}", flush=True)
     if nprocs == 1:
-        run_train_job(job, graph)
+        run_train_job(job, dataset)
         return 0
-    del graph
+    del dataset
     try:
         run_workers(run_train_job, nprocs, (job,))
     except WorkerError as err:

@@ -17,24 +17,24 @@ from typing import Callable
 import numpy as np
 import torch
 
-from mggcn.datasets import DEFAULT_DATASET, load_graph
+from mggcn.datasets import DEFAULT_DATASET, Dataset, open_dataset
 from mggcn.dist import init_distributed
 from mggcn.graph import Graph, GraphError
-from mggcn.partition import build_shard, make_partition
 from mggcn.train import TrainConfig, predict_shard, train_shard
 
-__all__ = ["TrainJob", "JobResult", "check_job", "run_train_job", "atomic_write", "format_epoch"]
+__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
 
 
 @dataclass(frozen=True)
 class TrainJob:
     """A training run: what to read, how to train, where the outputs go."""
 
-    dataset: str = DEFAULT_DATASET
+    dataset: str | Graph = DEFAULT_DATASET
     config: TrainConfig = field(default_factory=TrainConfig)
     fmt: str | None = None
     undirected: bool = False
     dedup: bool = False
+    read_options: dict = field(default_factory=dict)  # reader keywords, e.g. features=, labels=, split=
     device: str = "cpu"
     threads: int | None = None
     timeout_s: float = 300.0
@@ -61,7 +61,11 @@ def _check_output(option: str, path: str | None) -> None:
         raise GraphError(f"{option} {path}: is a directory")
 
 
-def check_job(job: TrainJob, nprocs: int) -> Graph:
+def open_job_dataset(job: TrainJob) -> Dataset:
+    return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options)
+
+
+def check_job(job: TrainJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
     for option, path in (("--metrics", job.metrics), ("--save-model", job.save_model),
                          ("--save-predictions", job.save_predictions)):
@@ -74,9 +78,9 @@ def check_job(job: TrainJob, nprocs: int) -> Graph:
     for option, p in (("--dropout", cfg.dropout), ("--input-dropout", cfg.input_dropout)):
         if not 0.0 <= p < 1.0:
             raise GraphError(f"{option} must be in [0, 1), got {p}")
-    graph = load_graph(job.dataset, job.fmt, job.undirected, job.dedup)
-    make_partition(graph.num_nodes, nprocs, cfg.seed, cfg.partition)  # raises for P > n
-    return graph
+    dataset = open_job_dataset(job)
+    dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
+    return dataset
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
@@ -113,16 +117,16 @@ def format_epoch(record: dict) -> str:
             f"(spmm {record['spmm']:.3f}, wait {record['comm_wait']:.3f}, gemm {record['gemm']:.3f})")
 
 
-def run_train_job(job: TrainJob, graph: Graph | None = None) -> JobResult:
-    """The body of every rank. ``graph`` skips loading (in-process use, world size 1 or tests)."""
+def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
+    """The body of every rank. ``dataset`` skips opening it again (in-process use)."""
     ctx = init_distributed(job.device, job.timeout_s, job.threads)
     try:
-        if graph is None:
-            graph = load_graph(job.dataset, job.fmt, job.undirected, job.dedup)
+        if dataset is None:
+            dataset = open_job_dataset(job)
         cfg = job.config
-        part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
-        shard = build_shard(graph, part, ctx.rank, cfg.norm)
-        del graph  # this rank keeps only its shard
+        part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
+        shard = dataset.shard(part, ctx.rank, cfg.norm)
+        del dataset  # this rank keeps only its shard
 
         metrics_file = open(job.metrics, "w") if (ctx.is_main and job.metrics) else None
 
