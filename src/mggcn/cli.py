@@ -31,6 +31,13 @@ __all__ = ["main", "build_parser"]
 _DEFAULTS = TrainConfig()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line (and a pointer to -h), not the whole usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def _hidden(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(t) for t in text.split(",") if t.strip())
@@ -87,18 +94,30 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", choices=ORDERINGS, default=_DEFAULTS.partition,
                    help="vertex order before the row split: random permutation or the original order")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed)
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds a collective may wait before the job is declared hung (default 300)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
+                        "it where loading the graph or one epoch takes longer)")
     p.add_argument("--metrics", default=None, help="write one JSON object per epoch to this file")
     p.add_argument("--save-model", default=None, help="write the weights as a PyG GCNConv-compatible state dict")
     p.add_argument("--save-predictions", default=None,
                    help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    p.add_argument("--log-every", type=_positive_int, default=1, help="print every K-th epoch (default 1)")
+    p.add_argument("--patience", type=int, default=_DEFAULTS.patience,
+                   help="stop after K epochs without a better validation accuracy and keep the best weights "
+                        "(default 0: off)")
+    p.add_argument("--trace-epoch", type=int, default=_DEFAULTS.trace_epoch,
+                   help="record a per-rank timeline of this epoch in --metrics (default 2; 0: none)")
+    p.add_argument("--checkpoint-dir", default=None, help="write checkpoints here")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="checkpoint every K epochs (default 0: only when stopped by a signal)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest intact checkpoint in --checkpoint-dir (--epochs is the total)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mggcn", description="Full-batch GCN training across processes and GPUs.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="mggcn", description="Full-batch GCN training across processes and GPUs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser("train", help="train a GCN", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_train_options(train)
@@ -117,7 +136,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
-                      seed=args.seed)
+                      seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch)
     read_options = {k: getattr(args, k) for k in ("features", "labels", "split") if getattr(args, k) is not None}
     if read_options and args.fmt not in ("mtx", "edgelist"):
         raise GraphError(f"--{next(iter(read_options))} is for --format mtx or edgelist; "
@@ -125,14 +144,15 @@ def _train(args: argparse.Namespace) -> int:
     job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
                    read_options=read_options,
                    device=args.device, threads=args.threads, timeout_s=args.timeout, metrics=args.metrics,
-                   save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet)
+                   save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet,
+                   log_every=args.log_every, checkpoint_dir=args.checkpoint_dir,
+                   checkpoint_every=args.checkpoint_every, resume=args.resume)
     if _under_torchrun():
         world = int(os.environ["WORLD_SIZE"])
         if args.nprocs is not None and args.nprocs != world:
             raise GraphError(f"--nprocs {args.nprocs} disagrees with torchrun's world size {world}; drop --nprocs")
         check_job(job, world)
-        run_train_job(job)
-        return 0
+        return _exit_status(run_train_job(job))
     nprocs = args.nprocs or 1
     if args.device != "cpu":
         import torch
@@ -147,15 +167,19 @@ def _train(args: argparse.Namespace) -> int:
               f"{dataset.num_features} features, {dataset.num_classes} classes; {nprocs} worker(s) on "
               f"{args.device}", flush=True)
     if nprocs == 1:
-        run_train_job(job, dataset)
-        return 0
+        return _exit_status(run_train_job(job, dataset))
     del dataset
     try:
-        run_workers(run_train_job, nprocs, (job,))
+        results = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
     except WorkerError as err:
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
-    return 0
+    return _exit_status(results[0])
+
+
+def _exit_status(result) -> int:
+    """0, or 130 when a signal stopped training (the shell's code for an interrupted command)."""
+    return 130 if result.stopped == "interrupted" else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,9 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
-    except (GraphError, ValueError) as err:
+    except (GraphError, ValueError) as err:  # bad input or options, CheckpointError included
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except FloatingPointError as err:  # NonFiniteLoss
+        print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistContext", "init_distributed", "all_reduce_sum", "all_reduce_max", "all_gather_rows",
+__all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
+           "all_gather_objects", "all_gather_rows",
            "available_cores", "resolve_device"]
 
 
@@ -82,6 +83,15 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
                        local_rank=local_rank, local_world_size=local_world)
 
 
+def shutdown(clean: bool = True) -> None:
+    """Leave the process group. After a clean run all ranks meet first: gloo aborts a process that tears its
+    group down while a peer still talks to it. After a failure no barrier (the peers may be gone)."""
+    if dist.is_available() and dist.is_initialized():
+        if clean:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
 def all_reduce_sum(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:
     """In-place sum over ranks; returns ``tensor``."""
     if ctx.world_size > 1:
@@ -93,6 +103,21 @@ def all_reduce_max(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:
     if ctx.world_size > 1:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=ctx.group)
     return tensor
+
+
+def all_reduce_min(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:
+    if ctx.world_size > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=ctx.group)
+    return tensor
+
+
+def all_gather_objects(ctx: DistContext, obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (small, picklable), in rank order."""
+    if ctx.world_size == 1:
+        return [obj]
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, obj, group=ctx.group)
+    return out
 
 
 def all_gather_rows(ctx: DistContext, local: torch.Tensor) -> torch.Tensor:

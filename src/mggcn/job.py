@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -17,8 +18,9 @@ from typing import Callable
 import numpy as np
 import torch
 
+from mggcn.checkpoint import Checkpointer, check_compatible
 from mggcn.datasets import DEFAULT_DATASET, Dataset, open_dataset
-from mggcn.dist import init_distributed
+from mggcn.dist import init_distributed, shutdown
 from mggcn.graph import Graph, GraphError
 from mggcn.train import TrainConfig, predict_shard, train_shard
 
@@ -37,11 +39,15 @@ class TrainJob:
     read_options: dict = field(default_factory=dict)  # reader keywords, e.g. features=, labels=, split=
     device: str = "cpu"
     threads: int | None = None
-    timeout_s: float = 300.0
+    timeout_s: float = 60.0
     metrics: str | None = None
     save_model: str | None = None
     save_predictions: str | None = None
     quiet: bool = False
+    log_every: int = 1
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
 
 
 @dataclass
@@ -49,6 +55,66 @@ class JobResult:
     history: list[dict]
     state_dict: dict[str, torch.Tensor]
     predictions: np.ndarray | None = None
+    stopped: str | None = None  # None, "early" or "interrupted"
+    best_epoch: int | None = None
+    checkpoint: str | None = None
+    resumed_from: str | None = None
+
+
+def dataset_identity(dataset: Dataset) -> dict:
+    """What a checkpoint records of its dataset, to refuse resuming against another one."""
+    identity = {"name": str(dataset.name), "num_nodes": dataset.num_nodes, "num_edges": dataset.num_edges,
+                "num_features": dataset.num_features, "num_classes": dataset.num_classes}
+    fingerprint = getattr(dataset, "fingerprint", None)
+    if fingerprint:
+        identity["fingerprint"] = fingerprint
+    return identity
+
+
+def _print_err(message: str) -> None:
+    print(f"mggcn: {message}", file=sys.stderr, flush=True)
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] = _print_err
+                ) -> tuple[dict, str] | None:
+    """The checkpoint ``--resume`` continues from (checked against the dataset and model), or None."""
+    if not (job.resume and job.checkpoint_dir):
+        return None
+    found = Checkpointer(job.checkpoint_dir).latest(report)
+    if found is not None:
+        state, path = found
+        check_compatible(state, path, dataset_identity(dataset),
+                         job.config.dims(dataset.num_features, dataset.num_classes))
+    return found
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM ask training to stop at the end of the epoch (all ranks agree through the all-reduce)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> "_StopOnSignal":
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def _check_output(option: str, path: str | None) -> None:
@@ -78,8 +144,13 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     for option, p in (("--dropout", cfg.dropout), ("--input-dropout", cfg.input_dropout)):
         if not 0.0 <= p < 1.0:
             raise GraphError(f"{option} must be in [0, 1), got {p}")
+    if job.resume and not job.checkpoint_dir:
+        raise GraphError("--resume needs --checkpoint-dir")
+    if job.checkpoint_every < 0:
+        raise GraphError(f"--checkpoint-every must be at least 0, got {job.checkpoint_every}")
     dataset = open_job_dataset(job)
     dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
+    find_resume(job, dataset)  # raises for a checkpoint of another dataset or model
     return dataset
 
 
@@ -126,21 +197,29 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         cfg = job.config
         part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
         shard = dataset.shard(part, ctx.rank, cfg.norm)
+        resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
+        identity = dataset_identity(dataset)
         del dataset  # this rank keeps only its shard
-
-        metrics_file = open(job.metrics, "w") if (ctx.is_main and job.metrics) else None
+        if resume is not None and ctx.is_main and not job.quiet:
+            print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
+        # a resumed run appends to the metrics of the run it continues
+        metrics_file = open(job.metrics, "a" if resume else "w") if (ctx.is_main and job.metrics) else None
 
         def on_epoch(record: dict) -> None:
             if not ctx.is_main:
                 return
-            if not job.quiet:
+            if not job.quiet and (record["epoch"] % job.log_every == 0 or record["epoch"] == cfg.epochs):
                 print(format_epoch(record), flush=True)
             if metrics_file is not None:
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
 
+        checkpointer = Checkpointer(job.checkpoint_dir, job.checkpoint_every) if job.checkpoint_dir else None
         try:
-            result = train_shard(ctx, shard, cfg, on_epoch)
+            with _StopOnSignal() as stop:
+                result = train_shard(ctx, shard, cfg, on_epoch, checkpointer=checkpointer,
+                                     checkpoint_meta={"dataset": identity},
+                                     resume=resume[0] if resume else None, stop_requested=lambda: stop.requested)
         finally:
             if metrics_file is not None:
                 metrics_file.close()
@@ -152,8 +231,17 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
                 atomic_write(job.save_model, lambda tmp: torch.save(result.state_dict, tmp))
             if job.save_predictions:
                 save_predictions(job.save_predictions, predictions)
-        return JobResult(result.history, result.state_dict, predictions)
-    finally:
-        if ctx.world_size > 1 and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-        sys.stdout.flush()
+        if ctx.is_main and not job.quiet:
+            if result.stopped == "interrupted":
+                saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no --checkpoint-dir)"
+                print(f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}", flush=True)
+            elif result.stopped == "early":
+                print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
+                      f"{result.best_epoch}", flush=True)
+        outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
+                            result.checkpoint, resume[1] if resume else None)
+    except BaseException:
+        shutdown(clean=False)
+        raise
+    shutdown(clean=True)
+    return outcome

@@ -16,6 +16,8 @@ Legend: m = rows per rank, d = width of B.
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -88,17 +90,18 @@ class StagedSpMM:
         out = torch.zeros_like(b)
         num_stages, rank = self.ctx.world_size, self.ctx.rank
 
-        def issue(stage: int) -> tuple[torch.Tensor, dist.Work]:
+        def issue(stage: int) -> tuple[torch.Tensor, dist.Work, float]:
             rows = b if stage == rank else self.buffers.view(stage, b.shape[1])
-            return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True)
+            return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True), time.perf_counter()
 
         pending = issue(0)
         for stage in range(num_stages):
-            rows, work = pending
+            rows, work, issued = pending
             if self.overlap and stage + 1 < num_stages:
                 pending = issue(stage + 1)
             with self.timer("comm_wait"):
                 work.wait()
+            self.timer.mark("broadcast", issued, time.perf_counter())
             if not empty[stage]:
                 with self.timer("spmm"):
                     out.addmm_(blocks[stage], rows)

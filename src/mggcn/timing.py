@@ -50,5 +50,10 @@ class PhaseTimer:
             if self.events is not None:
                 self.events.append((phase, start, end))
 
+    def mark(self, kind: str, start: float, end: float) -> None:
+        """Record an interval in the trace only (e.g. a broadcast from issue to completion), not in a phase."""
+        if self.events is not None:
+            self.events.append((kind, start, end))
+
 
 NULL_TIMER = PhaseTimer(enabled=False)

@@ -10,7 +10,7 @@ Legend: m = rows of this rank, C = classes.
 
 from __future__ import annotations
 
-import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -19,14 +19,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mggcn.dist import DistContext, all_gather_rows, all_reduce_max, all_reduce_sum
+from mggcn.dist import DistContext, all_gather_objects, all_gather_rows, all_reduce_max, all_reduce_min, all_reduce_sum
 from mggcn.graph import SPLITS
 from mggcn.model import GCN, aggregate_first
 from mggcn.partition import Shard
 from mggcn.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.timing import PHASES, PhaseTimer
 
-__all__ = ["TrainConfig", "TrainResult", "train_shard", "predict_shard", "spmm_widths"]
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard", "spmm_widths"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class TrainConfig:
     overlap: bool = True
     partition: str = "random"
     seed: int = 0
+    patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
+    trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
 
     def dims(self, num_features: int, num_classes: int) -> list[int]:
         return [num_features, *self.hidden, num_classes]
@@ -54,14 +56,25 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    """What a rank ends with. ``model``, ``adj`` and ``x_agg`` stay in the worker (for predictions)."""
+    """What a rank ends with. ``model``, ``adj`` and ``x_agg`` stay in the worker (for predictions).
+
+    ``stopped``: ``None`` when all epochs ran, ``"early"`` (patience) or ``"interrupted"`` (a stop request).
+    With patience, the model holds the weights of ``best_epoch``.
+    """
 
     history: list[dict] = field(default_factory=list)
     state_dict: dict[str, torch.Tensor] = field(default_factory=dict)
     config: dict = field(default_factory=dict)
+    best_epoch: int | None = None
+    stopped: str | None = None
+    checkpoint: str | None = None
     model: GCN | None = None
     adj: StagedSpMM | None = None
     x_agg: torch.Tensor | None = None
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The loss became NaN or inf; the message names the epoch and the first layer with non-finite output."""
 
 
 def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
@@ -77,28 +90,59 @@ def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
     return widths
 
 
-def _build_model(cfg: TrainConfig, shard: Shard, device: torch.device) -> GCN:
-    return GCN(cfg.dims(shard.x.shape[1], shard.num_classes), activation=cfg.activation, dropout=cfg.dropout,
+def build_model(cfg: TrainConfig, num_features: int, num_classes: int, device: torch.device | str = "cpu") -> GCN:
+    """The GCN of ``cfg``, identically initialized on every rank."""
+    return GCN(cfg.dims(num_features, num_classes), activation=cfg.activation, dropout=cfg.dropout,
                input_dropout=cfg.input_dropout, order=cfg.order, seed=cfg.seed).to(device)
 
 
-def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
-                on_epoch: Callable[[dict], None] | None = None) -> TrainResult:
-    """Train on this rank's shard for ``cfg.epochs`` epochs; every rank returns the same history and weights.
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of the dropout masks of one epoch on one rank: resuming needs no generator state."""
+    return (seed * 1_000_003 + epoch) * 1_009 + rank
 
-    ``on_epoch`` is called on every rank with the epoch's record (keys ``epoch, loss, train_acc, val_acc,
-    test_acc, epoch_s`` and one key per phase, the max over ranks).
+
+class _Stats:
+    """Indices of the per-epoch numbers summed across ranks along with the gradients."""
+
+    LOSS, CORRECT, STOP = 0, slice(1, 4), 4
+    SIZE = 5
+
+
+def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
+                on_epoch: Callable[[dict], None] | None = None, *,
+                checkpointer=None, checkpoint_meta: dict | None = None, resume: dict | None = None,
+                stop_requested: Callable[[], bool] | None = None) -> TrainResult:
+    """Train on this rank's shard up to epoch ``cfg.epochs``; every rank returns the same history and weights.
+
+    Args:
+        on_epoch: called on every rank with each epoch's record (keys ``epoch, loss, train_acc, val_acc,
+            test_acc, epoch_s``, one key per phase (max over ranks), ``other``; ``timeline`` on the traced epoch).
+        checkpointer: a :class:`~mggcn.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop request.
+        checkpoint_meta: extra entries for every checkpoint (the dataset's identity).
+        resume: a checkpoint's contents: training continues after its epoch.
+        stop_requested: polled once per epoch on every rank; when any rank says yes, all stop after that epoch
+            (saving a checkpoint first if a checkpointer is given).
+    Raises:
+        NonFiniteLoss: the global loss is NaN or inf (before that epoch's update, so the weights are the last good).
     """
     device = ctx.device
     shard.to(device)
     timer = PhaseTimer(device)
-    model = _build_model(cfg, shard, device)
+    model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
     widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
     buffers = BroadcastBuffers(shard.x.shape[0], max(widths), shard.x.dtype, device) if ctx.world_size > 1 else None
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay)
-    torch.manual_seed(cfg.seed * 1000 + ctx.rank)  # dropout masks: per rank, so they depend on P
+    result = TrainResult(config=asdict(cfg))
+    best_val, best_state, since_best = -1.0, None, 0
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        result.history = list(resume["history"])
+        if resume.get("best") is not None:
+            best_val, since_best = resume["best"]["val_acc"], resume["best"]["since"]
+            best_state, result.best_epoch = resume["best"]["model"], resume["best"]["epoch"]
 
     x, y = shard.x, shard.y
     with torch.no_grad():
@@ -107,11 +151,18 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
     num_train = shard.split_sizes["train"]
     params = list(model.parameters())
-    stochastic = model.training and (cfg.dropout > 0 or cfg.input_dropout > 0)
-    result = TrainResult(config=asdict(cfg))
+    stochastic = cfg.dropout > 0 or cfg.input_dropout > 0
 
-    for epoch in range(1, cfg.epochs + 1):
-        timer.reset()
+    def checkpoint_state(epoch: int) -> dict:
+        best = None if best_state is None else {"val_acc": best_val, "since": since_best, "model": best_state,
+                                                "epoch": result.best_epoch}
+        return {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "history": result.history, "best": best, "dims": model.dims, "config": asdict(cfg),
+                **(checkpoint_meta or {})}
+
+    for epoch in range(len(result.history) + 1, cfg.epochs + 1):
+        torch.manual_seed(epoch_seed(cfg.seed, epoch, ctx.rank))
+        timer.reset(trace=epoch == cfg.trace_epoch)
         start = time.perf_counter()
         if stochastic:  # accuracies of the weights at the start of the epoch, without dropout
             with torch.no_grad():
@@ -127,34 +178,83 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         if not stochastic:
             correct = _correct_counts(logits.detach(), y, split_rows)
         with timer("allreduce"):
-            stats = torch.cat([loss.detach().reshape(1).to(torch.float64), correct]).to(device)
+            stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=device)
+            stats[_Stats.LOSS] = loss.detach()
+            stats[_Stats.CORRECT] = correct
+            stats[_Stats.STOP] = float(bool(stop_requested and stop_requested()))
             flat = torch.cat([p.grad.reshape(-1) for p in params] + [stats.to(params[0].dtype)])
             all_reduce_sum(ctx, flat)
             offset = 0
             for p in params:
                 p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
                 offset += p.numel()
-            if ctx.world_size > 1:
-                stats = flat[offset:].to(torch.float64)
+            stats = flat[offset:].to(torch.float64).cpu()
+        if not math.isfinite(float(stats[_Stats.LOSS])):
+            raise NonFiniteLoss(_non_finite_message(ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
+                                                    checkpointer))
         with timer("optimizer"):
             optimizer.step()
         epoch_s = time.perf_counter() - start
 
-        phases = torch.tensor([epoch_s] + [timer.seconds[p] for p in PHASES], dtype=torch.float64, device=device)
-        phases = all_reduce_max(ctx, phases).cpu().tolist()
-        stats = stats.cpu()
-        acc = (stats[1:] / split_sizes).tolist()
-        record = {"epoch": epoch, "loss": float(stats[0]), "train_acc": acc[0], "val_acc": acc[1],
-                  "test_acc": acc[2], "epoch_s": phases[0]}
-        record.update({p: s for p, s in zip(PHASES, phases[1:])})
-        record["other"] = max(0.0, phases[0] - sum(phases[1:]))
+        record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start)
         result.history.append(record)
+        if cfg.patience > 0:
+            if record["val_acc"] > best_val:
+                best_val, since_best, result.best_epoch = record["val_acc"], 0, epoch
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                since_best += 1
         if on_epoch is not None:
             on_epoch(record)
+        interrupted = stats[_Stats.STOP] > 0
+        early = cfg.patience > 0 and since_best >= cfg.patience
+        if checkpointer is not None and ctx.is_main and (checkpointer.due(epoch) or interrupted):
+            result.checkpoint = checkpointer.save(checkpoint_state(epoch))
+        if interrupted or early:
+            result.stopped = "interrupted" if interrupted else "early"
+            break
 
+    if best_state is not None:
+        model.load_state_dict(best_state)
     result.state_dict = model.gcnconv_state_dict()
     result.model, result.adj, result.x_agg = model, adj, x_agg
     return result
+
+
+def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTimer, stats: torch.Tensor,
+                  split_sizes: torch.Tensor, device: torch.device, start: float) -> dict:
+    phases = torch.tensor([epoch_s] + [timer.seconds[p] for p in PHASES], dtype=torch.float64, device=device)
+    phases = all_reduce_max(ctx, phases).cpu().tolist()
+    acc = (stats[_Stats.CORRECT] / split_sizes).tolist()
+    record = {"epoch": epoch, "loss": float(stats[_Stats.LOSS]), "train_acc": acc[0], "val_acc": acc[1],
+              "test_acc": acc[2], "epoch_s": phases[0]}
+    record.update({p: s for p, s in zip(PHASES, phases[1:])})
+    record["other"] = max(0.0, phases[0] - sum(phases[1:]))
+    if timer.events is not None:
+        mine = [[kind, a - start, b - start] for kind, a, b in timer.events]
+        record["timeline"] = all_gather_objects(ctx, mine)
+    return record
+
+
+def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.Tensor,
+                        x_agg: torch.Tensor | None, epoch: int, loss: float, checkpointer) -> str:
+    """Find the first layer whose output is not finite on any rank (one extra forward, only on failure)."""
+    outputs = []
+    hooks = [conv.register_forward_hook(lambda _m, _i, out: outputs.append(bool(torch.isfinite(out).all())))
+             for conv in model.convs]
+    with torch.no_grad():
+        model.eval()
+        model(x, adj, x_aggregated=x_agg)
+    for h in hooks:
+        h.remove()
+    bad = torch.tensor([next((i for i, ok in enumerate(outputs) if not ok), len(outputs))], dtype=torch.float64)
+    first = int(all_reduce_min(ctx, bad).item())
+    where = f"; first non-finite output: layer {first}" if first < len(outputs) else ""
+    kept = ""
+    if checkpointer is not None:
+        files = checkpointer.files()
+        kept = f"; last good checkpoint: {files[0]}" if files else "; no checkpoint was saved yet"
+    return f"epoch {epoch}: the loss is {loss}{where} (try a smaller --lr){kept}"
 
 
 def _correct_counts(logits: torch.Tensor, y: torch.Tensor, split_rows: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -177,7 +277,3 @@ def predict_shard(ctx: DistContext, shard: Shard, model: GCN, adj: StagedSpMM,
     out[part.order[real]] = every[real]
     return out
 
-
-def write_metrics_line(path, record: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
