@@ -75,3 +75,16 @@ def ok_worker(value):
 def train_many_worker(cases):
     """Train each (graph, config) in turn in one process group."""
     return [train_worker(graph, cfg) for graph, cfg in cases]
+
+
+def raise_mid_training_worker(graph, bad_rank: int, epoch: int):
+    """Rank ``bad_rank`` raises inside epoch ``epoch``; the others are then waiting in a collective."""
+    ctx = init_distributed("cpu", timeout_s=120)
+    part = make_partition(graph.num_nodes, ctx.world_size, 0)
+    shard = build_shard(graph, part, ctx.rank, "sym")
+
+    def on_epoch(record):
+        if ctx.rank == bad_rank and record["epoch"] == epoch:
+            raise MemoryError("simulated out of memory")
+
+    train_shard(ctx, shard, TrainConfig(hidden=(8,), epochs=10_000, trace_epoch=0), on_epoch)
