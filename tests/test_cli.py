@@ -125,3 +125,18 @@ def test_gcn_beats_mlp_on_the_builtin_graph():
     print(f"test accuracy: GCN {acc['gcn']:.3f}, MLP {acc['mlp']:.3f}")
     assert acc["gcn"] > 0.9
     assert acc["gcn"] - acc["mlp"] > 0.3
+
+
+def test_torchrun_runs_the_same_job(tmp_path):
+    import subprocess
+    import sys
+
+    ours, theirs = tmp_path / "ours.jsonl", tmp_path / "torchrun.jsonl"
+    common = ["train", "builtin:karate", "--epochs", "4", "--quiet", "--hidden", "8"]
+    assert run_cli(*common, "--nprocs", "2", "--metrics", str(ours)).returncode == 0
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "mggcn", *common, "--metrics", str(theirs)], capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr
+    losses = [[json.loads(line)["loss"] for line in open(p)] for p in (ours, theirs)]
+    assert losses[0] == losses[1]
