@@ -43,11 +43,11 @@ def test_predictions_do_not_depend_on_the_number_of_workers(tmp_path):
     paths = []
     for p in (1, 3):
         path = tmp_path / f"pred{p}.npy"
-        out = run_cli("train", "builtin:digits", "--nprocs", str(p), "--epochs", "20", "--quiet",
-                      "--save-predictions", str(path))
+        out = run_cli("train", "synthetic:n=1500,features=16", "--nprocs", str(p), "--epochs", "10", "--quiet",
+                      "--hidden", "32", "--save-predictions", str(path))
         assert out.returncode == 0, out.stderr
         paths.append(np.load(path))
-    assert paths[0].shape == (1797,)
+    assert paths[0].shape == (1500,)
     # float32 sums in another order may flip an argmax between near-tied classes: allow a handful
     assert (paths[0] != paths[1]).sum() <= 5
 
