@@ -16,7 +16,6 @@ from cli_util import popen_cli, run_cli
 from mggcn.checkpoint import Checkpointer
 from mggcn.job import TrainJob, run_train_job
 from mggcn.launch import WorkerError, run_workers
-from mggcn.synthetic import parse_spec
 from mggcn.train import NonFiniteLoss, TrainConfig
 from reference import random_graph
 

@@ -22,6 +22,7 @@ from mggcn.checkpoint import Checkpointer, check_compatible
 from mggcn.datasets import DEFAULT_DATASET, Dataset, open_dataset
 from mggcn.dist import init_distributed, shutdown
 from mggcn.graph import Graph, GraphError
+from mggcn.progress import TrainProgress
 from mggcn.train import TrainConfig, predict_shard, train_shard
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
@@ -117,7 +118,7 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
-def _check_output(option: str, path: str | None) -> None:
+def check_output(option: str, path: str | None) -> None:
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -135,7 +136,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
     for option, path in (("--metrics", job.metrics), ("--save-model", job.save_model),
                          ("--save-predictions", job.save_predictions)):
-        _check_output(option, path)
+        check_output(option, path)
     cfg = job.config
     if cfg.epochs < 0:
         raise GraphError(f"--epochs must be at least 0, got {cfg.epochs}")
@@ -202,14 +203,18 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         del dataset  # this rank keeps only its shard
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
-        # a resumed run appends to the metrics of the run it continues
-        metrics_file = open(job.metrics, "a" if resume else "w") if (ctx.is_main and job.metrics) else None
+        metrics_file = open(job.metrics, "w") if (ctx.is_main and job.metrics) else None
+        if metrics_file is not None and resume is not None:
+            # the epochs of the checkpoint, not those the interrupted run may have logged after it
+            metrics_file.writelines(json.dumps(record) + "\n" for record in resume[0]["history"])
+
+        progress = TrainProgress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
+                                 quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
 
         def on_epoch(record: dict) -> None:
             if not ctx.is_main:
                 return
-            if not job.quiet and (record["epoch"] % job.log_every == 0 or record["epoch"] == cfg.epochs):
-                print(format_epoch(record), flush=True)
+            progress.update(record)
             if metrics_file is not None:
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
@@ -221,6 +226,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
                                      checkpoint_meta={"dataset": identity},
                                      resume=resume[0] if resume else None, stop_requested=lambda: stop.requested)
         finally:
+            progress.close()
             if metrics_file is not None:
                 metrics_file.close()
         predictions = None
@@ -228,7 +234,10 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
             predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
         if ctx.is_main:
             if job.save_model:
-                atomic_write(job.save_model, lambda tmp: torch.save(result.state_dict, tmp))
+                from mggcn.predict import save_model  # it imports this module
+
+                save_model(job.save_model, result.state_dict, cfg, identity, epochs=len(result.history),
+                           best_epoch=result.best_epoch)
             if job.save_predictions:
                 save_predictions(job.save_predictions, predictions)
         if ctx.is_main and not job.quiet:

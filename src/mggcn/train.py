@@ -26,7 +26,8 @@ from mggcn.partition import Shard
 from mggcn.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.timing import PHASES, PhaseTimer
 
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard", "spmm_widths"]
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
+           "gather_original", "spmm_widths"]
 
 
 @dataclass(frozen=True)
@@ -192,18 +193,19 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         if not math.isfinite(float(stats[_Stats.LOSS])):
             raise NonFiniteLoss(_non_finite_message(ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
                                                     checkpointer))
+        if cfg.patience > 0:  # the accuracies are those of the weights before this epoch's update
+            val_acc = float(stats[_Stats.CORRECT][1] / split_sizes[1])
+            if val_acc > best_val:
+                best_val, since_best, result.best_epoch = val_acc, 0, epoch
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                since_best += 1
         with timer("optimizer"):
             optimizer.step()
         epoch_s = time.perf_counter() - start
 
         record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start)
         result.history.append(record)
-        if cfg.patience > 0:
-            if record["val_acc"] > best_val:
-                best_val, since_best, result.best_epoch = record["val_acc"], 0, epoch
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                since_best += 1
         if on_epoch is not None:
             on_epoch(record)
         interrupted = stats[_Stats.STOP] > 0
@@ -262,18 +264,22 @@ def _correct_counts(logits: torch.Tensor, y: torch.Tensor, split_rows: dict[str,
     return torch.stack([(pred[r] == y[r]).sum() for r in split_rows.values()]).to(torch.float64)
 
 
+def gather_original(ctx: DistContext, shard: Shard, rows: torch.Tensor) -> np.ndarray | None:
+    """This rank's ``rows`` [m, ...] of every rank, gathered on rank 0 in ORIGINAL vertex order [n, ...] (padding
+    rows dropped); ``None`` on the other ranks."""
+    every = all_gather_rows(ctx, rows).cpu().numpy()
+    if not ctx.is_main:
+        return None
+    part = shard.partition
+    out = np.empty((part.num_nodes,) + every.shape[1:], dtype=every.dtype)
+    real = part.order >= 0
+    out[part.order[real]] = every[real]
+    return out
+
+
 @torch.no_grad()
 def predict_shard(ctx: DistContext, shard: Shard, model: GCN, adj: StagedSpMM,
                   x_agg: torch.Tensor | None = None) -> np.ndarray | None:
     """Class predictions for every vertex in ORIGINAL vertex order (on rank 0; ``None`` elsewhere)."""
     model.eval()
-    pred = model(shard.x, adj, x_aggregated=x_agg).argmax(dim=1)
-    every = all_gather_rows(ctx, pred).cpu().numpy()
-    if not ctx.is_main:
-        return None
-    part = shard.partition
-    out = np.empty(part.num_nodes, dtype=np.int64)
-    real = part.order >= 0
-    out[part.order[real]] = every[real]
-    return out
-
+    return gather_original(ctx, shard, model(shard.x, adj, x_aggregated=x_agg).argmax(dim=1))

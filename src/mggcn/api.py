@@ -1,0 +1,172 @@
+"""The Python API: train from a script or a notebook, and the layers on their own on a PyG ``Data``.
+
+Train (one process, or P local worker processes; the same job as ``mggcn train``)::
+
+    import mggcn
+    result = mggcn.train("builtin:karate", nprocs=2, hidden=(16,), epochs=50, quiet=True)
+    result.model            # a mggcn.GCN on CPU with the trained weights
+    result.history[-1]      # the last epoch's record (loss, accuracies, per-phase seconds)
+    result.predictions      # int64 [n]: the class of every vertex, in the original vertex ids
+    result.save("model.pt") # for `mggcn predict` (writes model.pt and model.pt.json)
+
+The layers in one process, as with PyG's ``GCNConv``::
+
+    adj = mggcn.adjacency_operator(data.edge_index, data.num_nodes)       # H -> Â·H
+    model = mggcn.GCN([data.num_features, 16, num_classes])
+    logits = model(data.x, adj)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from mggcn.graph import Graph, GraphError
+from mggcn.job import TrainJob, check_job, dataset_identity, run_train_job
+from mggcn.launch import run_workers
+from mggcn.model import GCN
+from mggcn.norm import adjacency, normalize
+from mggcn.partition import csr_to_torch
+from mggcn.spmm import StagedSpMM, local_adj
+from mggcn.train import TrainConfig, build_model
+
+__all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
+
+_CONFIG_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
+_JOB_KEYS = {f.name for f in dataclasses.fields(TrainJob)} - {"dataset", "config", "read_options", "device"}
+_READ_KEYS = ("features", "labels", "split")
+
+
+@dataclass
+class TrainedModel:
+    """What :func:`train` returns.
+
+    Attributes:
+        model: the trained :class:`~mggcn.model.GCN`, on CPU, in eval mode (with patience: the best epoch's weights).
+        history: one record per epoch (keys as in ``--metrics``).
+        predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids.
+        config: the :class:`~mggcn.train.TrainConfig` it was trained with.
+        dataset: the identity of the dataset (name, sizes).
+        stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
+        best_epoch: with patience, the epoch whose weights were kept.
+    """
+
+    model: GCN
+    history: list[dict]
+    predictions: np.ndarray
+    config: TrainConfig
+    dataset: dict
+    stopped: str | None = None
+    best_epoch: int | None = None
+
+    @property
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights under PyG's names (loads into ``torch_geometric.nn.models.GCN``)."""
+        return self.model.gcnconv_state_dict()
+
+    def save(self, path: str) -> None:
+        """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``), for ``mggcn predict``."""
+        from mggcn.predict import save_model
+
+        save_model(path, self.state_dict, self.config, self.dataset, epochs=len(self.history),
+                   best_epoch=self.best_epoch)
+
+
+def as_dataset(dataset: Any) -> str | Graph:
+    """A dataset spec or path (``str`` or ``os.PathLike``), a :class:`Graph`, or a PyG ``Data`` (converted)."""
+    if isinstance(dataset, (str, Graph)):
+        return dataset
+    if isinstance(dataset, os.PathLike):
+        return os.fspath(dataset)
+    if hasattr(dataset, "edge_index"):
+        from mggcn.formats import from_pyg
+
+        return from_pyg(dataset)
+    raise TypeError(f"dataset must be a spec string, a path, a mggcn.Graph or a PyG Data, got {type(dataset).__name__}")
+
+
+def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[int] = (128,), epochs: int = 100,
+          device: str = "cpu", **options: Any) -> TrainedModel:
+    """Train a GCN on ``dataset`` with ``nprocs`` local processes; the Python face of ``mggcn train``.
+
+    Args:
+        dataset: a spec (``"synthetic:n=10000"``, ``"builtin:karate"``), a path (with ``fmt=``), a
+            :class:`~mggcn.Graph`, or a PyG ``Data`` with ``x``, ``y`` and ``train/val/test_mask``.
+        nprocs: worker processes (1: in this process; more: spawned, like ``--nprocs``).
+        hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
+        epochs: epochs to train (fewer with ``patience``).
+        device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.
+        options: any :class:`~mggcn.train.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``, ``norm``,
+            ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.job.TrainJob` field (``fmt``,
+            ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
+            ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``.
+
+    Returns:
+        a :class:`TrainedModel`.
+
+    Raises:
+        GraphError: bad dataset or options, before any worker starts.
+        mggcn.launch.WorkerError: a worker failed.
+    """
+    unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
+    if unknown:
+        raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
+    hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
+    config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
+    read_options = {k: os.fspath(options[k]) for k in _READ_KEYS if options.get(k) is not None}
+    with tempfile.TemporaryDirectory(prefix="mggcn-api-") as tmp:
+        job_options = {k: v for k, v in options.items() if k in _JOB_KEYS}
+        job_options.setdefault("save_predictions", os.path.join(tmp, "predictions.npy"))
+        job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
+                       **job_options)
+        checked = check_job(job, nprocs)
+        identity = dataset_identity(checked)
+        if nprocs == 1:
+            result = run_train_job(job, checked)
+        else:
+            del checked
+            result = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, job.timeout_s))[0]
+        predictions = result.predictions
+    model = build_model(config, identity["num_features"], identity["num_classes"])
+    model.load_state_dict(result.state_dict)
+    return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch)
+
+
+def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
+                       device: torch.device | str = "cpu") -> StagedSpMM:
+    r"""The normalized adjacency as an operator ``H -> Â·H`` (with autograd), for :class:`~mggcn.model.GCN` and
+    :class:`~mggcn.model.GCNLayer` in a single process.
+
+    .. math::
+        \hat{A} = \hat{D}^{-1/2} (A + I) \hat{D}^{-1/2} \quad (\text{sym}), \qquad
+        \hat{A} = \hat{D}^{-1} (A + I) \quad (\text{mean}), \qquad \hat{D}_{ii} = \textstyle\sum_j (A + I)_{ij}
+
+    with ``A[target, source]`` the number of edges ``source -> target`` (PyG's ``gcn_norm`` with
+    ``flow="source_to_target"``; input self loops are replaced by one loop of weight 1). A layer then computes
+    ``H' = Â · H · Wᵀ + b``, which is PyG's ``GCNConv`` for ``sym``.
+
+    Args:
+        edge_index: ``[2, E]`` int tensor or array, row 0 the sources, row 1 the targets, ids in ``[0, num_nodes)``.
+        num_nodes: ``n``.
+        norm: ``"sym"`` (default) or ``"mean"``.
+        device: where Â and Âᵀ are kept (the operand of the operator must be there too).
+
+    Shapes:
+        ``H`` [n, d] -> ``Â·H`` [n, d]; the backward computes ``Âᵀ·G`` with a CSR of Âᵀ built here, once.
+    """
+    ei = np.asarray(edge_index.detach().cpu() if isinstance(edge_index, torch.Tensor) else edge_index, dtype=np.int64)
+    if ei.size == 0:
+        ei = ei.reshape(2, 0)
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise GraphError(f"adjacency_operator: edge_index must have shape [2, E], got {list(ei.shape)}")
+    if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
+        raise GraphError(f"adjacency_operator: edge ids must be in [0, {num_nodes}), got "
+                         f"[{int(ei.min())}, {int(ei.max())}]")
+    adj_hat = normalize(adjacency(ei, num_nodes), norm)
+    return local_adj(csr_to_torch(adj_hat, device), csr_to_torch(adj_hat.T.tocsr(), device))

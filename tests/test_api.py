@@ -1,0 +1,108 @@
+"""The Python API: ``mggcn.train`` is the CLI's job, in this process or on P workers; the layers work alone."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.nn.models import GCN as PygGCN
+
+import mggcn
+from mggcn.cli import main
+from mggcn.job import TrainJob, run_train_job
+from mggcn.predict import load_model
+from mggcn.synthetic import parse_spec
+from mggcn.train import TrainConfig
+from reference import adj_hat, random_graph
+
+_TIMING = ("epoch_s", "spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer", "other", "timeline")
+
+
+def _numbers(history):
+    return [{k: v for k, v in r.items() if k not in _TIMING} for r in history]
+
+
+def _pyg(graph):
+    t = torch.from_numpy
+    return Data(x=t(graph.x), edge_index=t(graph.edge_index), y=t(graph.y), train_mask=t(graph.masks["train"]),
+                val_mask=t(graph.masks["val"]), test_mask=t(graph.masks["test"]))
+
+
+def test_train_in_process_is_the_training_job(tmp_path):
+    graph = random_graph(40, 160, features=6, classes=3, seed=11)
+    result = mggcn.train(graph, hidden=(8,), epochs=6, seed=3, lr=0.05, quiet=True)
+    job = run_train_job(TrainJob(dataset=graph, config=TrainConfig(hidden=(8,), epochs=6, seed=3, lr=0.05),
+                                 quiet=True, save_predictions=str(tmp_path / "p.npy")))
+    assert _numbers(result.history) == _numbers(job.history)
+    for name, tensor in job.state_dict.items():
+        assert torch.equal(result.state_dict[name], tensor), name
+    np.testing.assert_array_equal(result.predictions, job.predictions)
+    # the returned model is usable on its own, in the original vertex order
+    logits = result.model(torch.from_numpy(graph.x), mggcn.adjacency_operator(graph.edge_index, graph.num_nodes))
+    np.testing.assert_array_equal(logits.argmax(1).numpy(), result.predictions)
+    assert result.stopped is None and result.config.hidden == (8,) and result.dataset["num_nodes"] == 40
+
+
+def test_train_on_two_workers_equals_the_cli(tmp_path):
+    """The API on a PyG Data and the CLI on the same built-in graph: the same job, bit for bit."""
+    metrics, model, preds = tmp_path / "m.jsonl", tmp_path / "model.pt", tmp_path / "p.npy"
+    args = ["--nprocs", "2", "--hidden", "8", "--epochs", "8", "--lr", "0.05", "--seed", "4"]
+    assert main(["train", "builtin:karate", *args, "--quiet", "--metrics", str(metrics), "--save-model", str(model),
+                 "--save-predictions", str(preds)]) == 0
+    graph = parse_spec("builtin:karate")
+    result = mggcn.train(_pyg(graph), nprocs=2, hidden=8, epochs=8, lr=0.05, seed=4, quiet=True)
+    cli_history = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert _numbers(result.history) == _numbers(cli_history)
+    cli_state = torch.load(model)
+    assert cli_state.keys() == result.state_dict.keys()
+    for name, tensor in cli_state.items():
+        assert torch.equal(result.state_dict[name], tensor), name
+    np.testing.assert_array_equal(result.predictions, np.load(preds))
+    # a saved API model is what --save-model writes, sidecar included
+    result.save(str(tmp_path / "api.pt"))
+    for path in (model, tmp_path / "api.pt"):
+        loaded, card = load_model(str(path))
+        assert card["dims"] == [34, 8, 2] and card["norm"] == "sym" and card["dataset"]["num_nodes"] == 34
+
+
+@pytest.mark.parametrize("norm", ["sym", "mean"])
+def test_layers_on_a_pyg_data_equal_the_reference(norm):
+    """mggcn.GCN with mggcn.adjacency_operator on a PyG Data, against a dense float64 GCN; sym also against PyG."""
+    data = _pyg(random_graph(30, 120, features=5, classes=3, directed=True, seed=12))
+    model = mggcn.GCN([5, 7, 3], activation="relu", seed=1)
+    with torch.no_grad():
+        for conv in model.convs:
+            conv.bias.normal_()
+    x = data.x.clone().requires_grad_()
+    out = model(x, mggcn.adjacency_operator(data.edge_index, data.num_nodes, norm=norm))
+
+    a = adj_hat(data.edge_index.numpy(), data.num_nodes, norm)
+    xd = data.x.double().requires_grad_()
+    params = [(c.lin.weight.detach().double().requires_grad_(), c.bias.detach().double().requires_grad_())
+              for c in model.convs]
+    ref = a @ (torch.relu(a @ (xd @ params[0][0].t()) + params[0][1]) @ params[1][0].t()) + params[1][1]
+    # float32 against float64 on values of order 1
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(ref)
+    out.backward(g.float())
+    ref.backward(g)
+    torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.convs[0].lin.weight.grad.double(), params[0][0].grad, rtol=1e-5, atol=1e-5)
+    if norm == "sym":
+        pyg = PygGCN(5, 7, num_layers=2, out_channels=3)
+        pyg.load_state_dict(model.gcnconv_state_dict())
+        torch.testing.assert_close(out, pyg(data.x, data.edge_index), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="unknown options \\['hiden'\\]"):
+        mggcn.train("builtin:karate", hiden=(4,))
+    with pytest.raises(TypeError, match="PyG Data"):
+        mggcn.train(42)
+    with pytest.raises(mggcn.GraphError, match="shape \\[2, E\\]"):
+        mggcn.adjacency_operator(np.zeros((3, 4), dtype=np.int64), 5)
+    with pytest.raises(mggcn.GraphError, match="\\[0, 5\\)"):
+        mggcn.adjacency_operator(np.array([[0, 1], [1, 5]]), 5)
+    with pytest.raises(mggcn.GraphError, match="--hidden"):
+        mggcn.train("builtin:karate", hidden=(0,))
