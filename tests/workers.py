@@ -88,3 +88,52 @@ def raise_mid_training_worker(graph, bad_rank: int, epoch: int):
             raise MemoryError("simulated out of memory")
 
     train_shard(ctx, shard, TrainConfig(hidden=(8,), epochs=10_000, trace_epoch=0), on_epoch)
+
+
+def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
+    """Train from the prepared directory ``path`` at every P in ``sizes`` within ONE spawn of max(sizes) ranks.
+
+    P < world size runs on the process group of ranks 0..P-1 (the others sit that P out), so one spawn covers them
+    all. Per P, this rank reports: losses, final weights, whether its shard equals the one cut from ``graph`` in
+    memory (``build_shard``, compared exactly), what the shard read from the files, the tracemalloc peak while it
+    was built, and the bytes the shard holds.
+    """
+    import dataclasses
+    import tracemalloc
+
+    import torch.distributed as dist
+
+    from mggcn.prepared import PreparedDataset
+
+    ctx = init_distributed("cpu", timeout_s=120)
+    groups = {p: (dist.new_group(list(range(p))) if 1 < p < ctx.world_size else None) for p in sizes}
+    out = {}
+    for p in sizes:
+        if ctx.rank >= p:
+            continue
+        sub = dataclasses.replace(ctx, world_size=p, group=groups[p])
+        dataset = PreparedDataset(path)
+        part = dataset.partition(p, cfg.seed, cfg.partition)
+        tracemalloc.start()
+        shard = dataset.shard(part, ctx.rank, cfg.norm)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        held = sum(t.nbytes for b in shard.adj + shard.adj_t for t in (b.crow_indices(), b.col_indices(), b.values()))
+        held += shard.x.nbytes + shard.y.nbytes + sum(m.nbytes for m in shard.masks.values())
+        same = shards_equal(shard, build_shard(graph, part, ctx.rank, cfg.norm))
+        result = train_shard(sub, shard, cfg)
+        out[p] = {"losses": [r["loss"] for r in result.history], "state": result.state_dict, "same": same,
+                  "reads": dict(dataset.last_shard_reads), "peak": peak, "held": held}
+    return out
+
+
+def shards_equal(a, b) -> bool:
+    """Exactly the same blocks (structure and float bits), rows of features, labels and masks."""
+    for xs, ys in ((a.adj, b.adj), (a.adj_t, b.adj_t)):
+        for x, y in zip(xs, ys, strict=True):
+            if not (torch.equal(x.crow_indices().long(), y.crow_indices().long())
+                    and torch.equal(x.col_indices().long(), y.col_indices().long())
+                    and torch.equal(x.values(), y.values())):
+                return False
+    return (torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and a.split_sizes == b.split_sizes
+            and all(torch.equal(a.masks[k], b.masks[k]) for k in a.masks))

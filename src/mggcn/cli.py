@@ -98,6 +98,8 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                    help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
                         "it where loading the graph or one epoch takes longer)")
     p.add_argument("--metrics", default=None, help="write one JSON object per epoch to this file")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write the epoch records as TensorBoard scalars to DIR (needs tensorboard)")
     p.add_argument("--save-model", default=None, help="write the weights as a PyG GCNConv-compatible state dict")
     p.add_argument("--save-predictions", default=None,
                    help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
@@ -121,7 +123,175 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a GCN", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_train_options(train)
+    _add_prepare_parsers(sub)
+    _add_report_parsers(sub)
     return parser
+
+
+_PREPARE_DOC = """Write a dataset once as a prepared directory; `mggcn train DIR --nprocs P` then reads, on each rank,
+only that rank's rows. Edge lists and generated graphs stream through in chunks (out of core, bounded by
+--memory-limit); the other formats are read whole first. Examples:
+
+    mggcn prepare data/ogbn_products prod --format ogb
+    mggcn prepare data/flickr flickr --format saint
+    mggcn prepare data/reddit reddit --format dgl-reddit
+    mggcn prepare web.mtx web --format mtx --features x.npy --labels y.npy --split split.npy
+    mggcn prepare edges.csv.gz g --format edgelist --undirected --dedup --memory-limit 2G
+    mggcn prepare mggcn_reddit/ reddit --format mggcn-bin
+    mggcn prepare rmat:scale=20,edge_factor=16 rmat20
+    mggcn prepare synthetic:n=10000000 big
+"""
+
+
+def _add_prepare_parsers(sub) -> None:
+    from mggcn.formats import FORMATS
+
+    p = sub.add_parser("prepare", help="write a dataset once, for any number of workers to read their share of",
+                       description=_PREPARE_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", help="a file or directory with --format, or synthetic:..., rmat:..., builtin:...")
+    p.add_argument("out_dir", help="the directory to create")
+    p.add_argument("--format", dest="fmt", default=None, choices=FORMATS, help="layout of SOURCE when it is a path")
+    p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
+    p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
+    p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
+    p.add_argument("--labels", default=None, help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
+    p.add_argument("--split", default=None,
+                   help="mtx/edgelist: split .npy of 0/1/2/-1 or .npz of train/val/test masks (default: random)")
+    p.add_argument("--num-nodes", type=_positive_int, default=None,
+                   help="edgelist: vertex count (default: largest id + 1)")
+    p.add_argument("--memory-limit", default=None,
+                   help="memory for edge chunks and sorting, e.g. 512M or 2G (default 2G); vertex arrays come on top")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    info = sub.add_parser("info", help="what a prepared dataset holds",
+                          description="Sizes, degree statistics, split sizes and per-P nonzero balance of a "
+                                      "directory written by `mggcn prepare`.")
+    info.add_argument("dir", help="a prepared dataset directory")
+    info.add_argument("--verify", action="store_true", help="also check every checksum and value (reads it all)")
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from mggcn.prepare import prepare
+    from mggcn.prepared import PreparedDataset, describe
+
+    read_options = {k: getattr(args, k) for k in ("features", "labels", "split", "num_nodes")
+                    if getattr(args, k) is not None}
+    if read_options and args.fmt not in ("mtx", "edgelist"):
+        raise GraphError(f"--{next(iter(read_options)).replace('_', '-')} is for --format mtx or edgelist; "
+                         "other sources carry their vertex data")
+    if "num_nodes" in read_options and args.fmt != "edgelist":
+        raise GraphError("--num-nodes is for --format edgelist (a Matrix Market header gives n)")
+    out = prepare(args.source, args.out_dir, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
+                  memory_limit=args.memory_limit, progress=not args.quiet, overwrite=args.overwrite,
+                  **read_options)
+    if not args.quiet:
+        print(describe(PreparedDataset(out)))
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from mggcn.prepared import PreparedDataset, describe
+
+    print(describe(PreparedDataset(args.dir, verify=args.verify)))
+    return 0
+
+
+def _add_report_parsers(sub) -> None:
+    report = sub.add_parser("report", help="plot a run from its --metrics file",
+                            description="PNG plots of a run: loss and accuracies per epoch (curves.png), the "
+                                        "per-phase time of every epoch (phases.png), and the traced epoch's "
+                                        "timeline per rank, broadcasts against multiplications (timeline.png).")
+    report.add_argument("metrics", help="a file written by `mggcn train --metrics`")
+    report.add_argument("--out", required=True, help="the directory to write the PNGs to (created if missing)")
+    report.add_argument("--epoch", type=int, default=None,
+                        help="the traced epoch to draw (default: the first one traced, see --trace-epoch)")
+
+    predict = sub.add_parser("predict", help="predict every vertex with a saved model",
+                             description="Class predictions (or probabilities, or a layer's embeddings) for every "
+                                         "vertex, in the ORIGINAL vertex ids, on one process or --nprocs workers. "
+                                         "MODEL is a file written by `mggcn train --save-model`; its sidecar "
+                                         "MODEL.json gives the normalization and activation.")
+    predict.add_argument("model", help="a file written by `mggcn train --save-model`")
+    predict.add_argument("dataset", help="as for `mggcn train`: a spec, a prepared directory, or a path with --format")
+    predict.add_argument("--out", required=True,
+                         help=".npy, or CSV for any other name ('vertex,prediction' or 'vertex,p0,p1,...')")
+    what = predict.add_mutually_exclusive_group()
+    what.add_argument("--proba", action="store_true", help="class probabilities (softmax) instead of classes")
+    what.add_argument("--embeddings", type=_positive_int, default=None, metavar="LAYER",
+                      help="the output of layer LAYER (1..L, after its activation) instead of classes")
+    predict.add_argument("--format", dest="fmt", default=None, help="layout of a dataset path")
+    for name in ("features", "labels", "split"):
+        predict.add_argument(f"--{name}", default=None, help=f"mtx/edgelist: {name} file, as for `mggcn train`")
+    predict.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
+    predict.add_argument("--dedup", action="store_true", help="drop duplicate edges")
+    predict.add_argument("--norm", choices=NORMS, default=None, help="when MODEL has no MODEL.json (default sym)")
+    predict.add_argument("--activation", choices=ACTIVATIONS, default=None,
+                         help="when MODEL has no MODEL.json (default relu)")
+    predict.add_argument("--nprocs", type=_positive_int, default=None, help="local worker processes (default 1)")
+    predict.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    predict.add_argument("--threads", type=_positive_int, default=None, help="CPU threads per rank")
+    predict.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait for a peer")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from mggcn.report import write_report
+
+    for path in write_report(args.metrics, args.out, args.epoch):
+        print(path)
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from mggcn.launch import WorkerError, run_workers
+    from mggcn.predict import PredictJob, check_predict, run_predict_job
+
+    read_options = {k: getattr(args, k) for k in ("features", "labels", "split") if getattr(args, k) is not None}
+    if read_options and args.fmt not in ("mtx", "edgelist"):
+        raise GraphError(f"--{next(iter(read_options))} is for --format mtx or edgelist")
+    output = "proba" if args.proba else "embeddings" if args.embeddings else "classes"
+    job = PredictJob(model=args.model, dataset=args.dataset, out=args.out, output=output, layer=args.embeddings,
+                     fmt=args.fmt, undirected=args.undirected, dedup=args.dedup, read_options=read_options,
+                     norm=args.norm, activation=args.activation, device=args.device, threads=args.threads,
+                     timeout_s=args.timeout)
+    if _under_torchrun():
+        check_predict(job, int(os.environ["WORLD_SIZE"]))
+        run_predict_job(job)
+        return 0
+    nprocs = args.nprocs or 1
+    dataset = check_predict(job, nprocs)
+    if nprocs == 1:
+        run_predict_job(job, dataset)
+        return 0
+    del dataset
+    try:
+        run_workers(run_predict_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
+    except WorkerError as err:
+        print(f"mggcn: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _check_tensorboard(args: argparse.Namespace) -> None:
+    """--tensorboard without tensorboard installed: say so before training, and train anyway."""
+    if args.tensorboard:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            print("mggcn: --tensorboard: tensorboard is not installed (pip install tensorboard); "
+                  "skipping TensorBoard logging", file=sys.stderr, flush=True)
+            args.tensorboard = None
+
+
+def _finish_train(args: argparse.Namespace, result) -> int:
+    """--tensorboard: rank 0 writes the run's records as TensorBoard scalars. Returns the exit status."""
+    if args.tensorboard and int(os.environ.get("RANK", "0")) == 0:
+        from mggcn.report import TensorBoardMissing, write_tensorboard
+
+        try:
+            write_tensorboard(result.history, args.tensorboard)
+        except TensorBoardMissing as err:
+            print(f"mggcn: --tensorboard: {err}; skipping TensorBoard logging", file=sys.stderr, flush=True)
+    return _exit_status(result)
 
 
 def _under_torchrun() -> bool:
@@ -152,7 +322,8 @@ def _train(args: argparse.Namespace) -> int:
         if args.nprocs is not None and args.nprocs != world:
             raise GraphError(f"--nprocs {args.nprocs} disagrees with torchrun's world size {world}; drop --nprocs")
         check_job(job, world)
-        return _exit_status(run_train_job(job))
+        return _finish_train(args, run_train_job(job))
+    _check_tensorboard(args)
     nprocs = args.nprocs or 1
     if args.device != "cpu":
         import torch
@@ -167,14 +338,14 @@ def _train(args: argparse.Namespace) -> int:
               f"{dataset.num_features} features, {dataset.num_classes} classes; {nprocs} worker(s) on "
               f"{args.device}", flush=True)
     if nprocs == 1:
-        return _exit_status(run_train_job(job, dataset))
+        return _finish_train(args, run_train_job(job, dataset))
     del dataset
     try:
         results = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
     except WorkerError as err:
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
-    return _exit_status(results[0])
+    return _finish_train(args, results[0])
 
 
 def _exit_status(result) -> int:
@@ -187,6 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "report":
+            return _report(args)
+        if args.command == "predict":
+            return _predict(args)
+        if args.command == "prepare":
+            return _prepare(args)
+        if args.command == "info":
+            return _info(args)
     except (GraphError, ValueError) as err:  # bad input or options, CheckpointError included
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 2

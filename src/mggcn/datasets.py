@@ -4,7 +4,8 @@
 
 * ``synthetic[:key=value,...]`` — the built-in community graph (the default dataset), ``rmat:...``,
   ``builtin:karate``, ``builtin:digits`` — generated, or read from data shipped inside packages, no file needed;
-* a file or directory in a known layout, with ``--format`` (see :mod:`mggcn.formats`), read whole.
+* a file or directory in a known layout, with ``--format`` (see :mod:`mggcn.formats`), read whole;
+* a directory written by ``mggcn prepare`` (:mod:`mggcn.prepared`), from which each rank reads only its rows.
 
 A :class:`Dataset` tells the launcher its sizes (checked before any worker starts) and gives each rank its
 :class:`~mggcn.partition.Shard`. :class:`InMemoryDataset` starts from a whole :class:`Graph`; a dataset prepared on disk
@@ -89,7 +90,19 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
 
 def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,
                  dedup: bool = False, read_options: dict[str, Any] | None = None) -> Dataset:
-    """The :class:`Dataset` behind ``spec`` (a spec string, a path, or a :class:`Graph` already in memory)."""
+    """The :class:`Dataset` behind ``spec`` (a spec string, a path, or a :class:`Graph` already in memory).
+
+    A directory holding a ``manifest.json`` (without ``fmt``, or with ``fmt="prepared"``) is a prepared dataset
+    (:class:`mggcn.prepared.PreparedDataset`): each rank then reads only its own rows.
+    """
     if isinstance(spec, Graph):
         return InMemoryDataset(spec.validate())
+    from mggcn.prepared import PreparedDataset, is_prepared
+
+    if fmt == "prepared" or (fmt is None and is_prepared(spec)):
+        if undirected or dedup or read_options:
+            given = ["--undirected"] * undirected + ["--dedup"] * dedup + [f"--{k}" for k in (read_options or {})]
+            raise GraphError(f"{spec}: {', '.join(given)} cannot change a prepared dataset; "
+                             "pass them to `mggcn prepare` instead")
+        return PreparedDataset(spec)
     return InMemoryDataset(load_graph(spec, fmt, undirected, dedup, read_options))

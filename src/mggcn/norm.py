@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["NORMS", "adjacency", "normalize"]
+__all__ = ["NORMS", "adjacency", "entry_values", "normalize"]
 
 NORMS = ("sym", "mean")
 
@@ -47,10 +47,24 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
     adj.sort_indices()
     deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # >= 1 thanks to the self loop
     rows = np.repeat(np.arange(n), np.diff(adj.indptr))
+    values = entry_values(adj.data, deg[rows], deg[adj.indices] if norm == "sym" else None, norm)
+    return sp.csr_matrix((values, adj.indices, adj.indptr), shape=adj.shape)
+
+
+def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarray | None,
+                 norm: str = "sym") -> np.ndarray:
+    """float32 ``Â[t, s]`` of entries with multiplicity ``count`` (1 on the diagonal), given ``D`` at both ends.
+
+    ``sym``: ``D_t^-1/2 · count · D_s^-1/2``; ``mean``: ``count / D_t`` (``deg_source`` unused). Computed in float64
+    in this exact order, so that a rank building its rows from a prepared dataset gets the same float32 bits as
+    :func:`normalize` on the whole graph.
+    """
+    if norm not in NORMS:
+        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
+    count = np.asarray(count).astype(np.float64)
     if norm == "sym":
-        dis = 1.0 / np.sqrt(deg)
-        values = dis[rows] * adj.data.astype(np.float64) * dis[adj.indices]
+        values = (1.0 / np.sqrt(np.asarray(deg_target, dtype=np.float64))) * count
+        values *= 1.0 / np.sqrt(np.asarray(deg_source, dtype=np.float64))
     else:
-        values = adj.data.astype(np.float64) / deg[rows]
-    out = sp.csr_matrix((values.astype(np.float32), adj.indices, adj.indptr), shape=adj.shape)
-    return out
+        values = count / np.asarray(deg_target, dtype=np.float64)
+    return values.astype(np.float32)

@@ -9,14 +9,18 @@ Three families:
   or assembled into a small :class:`~mggcn.graph.Graph`.
 * ``builtin:karate`` and ``builtin:digits`` — tiny real datasets shipped with networkx and scikit-learn.
 
-:func:`parse_spec` turns ``"synthetic:n=50000,classes=8"``-style strings into a validated :class:`Graph`.
+:func:`parse_spec` turns ``"synthetic:n=50000,classes=8"``-style strings into a validated :class:`Graph`;
+:func:`stream_spec` turns ``synthetic:`` and ``rmat:`` specs into a :class:`GraphStream` that ``mggcn prepare`` writes
+to disk chunk by chunk, at sizes that do not fit in memory as a :class:`Graph`.
 
 Legend: n = vertices, E = directed edges (each undirected edge counted twice), F = features, C = classes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +28,11 @@ from mggcn.graph import SPLITS, Graph, GraphError
 
 __all__ = [
     "community_graph",
+    "community_stream",
+    "GraphStream",
     "rmat_edges",
+    "rmat_stream",
+    "stream_spec",
     "rmat_graph",
     "karate_graph",
     "digits_graph",
@@ -48,6 +56,9 @@ DEFAULT_SPLIT = (0.5, 0.25, 0.25)
 # R-MAT edges are drawn in blocks of this many edges, each from its own seed (seed, block index), so the stream is
 # the same whatever chunk size the caller asks for.
 RMAT_BLOCK = 1 << 20
+# The streamed community graph draws its undirected edges in blocks of this many, block i from (seed, tag, i).
+COMMUNITY_BLOCK = 1 << 20
+_COMMUNITY_STREAM_TAG = 0xC0DE
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -87,14 +98,68 @@ def _symmetrize(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     return np.stack([np.concatenate([lo, hi]), np.concatenate([hi, lo])])
 
 
+def _centroid_feature_chunks(y: np.ndarray, num_classes: int, num_features: int, noise: float,
+                             rng: np.random.Generator, rows: int) -> Iterator[np.ndarray]:
+    """``x[v] = mu[y[v]] + noise * N(0, I)`` with ``mu[c] ~ N(0, I_F)``, as float32 ``[<= rows, F]`` row chunks.
+
+    The generator fills consecutive draws, so the rows do not depend on ``rows``.
+    """
+    mu = rng.standard_normal((num_classes, num_features), dtype=np.float32)
+    for begin in range(0, y.size, rows):
+        x = rng.standard_normal((min(rows, y.size - begin), num_features), dtype=np.float32)
+        x *= np.float32(noise)
+        x += mu[y[begin:begin + rows]]
+        yield x
+
+
 def _centroid_features(y: np.ndarray, num_classes: int, num_features: int, noise: float,
                        rng: np.random.Generator) -> np.ndarray:
-    """``x[v] = mu[y[v]] + noise * N(0, I)`` with ``mu[c] ~ N(0, I_F)``; float32 ``[n, F]``."""
-    mu = rng.standard_normal((num_classes, num_features), dtype=np.float32)
-    x = rng.standard_normal((y.size, num_features), dtype=np.float32)
-    x *= np.float32(noise)
-    x += mu[y]
-    return x
+    """:func:`_centroid_feature_chunks` in one piece: float32 ``[n, F]``."""
+    return next(_centroid_feature_chunks(y, num_classes, num_features, noise, rng, rows=max(1, y.size)))
+
+
+def _rechunk(blocks: Iterable[np.ndarray], chunk_size: int) -> Iterator[np.ndarray]:
+    """Re-cut a stream of ``[2, k]`` blocks into chunks of exactly ``chunk_size`` columns (the last may be shorter)."""
+    pending: list[np.ndarray] = []
+    pending_len = 0
+    for e in blocks:
+        pending.append(e)
+        pending_len += e.shape[1]
+        if pending_len < chunk_size:
+            continue
+        buf = np.concatenate(pending, axis=1) if len(pending) > 1 else pending[0]
+        cut = (buf.shape[1] // chunk_size) * chunk_size
+        for i in range(0, cut, chunk_size):
+            yield buf[:, i:i + chunk_size]
+        pending = [buf[:, cut:]] if cut < buf.shape[1] else []
+        pending_len = buf.shape[1] - cut
+    if pending_len:
+        yield np.concatenate(pending, axis=1)
+
+
+@dataclass(frozen=True)
+class GraphStream:
+    """A generated graph that is written piece by piece (``mggcn prepare``): edge chunks first, then vertex data.
+
+    The graph is the symmetric closure of the streamed edges with duplicates merged: the writer adds the reverse of
+    every edge and deduplicates (as :func:`_symmetrize` does in memory). Self loops are never streamed.
+
+    Attributes:
+        edges: ``edges(chunk_size)`` yields ``int64 [2, k]`` chunks, ``k <= chunk_size``; deterministic.
+        max_edges: how many edges ``edges`` yields at most (before the reverse edges are added).
+        vertex_data: ``vertex_data(in_degree)`` -> ``(y, masks, x_chunks)``, given the in-degree of every vertex in
+            the final (symmetric, deduplicated) graph; ``x_chunks(rows)`` yields the features ``rows`` at a time.
+    """
+
+    name: str
+    num_nodes: int
+    num_features: int
+    num_classes: int
+    max_edges: int
+    edges: Callable[[int], Iterator[np.ndarray]]
+    vertex_data: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray],
+                                              Callable[[int], Iterator[np.ndarray]]]]
+    meta: dict
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -132,47 +197,21 @@ def community_graph(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_C
         generator parameters and ``theta``.
     """
     name = f"community_graph(n={num_nodes}, seed={seed})"
-    if num_nodes < 2 or num_classes < 1 or num_features < 1 or avg_degree <= 0:
-        raise GraphError(f"{name}: need n >= 2, classes >= 1, features >= 1, avg_degree > 0")
-    if num_classes > num_nodes:
-        raise GraphError(f"{name}: {num_classes} classes for {num_nodes} vertices")
-    if not 0.0 <= p_in <= 1.0 or noise < 0 or degree_exponent <= 2.0:
-        raise GraphError(f"{name}: need 0 <= p_in <= 1, noise >= 0, degree_exponent > 2")
+    _check_community(name, num_nodes, num_classes, num_features, avg_degree, p_in, noise, degree_exponent)
     # Independent streams per component so that, e.g., changing the feature width does not change the edges.
     rng_lab, rng_edge, rng_feat, rng_split = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
     n, C = num_nodes, num_classes
-    p_in = 1.0 if C == 1 else p_in
+    model = _Communities.draw_model(n, C, p_in, degree_exponent, rng_lab)
+    y, theta, p_in = model.y, model.theta, model.p_in
 
-    # Balanced communities in random order: every class has n // C or n // C + 1 members.
-    y = rng_lab.permutation(np.arange(n, dtype=np.int64) % C)
-    # Pareto(alpha = gamma - 1) weights, capped so that no vertex expects more than ~n neighbours.
-    theta = (1.0 - rng_lab.random(n)) ** (-1.0 / (degree_exponent - 1.0))
-    theta = np.minimum(theta, theta.mean() * np.sqrt(n))
-
-    # Vertices sorted by community, with one cumulative weight array: drawing ∝ theta inside community c is a
-    # uniform draw in [start[c], end[c]) of that array followed by a binary search.
-    order = np.argsort(y, kind="stable")
-    cum = np.cumsum(theta[order])
-    bounds = np.concatenate([[0.0], cum[np.searchsorted(y[order], np.arange(C), side="right") - 1]])
-    start, width = bounds[:-1], np.diff(bounds)
-
-    def draw_in(comm: np.ndarray) -> np.ndarray:
-        u = start[comm] + rng_edge.random(comm.size) * width[comm]
-        return order[np.minimum(np.searchsorted(cum, u, side="right"), n - 1)]
-
-    target = int(round(avg_degree * n / 2))  # undirected edges
-    max_pairs = n * (n - 1) // 2
-    target = min(target, max_pairs)
+    target = _community_target(n, avg_degree)
     src_all, dst_all = [], []
     have = 0
     # Duplicates and self loops (frequent at hub vertices) are dropped, so top up until the count is met; a few
     # rounds suffice, and the cap keeps tiny dense requests from looping forever.
     for _ in range(8):
         want = int((target - have) * 1.05) + 16
-        u = order[np.minimum(np.searchsorted(cum, rng_edge.random(want) * cum[-1], side="right"), n - 1)]
-        inside = rng_edge.random(want) < p_in
-        other = (y[u] + rng_edge.integers(1, max(C, 2), size=want)) % C  # a uniformly chosen different community
-        v = draw_in(np.where(inside, y[u], other))
+        u, v = model.pairs(rng_edge, want)
         src_all.append(u)
         dst_all.append(v)
         ei = _symmetrize(np.concatenate(src_all), np.concatenate(dst_all), n)
@@ -190,6 +229,99 @@ def community_graph(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_C
     meta = dict(generator="community_graph", p_in=p_in, noise=noise, degree_exponent=degree_exponent,
                 avg_degree=avg_degree, seed=seed, theta=theta.astype(np.float32))
     return Graph(n, ei, x, y, masks, num_classes=C, name=name, meta=meta).validate()
+
+
+def _check_community(name: str, num_nodes: int, num_classes: int, num_features: int, avg_degree: float,
+                     p_in: float, noise: float, degree_exponent: float) -> None:
+    if num_nodes < 2 or num_classes < 1 or num_features < 1 or avg_degree <= 0:
+        raise GraphError(f"{name}: need n >= 2, classes >= 1, features >= 1, avg_degree > 0")
+    if num_classes > num_nodes:
+        raise GraphError(f"{name}: {num_classes} classes for {num_nodes} vertices")
+    if not 0.0 <= p_in <= 1.0 or noise < 0 or degree_exponent <= 2.0:
+        raise GraphError(f"{name}: need 0 <= p_in <= 1, noise >= 0, degree_exponent > 2")
+
+
+def _community_target(n: int, avg_degree: float) -> int:
+    """Undirected edges for a mean degree of ``avg_degree``, at most every pair once."""
+    return min(int(round(avg_degree * n / 2)), n * (n - 1) // 2)
+
+
+@dataclass(frozen=True)
+class _Communities:
+    """The vertex side of the DC-SBM: communities ``y``, weights ``theta``, and what drawing ∝ theta needs.
+
+    Vertices sorted by community (``order``) with one cumulative weight array ``cum``: drawing ∝ theta inside
+    community c is a uniform draw in ``[start[c], start[c] + width[c])`` of that array followed by a binary search.
+    """
+
+    y: np.ndarray
+    theta: np.ndarray
+    order: np.ndarray
+    cum: np.ndarray
+    start: np.ndarray
+    width: np.ndarray
+    p_in: float
+
+    @staticmethod
+    def draw_model(n: int, C: int, p_in: float, degree_exponent: float, rng: np.random.Generator) -> "_Communities":
+        # Balanced communities in random order: every class has n // C or n // C + 1 members.
+        y = rng.permutation(np.arange(n, dtype=np.int64) % C)
+        # Pareto(alpha = gamma - 1) weights, capped so that no vertex expects more than ~n neighbours.
+        theta = (1.0 - rng.random(n)) ** (-1.0 / (degree_exponent - 1.0))
+        theta = np.minimum(theta, theta.mean() * np.sqrt(n))
+        order = np.argsort(y, kind="stable")
+        cum = np.cumsum(theta[order])
+        bounds = np.concatenate([[0.0], cum[np.searchsorted(y[order], np.arange(C), side="right") - 1]])
+        return _Communities(y, theta, order, cum, bounds[:-1], np.diff(bounds), 1.0 if C == 1 else p_in)
+
+    def pairs(self, rng: np.random.Generator, want: int) -> tuple[np.ndarray, np.ndarray]:
+        """``want`` raw edge draws ``(u, v)``: ``u`` ∝ theta; ``v`` ∝ theta in u's community w.p. p_in, else in
+        a uniformly chosen other one. Self loops and duplicates included."""
+        n, C = self.y.size, self.start.size
+        u = self.order[np.minimum(np.searchsorted(self.cum, rng.random(want) * self.cum[-1], side="right"), n - 1)]
+        inside = rng.random(want) < self.p_in
+        other = (self.y[u] + rng.integers(1, max(C, 2), size=want)) % C  # a uniformly chosen different community
+        comm = np.where(inside, self.y[u], other)
+        pos = self.start[comm] + rng.random(comm.size) * self.width[comm]
+        v = self.order[np.minimum(np.searchsorted(self.cum, pos, side="right"), n - 1)]
+        return u, v
+
+
+def community_stream(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_CLASSES,
+                     num_features: int = DEFAULT_FEATURES, avg_degree: float = DEFAULT_DEGREE,
+                     p_in: float = DEFAULT_P_IN, noise: float = DEFAULT_NOISE,
+                     degree_exponent: float = DEFAULT_DEGREE_EXPONENT,
+                     split: tuple[float, float, float] = DEFAULT_SPLIT, seed: int = 0) -> GraphStream:
+    """The DC-SBM of :func:`community_graph` at any size, as a :class:`GraphStream`.
+
+    Memory is O(n) (the communities, weights and their cumulative sums), never O(E). The vertex data (labels,
+    features, split) equal :func:`community_graph`'s for the same arguments; the edges are drawn differently: the
+    ``round(avg_degree * n / 2)`` undirected draws come in blocks of :data:`COMMUNITY_BLOCK`, block ``i`` from
+    ``default_rng([seed, tag, i])``, self loops dropped and duplicates merged without topping up, so the mean degree
+    lands slightly below ``avg_degree`` (by the fraction of repeated pairs, which hubs make more frequent).
+    """
+    name = f"community_stream(n={num_nodes}, seed={seed})"
+    _check_community(name, num_nodes, num_classes, num_features, avg_degree, p_in, noise, degree_exponent)
+    seeds = np.random.SeedSequence(seed).spawn(4)  # the streams of community_graph: labels, edges, features, split
+    n, C = num_nodes, num_classes
+    model = _Communities.draw_model(n, C, p_in, degree_exponent, np.random.default_rng(seeds[0]))
+    target = _community_target(n, avg_degree)
+
+    def blocks() -> Iterator[np.ndarray]:
+        for block, begin in enumerate(range(0, target, COMMUNITY_BLOCK)):
+            u, v = model.pairs(np.random.default_rng([seed, _COMMUNITY_STREAM_TAG, block]),
+                               min(COMMUNITY_BLOCK, target - begin))
+            keep = u != v
+            yield np.stack([u[keep], v[keep]])
+
+    def vertex_data(in_degree: np.ndarray):
+        masks = _random_split(n, split, np.random.default_rng(seeds[3]))
+        return model.y, masks, lambda rows: _centroid_feature_chunks(model.y, C, num_features, noise,
+                                                                     np.random.default_rng(seeds[2]), rows)
+
+    meta = dict(generator="community_stream", p_in=model.p_in, noise=noise, degree_exponent=degree_exponent,
+                avg_degree=avg_degree, seed=seed)
+    return GraphStream(name, n, num_features, C, target, lambda chunk: _rechunk(blocks(), chunk), vertex_data, meta)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -263,24 +395,13 @@ def rmat_edges(scale: int, edge_factor: int = 16, a: float = 0.57, b: float = 0.
     if min(a, b, c) < 0 or a + b + c > 1 + 1e-9:
         raise GraphError(f"rmat(scale={scale}): need a, b, c >= 0 and a + b + c <= 1")
     total = edge_factor << scale
-    pending: list[np.ndarray] = []
-    pending_len = 0
-    for block, begin in enumerate(range(0, total, RMAT_BLOCK)):
-        e = _rmat_block(scale, min(RMAT_BLOCK, total - begin), a, b, c, seed, block)
-        if scramble:
-            e = _scramble(e, scale, seed)
-        pending.append(e)
-        pending_len += e.shape[1]
-        if pending_len < chunk_size:
-            continue
-        buf = np.concatenate(pending, axis=1) if len(pending) > 1 else pending[0]
-        cut = (buf.shape[1] // chunk_size) * chunk_size
-        for i in range(0, cut, chunk_size):
-            yield buf[:, i:i + chunk_size]
-        pending = [buf[:, cut:]] if cut < buf.shape[1] else []
-        pending_len = buf.shape[1] - cut
-    if pending_len:
-        yield np.concatenate(pending, axis=1)
+
+    def blocks() -> Iterator[np.ndarray]:
+        for block, begin in enumerate(range(0, total, RMAT_BLOCK)):
+            e = _rmat_block(scale, min(RMAT_BLOCK, total - begin), a, b, c, seed, block)
+            yield _scramble(e, scale, seed) if scramble else e
+
+    yield from _rechunk(blocks(), chunk_size)
 
 
 def rmat_graph(scale: int, edge_factor: int = 16, a: float = 0.57, b: float = 0.19, c: float = 0.19,
@@ -303,22 +424,67 @@ def rmat_graph(scale: int, edge_factor: int = 16, a: float = 0.57, b: float = 0.
     name = f"rmat_graph(scale={scale}, seed={seed})"
     if scale > 24:
         raise GraphError(f"{name}: rmat_graph holds everything in memory; stream rmat_edges for scale > 24")
+    n = _check_rmat(name, scale, num_classes, num_features, noise)
+    raw = np.concatenate(list(rmat_edges(scale, edge_factor, a, b, c, seed=seed)), axis=1)
+    ei = _symmetrize(raw[0], raw[1], n)
+    y = _degree_buckets(np.bincount(ei[1], minlength=n), num_classes)
+    rng_feat, rng_split = _rmat_vertex_rngs(seed)
+    x = _centroid_features(y, num_classes, num_features, noise, rng_feat)
+    masks = _random_split(n, split, rng_split)
+    meta = _rmat_meta(scale, edge_factor, a, b, c, seed)
+    return Graph(n, ei, x, y, masks, num_classes=num_classes, name=name, meta=meta).validate()
+
+
+def _check_rmat(name: str, scale: int, num_classes: int, num_features: int, noise: float) -> int:
+    """The vertex count ``2^scale`` after checking the vertex-data arguments."""
     if num_classes < 1 or num_features < 1 or noise < 0:
         raise GraphError(f"{name}: need classes >= 1, features >= 1, noise >= 0")
     n = 1 << scale
     if num_classes > n:
         raise GraphError(f"{name}: {num_classes} classes for {n} vertices")
-    raw = np.concatenate(list(rmat_edges(scale, edge_factor, a, b, c, seed=seed)), axis=1)
-    ei = _symmetrize(raw[0], raw[1], n)
-    deg = np.bincount(ei[1], minlength=n)
-    # Rank-based buckets keep classes balanced even though many vertices share a degree.
+    return n
+
+
+def _rmat_meta(scale: int, edge_factor: int, a: float, b: float, c: float, seed: int) -> dict:
+    return dict(generator="rmat_graph", scale=scale, edge_factor=edge_factor, a=a, b=b, c=c, seed=seed)
+
+
+def _degree_buckets(deg: np.ndarray, num_classes: int) -> np.ndarray:
+    """Labels = ``num_classes`` quantile buckets of the degree; rank-based, so classes stay balanced even though
+    many vertices share a degree."""
     rank = np.argsort(np.argsort(deg, kind="stable"), kind="stable")
-    y = (rank * num_classes // n).astype(np.int64)
+    return (rank * num_classes // deg.size).astype(np.int64)
+
+
+def _rmat_vertex_rngs(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """The (features, split) generators of an R-MAT dataset."""
     rng_feat, rng_split = (np.random.default_rng(s) for s in np.random.SeedSequence([seed, 1]).spawn(2))
-    x = _centroid_features(y, num_classes, num_features, noise, rng_feat)
-    masks = _random_split(n, split, rng_split)
-    meta = dict(generator="rmat_graph", scale=scale, edge_factor=edge_factor, a=a, b=b, c=c, seed=seed)
-    return Graph(n, ei, x, y, masks, num_classes=num_classes, name=name, meta=meta).validate()
+    return rng_feat, rng_split
+
+
+def rmat_stream(scale: int, edge_factor: int = 16, a: float = 0.57, b: float = 0.19, c: float = 0.19,
+                num_classes: int = 4, num_features: int = 16, noise: float = 1.0,
+                split: tuple[float, float, float] = DEFAULT_SPLIT, seed: int = 0) -> GraphStream:
+    """:func:`rmat_graph` at any scale, as a :class:`GraphStream`: once written, the same dataset (edges, labels,
+    features, split) as :func:`rmat_graph` with the same arguments, in O(n) memory instead of O(E)."""
+    name = f"rmat_stream(scale={scale}, seed={seed})"
+    if not 0 <= scale <= 40:
+        raise GraphError(f"{name}: scale must be in [0, 40]")
+    n = _check_rmat(name, scale, num_classes, num_features, noise)
+
+    def edges(chunk_size: int) -> Iterator[np.ndarray]:
+        for e in rmat_edges(scale, edge_factor, a, b, c, seed=seed, chunk_size=chunk_size):
+            yield e[:, e[0] != e[1]]
+
+    def vertex_data(in_degree: np.ndarray):
+        y = _degree_buckets(in_degree, num_classes)
+        rng_split = _rmat_vertex_rngs(seed)[1]
+        masks = _random_split(n, split, rng_split)
+        return y, masks, lambda rows: _centroid_feature_chunks(y, num_classes, num_features, noise,
+                                                               _rmat_vertex_rngs(seed)[0], rows)
+
+    meta = _rmat_meta(scale, edge_factor, a, b, c, seed)
+    return GraphStream(name, n, num_features, num_classes, edge_factor << scale, edges, vertex_data, meta)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -462,6 +628,43 @@ def _options(spec: str, text: str, keys: dict[str, tuple[str, _Parser]]) -> dict
     return out
 
 
+def _synthetic_options(spec: str, rest: str) -> dict[str, object]:
+    kw = _options(spec, rest, _SYNTHETIC_KEYS)
+    if kw.get("num_classes", DEFAULT_CLASSES) > kw.get("num_nodes", DEFAULT_NODES):
+        raise GraphError(f"{spec}: classes must not exceed n")
+    if kw.get("num_nodes", DEFAULT_NODES) < 2:
+        raise GraphError(f"{spec}: n must be at least 2")
+    return kw
+
+
+def _rmat_options(spec: str, rest: str, max_scale: int) -> dict[str, object]:
+    kw = _options(spec, rest, _RMAT_KEYS)
+    kw.setdefault("scale", 12)
+    if kw["scale"] > max_scale:
+        where = "for an in-memory graph" if max_scale == 24 else ""
+        raise GraphError(f"{spec}: scale must be at most {max_scale} {where}".rstrip())
+    if kw.get("a", 0.57) + kw.get("b", 0.19) + kw.get("c", 0.19) > 1.0:
+        raise GraphError(f"{spec}: a + b + c must be at most 1")
+    if kw.get("num_classes", 4) > 1 << kw["scale"]:
+        raise GraphError(f"{spec}: classes must not exceed 2^scale")
+    return kw
+
+
+def stream_spec(spec: str) -> GraphStream:
+    """The :class:`GraphStream` of a ``synthetic:...`` or ``rmat:...`` spec (same keys as :func:`parse_spec`).
+
+    ``rmat:`` streams :func:`rmat_graph`'s dataset exactly, at scales up to 40; ``synthetic:`` streams
+    :func:`community_stream`, the same model as :func:`community_graph` with edges drawn block by block.
+    """
+    spec = spec.strip()
+    head, _, rest = spec.partition(":")
+    if head not in ("synthetic", "rmat"):
+        raise GraphError(f"{spec}: only synthetic: and rmat: specs stream (builtin: datasets are small)")
+    stream = (community_stream(**_synthetic_options(spec, rest)) if head == "synthetic"
+              else rmat_stream(**_rmat_options(spec, rest, max_scale=40)))
+    return dataclasses.replace(stream, name=spec)
+
+
 def parse_spec(spec: str) -> Graph:
     """Build the dataset a spec string names; the result has passed :meth:`Graph.validate`.
 
@@ -479,22 +682,9 @@ def parse_spec(spec: str) -> Graph:
     spec = spec.strip()
     head, _, rest = spec.partition(":")
     if head == "synthetic":
-        kw = _options(spec, rest, _SYNTHETIC_KEYS)
-        if kw.get("num_classes", DEFAULT_CLASSES) > kw.get("num_nodes", DEFAULT_NODES):
-            raise GraphError(f"{spec}: classes must not exceed n")
-        if kw.get("num_nodes", DEFAULT_NODES) < 2:
-            raise GraphError(f"{spec}: n must be at least 2")
-        g = community_graph(**kw)
+        g = community_graph(**_synthetic_options(spec, rest))
     elif head == "rmat":
-        kw = _options(spec, rest, _RMAT_KEYS)
-        kw.setdefault("scale", 12)
-        if kw["scale"] > 24:
-            raise GraphError(f"{spec}: scale must be at most 24 for an in-memory graph")
-        if kw.get("a", 0.57) + kw.get("b", 0.19) + kw.get("c", 0.19) > 1.0:
-            raise GraphError(f"{spec}: a + b + c must be at most 1")
-        if kw.get("num_classes", 4) > 1 << kw["scale"]:
-            raise GraphError(f"{spec}: classes must not exceed 2^scale")
-        g = rmat_graph(**kw)
+        g = rmat_graph(**_rmat_options(spec, rest, max_scale=24))
     elif head == "builtin":
         name, _, opts = rest.partition(":")
         if name == "karate":
