@@ -137,3 +137,51 @@ def shards_equal(a, b) -> bool:
                 return False
     return (torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and a.split_sizes == b.split_sizes
             and all(torch.equal(a.masks[k], b.masks[k]) for k in a.masks))
+
+
+def exchange_worker(cases):
+    """For each (graph, norm, partition, B, G): Â·B and Âᵀ·G with the broadcast, sparse and auto SpMMs (auto twice:
+    default threshold, and threshold 0 so every non-empty pair takes the all-rows path), with the bytes each moved."""
+    from mggcn.exchange import SparseExchangeSpMM
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    out = []
+    for graph, norm, part, b_orig, g_orig in cases:
+        shard = build_shard(graph, part, ctx.rank, norm)
+        ops = {"broadcast": StagedSpMM(ctx, shard.adj, shard.adj_t),
+               "sparse": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="sparse"),
+               "auto": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="auto"),
+               "auto-dense": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="auto", dense_fraction=0.0),
+               "sparse-no-overlap": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="sparse", overlap=False)}
+        results = {}
+        for name, op in ops.items():
+            b = rows_of(to_new_order(b_orig, part), part, ctx.rank).clone().requires_grad_()
+            c = op(b)
+            c.backward(rows_of(to_new_order(g_orig, part), part, ctx.rank))
+            c2 = op(b.detach()[:, :1].contiguous())  # another width reuses the buffers
+            results[name] = (c.detach(), b.grad, c2, op.sent_bytes, op.recv_bytes)
+        out.append(results)
+    return ctx.rank, out
+
+
+def dataset_train_worker(cases):
+    """Train each (graph, config) through the Dataset protocol (what partitions by METIS); per case, the order this
+    rank computed, the history and the weights."""
+    from mggcn.datasets import InMemoryDataset
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    out = []
+    for graph, cfg in cases:
+        dataset = InMemoryDataset(graph)
+        part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
+        result = train_shard(ctx, dataset.shard(part, ctx.rank, cfg.norm), cfg)
+        out.append((part.order, result.history, result.state_dict))
+    return ctx.rank, out
+
+
+def cuda_train_worker(graph, cfg: TrainConfig):
+    """One rank on its own GPU (NCCL): the losses of train_shard (tests/test_bench.py, with 2+ GPUs only)."""
+    ctx = init_distributed("cuda", timeout_s=120)
+    part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+    shard = build_shard(graph, part, ctx.rank, cfg.norm)
+    return [r["loss"] for r in train_shard(ctx, shard, cfg).history]

@@ -20,6 +20,7 @@ import os
 import sys
 
 from mggcn.datasets import DEFAULT_DATASET
+from mggcn.exchange import COMM_MODES
 from mggcn.graph import GraphError
 from mggcn.model import ACTIVATIONS, ORDERS
 from mggcn.norm import NORMS
@@ -92,7 +93,11 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", dest="overlap", action="store_false",
                    help="finish each broadcast before its multiply (to measure what overlap buys)")
     p.add_argument("--partition", choices=ORDERINGS, default=_DEFAULTS.partition,
-                   help="vertex order before the row split: random permutation or the original order")
+                   help="vertex order before the row split: random permutation, the original order, or "
+                        "random-local (random parts, original order inside each), or metis (needs pymetis)")
+    p.add_argument("--comm", choices=COMM_MODES, default=_DEFAULTS.comm,
+                   help="SpMM exchange: broadcast every row block (MG-GCN), send only the rows each block "
+                        "references (sparse), or per rank pair whichever fits (auto)")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed)
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
@@ -125,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_options(train)
     _add_prepare_parsers(sub)
     _add_report_parsers(sub)
+    _add_bench_parsers(sub)
     return parser
 
 
@@ -306,7 +312,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
-                      seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch)
+                      seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm)
     read_options = {k: getattr(args, k) for k in ("features", "labels", "split") if getattr(args, k) is not None}
     if read_options and args.fmt not in ("mtx", "edgelist"):
         raise GraphError(f"--{next(iter(read_options))} is for --format mtx or edgelist; "
@@ -348,6 +354,96 @@ def _train(args: argparse.Namespace) -> int:
     return _finish_train(args, results[0])
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    sizes = _hidden(text)
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers such as 1,2, got '{text}'")
+    return sizes
+
+
+def _orderings(text: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [n for n in names if n not in ORDERINGS]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"expected orderings among {', '.join(ORDERINGS)}, got '{text}'")
+    return names
+
+
+def _add_bench_parsers(sub) -> None:
+    from mggcn import bench, plan
+
+    d = bench.BenchOptions()
+    b = sub.add_parser("bench", help="mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv, in one run",
+                       description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--small", action="store_true", help="a tiny graph and model that run in seconds")
+    b.add_argument("--nodes", type=_positive_int, help=f"vertices (default {d.nodes:,})")
+    b.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
+    b.add_argument("--features", type=_positive_int, help=f"default {d.features}")
+    b.add_argument("--classes", type=_positive_int, help=f"default {d.classes}")
+    b.add_argument("--hidden", type=_hidden, help="hidden layer sizes (default 128)")
+    b.add_argument("--epochs", type=_positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
+    b.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
+    b.add_argument("--threads", type=_positive_int, help="CPU threads per configuration (default: the cores)")
+    b.add_argument("--nprocs", type=_int_list, help="process counts to run (default 1,2)")
+    b.add_argument("--partition", dest="partitions", type=_orderings,
+                   help="orderings, the first being the main one (default random-local,random)")
+    b.add_argument("--ids", choices=("clustered", "random"), help="vertex ids of the graph (default clustered)")
+    b.add_argument("--device", choices=("cpu", "cuda"), help="default cpu")
+    b.add_argument("--no-pyg", dest="pyg", action="store_false", default=None, help="skip the PyG baseline")
+    b.add_argument("--pyg-adj", choices=bench.PYG_ADJ, help="what PyG's GCNConv is given (default csr)")
+    b.add_argument("--seed", type=int)
+    b.add_argument("--graph-cache", help="an .npz holding the graph: reused when it exists, written when not")
+    b.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
+    b.add_argument("--out", help="write the report as JSON")
+    p = sub.add_parser("plan", help="per-rank memory and communication of a training run, before running it",
+                       description=plan.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", choices=sorted(plan.PRESETS), help="sizes of a known dataset (other options override)")
+    p.add_argument("--nodes", type=_positive_int)
+    p.add_argument("--edges", type=int, help="nonzeros of A: both directions of an undirected edge, no self loops")
+    p.add_argument("--features", type=_positive_int)
+    p.add_argument("--classes", type=_positive_int)
+    p.add_argument("--hidden", type=_hidden, default=_DEFAULTS.hidden, help="hidden layer sizes (default 128)")
+    p.add_argument("--nprocs", type=_int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
+    p.add_argument("--memory", type=plan.parse_bytes, default=None, help="memory per device, e.g. 80G or 141G")
+    p.add_argument("--train", type=float, default=None, help="fraction of vertices in the training split")
+    p.add_argument("--order", choices=ORDERS, default=_DEFAULTS.order)
+    p.add_argument("--input-dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.0)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from mggcn.bench import format_table, options_from, run_bench, write_report
+
+    keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "threads", "nprocs",
+            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s")
+    opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
+    report = run_bench(opts, log=lambda line: print(line, flush=True))
+    print(format_table(report))
+    if args.out:
+        write_report(report, args.out)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from mggcn.plan import PRESETS, format_plan, plan_memory
+
+    preset = PRESETS.get(args.dataset)
+    sizes = {k: getattr(args, k) if getattr(args, k) is not None else getattr(preset, k, None)
+             for k in ("nodes", "edges", "features", "classes", "train")}
+    missing = [k for k in ("nodes", "edges", "features", "classes") if sizes[k] is None]
+    if missing:
+        raise GraphError(f"give --dataset or --{' --'.join(missing)}")
+    if preset is not None:
+        print(f"{preset.name}: {preset.source}")
+    for nprocs in args.nprocs:
+        plan = plan_memory(sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], args.hidden,
+                           nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
+                           train=sizes["train"] if sizes["train"] is not None else 0.5)
+        print(format_plan(plan, preset.name if preset else "graph", args.memory))
+    return 0
+
+
 def _exit_status(result) -> int:
     """0, or 130 when a signal stopped training (the shell's code for an interrupted command)."""
     return 130 if result.stopped == "interrupted" else 0
@@ -366,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
             return _prepare(args)
         if args.command == "info":
             return _info(args)
+        if args.command == "bench":
+            return _bench(args)
+        if args.command == "plan":
+            return _plan(args)
     except (GraphError, ValueError) as err:  # bad input or options, CheckpointError included
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -53,6 +53,11 @@ class InMemoryDataset:
         self._adj_hat: dict[str, sp.csr_matrix] = {}
 
     def partition(self, num_parts: int, seed: int, ordering: str) -> Partition:
+        if ordering == "metis":
+            from mggcn.metis import metis_partition
+
+            ei = self.graph.edge_index
+            return metis_partition(ei[1], ei[0], self.num_nodes, num_parts, seed)  # rows of Â are targets
         return make_partition(self.num_nodes, num_parts, seed, ordering)
 
     def shard(self, part: Partition, rank: int, norm: str) -> Shard:

@@ -17,6 +17,7 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -24,7 +25,7 @@ from typing import Any, Callable
 
 from mggcn.dist import shutdown
 
-__all__ = ["WorkerError", "run_workers"]
+__all__ = ["WorkerError", "run_workers", "exit_now"]
 
 
 class WorkerError(RuntimeError):
@@ -61,6 +62,15 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
         with open(os.path.join(workdir, f"error.{rank}"), "w") as f:
             f.write(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
         os._exit(1)  # skip atexit handlers that could block on a broken process group
+    exit_now(0)
+
+
+def exit_now(status: int) -> None:
+    """End the process without interpreter teardown, once its work and outputs are done: destroying gloo's
+    C++ state at interpreter exit occasionally aborts ("terminate called without an active exception")."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _describe_exit(code: int) -> str:

@@ -10,6 +10,15 @@ gradient with respect to its input, so aggregate-first costs it one SpMM at ``d_
 ``d_out``. Without input dropout, ``Â·X`` never changes, so it is computed once before training and the first
 layer costs one GEMM per epoch.
 
+Memory (MG-GCN's discipline, in PyTorch terms): autograd keeps only what backward reads — a layer's GEMM keeps
+its input (for ``∂W``), the SpMM keeps nothing (its backward needs only Âᵀ), σ keeps its output, which is also the
+next layer's input, so each hidden activation is held once. The bias is added inside the GEMM (``addmm``) when the
+GEMM is the layer's last step, σ overwrites the layer's fresh output in place, and σ's backward overwrites the
+incoming gradient in place: a hidden layer holds one ``m × d_out`` buffer for its output and one for its gradient,
+and no ``E × d`` tensor exists anywhere. Those buffers are a :class:`Workspace`, allocated at the first epoch and
+reused by every later one: hidden outputs that a GEMM produces, the ``H·Wᵀ`` an SpMM reads, and two gradient
+buffers used alternately. :mod:`mggcn.plan` counts these bytes.
+
 Parameter names match PyG: ``convs.{l}.lin.weight`` [d_out, d_in] and ``convs.{l}.bias`` [d_out], so the
 state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``convs.`` dropped) or PyG's
 ``torch_geometric.nn.models.GCN``.
@@ -23,15 +32,16 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from mggcn.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "aggregate_first"]
+__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "Workspace", "aggregate_first", "activate"]
 
 ORDERS = ("auto", "aggregate-first", "transform-first")
 ACTIVATIONS = ("relu", "leaky_relu")
 
-Adj = Callable[[torch.Tensor], torch.Tensor]
+Adj = Callable[[torch.Tensor], torch.Tensor]  # H -> Â·H, a new tensor (σ may overwrite it)
 
 
 def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> bool:
@@ -43,26 +53,113 @@ def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> 
     return d_in < d_out
 
 
+class Workspace:
+    """Tensors allocated once and reused every epoch: MG-GCN's per-layer and shared buffers, in PyTorch.
+
+    Besides the memory it saves, reuse saves time: a fresh multi-megabyte tensor is paid for in page faults every
+    epoch (on a virtual machine about as long as the GEMM that fills it). :meth:`take` hands out ``[rows, width]``
+    tensors on the buffer ``name`` (allocated, or grown, on first use); :meth:`take_grad` one on whichever of the
+    two gradient buffers does not hold ``avoid`` (a gradient's producer reads the other one).
+
+    Every tensor handed out shares its buffer's storage AND version counter (it is ``detach()`` of a view), so
+    when a buffer is overwritten while autograd still keeps an older tensor of it for backward (two forward passes
+    before one backward), backward raises instead of computing with overwritten values.
+    """
+
+    GRAD = ("grad a", "grad b")
+
+    def __init__(self) -> None:
+        self._flat: dict[str, torch.Tensor] = {}
+
+    def take(self, name: str, rows: int, width: int, like: torch.Tensor) -> torch.Tensor:
+        numel = rows * width
+        flat = self._flat.get(name)
+        if flat is None or flat.numel() < numel or flat.dtype != like.dtype or flat.device != like.device:
+            flat = self._flat[name] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return flat[:numel].view(rows, width).detach()
+
+    def take_grad(self, rows: int, width: int, like: torch.Tensor, avoid: torch.Tensor) -> torch.Tensor:
+        first = self._flat.get(self.GRAD[0])
+        busy = first is not None and avoid.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        return self.take(self.GRAD[1] if busy else self.GRAD[0], rows, width, like)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Bytes of each buffer."""
+        return {name: f.numel() * f.element_size() for name, f in self._flat.items()}
+
+
+OutSpec = tuple[Workspace, str] | None  # where a result goes: a workspace buffer, or None for a new tensor
+
+
 class _TimedLinear(torch.autograd.Function):
-    """``H·Wᵀ`` whose forward and backward GEMMs are accounted as the ``gemm`` phase."""
+    """``H·Wᵀ (+ b)`` whose forward and backward GEMMs are accounted as the ``gemm`` phase.
+
+    Keeps ``H`` (read by ``∂W``) and ``W`` (a parameter, no extra memory); the bias is fused into the GEMM.
+    ``out`` puts the result on a workspace buffer; ``grad_ws`` puts ``∂H`` on its gradient buffers.
+    """
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, timer: PhaseTimer) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
+                timer: PhaseTimer, out: OutSpec, grad_ws: Workspace | None) -> torch.Tensor:
         ctx.save_for_backward(h, weight)
-        ctx.timer = timer
+        ctx.timer, ctx.grad_ws = timer, grad_ws
+        dest = None if out is None else out[0].take(out[1], h.shape[0], weight.shape[0], h)
         with timer("gemm"):
-            return h @ weight.t()
+            if dest is None:
+                return h @ weight.t() if bias is None else torch.addmm(bias, h, weight.t())
+            return torch.mm(h, weight.t(), out=dest) if bias is None else torch.addmm(bias, h, weight.t(), out=dest)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         h, weight = ctx.saved_tensors
-        grad_h = grad_w = None
+        grad_h = grad_w = grad_b = None
         with ctx.timer("gemm"):
             if ctx.needs_input_grad[0]:
-                grad_h = grad @ weight
+                if ctx.grad_ws is None:
+                    grad_h = grad @ weight
+                else:
+                    dest = ctx.grad_ws.take_grad(grad.shape[0], weight.shape[1], like=grad, avoid=grad)
+                    grad_h = torch.mm(grad, weight, out=dest)
             if ctx.needs_input_grad[1]:
                 grad_w = grad.t() @ h
-        return grad_h, grad_w, None
+            if ctx.needs_input_grad[2]:
+                grad_b = grad.sum(0)
+        return grad_h, grad_w, grad_b, None, None, None
+
+
+class _InplaceActivation(torch.autograd.Function):
+    """σ (ReLU, or LeakyReLU with ``slope``) overwriting a layer's fresh output; backward overwrites the gradient.
+
+    Keeps only the output (its sign is all backward reads). The incoming gradient is always a fresh tensor made by
+    the next layer's backward (its GEMM, SpMM or dropout), read by nothing else, so it is reused for σ's gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, slope: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.mark_dirty(z)
+        ctx.slope = slope
+        out = z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        (out,) = ctx.saved_tensors
+        grad = grad.contiguous()
+        if ctx.slope == 0.0:
+            return torch.ops.aten.threshold_backward.grad_input(grad, out, 0.0, grad_input=grad), None
+        return torch.ops.aten.leaky_relu_backward.grad_input(grad, out, ctx.slope, True, grad_input=grad), None
+
+
+def activate(z: torch.Tensor, activation: str) -> torch.Tensor:
+    """σ of a layer's output ``z``, in place (``z`` must be a fresh tensor that nothing else reads)."""
+    slope = 0.0 if activation == "relu" else 0.01
+    if torch.is_grad_enabled() and z.requires_grad:
+        return _InplaceActivation.apply(z, slope)
+    return z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator) -> None:
@@ -90,18 +187,28 @@ class GCNLayer(nn.Module):
             raise ValueError(f"--order must be one of {', '.join(ORDERS)}, got '{order}'")
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
+        self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
 
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
-                h_aggregated: torch.Tensor | None = None) -> torch.Tensor:
-        """``h_aggregated`` is a precomputed ``Â·h``; when given, no SpMM runs."""
+                h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
+                output_in_workspace: bool = False) -> torch.Tensor:
+        """``h_aggregated`` is a precomputed ``Â·h``; when given, no SpMM runs.
+
+        With ``workspace``, what the GEMMs produce lives on its buffers: ``H·Wᵀ`` before an SpMM, the gradients
+        (except that of the first layer's input, which may be a leaf that keeps it), and with
+        ``output_in_workspace`` the output of a layer that ends with its GEMM (named after ``key``; the next
+        forward overwrites it). SpMM results are new tensors (the bias is added to them in place).
+        """
+        ws, weight, bias = workspace, self.lin.weight, self.bias
+        out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
+        input_grad_ws = None if self.first else ws
         if h_aggregated is not None:
-            z = _TimedLinear.apply(h_aggregated, self.lin.weight, timer)
-        elif self.aggregate_first:
-            z = _TimedLinear.apply(adj(h), self.lin.weight, timer)
-        else:
-            z = adj(_TimedLinear.apply(h, self.lin.weight, timer))
-        return z if self.bias is None else z + self.bias
+            return _TimedLinear.apply(h_aggregated, weight, bias, timer, out, None)
+        if self.aggregate_first:
+            return _TimedLinear.apply(adj(h), weight, bias, timer, out, ws)
+        z = adj(_TimedLinear.apply(h, weight, None, timer, None if ws is None else (ws, "H.W"), input_grad_ws))
+        return z if bias is None else z.add_(bias)  # the SpMM's result is new: the bias goes in place
 
 
 class GCN(nn.Module):
@@ -114,10 +221,15 @@ class GCN(nn.Module):
         input_dropout: dropout probability on the input features (0 lets ``Â·X`` be computed once).
         order: the order policy, see :func:`aggregate_first`.
         seed: initialization seed; the same seed gives the same weights on every rank.
+        reuse_buffers: keep hidden activations, intermediates and their gradients on a :class:`Workspace`
+            reused by every forward and backward (default True). The logits are always a new tensor; a second
+            forward before the backward of the first makes that backward raise (it would read overwritten
+            activations), so set False to run several forward passes into one backward.
     """
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0) -> None:
+                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
+                 reuse_buffers: bool = True) -> None:
         super().__init__()
         if len(dims) < 2:
             raise ValueError("a GCN needs at least input and output dimensions")
@@ -127,6 +239,7 @@ class GCN(nn.Module):
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
         self.convs = nn.ModuleList(
             GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias) for i in range(len(dims) - 1))
+        self.workspace = Workspace() if reuse_buffers else None
         generator = torch.Generator().manual_seed(seed)
         for conv in self.convs:
             glorot_(conv.lin.weight, generator)
@@ -146,9 +259,10 @@ class GCN(nn.Module):
         for i, conv in enumerate(self.convs):
             if i > 0 and self.dropout:
                 h = F.dropout(h, self.dropout, self.training)
-            h = conv(h, adj, timer, h_aggregated=x_aggregated if i == 0 else None)
+            h = conv(h, adj, timer, h_aggregated=x_aggregated if i == 0 else None, workspace=self.workspace,
+                     key=str(i), output_in_workspace=i < last)
             if i < last:
-                h = F.relu(h) if self.activation == "relu" else F.leaky_relu(h, 0.01)
+                h = activate(h, self.activation)
         return h
 
     def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:

@@ -8,6 +8,13 @@
    same with its row block of Âᵀ for the backward pass — built once here, never transposed at run time, and never
    assumed equal to Â (directed graphs, ``mean`` norm).
 
+Orderings (``--partition``): ``random`` (the MG-GCN way), ``none`` (the original ids), and ``random-local``: the same
+random permutation decides which part each vertex goes to (so the balance is that of ``random``), then each part
+lists its vertices in increasing original id. Where the original ids carry locality (crawl order, communities,
+an RCM order computed beforehand) the rows a block's nonzeros fetch are then close together again, which is what a
+CPU SpMM is bound by; the numbers are those of any other renumbering. ``metis`` (:mod:`mggcn.metis`) needs the
+graph, so datasets compute it (``Dataset.partition``); :func:`make_partition` only knows the vertex count.
+
 Legend: n = real vertices, m = rows per rank, F = features.
 """
 
@@ -26,7 +33,7 @@ from mggcn.norm import adjacency, normalize
 
 __all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "build_shard"]
 
-ORDERINGS = ("random", "none")
+ORDERINGS = ("random", "none", "random-local", "metis")  # metis: mggcn.metis, which needs the graph
 
 # torch warns on every CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
@@ -65,10 +72,16 @@ def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str 
         raise GraphError(f"--nprocs must be at least 1, got {num_parts}")
     if num_parts > num_nodes:
         raise GraphError(f"--nprocs {num_parts} is larger than the graph's {num_nodes} vertices")
-    if ordering == "random":
+    if ordering in ("random", "random-local"):
         real = np.random.default_rng(seed).permutation(num_nodes).astype(np.int64)
+        if ordering == "random-local":
+            m = -(-num_nodes // num_parts)
+            for start in range(0, num_nodes, m):
+                real[start: start + m].sort()
     elif ordering == "none":
         real = np.arange(num_nodes, dtype=np.int64)
+    elif ordering == "metis":
+        raise GraphError("--partition metis needs the graph: use Dataset.partition or mggcn.metis.metis_partition")
     else:
         raise GraphError(f"--partition must be one of {', '.join(ORDERINGS)}, got '{ordering}'")
     padded = -(-num_nodes // num_parts) * num_parts

@@ -237,8 +237,17 @@ class PreparedDataset:
     # ------------------------------------------------------------------------------------------- Dataset API
 
     def partition(self, num_parts: int, seed: int, ordering: str) -> "Partition":
+        """The renumbering for ``num_parts`` ranks. ``metis`` reads the whole in-edge CSR (every rank, the same
+        result): unlike the shards, it needs the whole graph in memory, ~12 bytes per edge while METIS runs."""
         from mggcn.partition import make_partition
 
+        if ordering == "metis":
+            from mggcn.metis import metis_partition
+
+            indptr = np.asarray(self.arrays["in_indptr"])
+            targets = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(indptr))
+            sources = np.asarray(self.arrays["in_indices"]).astype(np.int64)
+            return metis_partition(targets, sources, self.num_nodes, num_parts, seed)
         return make_partition(self.num_nodes, num_parts, seed, ordering)
 
     def shard(self, part: "Partition", rank: int, norm: str) -> "Shard":

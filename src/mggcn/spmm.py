@@ -4,9 +4,10 @@ Forward, P stages: in stage j rank j broadcasts its rows ``B_j`` (m × d) and ev
 ``C_i += Â[i, j] · B_j``. Backward is the same scheme with the blocks of Âᵀ: ``dB_i = Σ_j Âᵀ[i, j] · dC_j``.
 
 Overlap: received rows land in two buffers used alternately (stage j in buffer j mod 2), shared by every layer and
-by forward and backward. The broadcast of stage j+1 is issued before stage j multiplies, so it is in flight during
-that multiply; it may only be issued once stage j−1's multiply, which read the same buffer, is done — on CPU the
-multiply has returned by then; on CUDA, NCCL's stream waits for the work already queued on the compute stream when
+by forward and backward. Rank i multiplies its own block ``Â[i, i] · B_i`` first, while the broadcasts of stages 0
+and 1 are in flight, then the received blocks in stage order. The broadcast of stage j+1 is issued before stage j
+multiplies, so it is in flight during that multiply; it may only be issued once stage j−1's multiply, which read
+the same buffer, is done — on CPU the multiply has returned by then; on CUDA, NCCL's stream waits for the work already queued on the compute stream when
 a collective is issued, and ``work.wait()`` makes the compute stream wait for the broadcast, so the GPU overlaps
 the two without host synchronization. ``overlap=False`` runs each stage's broadcast to completion before its
 multiply (CAGNET's 1D scheme), to measure what the overlap buys.
@@ -28,7 +29,11 @@ __all__ = ["BroadcastBuffers", "StagedSpMM", "local_adj", "local_spmm"]
 
 
 class BroadcastBuffers:
-    """The two receive buffers, sized once for the widest SpMM and viewed at each SpMM's width."""
+    """The two receive buffers, sized once for the widest SpMM of an epoch and viewed at each SpMM's width.
+
+    A wider SpMM than planned (``Â·X`` once before training, at the feature width) gets a temporary per stage
+    instead: the shared pair keeps the size the epoch needs, and the temporaries are gone after that one SpMM.
+    """
 
     def __init__(self, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> None:
         self.rows = rows
@@ -36,8 +41,8 @@ class BroadcastBuffers:
 
     def view(self, stage: int, width: int) -> torch.Tensor:
         flat = self._flat[stage % 2]
-        if flat.numel() < self.rows * width:  # a wider SpMM than planned: grow once
-            flat = self._flat[stage % 2] = torch.empty(self.rows * width, dtype=flat.dtype, device=flat.device)
+        if flat.numel() < self.rows * width:
+            return torch.empty(self.rows, width, dtype=flat.dtype, device=flat.device)
         return flat[: self.rows * width].view(self.rows, width)
 
     @property
@@ -46,9 +51,14 @@ class BroadcastBuffers:
 
 
 def local_spmm(blocks: list[torch.Tensor], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
-    """``Â · B`` when one rank holds everything (P = 1)."""
+    """``Â · B`` when one rank holds everything (P = 1).
+
+    ``addmm`` with ``beta=0`` into a new tensor: ``torch.sparse.mm`` would allocate a zeroed input besides the
+    result, twice the output's memory at the peak.
+    """
+    out = torch.empty(blocks[0].shape[0], b.shape[1], dtype=b.dtype, device=b.device)
     with timer("spmm"):
-        return torch.sparse.mm(blocks[0], b)
+        return torch.addmm(out, blocks[0], b, beta=0, out=out)
 
 
 class StagedSpMM:
@@ -74,6 +84,8 @@ class StagedSpMM:
         self.overlap = overlap
         self.timer = timer
         self.skip = [b._nnz() == 0 for b in adj], [b._nnz() == 0 for b in adj_t]
+        # bytes handed to / received from the broadcasts, the root counted as sending to each of the P - 1 others
+        self.sent_bytes = self.recv_bytes = 0
 
     def __call__(self, b: torch.Tensor) -> torch.Tensor:
         return _StagedSpMMFunction.apply(b, self)
@@ -92,6 +104,10 @@ class StagedSpMM:
 
         def issue(stage: int) -> tuple[torch.Tensor, dist.Work, float]:
             rows = b if stage == rank else self.buffers.view(stage, b.shape[1])
+            if stage == rank:
+                self.sent_bytes += (num_stages - 1) * rows.numel() * rows.element_size()
+            else:
+                self.recv_bytes += rows.numel() * rows.element_size()
             return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True), time.perf_counter()
 
         pending = issue(0)
@@ -99,10 +115,13 @@ class StagedSpMM:
             rows, work, issued = pending
             if self.overlap and stage + 1 < num_stages:
                 pending = issue(stage + 1)
+            if self.overlap and stage == 0 and not empty[rank]:
+                with self.timer("spmm"):  # the local block needs no broadcast: it runs while the first two fly
+                    out.addmm_(blocks[rank], b)
             with self.timer("comm_wait"):
                 work.wait()
             self.timer.mark("broadcast", issued, time.perf_counter())
-            if not empty[stage]:
+            if not empty[stage] and not (self.overlap and stage == rank):
                 with self.timer("spmm"):
                     out.addmm_(blocks[stage], rows)
             if not self.overlap and stage + 1 < num_stages:
@@ -111,6 +130,8 @@ class StagedSpMM:
 
 
 class _StagedSpMMFunction(torch.autograd.Function):
+    """Keeps nothing for backward but the operator: ``∂B = Âᵀ·∂C`` needs only the blocks of Âᵀ."""
+
     @staticmethod
     def forward(ctx, b: torch.Tensor, op: StagedSpMM) -> torch.Tensor:  # type: ignore[override]
         ctx.op = op

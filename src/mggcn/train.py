@@ -23,6 +23,7 @@ from mggcn.dist import DistContext, all_gather_objects, all_gather_rows, all_red
 from mggcn.graph import SPLITS
 from mggcn.model import GCN, aggregate_first
 from mggcn.partition import Shard
+from mggcn.exchange import SparseExchangeSpMM
 from mggcn.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.timing import PHASES, PhaseTimer
 
@@ -47,6 +48,7 @@ class TrainConfig:
     order: str = "auto"
     overlap: bool = True
     partition: str = "random"
+    comm: str = "broadcast"  # "sparse" / "auto": mggcn.exchange.SparseExchangeSpMM
     seed: int = 0
     patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
     trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
@@ -131,8 +133,14 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     timer = PhaseTimer(device)
     model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
     widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
-    buffers = BroadcastBuffers(shard.x.shape[0], max(widths), shard.x.dtype, device) if ctx.world_size > 1 else None
-    adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer)
+    if cfg.comm == "broadcast":
+        buffers = BroadcastBuffers(shard.x.shape[0], max(widths), shard.x.dtype, device) if ctx.world_size > 1 else None
+        adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer)
+    else:
+        adj = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=cfg.comm, overlap=cfg.overlap, timer=timer)
+    balance = partition_balance(ctx, shard)
+    if ctx.is_main and on_epoch is not None:
+        print(f"mggcn: partition {cfg.partition}, comm {cfg.comm}: " + format_balance(balance), flush=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
@@ -164,6 +172,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
         torch.manual_seed(epoch_seed(cfg.seed, epoch, ctx.rank))
         timer.reset(trace=epoch == cfg.trace_epoch)
+        moved = (adj.sent_bytes, adj.recv_bytes)
         start = time.perf_counter()
         if stochastic:  # accuracies of the weights at the start of the epoch, without dropout
             with torch.no_grad():
@@ -205,6 +214,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         epoch_s = time.perf_counter() - start
 
         record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start)
+        record.update(_bytes_record(ctx, adj.sent_bytes - moved[0], adj.recv_bytes - moved[1]), **balance)
         result.history.append(record)
         if on_epoch is not None:
             on_epoch(record)
@@ -236,6 +246,35 @@ def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTime
         mine = [[kind, a - start, b - start] for kind, a, b in timer.events]
         record["timeline"] = all_gather_objects(ctx, mine)
     return record
+
+
+def partition_balance(ctx: DistContext, shard: Shard) -> dict:
+    """Balance and cut of the partition, from every rank's shard (one small gather).
+
+    ``nnz_imbalance`` / ``rows_imbalance``: max over ranks / mean of the nonzeros of Â / real rows;
+    ``cut_nnz``: nonzeros of Â in off-diagonal blocks (edges whose ends lie on different ranks, directed, merged).
+    """
+    real_rows = int((shard.partition.order[shard.partition.rows(ctx.rank)] >= 0).sum())
+    cut = sum(int(b._nnz()) for j, b in enumerate(shard.adj) if j != ctx.rank)
+    every = np.array(all_gather_objects(ctx, (shard.nnz, real_rows, cut)), dtype=np.float64)
+    nnz, rows = every[:, 0], every[:, 1]
+    return {"nnz_imbalance": float(nnz.max() / max(nnz.mean(), 1.0)),
+            "rows_imbalance": float(rows.max() / max(rows.mean(), 1.0)),
+            "cut_nnz": int(every[:, 2].sum()), "cut_fraction": float(every[:, 2].sum() / max(nnz.sum(), 1.0))}
+
+
+def format_balance(balance: dict) -> str:
+    return (f"nonzeros max/mean {balance['nnz_imbalance']:.3f}, rows max/mean {balance['rows_imbalance']:.3f}, "
+            f"cut {balance['cut_nnz']:,} nonzeros ({100 * balance['cut_fraction']:.1f}% of Â)")
+
+
+def _bytes_record(ctx: DistContext, sent: int, recv: int) -> dict:
+    """This epoch's SpMM traffic: ``sent_bytes`` / ``recv_bytes`` the max over ranks, ``total_bytes`` the sum of
+    the bytes received over ranks (what crossed between ranks)."""
+    mine = torch.tensor([sent, recv, recv], dtype=torch.float64, device=ctx.device)
+    most = all_reduce_max(ctx, mine[:2].clone())
+    total = all_reduce_sum(ctx, mine[2:].clone())
+    return {"sent_bytes": int(most[0]), "recv_bytes": int(most[1]), "total_bytes": int(total[0])}
 
 
 def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.Tensor,

@@ -1,0 +1,294 @@
+"""Capacity planning: what one rank holds while it trains, and what it receives per epoch — before anything runs.
+
+Per rank, with ``m = ⌈n / P⌉`` rows, ``nnz_i`` nonzeros of Â in its rows (≈ (nnz + n) / P with the random
+ordering; self loops included), ``ib`` bytes per CSR index (4 while a block has < 2³¹ nonzeros, else 8), float32
+values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` parameters::
+
+    adjacency    Â and Âᵀ, P column blocks each:  2 · [P · (m + 1) · ib + nnz_i · (ib + 4)]
+    features     X:                               4 · m · F
+    Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F
+    labels       y (int64), three split masks (bool), the row indices of each split (int64):  m · (8 + 3 + 8 · s)
+    optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
+    buffers      P > 1: the two broadcast buffers shared by every SpMM of the epoch:            2 · 4 · m · max(widths)
+    activations  the peak over the epoch of what autograd keeps plus the gradients in flight (below)
+
+``widths`` are :func:`mggcn.train.spmm_widths` (the order policy decides them). Activations, from what
+:mod:`mggcn.model` keeps: its workspace (each hidden output a GEMM produces, the ``H·Wᵀ`` an SpMM reads, two
+gradient buffers), the outputs of SpMMs (new tensors: a transform-first layer's output, an aggregate-first layer's
+``Â·H`` that its GEMM keeps), the logits ``m × C`` (kept until the epoch's accuracies are counted; last epoch's
+until this epoch's replace them) and the loss over the training rows. :func:`activation_peak` walks an epoch
+tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order policy's choice for F ≤ 2h, h ≥ C) it is
+``4 · m · (2h + 4C)``: the workspace ``out 0`` (h), ``H·W`` (C) and one gradient buffer (h), and at the peak,
+in the SpMM of the last layer's backward, the logits, their gradient and its ``Âᵀ·`` (C each). Before the
+first epoch, Â·X at P > 1 receives its broadcasts in two temporaries of ``4 · m · F``: the activations part is the
+larger of the two peaks.
+
+MG-GCN's paper estimates ``4 · m · [d_0 + Σ_l max(d_l, d_l+1) + 3 · max_l min(d_l, d_l+1)] + 2 · 8 · nnz / P``:
+one buffer per layer for its output, reused for its gradient, and three shared ones. Ours differs in small ways:
+gradients go to two shared buffers rather than into the output's (σ's backward still needs the output), SpMM
+results are new tensors, Â·X replaces the first layer's SpMM, and the broadcast buffers are sized by the epoch's
+widest SpMM rather than the features.
+
+Not counted: the Python and PyTorch runtime (measure it: ``mggcn bench`` subtracts the RSS before the graph is
+loaded), the sparse library's workspace, allocator slack, and the transient peak while a shard is built.
+
+Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
+broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
+once.
+
+Legend: n = vertices, m = rows per rank, F = features, C = classes, W = parameters, s = fraction of rows in a split.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from mggcn.model import aggregate_first
+from mggcn.train import spmm_widths
+
+__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "index_bytes",
+           "parse_bytes", "format_bytes", "format_plan"]
+
+FLOAT = 4
+INT64 = 8
+
+
+@dataclass(frozen=True)
+class DatasetSize:
+    """What the planner needs to know of a graph. ``edges``: nonzeros of A (both directions of an undirected
+    edge, no self loops); ``train``: fraction of vertices in the training split."""
+
+    name: str
+    nodes: int
+    edges: int
+    features: int
+    classes: int
+    train: float = 0.5
+    source: str = ""
+
+
+# Sizes as PyG/OGB load them (edge_index as the trainer sees it).
+PRESETS = {
+    "products": DatasetSize(
+        "ogbn-products", 2_449_029, 123_718_280, 100, 47, train=196_615 / 2_449_029,
+        source="OGB: 61,859,140 undirected edges; PyG's edge_index holds both directions: 123,718,280"),
+    "papers100M": DatasetSize(
+        "ogbn-papers100M", 111_059_956, 2 * 1_615_685_872, 128, 172, train=1_207_179 / 111_059_956,
+        source="OGB: 1,615,685,872 directed citation edges, made undirected for training (as OGB's examples do): "
+               "3,231,371,744 nonzeros"),
+    "reddit": DatasetSize(
+        "reddit", 232_965, 114_615_892, 602, 41, train=153_431 / 232_965,
+        source="PyG Reddit: edge_index [2, 114,615,892] (both directions)"),
+}
+
+
+def index_bytes(nnz: int, size: int) -> int:
+    """Bytes of one CSR index, as :func:`mggcn.partition.csr_to_torch` chooses them per block."""
+    return 4 if nnz < 2**31 and size < 2**31 else 8
+
+
+def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
+                    train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0) -> tuple[int, dict]:
+    """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
+
+    Walks the forward and backward passes of :class:`mggcn.model.GCN` (with its :class:`~mggcn.model.Workspace`)
+    and the loss of :func:`mggcn.train.train_shard` tensor by tensor: workspace buffers stay (``ws:`` names, each
+    as large as its widest use), other tensors are freed where the code drops their last reference. Returns
+    ``(peak, alive)``, ``alive`` naming what is held at the peak of an epoch after the first. With dropout
+    (approximate): its output and 1-byte mask per dropped input, kept until that layer's backward.
+    """
+    m, L, C = rows, len(dims) - 1, dims[-1]
+    ws: dict[str, int] = {}
+
+    def epoch() -> tuple[int, dict]:
+        live: dict[str, int] = {}
+        peak, alive = 0, {}
+
+        def note() -> None:
+            nonlocal peak, alive
+            total = sum(ws.values()) + sum(live.values())
+            if total > peak:
+                peak, alive = total, {**{f"ws:{k}": v for k, v in ws.items()}, **live}
+
+        def alloc(name: str, width: int, item: int = FLOAT, n: int | None = None) -> str:
+            live[name] = (m if n is None else n) * width * item
+            note()
+            return name
+
+        def take(name: str, width: int) -> str:
+            ws[name] = max(ws.get(name, 0), m * width * FLOAT)
+            note()
+            return f"ws:{name}"
+
+        def take_grad(width: int, avoid: str) -> str:
+            return take("grad b" if avoid == "ws:grad a" else "grad a", width)
+
+        def free(*names: str) -> None:
+            for name in names:
+                live.pop(name, None)
+
+        alloc("previous logits", C)  # train_shard's `logits` of the last epoch, until this epoch's replace them
+        out = {}
+        for i in range(L):  # forward; what a layer keeps for backward stays in `live` or the workspace
+            d_in, d_out, last = dims[i], dims[i + 1], i == L - 1
+            agg = aggregate_first(d_in, d_out, i == 0, order)
+            if (input_dropout if i == 0 else dropout) > 0:
+                alloc(f"dropped input {i}", d_in)
+                if i > 0:
+                    alloc(f"dropout mask {i}", d_in, 1)
+            if agg:
+                if not (i == 0 and caches_input):
+                    alloc(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
+                    if i == 0:
+                        free("dropped input 0")  # X needs no gradient: nothing keeps it
+                out[i] = alloc(f"out {i}", d_out) if last else take(f"out {i}", d_out)  # bias fused in the GEMM
+            else:
+                take("H.W", d_out)
+                out[i] = alloc(f"out {i}", d_out)  # the SpMM's result; bias and σ in place
+        free("previous logits")
+        # the loss over the training rows: logits[rows] -> log_softmax (kept) -> nll (keeps y[rows])
+        alloc("logits[train]", C, n=train_rows)
+        alloc("log_softmax", C, n=train_rows)
+        free("logits[train]")
+        alloc("y[train]", 1, INT64, n=train_rows)
+        alloc("grad log_softmax", C, n=train_rows)
+        alloc("grad logits[train]", C, n=train_rows)
+        free("grad log_softmax", "log_softmax", "y[train]")
+        grad = alloc("grad logits", C)  # scattered into zeros [m, C]
+        free("grad logits[train]")
+        for i in reversed(range(L)):  # backward
+            d_in, d_out = dims[i], dims[i + 1]
+            agg = aggregate_first(d_in, d_out, i == 0, order)
+            if agg and i == 0 and caches_input:
+                break  # dW only
+            if agg:
+                inner = take_grad(d_in, avoid=grad)  # GEMM backward: the gradient of Â·H
+                free(grad, f"A.H {i}")
+                if i == 0:
+                    break
+                grad = alloc(f"grad H {i}", d_in)  # SpMM backward with Âᵀ
+            else:
+                inner = alloc(f"grad HW {i}", d_out)  # SpMM backward with Âᵀ
+                free(grad)
+                if i == 0:
+                    free(inner, "dropped input 0")
+                    break
+                grad = take_grad(d_in, avoid=inner)  # GEMM backward
+                free(inner)
+            if f"dropout mask {i}" in live:
+                new = alloc(f"grad dropped {i}", d_in)
+                free(grad, f"dropout mask {i}", f"dropped input {i}")
+                grad = new
+            free(out[i - 1])  # σ's backward overwrites the gradient in place and releases its output
+        free(*[k for k in list(live) if k != f"out {L - 1}"])
+        alloc("predictions", 1, INT64)  # argmax of the logits, for the accuracies
+        return peak, alive
+
+    epoch()  # the first epoch sizes the workspace
+    return epoch()
+
+
+@dataclass
+class MemoryPlan:
+    """Per-rank bytes by part, the peak total, and the communication volume per epoch."""
+
+    nprocs: int
+    rows: int
+    widths: list[int]
+    parts: dict[str, int] = field(default_factory=dict)
+    activation_detail: dict[str, int] = field(default_factory=dict)
+    comm_spmm: int = 0
+    comm_allreduce: int = 0
+    comm_once: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    def fits(self, capacity: int) -> bool:
+        return self.total <= capacity
+
+
+def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden: Sequence[int], nprocs: int = 1, *,
+                order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
+                splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None) -> MemoryPlan:
+    """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
+    ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
+
+    Args:
+        train: fraction of the vertices in the training split; ``splits``: fraction in any split.
+        rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``).
+    """
+    if nprocs < 1 or num_nodes < nprocs:
+        raise ValueError(f"--nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}")
+    dims = [features, *hidden, classes]
+    m = -(-num_nodes // nprocs)
+    nnz_rank = -(-(edges + num_nodes) // nprocs) if rank_nnz is None else rank_nnz
+    nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
+    caches = input_dropout == 0.0
+    widths = spmm_widths(dims, order, caches)
+    plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths)
+
+    def blocks(nnz: int) -> int:
+        ib = index_bytes(nnz, m)
+        return nprocs * (m + 1) * ib + nnz * (ib + FLOAT)
+
+    cached = caches and aggregate_first(dims[0], dims[1], True, order)
+    params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
+    ntrain = math.ceil(train * m)
+    plan.parts["adjacency A"] = blocks(nnz_rank)
+    plan.parts["adjacency A^T"] = blocks(nnz_rank_t)
+    plan.parts["features X"] = FLOAT * m * features
+    plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
+    plan.parts["labels, splits"] = m * (INT64 + 3) + INT64 * math.ceil(splits * m)
+    plan.parts["optimizer"] = 5 * FLOAT * params
+    plan.parts["broadcast buffers"] = 2 * FLOAT * m * max(widths or [features]) if nprocs > 1 else 0
+    peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
+                                   dropout=dropout, input_dropout=input_dropout)
+    before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0
+    plan.parts["activations"] = max(peak, before)
+    plan.activation_detail = detail
+    plan.comm_spmm = sum((nprocs - 1) * m * w * FLOAT for w in widths)
+    plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
+    plan.comm_once = (nprocs - 1) * m * features * FLOAT if cached else 0
+    return plan
+
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+          "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """``80G``, ``141GiB``, ``512M``, ``1e9`` -> bytes (K, M, G, T are powers of 1024)."""
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else None
+    if not match or unit not in _UNITS:
+        raise ValueError(f"--memory: expected a size such as 80G or 512M, got '{text}'")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:
+    """The table ``mggcn plan`` prints."""
+    lines = [f"{name}: P = {plan.nprocs}, {plan.rows:,} rows per rank, SpMM widths per epoch {plan.widths}",
+             "per-rank memory:"]
+    for part, size in plan.parts.items():
+        lines.append(f"  {part:<20} {format_bytes(size):>12}")
+    lines.append(f"  {'total':<20} {format_bytes(plan.total):>12}")
+    lines.append(f"communication per epoch, received per rank: {format_bytes(plan.comm_spmm)} (SpMM broadcasts) "
+                 f"+ {format_bytes(plan.comm_allreduce)} (gradient all-reduce); once before training: "
+                 f"{format_bytes(plan.comm_once)} (A.X)")
+    if capacity is not None:
+        verdict = "fits" if plan.fits(capacity) else "does NOT fit"
+        lines.append(f"{verdict} in {format_bytes(capacity)} per device ({100 * plan.total / capacity:.0f}% used; "
+                     "plus the runtime, e.g. ~0.5 GiB CUDA context, and the sparse library's workspace)")
+    return "\n".join(lines)
