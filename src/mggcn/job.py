@@ -23,7 +23,7 @@ from mggcn.datasets import DEFAULT_DATASET, Dataset, open_dataset
 from mggcn.dist import init_distributed, shutdown
 from mggcn.graph import Graph, GraphError
 from mggcn.progress import TrainProgress
-from mggcn.train import TrainConfig, predict_shard, train_shard
+from mggcn.train import TrainConfig, format_balance, predict_shard, train_shard
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
 
@@ -211,9 +211,15 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         progress = TrainProgress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
                                  quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
 
+        balance_shown = False
+
         def on_epoch(record: dict) -> None:
+            nonlocal balance_shown
             if not ctx.is_main:
                 return
+            if not balance_shown:  # every record carries the partition's balance; say it once
+                balance_shown = True
+                progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}: {format_balance(record)}")
             progress.update(record)
             if metrics_file is not None:
                 metrics_file.write(json.dumps(record) + "\n")

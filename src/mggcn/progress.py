@@ -57,6 +57,15 @@ class TrainProgress:
         elif record["epoch"] % self.log_every == 0 or record["epoch"] == self.epochs:
             print(self.line(record), file=self.stream, flush=True)
 
+    def note(self, text: str) -> None:
+        """A line of its own (above the bar when there is one)."""
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()

@@ -139,8 +139,6 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     else:
         adj = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=cfg.comm, overlap=cfg.overlap, timer=timer)
     balance = partition_balance(ctx, shard)
-    if ctx.is_main and on_epoch is not None:
-        print(f"mggcn: partition {cfg.partition}, comm {cfg.comm}: " + format_balance(balance), flush=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
