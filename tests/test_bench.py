@@ -129,7 +129,7 @@ def test_cuda_spmm_forward_backward_equal_cpu():
     results = []
     for device in ("cpu", "cuda"):
         adj = local_adj(shard.adj[0].to(device), shard.adj_t[0].to(device))
-        x = b.to(device).requires_grad_()
+        x = b.clone().to(device).requires_grad_()
         c = adj(x)
         c.backward(g.to(device))
         results.append((c.detach().cpu(), x.grad.cpu()))

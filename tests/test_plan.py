@@ -125,7 +125,7 @@ def test_autograd_keeps_only_what_backward_reads(dims, cached):
     out, saved = _saved_by_forward(model, x, adj, x_agg)
     params = {p.data_ptr() for p in model.parameters()}
     activations = [t for t in saved if t.data_ptr() not in params]
-    m, L = x.shape[0], len(dims) - 1
+    m = x.shape[0]
     expected = {}  # storage -> bytes of what the plan calls the kept activations
     for i, conv in enumerate(model.convs):
         if i > 0:

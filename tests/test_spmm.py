@@ -65,3 +65,12 @@ def test_broadcast_buffers_are_views_of_two_allocations():
     assert a.data_ptr() == c.data_ptr() != b.data_ptr()
     assert c.shape == (10, 5) and c.is_contiguous()
     assert bufs.nbytes == 2 * 10 * 8 * 4
+
+
+def test_symmetric_adjacency_shares_its_blocks_with_the_transpose():
+    undirected = random_graph(N, 100, directed=False, seed=5)
+    shard = build_shard(undirected, make_partition(N, 3, 0), 1, "sym")
+    assert all(a is t for a, t in zip(shard.adj, shard.adj_t))
+    for norm, graph in (("mean", undirected), ("sym", random_graph(N, 100, directed=True, seed=5))):
+        shard = build_shard(graph, make_partition(N, 3, 0), 1, norm)  # Â ≠ Âᵀ: blocks of their own
+        assert not any(a is t for a, t in zip(shard.adj, shard.adj_t))

@@ -394,6 +394,8 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--seed", type=int)
     b.add_argument("--graph-cache", help="an .npz holding the graph: reused when it exists, written when not")
     b.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
+    b.add_argument("--mmap-threshold", type=plan.parse_bytes,
+                   help="glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M: freed memory goes back at once")
     b.add_argument("--out", help="write the report as JSON")
     p = sub.add_parser("plan", help="per-rank memory and communication of a training run, before running it",
                        description=plan.__doc__,
@@ -416,7 +418,7 @@ def _bench(args: argparse.Namespace) -> int:
     from mggcn.bench import format_table, options_from, run_bench, write_report
 
     keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "threads", "nprocs",
-            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s")
+            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
     report = run_bench(opts, log=lambda line: print(line, flush=True))
     print(format_table(report))

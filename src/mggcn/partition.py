@@ -145,8 +145,9 @@ class Shard:
     split_sizes: dict[str, int]  # global counts, the denominators of loss and accuracy
 
     def to(self, device: torch.device) -> "Shard":
+        shared = all(a is t for a, t in zip(self.adj, self.adj_t))
         self.adj = [b.to(device) for b in self.adj]
-        self.adj_t = [b.to(device) for b in self.adj_t]
+        self.adj_t = self.adj if shared else [b.to(device) for b in self.adj_t]
         self.x, self.y = self.x.to(device), self.y.to(device)
         self.masks = {k: v.to(device) for k, v in self.masks.items()}
         return self
@@ -163,7 +164,10 @@ def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
         adj_hat = normalize(adjacency(graph.edge_index, graph.num_nodes), norm)
     rows = part.rows(rank)
     adj = split_row_block(_row_block(adj_hat, part, rank), part.num_parts)
-    adj_t = split_row_block(_row_block(adj_hat.T.tocsr(), part, rank), part.num_parts)
+    transpose = adj_hat.T.tocsr()
+    # Â = Âᵀ (an undirected graph with the sym norm): the backward blocks ARE the forward blocks; share them
+    symmetric = transpose.nnz == adj_hat.nnz and (transpose != adj_hat).nnz == 0
+    adj_t = adj if symmetric else split_row_block(_row_block(transpose, part, rank), part.num_parts)
 
     orig = part.order[rows]
     real = orig >= 0
@@ -177,6 +181,8 @@ def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
         mk = np.zeros(m, dtype=bool)
         mk[real] = graph.masks[s][orig[real]]
         masks[s] = torch.from_numpy(mk)
-    return Shard(rank=rank, partition=part, adj=[csr_to_torch(b) for b in adj], adj_t=[csr_to_torch(b) for b in adj_t],
+    adj_torch = [csr_to_torch(b) for b in adj]
+    adj_t_torch = adj_torch if adj_t is adj else [csr_to_torch(b) for b in adj_t]
+    return Shard(rank=rank, partition=part, adj=adj_torch, adj_t=adj_t_torch,
                  x=torch.from_numpy(x), y=torch.from_numpy(y), masks=masks, num_classes=graph.num_classes,
                  split_sizes={s: int(graph.masks[s].sum()) for s in SPLITS})

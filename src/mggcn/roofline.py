@@ -68,16 +68,19 @@ def _best_seconds(fn, repeats: int, sync) -> float:
     return best
 
 
+def _copy_seconds(nbytes: int, device: torch.device, repeats: int, sync) -> float:
+    src = torch.ones(nbytes // FLOAT, device=device)
+    dst = torch.empty_like(src)
+    return _best_seconds(lambda: dst.copy_(src), repeats, sync)
+
+
 def measure_machine(device: str = "cpu", copy_bytes: int = 512 << 20, gemm_size: int = 4096,
                     repeats: int = 5) -> Machine:
     """The best of ``repeats``: a ``copy_bytes`` tensor copy and a ``gemm_size``² float32 matmul, with the
     current ``torch.get_num_threads()``."""
     dev = torch.device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    src = torch.ones(copy_bytes // FLOAT, device=dev)
-    dst = torch.empty_like(src)
-    copy_s = _best_seconds(lambda: dst.copy_(src), repeats, sync)
-    del src, dst
+    copy_s = _copy_seconds(copy_bytes, dev, repeats, sync)
     a = torch.randn(gemm_size, gemm_size, device=dev)
     b = torch.randn(gemm_size, gemm_size, device=dev)
     gemm_s = _best_seconds(lambda: a @ b, repeats, sync)

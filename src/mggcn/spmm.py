@@ -7,9 +7,9 @@ Overlap: received rows land in two buffers used alternately (stage j in buffer j
 by forward and backward. Rank i multiplies its own block ``Â[i, i] · B_i`` first, while the broadcasts of stages 0
 and 1 are in flight, then the received blocks in stage order. The broadcast of stage j+1 is issued before stage j
 multiplies, so it is in flight during that multiply; it may only be issued once stage j−1's multiply, which read
-the same buffer, is done — on CPU the multiply has returned by then; on CUDA, NCCL's stream waits for the work already queued on the compute stream when
-a collective is issued, and ``work.wait()`` makes the compute stream wait for the broadcast, so the GPU overlaps
-the two without host synchronization. ``overlap=False`` runs each stage's broadcast to completion before its
+the same buffer, is done — on CPU the multiply has returned by then; on CUDA, NCCL's stream waits for the work
+already queued on the compute stream when a collective is issued, and ``work.wait()`` makes the compute stream
+wait for the broadcast, so the GPU overlaps the two without host synchronization. ``overlap=False`` runs each stage's broadcast to completion before its
 multiply (CAGNET's 1D scheme), to measure what the overlap buys.
 
 Legend: m = rows per rank, d = width of B.
