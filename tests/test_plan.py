@@ -191,3 +191,12 @@ def test_plan_command(capsys):
     assert main(["plan", "--nodes", "1000"]) == 2
     assert "--edges" in capsys.readouterr().err
     assert math.isfinite(plan_memory(1000, 5000, 8, 3, (4,), 2).total)
+
+
+def test_symmetric_shard_stores_no_transpose_and_the_plan_says_so():
+    graph = random_graph(301, 2000, features=12, classes=5, directed=False, seed=3)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 2, 0, "random"), 0, "sym")
+    plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2, rank_nnz=shard.nnz, symmetric=True)
+    assert all(a is t for a, t in zip(shard.adj, shard.adj_t))
+    assert plan.parts["adjacency A^T"] == 0
+    assert plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2).parts["adjacency A^T"] > 0

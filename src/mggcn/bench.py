@@ -257,6 +257,7 @@ def mggcn_worker(path: str, config: dict, device: str, threads: int, timeout_s: 
     workspace = getattr(result.model, "workspace", None)
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
             "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(int(b._nnz()) for b in shard.adj_t),
+            "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
             "rows": int(shard.x.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads()}
 
@@ -266,7 +267,8 @@ def _shard_bytes(shard) -> dict:
         return sum(t.numel() * t.element_size() for b in blocks
                    for t in (b.crow_indices(), b.col_indices(), b.values()))
 
-    return {"adjacency A": csr(shard.adj), "adjacency A^T": csr(shard.adj_t),
+    shared = all(a is t for a, t in zip(shard.adj, shard.adj_t))
+    return {"adjacency A": csr(shard.adj), "adjacency A^T": 0 if shared else csr(shard.adj_t),
             "features X": shard.x.numel() * shard.x.element_size(),
             "labels": shard.y.numel() * shard.y.element_size() + sum(m.numel() for m in shard.masks.values())}
 
@@ -391,7 +393,7 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict, machine: Machine) -> 
         if run.kind == "mggcn":
             plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
                                opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"],
-                               rank_nnz_t=r["nnz_t"])
+                               rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"])
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)

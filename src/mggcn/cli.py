@@ -412,6 +412,8 @@ def _add_bench_parsers(sub) -> None:
     p.add_argument("--order", choices=ORDERS, default=_DEFAULTS.order)
     p.add_argument("--input-dropout", type=float, default=0.0)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--directed", action="store_true",
+                   help="Â differs from Âᵀ (a directed graph, or --norm mean): the blocks of Âᵀ are stored too")
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -441,7 +443,8 @@ def _plan(args: argparse.Namespace) -> int:
     for nprocs in args.nprocs:
         plan = plan_memory(sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], args.hidden,
                            nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
-                           train=sizes["train"] if sizes["train"] is not None else 0.5)
+                           train=sizes["train"] if sizes["train"] is not None else 0.5,
+                           symmetric=not args.directed)
         print(format_plan(plan, preset.name if preset else "graph", args.memory))
     return 0
 

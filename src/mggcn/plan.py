@@ -214,13 +214,15 @@ class MemoryPlan:
 
 def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden: Sequence[int], nprocs: int = 1, *,
                 order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
-                splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None) -> MemoryPlan:
+                splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
+                symmetric: bool = False) -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
     Args:
         train: fraction of the vertices in the training split; ``splits``: fraction in any split.
         rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``).
+        symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ValueError(f"--nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}")
@@ -240,7 +242,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
     ntrain = math.ceil(train * m)
     plan.parts["adjacency A"] = blocks(nnz_rank)
-    plan.parts["adjacency A^T"] = blocks(nnz_rank_t)
+    plan.parts["adjacency A^T"] = 0 if symmetric else blocks(nnz_rank_t)
     plan.parts["features X"] = FLOAT * m * features
     plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
     plan.parts["labels, splits"] = m * (INT64 + 3) + INT64 * math.ceil(splits * m)
