@@ -59,10 +59,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_train_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", nargs="?", default=DEFAULT_DATASET,
-                   help="synthetic[:n=...,classes=...], rmat:..., builtin:karate|digits, or a path with --format "
-                        f"(default: {DEFAULT_DATASET})")
+def _add_dataset_options(p: argparse.ArgumentParser) -> None:
+    """How a DATASET path is read (train and predict)."""
     p.add_argument("--format", dest="fmt", default=None, help="layout of a dataset path (see `mggcn prepare -h`)")
     p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
     p.add_argument("--labels", default=None, help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
@@ -71,6 +69,13 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
                         "(default: random 50/25/25)")
     p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
     p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
+
+
+def _add_train_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", nargs="?", default=DEFAULT_DATASET,
+                   help="synthetic[:n=...,classes=...], rmat:..., builtin:karate|digits, or a path with --format "
+                        f"(default: {DEFAULT_DATASET})")
+    _add_dataset_options(p)
     p.add_argument("--nprocs", type=_positive_int, default=None,
                    help="local worker processes to start (default 1; not used under torchrun)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
@@ -176,17 +181,24 @@ def _add_prepare_parsers(sub) -> None:
     info.add_argument("--verify", action="store_true", help="also check every checksum and value (reads it all)")
 
 
+def _read_options(args: argparse.Namespace) -> dict:
+    """The reader keywords of mtx/edge-list sources (``--features/--labels/--split``, and ``--num-nodes`` where
+    the command has it); refused for formats that carry their own vertex data."""
+    names = ("features", "labels", "split", "num_nodes")
+    options = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    if options and args.fmt not in ("mtx", "edgelist"):
+        raise GraphError(f"--{next(iter(options)).replace('_', '-')} is for --format mtx or edgelist; "
+                         "other sources carry their vertex data")
+    if "num_nodes" in options and args.fmt != "edgelist":
+        raise GraphError("--num-nodes is for --format edgelist (a Matrix Market header gives n)")
+    return options
+
+
 def _prepare(args: argparse.Namespace) -> int:
     from mggcn.prepare import prepare
     from mggcn.prepared import PreparedDataset, describe
 
-    read_options = {k: getattr(args, k) for k in ("features", "labels", "split", "num_nodes")
-                    if getattr(args, k) is not None}
-    if read_options and args.fmt not in ("mtx", "edgelist"):
-        raise GraphError(f"--{next(iter(read_options)).replace('_', '-')} is for --format mtx or edgelist; "
-                         "other sources carry their vertex data")
-    if "num_nodes" in read_options and args.fmt != "edgelist":
-        raise GraphError("--num-nodes is for --format edgelist (a Matrix Market header gives n)")
+    read_options = _read_options(args)
     out = prepare(args.source, args.out_dir, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
                   memory_limit=args.memory_limit, progress=not args.quiet, overwrite=args.overwrite,
                   **read_options)
@@ -225,11 +237,7 @@ def _add_report_parsers(sub) -> None:
     what.add_argument("--proba", action="store_true", help="class probabilities (softmax) instead of classes")
     what.add_argument("--embeddings", type=_positive_int, default=None, metavar="LAYER",
                       help="the output of layer LAYER (1..L, after its activation) instead of classes")
-    predict.add_argument("--format", dest="fmt", default=None, help="layout of a dataset path")
-    for name in ("features", "labels", "split"):
-        predict.add_argument(f"--{name}", default=None, help=f"mtx/edgelist: {name} file, as for `mggcn train`")
-    predict.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
-    predict.add_argument("--dedup", action="store_true", help="drop duplicate edges")
+    _add_dataset_options(predict)
     predict.add_argument("--norm", choices=NORMS, default=None, help="when MODEL has no MODEL.json (default sym)")
     predict.add_argument("--activation", choices=ACTIVATIONS, default=None,
                          help="when MODEL has no MODEL.json (default relu)")
@@ -251,9 +259,7 @@ def _predict(args: argparse.Namespace) -> int:
     from mggcn.launch import WorkerError, run_workers
     from mggcn.predict import PredictJob, check_predict, run_predict_job
 
-    read_options = {k: getattr(args, k) for k in ("features", "labels", "split") if getattr(args, k) is not None}
-    if read_options and args.fmt not in ("mtx", "edgelist"):
-        raise GraphError(f"--{next(iter(read_options))} is for --format mtx or edgelist")
+    read_options = _read_options(args)
     output = "proba" if args.proba else "embeddings" if args.embeddings else "classes"
     job = PredictJob(model=args.model, dataset=args.dataset, out=args.out, output=output, layer=args.embeddings,
                      fmt=args.fmt, undirected=args.undirected, dedup=args.dedup, read_options=read_options,
@@ -313,10 +319,7 @@ def _train(args: argparse.Namespace) -> int:
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
                       seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm)
-    read_options = {k: getattr(args, k) for k in ("features", "labels", "split") if getattr(args, k) is not None}
-    if read_options and args.fmt not in ("mtx", "edgelist"):
-        raise GraphError(f"--{next(iter(read_options))} is for --format mtx or edgelist; "
-                         "other formats carry their vertex data")
+    read_options = _read_options(args)
     job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
                    read_options=read_options,
                    device=args.device, threads=args.threads, timeout_s=args.timeout, metrics=args.metrics,
@@ -456,28 +459,16 @@ def _exit_status(result) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    commands = {"train": _train, "prepare": _prepare, "info": _info, "report": _report, "predict": _predict,
+                "bench": _bench, "plan": _plan}
     try:
-        if args.command == "train":
-            return _train(args)
-        if args.command == "report":
-            return _report(args)
-        if args.command == "predict":
-            return _predict(args)
-        if args.command == "prepare":
-            return _prepare(args)
-        if args.command == "info":
-            return _info(args)
-        if args.command == "bench":
-            return _bench(args)
-        if args.command == "plan":
-            return _plan(args)
+        return commands[args.command](args)
     except (GraphError, ValueError) as err:  # bad input or options, CheckpointError included
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 2
     except FloatingPointError as err:  # NonFiniteLoss
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":
