@@ -211,8 +211,9 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             optimizer.step()
         epoch_s = time.perf_counter() - start
 
-        record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start)
-        record.update(_bytes_record(ctx, adj.sent_bytes - moved[0], adj.recv_bytes - moved[1]), **balance)
+        record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start,
+                               adj.sent_bytes - moved[0], adj.recv_bytes - moved[1])
+        record.update(balance)
         result.history.append(record)
         if on_epoch is not None:
             on_epoch(record)
@@ -232,14 +233,20 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
 
 
 def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTimer, stats: torch.Tensor,
-                  split_sizes: torch.Tensor, device: torch.device, start: float) -> dict:
-    phases = torch.tensor([epoch_s] + [timer.seconds[p] for p in PHASES], dtype=torch.float64, device=device)
-    phases = all_reduce_max(ctx, phases).cpu().tolist()
+                  split_sizes: torch.Tensor, device: torch.device, start: float, sent: int, recv: int) -> dict:
+    """The epoch's record. Seconds and this epoch's SpMM bytes are maxed over ranks in one collective
+    (``sent_bytes`` / ``recv_bytes``); ``total_bytes`` is the sum over ranks of the bytes received."""
+    most = torch.tensor([epoch_s] + [timer.seconds[p] for p in PHASES] + [sent, recv], dtype=torch.float64,
+                        device=device)
+    most = all_reduce_max(ctx, most).cpu().tolist()
+    phases, (most_sent, most_recv) = most[:-2], most[-2:]
+    total = all_reduce_sum(ctx, torch.tensor([recv], dtype=torch.float64, device=device)).item()
     acc = (stats[_Stats.CORRECT] / split_sizes).tolist()
     record = {"epoch": epoch, "loss": float(stats[_Stats.LOSS]), "train_acc": acc[0], "val_acc": acc[1],
               "test_acc": acc[2], "epoch_s": phases[0]}
     record.update({p: s for p, s in zip(PHASES, phases[1:])})
     record["other"] = max(0.0, phases[0] - sum(phases[1:]))
+    record.update(sent_bytes=int(most_sent), recv_bytes=int(most_recv), total_bytes=int(total))
     if timer.events is not None:
         mine = [[kind, a - start, b - start] for kind, a, b in timer.events]
         record["timeline"] = all_gather_objects(ctx, mine)
@@ -264,15 +271,6 @@ def partition_balance(ctx: DistContext, shard: Shard) -> dict:
 def format_balance(balance: dict) -> str:
     return (f"nonzeros max/mean {balance['nnz_imbalance']:.3f}, rows max/mean {balance['rows_imbalance']:.3f}, "
             f"cut {balance['cut_nnz']:,} nonzeros ({100 * balance['cut_fraction']:.1f}% of Â)")
-
-
-def _bytes_record(ctx: DistContext, sent: int, recv: int) -> dict:
-    """This epoch's SpMM traffic: ``sent_bytes`` / ``recv_bytes`` the max over ranks, ``total_bytes`` the sum of
-    the bytes received over ranks (what crossed between ranks)."""
-    mine = torch.tensor([sent, recv, recv], dtype=torch.float64, device=ctx.device)
-    most = all_reduce_max(ctx, mine[:2].clone())
-    total = all_reduce_sum(ctx, mine[2:].clone())
-    return {"sent_bytes": int(most[0]), "recv_bytes": int(most[1]), "total_bytes": int(total[0])}
 
 
 def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.Tensor,
