@@ -53,13 +53,14 @@ def _rows_needed(a: torch.Tensor, part, nprocs: int) -> np.ndarray:
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
 def test_sparse_and_auto_equal_broadcast_and_unsharded(nprocs):
     directed = random_graph(N, 150, directed=True, seed=nprocs)
-    cases = [(directed, "sym", make_partition(N, nprocs, 7)), (directed, "mean", make_partition(N, nprocs, 8)),
-             (random_graph(N, 0, seed=3), "sym", make_partition(N, nprocs, 9)),
-             (_path_graph(N), "mean", make_partition(N, nprocs, 0, "none"))]
-    cases = [(g, norm, part, torch.randn(N, D), torch.randn(N, D)) for g, norm, part in cases]
+    cases = [(directed, "sym", make_partition(N, nprocs, 7), None), (directed, "mean", make_partition(N, nprocs, 8), None),
+             (random_graph(N, 0, seed=3), "sym", make_partition(N, nprocs, 9), None),
+             (_path_graph(N), "mean", make_partition(N, nprocs, 0, "none"), None),
+             (directed, "sym", make_partition(N, nprocs, 7), 3)]  # column tiles: compacted tile by tile
+    cases = [(g, norm, part, tiles, torch.randn(N, D), torch.randn(N, D)) for g, norm, part, tiles in cases]
     results = run_workers(workers.exchange_worker, nprocs, (cases,), timeout_s=180)
     results = [r[1] for r in sorted(results, key=lambda r: r[0])]
-    for k, (graph, norm, part, b, g) in enumerate(cases):
+    for k, (graph, norm, part, _, b, g) in enumerate(cases):
         a = adj_hat(graph.edge_index, N, norm).float()
         m = part.rows_per_part
         needed, needed_t = _rows_needed(a, part, nprocs), _rows_needed(a.t().contiguous(), part, nprocs)

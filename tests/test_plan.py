@@ -53,10 +53,11 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
         shard = build_shard(graph, part, rank, "sym")
         m = shard.x.shape[0]
         plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, rank_nnz=shard.nnz,
-                           rank_nnz_t=sum(int(b._nnz()) for b in shard.adj_t), splits=_split_rows(shard) / m)
+                           rank_nnz_t=sum(b.nnz for b in shard.adj_t), splits=_split_rows(shard) / m)
 
         def nbytes(blocks):
-            return sum(t.nbytes for b in blocks for t in (b.crow_indices(), b.col_indices(), b.values()))
+            return sum(t.nbytes for b in blocks for tile in b.tiles
+                       for t in (tile.crow_indices(), tile.col_indices(), tile.values()))
 
         assert plan.rows == m
         assert plan.parts["adjacency A"] == nbytes(shard.adj)

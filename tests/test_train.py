@@ -31,6 +31,7 @@ def _cases():
                                  overlap=False, order="transform-first")),
         (directed, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=7, order="aggregate-first", input_dropout=0.0)),
         (few, TrainConfig(hidden=(20, 6), epochs=EPOCHS, seed=8)),
+        (directed, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=5), 4),  # case 0 with blocks cut in tiles
     ]
 
 
@@ -49,7 +50,7 @@ def test_loss_curve_equals_single_process_reference(nprocs):
     cases = _cases()
     results = workers.train_many_worker(cases) if nprocs == 1 else _run_all(nprocs, cases)
     per_rank = [results] if nprocs == 1 else results
-    for k, (graph, cfg) in enumerate(cases):
+    for k, (graph, cfg, *_) in enumerate(cases):
         expected = _reference(graph, cfg)
         losses, history, state = per_rank[0][k]
         # float32 against float64 over 10 Adam steps: relative differences stay around 1e-6

@@ -27,12 +27,13 @@ def to_new_order(mat_orig: torch.Tensor, part) -> torch.Tensor:
 
 
 def spmm_worker(cases, seed):
-    """For each (graph, norm, overlap, B, G): C = Â·B and dB = Âᵀ·G on this rank's rows, in partition order."""
+    """For each (graph, norm, overlap, tile columns, B, G): C = Â·B and dB = Âᵀ·G on this rank's rows, in partition
+    order."""
     ctx = init_distributed("cpu", timeout_s=60)
     out = []
-    for graph, norm, overlap, b_orig, g_orig in cases:
+    for graph, norm, overlap, tile_cols, b_orig, g_orig in cases:
         part = make_partition(graph.num_nodes, ctx.world_size, seed)
-        shard = build_shard(graph, part, ctx.rank, norm)
+        shard = build_shard(graph, part, ctx.rank, norm, tile_cols=tile_cols)
         op = StagedSpMM(ctx, shard.adj, shard.adj_t, overlap=overlap)
         b = rows_of(to_new_order(b_orig, part), part, ctx.rank).clone().requires_grad_()
         c = op(b)
@@ -43,10 +44,10 @@ def spmm_worker(cases, seed):
     return ctx.rank, out
 
 
-def train_worker(graph, cfg: TrainConfig):
+def train_worker(graph, cfg: TrainConfig, tile_cols: int | None = None):
     ctx = init_distributed("cpu", timeout_s=60)
     part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
-    shard = build_shard(graph, part, ctx.rank, cfg.norm)
+    shard = build_shard(graph, part, ctx.rank, cfg.norm, tile_cols=tile_cols)
     result = train_shard(ctx, shard, cfg)
     return [r["loss"] for r in result.history], result.history, result.state_dict
 
@@ -73,8 +74,8 @@ def ok_worker(value):
 
 
 def train_many_worker(cases):
-    """Train each (graph, config) in turn in one process group."""
-    return [train_worker(graph, cfg) for graph, cfg in cases]
+    """Train each (graph, config[, tile columns]) in turn in one process group."""
+    return [train_worker(*case) for case in cases]
 
 
 def raise_mid_training_worker(graph, bad_rank: int, epoch: int):
@@ -118,7 +119,7 @@ def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
         shard = dataset.shard(part, ctx.rank, cfg.norm)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        held = sum(t.nbytes for b in shard.adj + shard.adj_t for t in (b.crow_indices(), b.col_indices(), b.values()))
+        held = sum(b.nbytes for b in shard.adj + shard.adj_t)
         held += shard.x.nbytes + shard.y.nbytes + sum(m.nbytes for m in shard.masks.values())
         same = shards_equal(shard, build_shard(graph, part, ctx.rank, cfg.norm))
         result = train_shard(sub, shard, cfg)
@@ -131,23 +132,27 @@ def shards_equal(a, b) -> bool:
     """Exactly the same blocks (structure and float bits), rows of features, labels and masks."""
     for xs, ys in ((a.adj, b.adj), (a.adj_t, b.adj_t)):
         for x, y in zip(xs, ys, strict=True):
-            if not (torch.equal(x.crow_indices().long(), y.crow_indices().long())
-                    and torch.equal(x.col_indices().long(), y.col_indices().long())
-                    and torch.equal(x.values(), y.values())):
+            if x.starts != y.starts:
                 return False
+            for s, t in zip(x.tiles, y.tiles, strict=True):
+                if not (torch.equal(s.crow_indices().long(), t.crow_indices().long())
+                        and torch.equal(s.col_indices().long(), t.col_indices().long())
+                        and torch.equal(s.values(), t.values())):
+                    return False
     return (torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and a.split_sizes == b.split_sizes
             and all(torch.equal(a.masks[k], b.masks[k]) for k in a.masks))
 
 
 def exchange_worker(cases):
-    """For each (graph, norm, partition, B, G): Â·B and Âᵀ·G with the broadcast, sparse and auto SpMMs (auto twice:
-    default threshold, and threshold 0 so every non-empty pair takes the all-rows path), with the bytes each moved."""
+    """For each (graph, norm, partition, tile columns, B, G): Â·B and Âᵀ·G with the broadcast, sparse and auto
+    SpMMs (auto twice: default threshold, and threshold 0 so every non-empty pair takes the all-rows path), with the
+    bytes each moved."""
     from mggcn.exchange import SparseExchangeSpMM
 
     ctx = init_distributed("cpu", timeout_s=60)
     out = []
-    for graph, norm, part, b_orig, g_orig in cases:
-        shard = build_shard(graph, part, ctx.rank, norm)
+    for graph, norm, part, tile_cols, b_orig, g_orig in cases:
+        shard = build_shard(graph, part, ctx.rank, norm, tile_cols=tile_cols)
         ops = {"broadcast": StagedSpMM(ctx, shard.adj, shard.adj_t),
                "sparse": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="sparse"),
                "auto": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="auto"),

@@ -55,7 +55,7 @@ from mggcn.launch import WorkerError, run_workers
 from mggcn.plan import plan_memory
 from mggcn.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.timing import PHASES
-from mggcn.train import TrainConfig, build_model, train_shard
+from mggcn.train import TrainConfig, build_model, shard_tile_columns, train_shard
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",
            "reset_peak_rss"]
@@ -247,7 +247,8 @@ def mggcn_worker(path: str, config: dict, device: str, threads: int, timeout_s: 
     start = time.perf_counter()
     cfg = _train_config(**config)
     dataset = InMemoryDataset(_load_graph(path))  # as `mggcn train` cuts its shards
-    shard = dataset.shard(dataset.partition(ctx.world_size, cfg.seed, cfg.partition), ctx.rank, cfg.norm)
+    tiles = shard_tile_columns(cfg, dataset, ctx)
+    shard = dataset.shard(dataset.partition(ctx.world_size, cfg.seed, cfg.partition), ctx.rank, cfg.norm, tiles)
     del dataset
     held = _shard_bytes(shard)
     probe.ready()
@@ -256,16 +257,16 @@ def mggcn_worker(path: str, config: dict, device: str, threads: int, timeout_s: 
     memory = probe.done()
     workspace = getattr(result.model, "workspace", None)
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
-            "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(int(b._nnz()) for b in shard.adj_t),
+            "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(b.nnz for b in shard.adj_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
+            "tile_cols": tiles,
             "rows": int(shard.x.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads()}
 
 
 def _shard_bytes(shard) -> dict:
     def csr(blocks):
-        return sum(t.numel() * t.element_size() for b in blocks
-                   for t in (b.crow_indices(), b.col_indices(), b.values()))
+        return sum(b.nbytes for b in blocks)
 
     shared = all(a is t for a, t in zip(shard.adj, shard.adj_t))
     return {"adjacency A": csr(shard.adj), "adjacency A^T": 0 if shared else csr(shard.adj_t),
@@ -393,7 +394,7 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict, machine: Machine) -> 
         if run.kind == "mggcn":
             plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
                                opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"],
-                               rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"])
+                               rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"], tile_cols=r["tile_cols"])
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)

@@ -25,6 +25,7 @@ from mggcn.graph import GraphError
 from mggcn.model import ACTIVATIONS, ORDERS
 from mggcn.norm import NORMS
 from mggcn.partition import ORDERINGS
+from mggcn.tiled import TILE_BYTES
 from mggcn.train import TrainConfig
 
 __all__ = ["main", "build_parser"]
@@ -47,6 +48,18 @@ def _hidden(text: str) -> tuple[int, ...]:
     if any(s < 1 for s in sizes):
         raise argparse.ArgumentTypeError(f"hidden sizes must be positive, got '{text}'")
     return sizes
+
+
+def _bytes(text: str) -> int:
+    from mggcn.plan import parse_bytes
+
+    try:
+        value = parse_bytes(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4M or 512K, got '{text}'")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a size of at least 0, got '{text}'")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -103,6 +116,9 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comm", choices=COMM_MODES, default=_DEFAULTS.comm,
                    help="SpMM exchange: broadcast every row block (MG-GCN), send only the rows each block "
                         "references (sparse), or per rank pair whichever fits (auto)")
+    p.add_argument("--tile-bytes", type=_bytes, default=_DEFAULTS.tile_bytes,
+                   help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default "
+                        f"{TILE_BYTES >> 20}M per machine, shared by its ranks; 0: no tiling)")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed)
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
@@ -318,7 +334,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
-                      seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm)
+                      seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm,
+                      tile_bytes=args.tile_bytes)
     read_options = _read_options(args)
     job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
                    read_options=read_options,

@@ -40,7 +40,7 @@ class Dataset(Protocol):
 
     def partition(self, num_parts: int, seed: int, ordering: str) -> Partition: ...
 
-    def shard(self, part: Partition, rank: int, norm: str) -> Shard: ...
+    def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard: ...
 
 
 class InMemoryDataset:
@@ -60,10 +60,10 @@ class InMemoryDataset:
             return metis_partition(ei[1], ei[0], self.num_nodes, num_parts, seed)  # rows of Â are targets
         return make_partition(self.num_nodes, num_parts, seed, ordering)
 
-    def shard(self, part: Partition, rank: int, norm: str) -> Shard:
+    def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard:
         if norm not in self._adj_hat:
             self._adj_hat[norm] = normalize(adjacency(self.graph.edge_index, self.num_nodes), norm)
-        return build_shard(self.graph, part, rank, norm, adj_hat=self._adj_hat[norm])
+        return build_shard(self.graph, part, rank, norm, adj_hat=self._adj_hat[norm], tile_cols=tile_cols)
 
 
 def is_generated(spec: str) -> bool:

@@ -39,28 +39,14 @@ import torch
 import torch.distributed as dist
 
 from mggcn.dist import DistContext
-from mggcn.spmm import _StagedSpMMFunction, local_spmm  # the autograd wrapper only calls op.run
+from mggcn.spmm import _Accumulator, _StagedSpMMFunction, local_spmm  # the autograd wrapper only calls op.run
+from mggcn.tiled import TiledCSR
 from mggcn.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
 
 COMM_MODES = ("broadcast", "sparse", "auto")
 DENSE_FRACTION = 0.8
-
-
-def _referenced_columns(block: torch.Tensor) -> torch.Tensor:
-    """The distinct columns holding a nonzero of a sparse CSR block, sorted (int64)."""
-    if block._nnz() == 0:
-        return torch.empty(0, dtype=torch.int64)
-    return torch.unique(block.col_indices().to(torch.int64).cpu())
-
-
-def _compact(block: torch.Tensor, needed: torch.Tensor) -> torch.Tensor:
-    """``block`` with its columns renumbered to positions in ``needed`` (sorted), so it is ``m × len(needed)``."""
-    cols = block.col_indices()
-    new = torch.searchsorted(needed.to(cols.device), cols.to(torch.int64)).to(cols.dtype)
-    return torch.sparse_csr_tensor(block.crow_indices(), new, block.values(), size=(block.shape[0], needed.numel()),
-                                   device=block.device)
 
 
 class ExchangePlan:
@@ -70,10 +56,9 @@ class ExchangePlan:
     rows arrive from rank j; ``blocks[j]``: the block to multiply with them (compacted unless dense or diagonal).
     """
 
-    def __init__(self, ctx: DistContext, blocks: list[torch.Tensor], mode: str, dense_fraction: float) -> None:
-        p, rank, m = ctx.world_size, ctx.rank, blocks[0].shape[0]
-        needed = [_referenced_columns(b) if j != rank else torch.empty(0, dtype=torch.int64)
-                  for j, b in enumerate(blocks)]
+    def __init__(self, ctx: DistContext, blocks: list[TiledCSR], mode: str, dense_fraction: float) -> None:
+        p, rank, m = ctx.world_size, ctx.rank, blocks[0].rows
+        needed = [b.columns() if j != rank else torch.empty(0, dtype=torch.int64) for j, b in enumerate(blocks)]
         dense = [j != rank and mode == "auto" and needed[j].numel() >= dense_fraction * m and needed[j].numel() > 0
                  for j in range(p)]
         # a dense pair asks for every row: its request is m rows, and the sender then copies b instead of gathering
@@ -92,8 +77,8 @@ class ExchangePlan:
         for i, chunk in enumerate(torch.split(their_index, self.send_rows)):
             full = chunk.numel() == m and bool(torch.equal(chunk, torch.arange(m)))
             self.send_index.append(None if full else chunk.to(device))
-        self.blocks = [b if (j == rank or dense[j]) else _compact(b, needed[j]) for j, b in enumerate(blocks)]
-        self.empty = [b._nnz() == 0 for b in self.blocks]
+        self.blocks = [b if (j == rank or dense[j]) else b.compact(needed[j]) for j, b in enumerate(blocks)]
+        self.empty = [b.nnz == 0 for b in self.blocks]
         self.dense_pairs = sum(dense)
 
 
@@ -104,7 +89,7 @@ class SparseExchangeSpMM:
 
     Args:
         ctx: this rank's distributed context.
-        adj: the P column blocks ``Â[i, j]`` of this rank (sparse CSR, m × m).
+        adj: the P column blocks ``Â[i, j]`` of this rank (m × m).
         adj_t: the P column blocks ``Âᵀ[i, j]`` of this rank, for the backward pass.
         mode: ``"sparse"`` or ``"auto"`` (see the module docstring).
         overlap: multiply the diagonal block while the exchange is in flight (default) or wait first.
@@ -112,7 +97,7 @@ class SparseExchangeSpMM:
         dense_fraction: ``auto``'s threshold, the fraction of the sender's rows above which a pair gets all rows.
     """
 
-    def __init__(self, ctx: DistContext, adj: list[torch.Tensor], adj_t: list[torch.Tensor], mode: str = "sparse",
+    def __init__(self, ctx: DistContext, adj: list[TiledCSR], adj_t: list[TiledCSR], mode: str = "sparse",
                  overlap: bool = True, timer: PhaseTimer = NULL_TIMER,
                  dense_fraction: float = DENSE_FRACTION) -> None:
         if len(adj) != ctx.world_size or len(adj_t) != ctx.world_size:
@@ -121,7 +106,7 @@ class SparseExchangeSpMM:
             raise ValueError(f"SparseExchangeSpMM: mode must be 'sparse' or 'auto', got '{mode}' "
                              "(use mggcn.spmm.StagedSpMM for 'broadcast')")
         self.ctx, self.adj, self.adj_t = ctx, adj, adj_t
-        self.rows = adj[0].shape[0]
+        self.rows = adj[0].rows
         self.overlap, self.timer = overlap, timer
         self.sent_bytes = self.recv_bytes = 0
         self.plans = None
@@ -168,11 +153,10 @@ class SparseExchangeSpMM:
         if not self.overlap:
             with self.timer("comm_wait"):
                 work.wait()
-        out = torch.zeros_like(b)
+        out = _Accumulator(torch.empty_like(b), self.timer)
         rank = self.ctx.rank
         if not plan.empty[rank]:
-            with self.timer("spmm"):
-                out.addmm_(plan.blocks[rank], b)
+            out.add(plan.blocks[rank], b)
         if self.overlap:
             with self.timer("comm_wait"):
                 work.wait()
@@ -180,7 +164,6 @@ class SparseExchangeSpMM:
         offset = 0
         for j, rows in enumerate(plan.recv_rows):
             if j != rank and not plan.empty[j]:
-                with self.timer("spmm"):
-                    out.addmm_(plan.blocks[j], recv[offset: offset + rows])
+                out.add(plan.blocks[j], recv[offset: offset + rows])
             offset += rows
-        return out
+        return out.result()

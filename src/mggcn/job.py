@@ -23,7 +23,7 @@ from mggcn.datasets import DEFAULT_DATASET, Dataset, open_dataset
 from mggcn.dist import init_distributed, shutdown
 from mggcn.graph import Graph, GraphError
 from mggcn.progress import TrainProgress
-from mggcn.train import TrainConfig, format_balance, predict_shard, train_shard
+from mggcn.train import TrainConfig, format_balance, predict_shard, shard_tile_columns, train_shard
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
 
@@ -197,7 +197,8 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
             dataset = open_job_dataset(job)
         cfg = job.config
         part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
-        shard = dataset.shard(part, ctx.rank, cfg.norm)
+        tiles = shard_tile_columns(cfg, dataset, ctx)
+        shard = dataset.shard(part, ctx.rank, cfg.norm, tile_cols=tiles)
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
         identity = dataset_identity(dataset)
         del dataset  # this rank keeps only its shard

@@ -4,9 +4,10 @@
    about the same number of nonzeros), and the vertex count is padded to a multiple of P with isolated dummy
    vertices that belong to no split.
 2. Rank i owns the m = n_pad / P consecutive new ids ``[i·m, (i+1)·m)``: its rows of Â, of the features and labels.
-   It cuts its row block into P column blocks ``Â[i, j]`` (m × m CSR, int32 indices where they fit), and does the
-   same with its row block of Âᵀ for the backward pass — built once here, never transposed at run time, and never
-   assumed equal to Â (directed graphs, ``mean`` norm).
+   It cuts its row block into P column blocks ``Â[i, j]`` (m × m CSR, int32 indices where they fit; on CPU each
+   further cut into column tiles, :mod:`mggcn.tiled`), and does the same with its row block of Âᵀ for the
+   backward pass — built once here, never transposed at run time, and never assumed equal to Â (directed graphs,
+   ``mean`` norm).
 
 Orderings (``--partition``): ``random`` (the MG-GCN way), ``none`` (the original ids), and ``random-local``: the same
 random permutation decides which part each vertex goes to (so the balance is that of ``random``), then each part
@@ -22,22 +23,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from mggcn.graph import SPLITS, Graph, GraphError
 from mggcn.norm import adjacency, normalize
+from mggcn.tiled import TiledCSR, csr_to_torch
 
-__all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "build_shard"]
+__all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks",
+           "build_shard"]
 
 ORDERINGS = ("random", "none", "random-local", "metis")  # metis: mggcn.metis, which needs the graph
 
-# torch warns on every CSR construction that the layout is beta; it is the layout MG-GCN is built on.
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
 @dataclass(frozen=True)
@@ -91,15 +89,6 @@ def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str 
     return Partition(num_nodes, num_parts, order, position)
 
 
-def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A scipy CSR as a torch sparse CSR tensor, with int32 indices when they fit (a bit faster in MKL)."""
-    idx = np.int32 if mat.nnz < 2**31 and max(mat.shape) < 2**31 else np.int64
-    crow = torch.from_numpy(np.ascontiguousarray(mat.indptr, dtype=idx))
-    col = torch.from_numpy(np.ascontiguousarray(mat.indices, dtype=idx))
-    val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
-    return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
-
-
 def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]:
     """Cut an ``m × (P·m)`` row block (columns in new ids) into its P column blocks of ``m × m``."""
     m = block.shape[1] // num_parts
@@ -112,6 +101,11 @@ def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]
         blk.sum_duplicates()
         out.append(blk)
     return out
+
+
+def to_blocks(block: sp.csr_matrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
+    """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole)."""
+    return [TiledCSR.from_scipy(b, tile_cols) for b in split_row_block(block, num_parts)]
 
 
 def _row_block(adj: sp.csr_matrix, part: Partition, rank: int) -> sp.csr_matrix:
@@ -131,13 +125,14 @@ class Shard:
     """What one rank holds: its column blocks of Â and Âᵀ, and its rows of features, labels and splits.
 
     Shapes: ``x`` [m, F]; ``y`` [m] (``-1`` on padding and unlabelled rows); ``masks[s]`` bool [m];
-    ``adj[j]``, ``adj_t[j]`` sparse CSR [m, m] for j in 0..P-1.
+    ``adj[j]``, ``adj_t[j]`` [m, m] for j in 0..P-1 (:class:`~mggcn.tiled.TiledCSR`; the same objects when
+    Â = Âᵀ).
     """
 
     rank: int
     partition: Partition
-    adj: list[torch.Tensor]
-    adj_t: list[torch.Tensor]
+    adj: list[TiledCSR]
+    adj_t: list[TiledCSR]
     x: torch.Tensor
     y: torch.Tensor
     masks: dict[str, torch.Tensor]
@@ -154,12 +149,13 @@ class Shard:
 
     @property
     def nnz(self) -> int:
-        return sum(int(b._nnz()) for b in self.adj)
+        return sum(b.nnz for b in self.adj)
 
 
 def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
-                adj_hat: sp.csr_matrix | None = None) -> Shard:
-    """Rank ``rank``'s shard of an in-memory graph (the whole graph is read, only this rank's share is kept)."""
+                adj_hat: sp.csr_matrix | None = None, tile_cols: int | None = None) -> Shard:
+    """Rank ``rank``'s shard of an in-memory graph (the whole graph is read, only this rank's share is kept);
+    ``tile_cols``: columns per tile of the blocks (:func:`mggcn.tiled.tile_columns`; None: untiled)."""
     if adj_hat is None:
         adj_hat = normalize(adjacency(graph.edge_index, graph.num_nodes), norm)
     rows = part.rows(rank)
@@ -181,8 +177,8 @@ def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
         mk = np.zeros(m, dtype=bool)
         mk[real] = graph.masks[s][orig[real]]
         masks[s] = torch.from_numpy(mk)
-    adj_torch = [csr_to_torch(b) for b in adj]
-    adj_t_torch = adj_torch if adj_t is adj else [csr_to_torch(b) for b in adj_t]
+    adj_torch = [TiledCSR.from_scipy(b, tile_cols) for b in adj]
+    adj_t_torch = adj_torch if adj_t is adj else [TiledCSR.from_scipy(b, tile_cols) for b in adj_t]
     return Shard(rank=rank, partition=part, adj=adj_torch, adj_t=adj_t_torch,
                  x=torch.from_numpy(x), y=torch.from_numpy(y), masks=masks, num_classes=graph.num_classes,
                  split_sizes={s: int(graph.masks[s].sum()) for s in SPLITS})

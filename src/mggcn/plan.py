@@ -4,7 +4,7 @@ Per rank, with ``m = ⌈n / P⌉`` rows, ``nnz_i`` nonzeros of Â in its rows (�
 ordering; self loops included), ``ib`` bytes per CSR index (4 while a block has < 2³¹ nonzeros, else 8), float32
 values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` parameters::
 
-    adjacency    Â and Âᵀ, P column blocks each:  2 · [P · (m + 1) · ib + nnz_i · (ib + 4)]
+    adjacency    Â and Âᵀ, P column blocks each:  2 · [T · (m + 1) · ib + nnz_i · (ib + 4)]
     features     X:                               4 · m · F
     Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F
     labels       y (int64), three split masks (bool), the row indices of each split (int64):  m · (8 + 3 + 8 · s)
@@ -12,6 +12,9 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
     buffers      P > 1: the two broadcast buffers shared by every SpMM of the epoch:            2 · 4 · m · max(widths)
     activations  the peak over the epoch of what autograd keeps plus the gradients in flight (below)
 
+``T`` is the number of CSR tiles of the P blocks: P without tiling (GPUs), ``P · ⌈m / tile_cols⌉`` on CPUs where
+each block is cut into column tiles (:func:`mggcn.tiled.tile_columns`; their row pointers cost at most 12.5% of the
+nonzeros' bytes).
 ``widths`` are :func:`mggcn.train.spmm_widths` (the order policy decides them). Activations, from what
 :mod:`mggcn.model` keeps: its workspace (each hidden output a GEMM produces, the ``H·Wᵀ`` an SpMM reads, two
 gradient buffers), the outputs of SpMMs (new tensors: a transform-first layer's output, an aggregate-first layer's
@@ -47,9 +50,10 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from mggcn.model import aggregate_first
+from mggcn.tiled import index_bytes, num_tiles
 from mggcn.train import spmm_widths
 
-__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "index_bytes",
+__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak",
            "parse_bytes", "format_bytes", "format_plan"]
 
 FLOAT = 4
@@ -83,11 +87,6 @@ PRESETS = {
         "reddit", 232_965, 114_615_892, 602, 41, train=153_431 / 232_965,
         source="PyG Reddit: edge_index [2, 114,615,892] (both directions)"),
 }
-
-
-def index_bytes(nnz: int, size: int) -> int:
-    """Bytes of one CSR index, as :func:`mggcn.partition.csr_to_torch` chooses them per block."""
-    return 4 if nnz < 2**31 and size < 2**31 else 8
 
 
 def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
@@ -215,7 +214,7 @@ class MemoryPlan:
 def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden: Sequence[int], nprocs: int = 1, *,
                 order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
                 splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
-                symmetric: bool = False) -> MemoryPlan:
+                symmetric: bool = False, tile_cols: int | None = None) -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -223,6 +222,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         train: fraction of the vertices in the training split; ``splits``: fraction in any split.
         rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``).
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
+        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.tiled.tile_columns`; None: untiled, as on GPUs).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ValueError(f"--nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}")
@@ -236,7 +236,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
 
     def blocks(nnz: int) -> int:
         ib = index_bytes(nnz, m)
-        return nprocs * (m + 1) * ib + nnz * (ib + FLOAT)
+        return nprocs * num_tiles(m, tile_cols) * (m + 1) * ib + nnz * (ib + FLOAT)
 
     cached = caches and aggregate_first(dims[0], dims[1], True, order)
     params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))

@@ -35,7 +35,7 @@ from mggcn.launch import run_workers
 from mggcn.model import ACTIVATIONS, GCN, activate
 from mggcn.norm import NORMS
 from mggcn.spmm import StagedSpMM
-from mggcn.train import TrainConfig, gather_original
+from mggcn.train import TrainConfig, gather_original, shard_tile_columns
 
 __all__ = ["OUTPUTS", "PredictJob", "model_dims", "save_model", "load_model", "gather_original", "layer_output",
            "check_predict", "predict_on_rank", "run_predict_job", "predict"]
@@ -206,7 +206,9 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
         dataset = _open(job)
     model, card = load_model(job.model, job.norm, job.activation, note=False)  # check_predict said it
     part = dataset.partition(ctx.world_size, 0, "random")
-    shard = dataset.shard(part, ctx.rank, card["norm"]).to(ctx.device)
+    widths = [conv.lin.in_features if conv.aggregate_first else conv.lin.out_features for conv in model.convs]
+    tiles = shard_tile_columns(_DEFAULTS, dataset, ctx, max(widths))
+    shard = dataset.shard(part, ctx.rank, card["norm"], tile_cols=tiles).to(ctx.device)
     del dataset
     model.to(ctx.device)
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t)

@@ -250,8 +250,9 @@ class PreparedDataset:
             return metis_partition(targets, sources, self.num_nodes, num_parts, seed)
         return make_partition(self.num_nodes, num_parts, seed, ordering)
 
-    def shard(self, part: "Partition", rank: int, norm: str) -> "Shard":
-        """Rank ``rank``'s :class:`~mggcn.partition.Shard`, reading only its rows (and its rows' edges)."""
+    def shard(self, part: "Partition", rank: int, norm: str, tile_cols: int | None = None) -> "Shard":
+        """Rank ``rank``'s :class:`~mggcn.partition.Shard`, reading only its rows (and its rows' edges);
+        ``tile_cols`` as in :func:`mggcn.partition.build_shard`."""
         import torch
 
         from mggcn.norm import NORMS
@@ -273,14 +274,15 @@ class PreparedDataset:
         if self.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
             row, col, (values, values_t) = self._entries("in", part, first, local, ids, degree, norm, reads,
                                                        both=True)
-            adj, adj_t = self._blocks(row, col, values, part), self._blocks(row, col, values_t, part)
+            adj, adj_t = (self._blocks(row, col, values, part, tile_cols),
+                          self._blocks(row, col, values_t, part, tile_cols))
             del row, col, values, values_t
         else:
             row, col, (values,) = self._entries("in", part, first, local, ids, degree, norm, reads)
-            adj = self._blocks(row, col, values, part)
+            adj = self._blocks(row, col, values, part, tile_cols)
             del row, col, values
             row, col, (values,) = self._entries("out", part, first, local, ids, degree, norm, reads)
-            adj_t = self._blocks(row, col, values, part)
+            adj_t = self._blocks(row, col, values, part, tile_cols)
             del row, col, values
 
         x = np.zeros((m, self.num_features), dtype=np.float32)
@@ -353,14 +355,15 @@ class PreparedDataset:
             begin = end
         return row[:filled], col[:filled], [v[:filled] for v in values]
 
-    def _blocks(self, row: np.ndarray, col: np.ndarray, values: np.ndarray, part: "Partition") -> list:
-        """The P column blocks (torch sparse CSR, ``m × m``) of the rows given as COO entries."""
+    def _blocks(self, row: np.ndarray, col: np.ndarray, values: np.ndarray, part: "Partition",
+                tile_cols: int | None) -> list:
+        """The P column blocks (:class:`~mggcn.tiled.TiledCSR`, ``m × m``) of the rows given as COO entries."""
         import scipy.sparse as sp
 
-        from mggcn.partition import csr_to_torch, split_row_block
+        from mggcn.partition import to_blocks
 
         block = sp.coo_matrix((values, (row, col)), shape=(part.rows_per_part, part.padded_nodes))
-        return [csr_to_torch(b) for b in split_row_block(block, part.num_parts)]
+        return to_blocks(block, part.num_parts, tile_cols)
 
     @property
     def fingerprint(self) -> str:

@@ -24,7 +24,8 @@ from typing import Sequence
 
 import torch
 
-from mggcn.plan import FLOAT, index_bytes
+from mggcn.plan import FLOAT
+from mggcn.tiled import index_bytes
 from mggcn.train import spmm_widths
 
 __all__ = ["Machine", "EpochWork", "measure_machine", "mggcn_work", "pyg_work", "epoch_floor"]

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from mggcn.dist import DistContext
+from mggcn.tiled import TiledCSR
 from mggcn.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["BroadcastBuffers", "StagedSpMM", "local_adj", "local_spmm"]
@@ -50,15 +51,26 @@ class BroadcastBuffers:
         return sum(f.numel() * f.element_size() for f in self._flat)
 
 
-def local_spmm(blocks: list[torch.Tensor], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
-    """``Â · B`` when one rank holds everything (P = 1).
-
-    ``addmm`` with ``beta=0`` into a new tensor: ``torch.sparse.mm`` would allocate a zeroed input besides the
-    result, twice the output's memory at the peak.
-    """
-    out = torch.empty(blocks[0].shape[0], b.shape[1], dtype=b.dtype, device=b.device)
+def local_spmm(blocks: list[TiledCSR], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
+    """``Â · B`` when one rank holds everything (P = 1), into a new tensor (not zeroed first: ``beta=0``)."""
+    out = torch.empty(blocks[0].rows, b.shape[1], dtype=b.dtype, device=b.device)
     with timer("spmm"):
-        return torch.addmm(out, blocks[0], b, beta=0, out=out)
+        return blocks[0].matmul(b, out)
+
+
+class _Accumulator:
+    """``out = Σ`` of the blocks' products in the order they come: the first one writes, the others add."""
+
+    def __init__(self, out: torch.Tensor, timer: PhaseTimer) -> None:
+        self.out, self.timer, self.started = out, timer, False
+
+    def add(self, block: TiledCSR, rows: torch.Tensor) -> None:
+        with self.timer("spmm"):
+            block.matmul(rows, self.out, accumulate=self.started)
+        self.started = True
+
+    def result(self) -> torch.Tensor:
+        return self.out if self.started else self.out.zero_()
 
 
 class StagedSpMM:
@@ -66,24 +78,24 @@ class StagedSpMM:
 
     Args:
         ctx: this rank's distributed context.
-        adj: the P column blocks ``Â[i, j]`` of this rank (sparse CSR, m × m).
+        adj: the P column blocks ``Â[i, j]`` of this rank (m × m).
         adj_t: the P column blocks ``Âᵀ[i, j]`` of this rank, for the backward pass.
         buffers: the shared broadcast buffers (m rows).
         overlap: issue stage j+1's broadcast before stage j's multiply (default) or not.
         timer: where SpMM and communication-wait seconds are accounted.
     """
 
-    def __init__(self, ctx: DistContext, adj: list[torch.Tensor], adj_t: list[torch.Tensor],
+    def __init__(self, ctx: DistContext, adj: list[TiledCSR], adj_t: list[TiledCSR],
                  buffers: BroadcastBuffers | None = None, overlap: bool = True,
                  timer: PhaseTimer = NULL_TIMER) -> None:
         if len(adj) != ctx.world_size or len(adj_t) != ctx.world_size:
             raise ValueError(f"rank {ctx.rank}: {len(adj)} blocks of Â for a world of {ctx.world_size}")
         self.ctx, self.adj, self.adj_t = ctx, adj, adj_t
-        self.rows = adj[0].shape[0]
+        self.rows = adj[0].rows
         self.buffers = buffers
         self.overlap = overlap
         self.timer = timer
-        self.skip = [b._nnz() == 0 for b in adj], [b._nnz() == 0 for b in adj_t]
+        self.skip = [b.nnz == 0 for b in adj], [b.nnz == 0 for b in adj_t]
         # bytes handed to / received from the broadcasts, the root counted as sending to each of the P - 1 others
         self.sent_bytes = self.recv_bytes = 0
 
@@ -99,7 +111,7 @@ class StagedSpMM:
         b = b.contiguous()
         if self.buffers is None:
             self.buffers = BroadcastBuffers(self.rows, b.shape[1], b.dtype, b.device)
-        out = torch.zeros_like(b)
+        out = _Accumulator(torch.empty_like(b), self.timer)
         num_stages, rank = self.ctx.world_size, self.ctx.rank
 
         def issue(stage: int) -> tuple[torch.Tensor, dist.Work, float]:
@@ -116,17 +128,15 @@ class StagedSpMM:
             if self.overlap and stage + 1 < num_stages:
                 pending = issue(stage + 1)
             if self.overlap and stage == 0 and not empty[rank]:
-                with self.timer("spmm"):  # the local block needs no broadcast: it runs while the first two fly
-                    out.addmm_(blocks[rank], b)
+                out.add(blocks[rank], b)  # the local block needs no broadcast: it runs while the first two fly
             with self.timer("comm_wait"):
                 work.wait()
             self.timer.mark("broadcast", issued, time.perf_counter())
             if not empty[stage] and not (self.overlap and stage == rank):
-                with self.timer("spmm"):
-                    out.addmm_(blocks[stage], rows)
+                out.add(blocks[stage], rows)
             if not self.overlap and stage + 1 < num_stages:
                 pending = issue(stage + 1)
-        return out
+        return out.result()
 
 
 class _StagedSpMMFunction(torch.autograd.Function):
@@ -144,6 +154,11 @@ class _StagedSpMMFunction(torch.autograd.Function):
         return ctx.op.run(grad, transpose=True), None
 
 
-def local_adj(adj: torch.Tensor, adj_t: torch.Tensor, timer: PhaseTimer = NULL_TIMER) -> StagedSpMM:
-    """``H -> Â·H`` in one process, with the CSR of Âᵀ built once for backward (never ``Â.t()`` at run time)."""
-    return StagedSpMM(DistContext(), [adj], [adj_t], timer=timer)
+def local_adj(adj: torch.Tensor | TiledCSR, adj_t: torch.Tensor | TiledCSR,
+              timer: PhaseTimer = NULL_TIMER) -> StagedSpMM:
+    """``H -> Â·H`` in one process, with the CSR of Âᵀ built once for backward (never ``Â.t()`` at run time).
+    ``adj`` and ``adj_t``: torch sparse CSR tensors or tiled blocks."""
+    def block(a):
+        return a if isinstance(a, TiledCSR) else TiledCSR.from_torch(a)
+
+    return StagedSpMM(DistContext(), [block(adj)], [block(adj_t)], timer=timer)

@@ -25,10 +25,11 @@ from mggcn.model import GCN, aggregate_first
 from mggcn.partition import Shard
 from mggcn.exchange import SparseExchangeSpMM
 from mggcn.spmm import BroadcastBuffers, StagedSpMM
+from mggcn.tiled import tile_columns
 from mggcn.timing import PHASES, PhaseTimer
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
-           "gather_original", "spmm_widths"]
+           "gather_original", "spmm_widths", "shard_tile_columns"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class TrainConfig:
     seed: int = 0
     patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
     trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
+    tile_bytes: int | None = None  # CPU SpMM: bytes of B per column tile (None: mggcn.tiled.TILE_BYTES; 0: untiled)
 
     def dims(self, num_features: int, num_classes: int) -> list[int]:
         return [num_features, *self.hidden, num_classes]
@@ -91,6 +93,19 @@ def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
             width = dims[i] if agg else dims[i + 1]
             widths += [width, width]
     return widths
+
+
+def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int | None = None) -> int | None:
+    """Columns per tile of this rank's blocks of ``dataset`` (:func:`mggcn.tiled.tile_columns`) for SpMMs of
+    ``width`` (default: the widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros
+    ``(E + n) / P²``; the ranks of one machine share its cache."""
+    if width is None:
+        dims = cfg.dims(dataset.num_features, dataset.num_classes)
+        width = max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
+    p = ctx.world_size
+    rows = -(-dataset.num_nodes // p)
+    return tile_columns(width, rows, (dataset.num_edges + dataset.num_nodes) // (p * p), ctx.device,
+                        ctx.local_world_size, cfg.tile_bytes)
 
 
 def build_model(cfg: TrainConfig, num_features: int, num_classes: int, device: torch.device | str = "cpu") -> GCN:
@@ -260,7 +275,7 @@ def partition_balance(ctx: DistContext, shard: Shard) -> dict:
     ``cut_nnz``: nonzeros of Â in off-diagonal blocks (edges whose ends lie on different ranks, directed, merged).
     """
     real_rows = int((shard.partition.order[shard.partition.rows(ctx.rank)] >= 0).sum())
-    cut = sum(int(b._nnz()) for j, b in enumerate(shard.adj) if j != ctx.rank)
+    cut = sum(b.nnz for j, b in enumerate(shard.adj) if j != ctx.rank)
     every = np.array(all_gather_objects(ctx, (shard.nnz, real_rows, cut)), dtype=np.float64)
     nnz, rows = every[:, 0], every[:, 1]
     return {"nnz_imbalance": float(nnz.max() / max(nnz.mean(), 1.0)),
