@@ -73,9 +73,9 @@ def test_first_layer_skips_its_backward_spmm():
     calls = []
     original = adj.run
 
-    def counting(b, transpose=False):
+    def counting(b, transpose=False, out=None):
         calls.append(transpose)
-        return original(b, transpose)
+        return original(b, transpose, out)
 
     adj.run = counting
     model = GCN([4, 8, 3], order="auto")  # layer 0: 4 <= 2*8, aggregate first

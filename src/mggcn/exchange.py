@@ -42,6 +42,7 @@ from mggcn.dist import DistContext
 from mggcn.spmm import _Accumulator, _StagedSpMMFunction, local_spmm  # the autograd wrapper only calls op.run
 from mggcn.tiled import TiledCSR
 from mggcn.timing import NULL_TIMER, PhaseTimer
+from mggcn.workspace import OutSpec, Workspace
 
 __all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
 
@@ -114,8 +115,9 @@ class SparseExchangeSpMM:
             self.plans = (ExchangePlan(ctx, adj, mode, dense_fraction), ExchangePlan(ctx, adj_t, mode, dense_fraction))
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def __call__(self, b: torch.Tensor) -> torch.Tensor:
-        return _StagedSpMMFunction.apply(b, self)
+    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
+        """As :meth:`mggcn.spmm.StagedSpMM.__call__`."""
+        return _StagedSpMMFunction.apply(b, self, out, grad_ws)
 
     def _views(self, plan: ExchangePlan, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Send and receive buffers at this width, shared by both directions and grown to the largest seen."""
@@ -128,10 +130,10 @@ class SparseExchangeSpMM:
                              torch.empty(max(need_recv, old[1]), dtype=b.dtype, device=b.device))
         return (self._buffers[0][:need_send].view(-1, width), self._buffers[1][:need_recv].view(-1, width))
 
-    def run(self, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-        """One exchange SpMM with Â (or Âᵀ) on this rank's rows ``b``; no autograd."""
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One exchange SpMM with Â (or Âᵀ) on this rank's rows ``b``, into ``out`` or a new tensor; no autograd."""
         if self.ctx.world_size == 1:
-            return local_spmm(self.adj_t if transpose else self.adj, b, self.timer)
+            return local_spmm(self.adj_t if transpose else self.adj, b, self.timer, out)
         plan = self.plans[1 if transpose else 0]
         b = b.contiguous()
         send, recv = self._views(plan, b)
@@ -153,7 +155,7 @@ class SparseExchangeSpMM:
         if not self.overlap:
             with self.timer("comm_wait"):
                 work.wait()
-        out = _Accumulator(torch.empty_like(b), self.timer)
+        out = _Accumulator(torch.empty_like(b) if out is None else out, self.timer)
         rank = self.ctx.rank
         if not plan.empty[rank]:
             out.add(plan.blocks[rank], b)

@@ -1,7 +1,8 @@
 """The GCN as plain single-device PyTorch; distribution enters only through the ``adj`` operator it is given.
 
-Layer l computes ``H_{l+1} = σ(Â · H_l · W_lᵀ + b_l)``; ``adj`` is any callable ``H -> Â·H`` (a
-:class:`~mggcn.spmm.StagedSpMM`, across ranks or in one process).
+Layer l computes ``H_{l+1} = σ(Â · H_l · W_lᵀ + b_l)``; ``adj`` is a callable ``H -> Â·H`` (a
+:class:`~mggcn.spmm.StagedSpMM`, across ranks or in one process) that takes two keywords: ``out``, a workspace
+buffer for its result, and ``grad_ws``, the workspace whose gradient buffers receive its backward's result.
 
 Order policy (it decides the SpMM width, hence the communication volume): each layer multiplies by W before
 aggregating — ``Â·(H·Wᵀ)`` — or after — ``(Â·H)·Wᵀ`` — whichever makes its SpMMs narrower, counting forward and
@@ -15,9 +16,11 @@ its input (for ``∂W``), the SpMM keeps nothing (its backward needs only Âᵀ)
 next layer's input, so each hidden activation is held once. The bias is added inside the GEMM (``addmm``) when the
 GEMM is the layer's last step, σ overwrites the layer's fresh output in place, and σ's backward overwrites the
 incoming gradient in place: a hidden layer holds one ``m × d_out`` buffer for its output and one for its gradient,
-and no ``E × d`` tensor exists anywhere. Those buffers are a :class:`Workspace`, allocated at the first epoch and
-reused by every later one: hidden outputs that a GEMM produces, the ``H·Wᵀ`` an SpMM reads, and two gradient
-buffers used alternately. :mod:`mggcn.plan` counts these bytes.
+and no ``E × d`` tensor exists anywhere. Those buffers are a :class:`~mggcn.workspace.Workspace`, allocated at the
+first epoch and reused by every later one: every layer's output (whether a GEMM or an SpMM produces it), the
+``Â·H`` an aggregate-first layer's GEMM keeps, the ``H·Wᵀ`` an SpMM reads, and two gradient buffers used
+alternately by every GEMM and SpMM of the backward pass. The logits are a new tensor unless the caller asks for
+them on the workspace too (the trainer does). :mod:`mggcn.plan` counts these bytes.
 
 Parameter names match PyG: ``convs.{l}.lin.weight`` [d_out, d_in] and ``convs.{l}.bias`` [d_out], so the
 state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``convs.`` dropped) or PyG's
@@ -35,13 +38,14 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mggcn.timing import NULL_TIMER, PhaseTimer
+from mggcn.workspace import OutSpec, Workspace
 
 __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "Workspace", "aggregate_first", "activate"]
 
 ORDERS = ("auto", "aggregate-first", "transform-first")
 ACTIVATIONS = ("relu", "leaky_relu")
 
-Adj = Callable[[torch.Tensor], torch.Tensor]  # H -> Â·H, a new tensor (σ may overwrite it)
+Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=Workspace | None) -> Â·H (σ may overwrite it)
 
 
 def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> bool:
@@ -51,45 +55,6 @@ def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> 
     if first:
         return d_in <= 2 * d_out
     return d_in < d_out
-
-
-class Workspace:
-    """Tensors allocated once and reused every epoch: MG-GCN's per-layer and shared buffers, in PyTorch.
-
-    Besides the memory it saves, reuse saves time: a fresh multi-megabyte tensor is paid for in page faults every
-    epoch (on a virtual machine about as long as the GEMM that fills it). :meth:`take` hands out ``[rows, width]``
-    tensors on the buffer ``name`` (allocated, or grown, on first use); :meth:`take_grad` one on whichever of the
-    two gradient buffers does not hold ``avoid`` (a gradient's producer reads the other one).
-
-    Every tensor handed out shares its buffer's storage AND version counter (it is ``detach()`` of a view), so
-    when a buffer is overwritten while autograd still keeps an older tensor of it for backward (two forward passes
-    before one backward), backward raises instead of computing with overwritten values.
-    """
-
-    GRAD = ("grad a", "grad b")
-
-    def __init__(self) -> None:
-        self._flat: dict[str, torch.Tensor] = {}
-
-    def take(self, name: str, rows: int, width: int, like: torch.Tensor) -> torch.Tensor:
-        numel = rows * width
-        flat = self._flat.get(name)
-        if flat is None or flat.numel() < numel or flat.dtype != like.dtype or flat.device != like.device:
-            flat = self._flat[name] = torch.empty(numel, dtype=like.dtype, device=like.device)
-        return flat[:numel].view(rows, width).detach()
-
-    def take_grad(self, rows: int, width: int, like: torch.Tensor, avoid: torch.Tensor) -> torch.Tensor:
-        first = self._flat.get(self.GRAD[0])
-        busy = first is not None and avoid.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-        return self.take(self.GRAD[1] if busy else self.GRAD[0], rows, width, like)
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        """Bytes of each buffer."""
-        return {name: f.numel() * f.element_size() for name, f in self._flat.items()}
-
-
-OutSpec = tuple[Workspace, str] | None  # where a result goes: a workspace buffer, or None for a new tensor
 
 
 class _TimedLinear(torch.autograd.Function):
@@ -195,10 +160,10 @@ class GCNLayer(nn.Module):
                 output_in_workspace: bool = False) -> torch.Tensor:
         """``h_aggregated`` is a precomputed ``Â·h``; when given, no SpMM runs.
 
-        With ``workspace``, what the GEMMs produce lives on its buffers: ``H·Wᵀ`` before an SpMM, the gradients
-        (except that of the first layer's input, which may be a leaf that keeps it), and with
-        ``output_in_workspace`` the output of a layer that ends with its GEMM (named after ``key``; the next
-        forward overwrites it). SpMM results are new tensors (the bias is added to them in place).
+        With ``workspace``, what the GEMMs and SpMMs produce lives on its buffers: ``H·Wᵀ`` before an SpMM, ``Â·H``
+        before a GEMM (named after ``key``), the gradients (except that of the first layer's input, which may be a
+        leaf that keeps it), and with ``output_in_workspace`` the layer's output (``out {key}``; the next forward
+        overwrites it). The bias is added inside the GEMM, or in place to the SpMM's result.
         """
         ws, weight, bias = workspace, self.lin.weight, self.bias
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
@@ -206,9 +171,11 @@ class GCNLayer(nn.Module):
         if h_aggregated is not None:
             return _TimedLinear.apply(h_aggregated, weight, bias, timer, out, None)
         if self.aggregate_first:
-            return _TimedLinear.apply(adj(h), weight, bias, timer, out, ws)
-        z = adj(_TimedLinear.apply(h, weight, None, timer, None if ws is None else (ws, "H.W"), input_grad_ws))
-        return z if bias is None else z.add_(bias)  # the SpMM's result is new: the bias goes in place
+            h_agg = adj(h, out=None if ws is None else (ws, f"A.H {key}"), grad_ws=input_grad_ws)
+            return _TimedLinear.apply(h_agg, weight, bias, timer, out, ws)
+        hw = _TimedLinear.apply(h, weight, None, timer, None if ws is None else (ws, "H.W"), input_grad_ws)
+        z = adj(hw, out=out, grad_ws=ws)
+        return z if bias is None else z.add_(bias)
 
 
 class GCN(nn.Module):
@@ -221,10 +188,11 @@ class GCN(nn.Module):
         input_dropout: dropout probability on the input features (0 lets ``Â·X`` be computed once).
         order: the order policy, see :func:`aggregate_first`.
         seed: initialization seed; the same seed gives the same weights on every rank.
-        reuse_buffers: keep hidden activations, intermediates and their gradients on a :class:`Workspace`
-            reused by every forward and backward (default True). The logits are always a new tensor; a second
-            forward before the backward of the first makes that backward raise (it would read overwritten
-            activations), so set False to run several forward passes into one backward.
+        reuse_buffers: keep hidden activations, intermediates and their gradients on a
+            :class:`~mggcn.workspace.Workspace` reused by every forward and backward (default True). The logits
+            are a new tensor unless :meth:`forward` is asked otherwise; a second forward before the backward of the
+            first makes that backward raise (it would read overwritten activations), so set False to run several
+            forward passes into one backward.
     """
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
@@ -250,8 +218,11 @@ class GCN(nn.Module):
         return self.input_dropout == 0.0
 
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
-                x_aggregated: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [m, classes] for the rows ``x`` [m, d_0]; ``x_aggregated`` is a precomputed ``Â·x``."""
+                x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False) -> torch.Tensor:
+        """Logits [m, classes] for the rows ``x`` [m, d_0]; ``x_aggregated`` is a precomputed ``Â·x``.
+
+        ``logits_in_workspace``: return the logits on the workspace buffer ``out {L-1}`` (overwritten by the next
+        forward) instead of a new tensor, so that an epoch allocates nothing of their size."""
         if x_aggregated is not None and not self.caches_input_aggregation:
             raise ValueError("x_aggregated cannot be used with input dropout")
         h = F.dropout(x, self.input_dropout, self.training) if self.input_dropout else x
@@ -260,7 +231,7 @@ class GCN(nn.Module):
             if i > 0 and self.dropout:
                 h = F.dropout(h, self.dropout, self.training)
             h = conv(h, adj, timer, h_aggregated=x_aggregated if i == 0 else None, workspace=self.workspace,
-                     key=str(i), output_in_workspace=i < last)
+                     key=str(i), output_in_workspace=i < last or logits_in_workspace)
             if i < last:
                 h = activate(h, self.activation)
         return h

@@ -15,22 +15,22 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
 ``T`` is the number of CSR tiles of the P blocks: P without tiling (GPUs), ``P · ⌈m / tile_cols⌉`` on CPUs where
 each block is cut into column tiles (:func:`mggcn.tiled.tile_columns`; their row pointers cost at most 12.5% of the
 nonzeros' bytes).
-``widths`` are :func:`mggcn.train.spmm_widths` (the order policy decides them). Activations, from what
-:mod:`mggcn.model` keeps: its workspace (each hidden output a GEMM produces, the ``H·Wᵀ`` an SpMM reads, two
-gradient buffers), the outputs of SpMMs (new tensors: a transform-first layer's output, an aggregate-first layer's
-``Â·H`` that its GEMM keeps), the logits ``m × C`` (kept until the epoch's accuracies are counted; last epoch's
-until this epoch's replace them) and the loss over the training rows. :func:`activation_peak` walks an epoch
-tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order policy's choice for F ≤ 2h, h ≥ C) it is
-``4 · m · (2h + 4C)``: the workspace ``out 0`` (h), ``H·W`` (C) and one gradient buffer (h), and at the peak,
-in the SpMM of the last layer's backward, the logits, their gradient and its ``Âᵀ·`` (C each). Before the
-first epoch, Â·X at P > 1 receives its broadcasts in two temporaries of ``4 · m · F``: the activations part is the
-larger of the two peaks.
+``widths`` are :func:`mggcn.train.spmm_widths` (the order policy decides them). Activations are the buffers of
+the model's :class:`~mggcn.workspace.Workspace`, allocated in the first epoch and reused by every later one: every
+layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an aggregate-first layer's GEMM keeps,
+two gradient buffers that every GEMM and SpMM of the backward pass use in turn (the loss's gradient is the first),
+and the loss's row maxima (float32) and argmax (int64); at the loss, two float32 vectors of row sums besides.
+:func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order
+policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (2h + 3C + 5)``: ``out 0`` (h), ``H·W`` and the logits (C
+each), the gradient buffers (h and C), 12 bytes per row for the loss and 8 for its row sums. Before the first
+epoch, Â·X at P > 1 receives its broadcasts in two temporaries of ``4 · m · F``: the activations part is the larger
+of the two peaks.
 
 MG-GCN's paper estimates ``4 · m · [d_0 + Σ_l max(d_l, d_l+1) + 3 · max_l min(d_l, d_l+1)] + 2 · 8 · nnz / P``:
 one buffer per layer for its output, reused for its gradient, and three shared ones. Ours differs in small ways:
-gradients go to two shared buffers rather than into the output's (σ's backward still needs the output), SpMM
-results are new tensors, Â·X replaces the first layer's SpMM, and the broadcast buffers are sized by the epoch's
-widest SpMM rather than the features.
+gradients go to two shared buffers rather than into the output's (σ's backward still needs the output), an
+aggregate-first hidden layer keeps its ``Â·H``, Â·X replaces the first layer's SpMM, and the broadcast buffers are
+sized by the epoch's widest SpMM rather than the features.
 
 Not counted: the Python and PyTorch runtime (measure it: ``mggcn bench`` subtracts the RSS before the graph is
 loaded), the sparse library's workspace, allocator slack, and the transient peak while a shard is built.
@@ -93,11 +93,13 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
                     train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0) -> tuple[int, dict]:
     """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
 
-    Walks the forward and backward passes of :class:`mggcn.model.GCN` (with its :class:`~mggcn.model.Workspace`)
-    and the loss of :func:`mggcn.train.train_shard` tensor by tensor: workspace buffers stay (``ws:`` names, each
-    as large as its widest use), other tensors are freed where the code drops their last reference. Returns
-    ``(peak, alive)``, ``alive`` naming what is held at the peak of an epoch after the first. With dropout
-    (approximate): its output and 1-byte mask per dropped input, kept until that layer's backward.
+    Walks the forward and backward passes of :class:`mggcn.model.GCN` (with its
+    :class:`~mggcn.workspace.Workspace`) and the loss of :func:`mggcn.train.train_shard` tensor by tensor:
+    workspace buffers stay (``ws:`` names, each as large as its widest use), other tensors are freed where the code
+    drops their last reference. Returns ``(peak, alive)``, ``alive`` naming what is held at the peak of an epoch
+    after the first. With dropout (approximate): its output and 1-byte mask per dropped input, kept until that
+    layer's backward, and the gradient of the dropped input. ``train_rows`` (this rank's training rows) only sizes
+    vectors of the loss, below the resolution that matters here, and is kept for callers.
     """
     m, L, C = rows, len(dims) - 1, dims[-1]
     ws: dict[str, int] = {}
@@ -112,13 +114,13 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
             if total > peak:
                 peak, alive = total, {**{f"ws:{k}": v for k, v in ws.items()}, **live}
 
-        def alloc(name: str, width: int, item: int = FLOAT, n: int | None = None) -> str:
-            live[name] = (m if n is None else n) * width * item
+        def alloc(name: str, width: int, item: int = FLOAT) -> str:
+            live[name] = m * width * item
             note()
             return name
 
-        def take(name: str, width: int) -> str:
-            ws[name] = max(ws.get(name, 0), m * width * FLOAT)
+        def take(name: str, width: int, item: int = FLOAT) -> str:
+            ws[name] = max(ws.get(name, 0), m * width * item)
             note()
             return f"ws:{name}"
 
@@ -129,61 +131,49 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
             for name in names:
                 live.pop(name, None)
 
-        alloc("previous logits", C)  # train_shard's `logits` of the last epoch, until this epoch's replace them
-        out = {}
-        for i in range(L):  # forward; what a layer keeps for backward stays in `live` or the workspace
-            d_in, d_out, last = dims[i], dims[i + 1], i == L - 1
+        for i in range(L):  # forward: every output on the workspace (the logits too: the trainer asks)
+            d_in, d_out = dims[i], dims[i + 1]
             agg = aggregate_first(d_in, d_out, i == 0, order)
             if (input_dropout if i == 0 else dropout) > 0:
                 alloc(f"dropped input {i}", d_in)
                 if i > 0:
                     alloc(f"dropout mask {i}", d_in, 1)
-            if agg:
-                if not (i == 0 and caches_input):
-                    alloc(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
-                    if i == 0:
-                        free("dropped input 0")  # X needs no gradient: nothing keeps it
-                out[i] = alloc(f"out {i}", d_out) if last else take(f"out {i}", d_out)  # bias fused in the GEMM
-            else:
+            if agg and not (i == 0 and caches_input):
+                take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
+                if i == 0:
+                    free("dropped input 0")  # X needs no gradient: nothing keeps it
+            if not agg:
                 take("H.W", d_out)
-                out[i] = alloc(f"out {i}", d_out)  # the SpMM's result; bias and σ in place
-        free("previous logits")
-        # the loss over the training rows: logits[rows] -> log_softmax (kept) -> nll (keeps y[rows])
-        alloc("logits[train]", C, n=train_rows)
-        alloc("log_softmax", C, n=train_rows)
-        free("logits[train]")
-        alloc("y[train]", 1, INT64, n=train_rows)
-        alloc("grad log_softmax", C, n=train_rows)
-        alloc("grad logits[train]", C, n=train_rows)
-        free("grad log_softmax", "log_softmax", "y[train]")
-        grad = alloc("grad logits", C)  # scattered into zeros [m, C]
-        free("grad logits[train]")
+            take(f"out {i}", d_out)
+        logits = f"ws:out {L - 1}"
+        # the loss: row maxima and argmax, the gradient (computed in the forward), two vectors of row sums
+        take("row max", 1)
+        take("row argmax", 1, INT64)
+        grad = take_grad(C, avoid=logits)
+        alloc("row sums", 1)
+        alloc("row sums / scale", 1)
+        free("row sums", "row sums / scale")
         for i in reversed(range(L)):  # backward
             d_in, d_out = dims[i], dims[i + 1]
             agg = aggregate_first(d_in, d_out, i == 0, order)
-            if agg and i == 0 and caches_input:
-                break  # dW only
+            if i == 0:  # no gradient for X: the GEMM computes dW only, after the SpMM when it multiplies first
+                if not agg:
+                    take_grad(d_out, avoid=grad)
+                break
             if agg:
                 inner = take_grad(d_in, avoid=grad)  # GEMM backward: the gradient of Â·H
-                free(grad, f"A.H {i}")
-                if i == 0:
-                    break
-                grad = alloc(f"grad H {i}", d_in)  # SpMM backward with Âᵀ
-            else:
-                inner = alloc(f"grad HW {i}", d_out)  # SpMM backward with Âᵀ
                 free(grad)
-                if i == 0:
-                    free(inner, "dropped input 0")
-                    break
+                grad = take_grad(d_in, avoid=inner)  # SpMM backward with Âᵀ
+            else:
+                inner = take_grad(d_out, avoid=grad)  # SpMM backward with Âᵀ
+                free(grad)
                 grad = take_grad(d_in, avoid=inner)  # GEMM backward
-                free(inner)
             if f"dropout mask {i}" in live:
                 new = alloc(f"grad dropped {i}", d_in)
-                free(grad, f"dropout mask {i}", f"dropped input {i}")
+                free(f"dropout mask {i}", f"dropped input {i}")
                 grad = new
-            free(out[i - 1])  # σ's backward overwrites the gradient in place and releases its output
-        free(*[k for k in list(live) if k != f"out {L - 1}"])
-        alloc("predictions", 1, INT64)  # argmax of the logits, for the accuracies
+            # σ's backward overwrites the gradient in place
+        free(*list(live))
         return peak, alive
 
     epoch()  # the first epoch sizes the workspace

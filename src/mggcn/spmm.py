@@ -21,10 +21,12 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 from mggcn.dist import DistContext
 from mggcn.tiled import TiledCSR
 from mggcn.timing import NULL_TIMER, PhaseTimer
+from mggcn.workspace import OutSpec, Workspace
 
 __all__ = ["BroadcastBuffers", "StagedSpMM", "local_adj", "local_spmm"]
 
@@ -51,9 +53,12 @@ class BroadcastBuffers:
         return sum(f.numel() * f.element_size() for f in self._flat)
 
 
-def local_spmm(blocks: list[TiledCSR], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
-    """``Â · B`` when one rank holds everything (P = 1), into a new tensor (not zeroed first: ``beta=0``)."""
-    out = torch.empty(blocks[0].rows, b.shape[1], dtype=b.dtype, device=b.device)
+def local_spmm(blocks: list[TiledCSR], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """``Â · B`` when one rank holds everything (P = 1), into ``out`` or a new tensor (not zeroed first:
+    ``beta=0``)."""
+    if out is None:
+        out = torch.empty(blocks[0].rows, b.shape[1], dtype=b.dtype, device=b.device)
     with timer("spmm"):
         return blocks[0].matmul(b, out)
 
@@ -99,19 +104,22 @@ class StagedSpMM:
         # bytes handed to / received from the broadcasts, the root counted as sending to each of the P - 1 others
         self.sent_bytes = self.recv_bytes = 0
 
-    def __call__(self, b: torch.Tensor) -> torch.Tensor:
-        return _StagedSpMMFunction.apply(b, self)
+    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
+        """``Â·b`` with autograd; ``out``: a workspace buffer for the result (None: a new tensor); ``grad_ws``:
+        the workspace whose gradient buffers receive ``Âᵀ·∂C`` in backward (None: a new tensor)."""
+        return _StagedSpMMFunction.apply(b, self, out, grad_ws)
 
-    def run(self, b: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-        """One staged SpMM with Â (or Âᵀ) on this rank's rows ``b``; no autograd."""
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One staged SpMM with Â (or Âᵀ) on this rank's rows ``b``, into ``out`` (m × d, not ``b``) or a new
+        tensor; no autograd."""
         blocks = self.adj_t if transpose else self.adj
         empty = self.skip[1] if transpose else self.skip[0]
         if self.ctx.world_size == 1:
-            return local_spmm(blocks, b, self.timer)
+            return local_spmm(blocks, b, self.timer, out)
         b = b.contiguous()
         if self.buffers is None:
             self.buffers = BroadcastBuffers(self.rows, b.shape[1], b.dtype, b.device)
-        out = _Accumulator(torch.empty_like(b), self.timer)
+        out = _Accumulator(torch.empty_like(b) if out is None else out, self.timer)
         num_stages, rank = self.ctx.world_size, self.ctx.rank
 
         def issue(stage: int) -> tuple[torch.Tensor, dist.Work, float]:
@@ -140,18 +148,24 @@ class StagedSpMM:
 
 
 class _StagedSpMMFunction(torch.autograd.Function):
-    """Keeps nothing for backward but the operator: ``∂B = Âᵀ·∂C`` needs only the blocks of Âᵀ."""
+    """Keeps nothing for backward but the operator: ``∂B = Âᵀ·∂C`` needs only the blocks of Âᵀ. Results go to the
+    workspace buffers given (``out`` forward, a gradient buffer of ``grad_ws`` backward) or to new tensors."""
 
     @staticmethod
-    def forward(ctx, b: torch.Tensor, op: StagedSpMM) -> torch.Tensor:  # type: ignore[override]
-        ctx.op = op
-        return op.run(b)
+    def forward(ctx, b: torch.Tensor, op: StagedSpMM, out: OutSpec,  # type: ignore[override]
+                grad_ws: Workspace | None) -> torch.Tensor:
+        ctx.op, ctx.grad_ws = op, grad_ws
+        dest = None if out is None else out[0].take(out[1], op.rows, b.shape[1], b)
+        return op.run(b, out=dest)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:  # type: ignore[override]
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         if not ctx.needs_input_grad[0]:
-            return None, None
-        return ctx.op.run(grad, transpose=True), None
+            return None, None, None, None
+        ws = ctx.grad_ws
+        dest = None if ws is None else ws.take_grad(ctx.op.rows, grad.shape[1], like=grad, avoid=grad)
+        return ctx.op.run(grad, transpose=True, out=dest), None, None, None
 
 
 def local_adj(adj: torch.Tensor | TiledCSR, adj_t: torch.Tensor | TiledCSR,

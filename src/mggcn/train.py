@@ -1,8 +1,9 @@
 """Full-batch training on one rank's shard: the epoch loop, the global loss and accuracies, the per-phase timing.
 
-Loss: softmax cross-entropy averaged over the GLOBAL training set: each rank sums over its own training rows and
-divides by the global count, so the all-reduced sum of the ranks' losses is the mean and the all-reduced gradients
-are its gradients. Accuracies are global correct counts over global split sizes. Padding rows belong to no split.
+Loss: softmax cross-entropy averaged over the GLOBAL training set (:class:`mggcn.loss.MaskedCrossEntropy`): each
+rank sums over its own training rows and divides by the global count, so the all-reduced sum of the ranks' losses
+is the mean and the all-reduced gradients are its gradients. Accuracies are global correct counts over global split
+sizes, from the argmax the loss computes anyway. Padding rows belong to no split.
 The gradient all-reduce also carries the epoch's loss and correct counts: one collective per epoch for all of them.
 
 Legend: m = rows of this rank, C = classes.
@@ -17,11 +18,11 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from mggcn.dist import DistContext, all_gather_objects, all_gather_rows, all_reduce_max, all_reduce_min, all_reduce_sum
 from mggcn.graph import SPLITS
 from mggcn.model import GCN, aggregate_first
+from mggcn.loss import MaskedCrossEntropy
 from mggcn.partition import Shard
 from mggcn.exchange import SparseExchangeSpMM
 from mggcn.spmm import BroadcastBuffers, StagedSpMM
@@ -171,7 +172,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         x_agg = adj.run(x) if model.caches_input_aggregation else None
     split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
-    num_train = shard.split_sizes["train"]
+    criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace)
     params = list(model.parameters())
     stochastic = cfg.dropout > 0 or cfg.input_dropout > 0
 
@@ -190,16 +191,15 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         if stochastic:  # accuracies of the weights at the start of the epoch, without dropout
             with torch.no_grad():
                 model.eval()
-                correct = _correct_counts(model(x, adj, timer, x_agg), y, split_rows)
+                correct = _correct_counts(model(x, adj, timer, x_agg, True).argmax(dim=1), y, split_rows)
                 model.train()
         optimizer.zero_grad(set_to_none=False)
-        logits = model(x, adj, timer, x_agg)
+        logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
         with timer("criterion"):
-            rows = split_rows["train"]
-            loss = F.cross_entropy(logits[rows], y[rows], reduction="sum") / num_train
+            loss, pred = criterion(logits)
         loss.backward()
         if not stochastic:
-            correct = _correct_counts(logits.detach(), y, split_rows)
+            correct = _correct_counts(pred, y, split_rows)
         with timer("allreduce"):
             stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=device)
             stats[_Stats.LOSS] = loss.detach()
@@ -309,8 +309,7 @@ def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.
     return f"epoch {epoch}: the loss is {loss}{where} (try a smaller --lr){kept}"
 
 
-def _correct_counts(logits: torch.Tensor, y: torch.Tensor, split_rows: dict[str, torch.Tensor]) -> torch.Tensor:
-    pred = logits.argmax(dim=1)
+def _correct_counts(pred: torch.Tensor, y: torch.Tensor, split_rows: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.stack([(pred[r] == y[r]).sum() for r in split_rows.values()]).to(torch.float64)
 
 
