@@ -190,3 +190,16 @@ def cuda_train_worker(graph, cfg: TrainConfig):
     part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
     shard = build_shard(graph, part, ctx.rank, cfg.norm)
     return [r["loss"] for r in train_shard(ctx, shard, cfg).history]
+
+
+def freed_rss_worker(threshold, nbytes):
+    """Resident bytes left after a second ``nbytes`` tensor is filled and freed, with ``threshold`` set by
+    init_distributed (None: glibc's dynamic one)."""
+    from mggcn.bench import current_rss
+
+    init_distributed("cpu", timeout_s=60, mmap_threshold=threshold)
+    torch.ones(nbytes // 4)  # allocated, filled, freed: glibc's dynamic threshold rises to its size
+    before = current_rss()
+    block = torch.ones(nbytes // 4)
+    del block
+    return current_rss() - before

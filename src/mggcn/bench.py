@@ -18,10 +18,12 @@ does) into a ``torch.sparse_csr`` tensor with int32 indices (``--pyg-adj csr``);
 ``edge_index`` lets ``GCNConv(cached=True)`` gather and scatter ``E × d`` messages. ``SparseTensor`` needs
 torch-sparse (not installed); PyG's ``EdgeIndex`` was 5-10× slower than the CSR and took 23 GB on the default graph.
 
-Allocator: glibc keeps blocks under its dynamic mmap threshold (up to 32 MiB) in its heap after they are freed, and
-reuses them without page faults; the price is RSS above the live tensors (here 20-40% of the plan's bytes: the
-activations freed and reallocated every epoch). ``--mmap-threshold 1M`` (every configuration) returns freed blocks to
-the system at once: the peaks then measure live tensors, and fresh pages are faulted in every epoch.
+Allocator: each configuration runs as it does by default. mggcn's ranks fix glibc's mmap threshold at 1 MiB
+(:data:`mggcn.dist.MMAP_THRESHOLD`: freed blocks go back to the system at once; an mggcn epoch allocates nothing
+large, so this costs it no page faults); PyG runs under glibc's dynamic threshold, which keeps freed blocks of up to
+32 MiB in the heap and reuses them without page faults (PyG allocates its activations anew every epoch), at the
+price of RSS above the live tensors. ``--mmap-threshold SIZE`` sets one threshold for every configuration (0: glibc's
+dynamic one everywhere), to compare like with like.
 
 Graph ids: ``--ids clustered`` (default) numbers the vertices community by community (random within one), as
 crawled and real datasets often come with locality in their ids; ``--ids random`` keeps the generator's ids.
@@ -49,7 +51,7 @@ import numpy as np
 import torch
 
 from mggcn.datasets import InMemoryDataset
-from mggcn.dist import available_cores, init_distributed
+from mggcn.dist import MMAP_THRESHOLD, available_cores, init_distributed
 from mggcn.graph import SPLITS, Graph
 from mggcn.launch import WorkerError, run_workers
 from mggcn.plan import plan_memory
@@ -84,7 +86,7 @@ class BenchOptions:
     seed: int = 0
     graph_cache: str | None = None  # an .npz to reuse (written when missing)
     timeout_s: float = 3600.0
-    mmap_threshold: int | None = None  # glibc's M_MMAP_THRESHOLD for every configuration (None: glibc's default)
+    mmap_threshold: int | None = None  # for every configuration (0: glibc's dynamic one); None: each its default
 
     @property
     def dims(self) -> list[int]:
@@ -240,9 +242,13 @@ def _train_config(**kwargs) -> TrainConfig:
     return TrainConfig(**{k: v for k, v in kwargs.items() if k in names})
 
 
-def mggcn_worker(path: str, config: dict, device: str, threads: int, timeout_s: float) -> dict:
+def _threshold(opts: BenchOptions, default: int | None) -> int | None:
+    return default if opts.mmap_threshold is None else (opts.mmap_threshold or None)
+
+
+def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int) -> dict:
     """One rank of an mggcn configuration: load, shard, train; what it measured."""
-    ctx = init_distributed(device, timeout_s, threads)
+    ctx = init_distributed(opts.device, opts.timeout_s, threads, _threshold(opts, MMAP_THRESHOLD))
     probe = _MemoryProbe(ctx.device)
     start = time.perf_counter()
     cfg = _train_config(**config)
@@ -279,7 +285,7 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
     import torch.nn.functional as F
     from torch_geometric.nn import GCNConv
 
-    ctx = init_distributed(opts.device, opts.timeout_s, threads)
+    ctx = init_distributed(opts.device, opts.timeout_s, threads, _threshold(opts, None))
     dev = ctx.device
     probe = _MemoryProbe(dev)
     start = time.perf_counter()
@@ -419,16 +425,7 @@ def run_bench(opts: BenchOptions, log=print) -> dict:
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
     load_before = os.getloadavg()
-    saved_env = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    if opts.mmap_threshold is not None:  # read by glibc when each worker process starts
-        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(opts.mmap_threshold)
-    try:
-        rows, failed, graph, machine = _run_all(opts, threads, gpus, log)
-    finally:
-        if opts.mmap_threshold is not None:
-            os.environ.pop("MALLOC_MMAP_THRESHOLD_")
-            if saved_env is not None:
-                os.environ["MALLOC_MMAP_THRESHOLD_"] = saved_env
+    rows, failed, graph, machine = _run_all(opts, threads, gpus, log)
     report = {"options": {**asdict(opts), "threads": threads}, "graph": graph, "machine": machine.as_dict(),
               "rows": rows, "failed": failed, "load_average": {"before": load_before, "after": os.getloadavg()}}
     _add_ratios(report)
@@ -457,7 +454,7 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
                 else:
                     config = dict(hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
                                   partition=run.partition, seed=opts.seed, trace_epoch=0)
-                    args = (path, config, opts.device, max(1, threads // run.nprocs), opts.timeout_s)
+                    args = (path, config, opts, max(1, threads // run.nprocs))
                     run.results = run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)
             except WorkerError as err:  # e.g. out of memory: that is a result too
                 failed.append({"name": run.name, "error": str(err)})

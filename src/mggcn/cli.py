@@ -20,6 +20,7 @@ import os
 import sys
 
 from mggcn.datasets import DEFAULT_DATASET
+from mggcn.dist import MMAP_THRESHOLD
 from mggcn.exchange import COMM_MODES
 from mggcn.graph import GraphError
 from mggcn.model import ACTIVATIONS, ORDERS
@@ -119,6 +120,9 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile-bytes", type=_bytes, default=_DEFAULTS.tile_bytes,
                    help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default "
                         f"{TILE_BYTES >> 20}M per machine, shared by its ranks; 0: no tiling)")
+    p.add_argument("--mmap-threshold", type=_bytes, default=MMAP_THRESHOLD,
+                   help="host memory blocks above this size go back to the system when freed (glibc; default 1M; "
+                        "0: glibc's own threshold, which keeps freed blocks of up to 32 MiB resident)")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed)
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
@@ -339,7 +343,8 @@ def _train(args: argparse.Namespace) -> int:
     read_options = _read_options(args)
     job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
                    read_options=read_options,
-                   device=args.device, threads=args.threads, timeout_s=args.timeout, metrics=args.metrics,
+                   device=args.device, threads=args.threads, timeout_s=args.timeout,
+                   mmap_threshold=args.mmap_threshold or None, metrics=args.metrics,
                    save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet,
                    log_every=args.log_every, checkpoint_dir=args.checkpoint_dir,
                    checkpoint_every=args.checkpoint_every, resume=args.resume)
@@ -414,8 +419,9 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--seed", type=int)
     b.add_argument("--graph-cache", help="an .npz holding the graph: reused when it exists, written when not")
     b.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
-    b.add_argument("--mmap-threshold", type=plan.parse_bytes,
-                   help="glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M: freed memory goes back at once")
+    b.add_argument("--mmap-threshold", type=_bytes,
+                   help="one glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M (0: glibc's dynamic one); "
+                        "default: mggcn 1M, PyG glibc's")
     b.add_argument("--out", help="write the report as JSON")
     p = sub.add_parser("plan", help="per-rank memory and communication of a training run, before running it",
                        description=plan.__doc__,

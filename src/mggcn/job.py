@@ -20,7 +20,7 @@ import torch
 
 from mggcn.checkpoint import Checkpointer, check_compatible
 from mggcn.datasets import DEFAULT_DATASET, Dataset, open_dataset
-from mggcn.dist import init_distributed, shutdown
+from mggcn.dist import MMAP_THRESHOLD, init_distributed, shutdown
 from mggcn.graph import Graph, GraphError
 from mggcn.progress import TrainProgress
 from mggcn.train import TrainConfig, format_balance, predict_shard, shard_tile_columns, train_shard
@@ -41,6 +41,7 @@ class TrainJob:
     device: str = "cpu"
     threads: int | None = None
     timeout_s: float = 60.0
+    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: see mggcn.dist.MMAP_THRESHOLD (None: glibc's)
     metrics: str | None = None
     save_model: str | None = None
     save_predictions: str | None = None
@@ -191,7 +192,7 @@ def format_epoch(record: dict) -> str:
 
 def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
     """The body of every rank. ``dataset`` skips opening it again (in-process use)."""
-    ctx = init_distributed(job.device, job.timeout_s, job.threads)
+    ctx = init_distributed(job.device, job.timeout_s, job.threads, job.mmap_threshold)
     try:
         if dataset is None:
             dataset = open_job_dataset(job)
