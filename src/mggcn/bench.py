@@ -6,6 +6,12 @@ thread count, each in fresh processes of its own so that peak memories do not mi
 the median epoch time after a warm-up, the per-phase times, the test accuracy after the last epoch, the peak
 resident memory, the floor of :mod:`mggcn.roofline` and the per-rank memory :mod:`mggcn.plan` predicts.
 
+Noise: on a shared machine the same run varies by 10-20% from one minute to the next. ``--repeats K`` runs the mggcn
+configurations K times, round after round in the same order, and reports each one's median round; the overlap
+line gives the ratio off/on of every round, so a slow spell that hits one round hits both sides of its ratio. On CPU
+with P > 1 the bench also measures a 16 MiB broadcast between two ranks: its rate and how busy it keeps the cores,
+the room that overlapping communication with computation has on this machine.
+
 Memory: a process's peak RSS is its ``VmHWM`` (``/proc/self/status``; ``ru_maxrss`` where there is no /proc —
 on Linux a spawned process's ``ru_maxrss`` starts at its launcher's peak, which ``VmHWM`` does not). Each process
 records its RSS before it loads the graph (the Python and PyTorch runtime: ``base``), builds what it trains on,
@@ -32,6 +38,7 @@ crawled and real datasets often come with locality in their ids; ``--ids random`
     mggcn bench                                  # the default graph: 200k vertices, 20M nonzeros, ~5 minutes
     mggcn bench --small --out bench.json         # seconds
     mggcn bench --nprocs 1,2,4 --partition random-local
+    mggcn bench --nprocs 2 --no-pyg --repeats 5           # overlap on/off in 5 interleaved rounds
     mggcn bench --device cuda --nodes 20000000 --degree 50   # one GPU: P = 1 and PyG
 """
 
@@ -76,6 +83,7 @@ class BenchOptions:
     hidden: tuple[int, ...] = (128,)
     epochs: int = 8  # timed epochs, after the warm-up
     warmup: int = 2
+    repeats: int = 1  # rounds over the mggcn configurations, interleaved (their medians are reported)
     threads: int | None = None  # per configuration (P ranks get threads // P each); default: the cores
     nprocs: tuple[int, ...] = (1, 2)
     partitions: tuple[str, ...] = ("random-local", "random")  # the first is the main one
@@ -362,7 +370,9 @@ class _Run:
     nprocs: int = 1
     overlap: bool = True
     partition: str = ""
-    results: list = field(default_factory=list)
+    results: list = field(default_factory=list)  # the ranks' results of the first round
+    round_s: list = field(default_factory=list)  # the median epoch of each round
+    histories: list = field(default_factory=list)  # rank 0's history of each round
 
 
 def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
@@ -386,12 +396,13 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict, machine: Machine) -> 
     first = run.results[0]
     history = first["history"]
     row = {"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "overlap": run.overlap,
-           "partition": run.partition, "epoch_s": _median(history, "epoch_s", opts.warmup),
+           "partition": run.partition, "epoch_s": statistics.median(run.round_s), "round_s": list(run.round_s),
            "epochs_s": [r["epoch_s"] for r in history], "test_acc": history[-1]["test_acc"],
            "loss": history[-1]["loss"], "setup_s": max(r["setup_s"] for r in run.results),
            "threads_per_rank": first["threads"]}
+    timed = [r for h in run.histories for r in h[opts.warmup:]] or history
     phase_keys = (*PHASES, "other") if run.kind == "mggcn" else ("forward", "backward", "optimizer")
-    row["phases"] = {k: _median(history, k, opts.warmup) for k in phase_keys}
+    row["phases"] = {k: _median(timed, k, 0) for k in phase_keys}
     cuda = opts.device == "cuda"
     ranks = []
     for r in run.results:
@@ -425,14 +436,15 @@ def run_bench(opts: BenchOptions, log=print) -> dict:
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
     load_before = os.getloadavg()
-    rows, failed, graph, machine = _run_all(opts, threads, gpus, log)
+    rows, failed, graph, machine, comm = _run_all(opts, threads, gpus, log)
     report = {"options": {**asdict(opts), "threads": threads}, "graph": graph, "machine": machine.as_dict(),
-              "rows": rows, "failed": failed, "load_average": {"before": load_before, "after": os.getloadavg()}}
+              "broadcast": comm, "rows": rows, "failed": failed,
+              "load_average": {"before": load_before, "after": os.getloadavg()}}
     _add_ratios(report)
     return report
 
 
-def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, list, dict, Machine]:
+def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, list, dict, Machine, dict | None]:
     with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
         path = opts.graph_cache or os.path.join(tmp, "graph.npz")
         start = time.perf_counter()
@@ -446,23 +458,69 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
         log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
             f"({machine.threads} threads)")
         rows, failed = [], []
-        for run in _runs(opts, gpus):
-            start = time.perf_counter()
-            try:
-                if run.kind == "pyg":
-                    run.results = run_workers(pyg_worker, 1, (path, opts, threads), timeout_s=opts.timeout_s)
-                else:
-                    config = dict(hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
-                                  partition=run.partition, seed=opts.seed, trace_epoch=0)
-                    args = (path, config, opts, max(1, threads // run.nprocs))
-                    run.results = run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)
-            except WorkerError as err:  # e.g. out of memory: that is a result too
-                failed.append({"name": run.name, "error": str(err)})
-                log(f"  {run.name}: FAILED: {err}")
-                continue
-            rows.append(_summarize(run, opts, graph, machine))
-            log(f"  {run.name}: {rows[-1]['epoch_s']:.3f} s/epoch ({time.perf_counter() - start:.0f} s)")
-    return rows, failed, graph, machine
+        runs = _runs(opts, gpus)
+        # round 1 runs every configuration; later rounds the mggcn ones again, in the same order, so that a slow
+        # spell of a shared machine falls on every configuration alike
+        rounds = [runs] + [[r for r in runs if r.kind == "mggcn"]] * max(0, opts.repeats - 1)
+        for number, todo in enumerate(rounds, 1):
+            for run in todo:
+                if any(f["name"] == run.name for f in failed):
+                    continue
+                start = time.perf_counter()
+                try:
+                    results = _run_one(run, opts, path, threads)
+                except WorkerError as err:  # e.g. out of memory: that is a result too
+                    failed.append({"name": run.name, "error": str(err)})
+                    log(f"  {run.name}: FAILED: {err}")
+                    continue
+                run.results = run.results or results
+                run.histories.append(results[0]["history"])
+                run.round_s.append(_median(results[0]["history"], "epoch_s", opts.warmup))
+                label = f" (round {number})" if len(rounds) > 1 else ""
+                log(f"  {run.name}{label}: {run.round_s[-1]:.3f} s/epoch ({time.perf_counter() - start:.0f} s)")
+        rows = [_summarize(run, opts, graph, machine) for run in runs if run.results]
+        comm = None
+        if opts.device == "cpu" and max(opts.nprocs) > 1:
+            comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
+            log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s, cores {100 * comm['busy']:.0f}% busy")
+    return rows, failed, graph, machine, comm
+
+
+def _run_one(run: _Run, opts: BenchOptions, path: str, threads: int) -> list:
+    if run.kind == "pyg":
+        return run_workers(pyg_worker, 1, (path, opts, threads), timeout_s=opts.timeout_s)
+    config = dict(hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
+                  partition=run.partition, seed=opts.seed, trace_epoch=0)
+    args = (path, config, opts, max(1, threads // run.nprocs))
+    return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(all, idle) clock ticks of the machine so far (Linux), or None."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(t) for t in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def broadcast_worker(timeout_s: float, nbytes: int = 16 << 20, repeats: int = 20) -> dict:
+    """Two ranks broadcast ``nbytes`` back and forth (gloo, as the CPU SpMM does): the bytes per second, and the
+    fraction of the machine's cores busy meanwhile (None where /proc/stat is missing)."""
+    import torch.distributed as dist
+
+    init_distributed("cpu", timeout_s, threads=1)
+    data = torch.ones(nbytes // 4)
+    for root in (0, 1):
+        dist.broadcast(data, src=root)
+    dist.barrier()
+    ticks, start = _cpu_times(), time.perf_counter()
+    for k in range(repeats):
+        dist.broadcast(data, src=k % 2)
+    seconds, after = time.perf_counter() - start, _cpu_times()
+    busy = None if ticks is None or after is None else 1.0 - (after[1] - ticks[1]) / max(1, after[0] - ticks[0])
+    return {"bytes": nbytes, "seconds": seconds / repeats, "bytes_per_s": nbytes * repeats / seconds, "busy": busy}
 
 
 def _info_worker(path: str) -> dict:
@@ -478,12 +536,16 @@ def _add_ratios(report: dict) -> None:
         r["net_vs_pyg"] = r["net"] / pyg["net"] if pyg else None
     on = {r["nprocs"]: r for r in rows if r["kind"] == "mggcn" and r["overlap"] and r["nprocs"] > 1
           and r["partition"] == report["options"]["partitions"][0]}
-    report["overlap"] = {
-        str(r["nprocs"]): {"on_s": on[r["nprocs"]]["epoch_s"], "off_s": r["epoch_s"],
-                           "speedup": r["epoch_s"] / on[r["nprocs"]]["epoch_s"],
-                           "comm_wait_on_s": on[r["nprocs"]]["phases"]["comm_wait"],
-                           "comm_wait_off_s": r["phases"]["comm_wait"]}
-        for r in rows if r["kind"] == "mggcn" and not r["overlap"] and r["nprocs"] in on}
+    report["overlap"] = {}
+    for off in rows:
+        if off["kind"] != "mggcn" or off["overlap"] or off["nprocs"] not in on:
+            continue
+        this = on[off["nprocs"]]
+        pairs = [b / a for a, b in zip(this["round_s"], off["round_s"])]  # off / on, round by round
+        report["overlap"][str(off["nprocs"])] = {
+            "on_s": this["epoch_s"], "off_s": off["epoch_s"], "speedup": off["epoch_s"] / this["epoch_s"],
+            "speedup_rounds": pairs, "comm_wait_on_s": this["phases"]["comm_wait"],
+            "comm_wait_off_s": off["phases"]["comm_wait"]}
 
 
 def _fmt(value, spec: str) -> str:
@@ -528,8 +590,14 @@ def format_table(report: dict) -> str:
     for f in report.get("failed", []):
         lines.append(f"{f['name']}: FAILED: {f['error']}")
     for n, o in report.get("overlap", {}).items():
-        lines.append(f"P={n}: overlap on {o['on_s']:.3f} s vs off {o['off_s']:.3f} s per epoch ({o['speedup']:.2f}x); "
-                     f"waiting on broadcasts {o['comm_wait_on_s']:.3f} s vs {o['comm_wait_off_s']:.3f} s")
+        pairs = o.get("speedup_rounds", [])
+        spread = (f", {len(pairs)} rounds: {min(pairs):.2f}x to {max(pairs):.2f}x" if len(pairs) > 1 else "")
+        lines.append(f"P={n}: overlap on {o['on_s']:.3f} s vs off {o['off_s']:.3f} s per epoch ({o['speedup']:.2f}x"
+                     f"{spread}); waiting on broadcasts {o['comm_wait_on_s']:.3f} s vs {o['comm_wait_off_s']:.3f} s")
+    comm = report.get("broadcast")
+    if comm:
+        busy = "" if comm["busy"] is None else f", the cores {100 * comm['busy']:.0f}% busy meanwhile"
+        lines.append(f"loopback broadcast between 2 ranks (gloo): {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
     return "\n".join(lines)
 
 

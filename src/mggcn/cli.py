@@ -408,6 +408,9 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--hidden", type=_hidden, help="hidden layer sizes (default 128)")
     b.add_argument("--epochs", type=_positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
     b.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
+    b.add_argument("--repeats", type=_positive_int,
+                   help="rounds over the mggcn configurations, interleaved; each row reports the median round "
+                        f"(default {d.repeats})")
     b.add_argument("--threads", type=_positive_int, help="CPU threads per configuration (default: the cores)")
     b.add_argument("--nprocs", type=_int_list, help="process counts to run (default 1,2)")
     b.add_argument("--partition", dest="partitions", type=_orderings,
@@ -445,7 +448,7 @@ def _add_bench_parsers(sub) -> None:
 def _bench(args: argparse.Namespace) -> int:
     from mggcn.bench import format_table, options_from, run_bench, write_report
 
-    keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "threads", "nprocs",
+    keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
     report = run_bench(opts, log=lambda line: print(line, flush=True))
