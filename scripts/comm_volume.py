@@ -20,7 +20,7 @@ import time
 from mggcn.datasets import InMemoryDataset, load_graph
 from mggcn.dist import init_distributed
 from mggcn.launch import run_workers
-from mggcn.train import TrainConfig, train_shard
+from mggcn.train import TrainConfig, shard_tile_columns, train_shard
 
 DEFAULT_RUNS = "random:broadcast,random:sparse,random:auto,metis:broadcast,metis:sparse,metis:auto"
 
@@ -31,7 +31,8 @@ def volume_worker(graph, cfg: TrainConfig) -> dict:
     start = time.perf_counter()
     part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
     partition_s = time.perf_counter() - start
-    history = train_shard(ctx, dataset.shard(part, ctx.rank, cfg.norm), cfg).history
+    shard = dataset.shard(part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
+    history = train_shard(ctx, shard, cfg).history
     return {"history": history, "partition_s": partition_s}
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from mggcn.datasets import InMemoryDataset, load_graph
 from mggcn.dist import DistContext
 from mggcn.graph import Graph
-from mggcn.train import TrainConfig, train_shard
+from mggcn.train import TrainConfig, shard_for, train_shard
 
 
 def main(spec: str = "synthetic") -> None:
@@ -18,9 +18,8 @@ def main(spec: str = "synthetic") -> None:
     no_edges = Graph(graph.num_nodes, np.zeros((2, 0), dtype=np.int64), graph.x, graph.y, graph.masks,
                      graph.num_classes, name="mlp")
     for name, g in (("GCN", graph), ("MLP", no_edges)):
-        ds = InMemoryDataset(g)
-        shard = ds.shard(ds.partition(1, 0, "random"), 0, "sym")
-        history = train_shard(DistContext(), shard, TrainConfig(trace_epoch=0)).history
+        cfg = TrainConfig(trace_epoch=0)
+        history = train_shard(DistContext(), shard_for(cfg, InMemoryDataset(g), DistContext()), cfg).history
         best = max(history, key=lambda r: r["val_acc"])
         print(f"{name}: test accuracy {history[-1]['test_acc']:.4f} after {len(history)} epochs, "
               f"{best['test_acc']:.4f} at the best validation epoch")

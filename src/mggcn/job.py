@@ -23,7 +23,7 @@ from mggcn.datasets import DEFAULT_DATASET, Dataset, open_dataset
 from mggcn.dist import MMAP_THRESHOLD, init_distributed, shutdown
 from mggcn.graph import Graph, GraphError
 from mggcn.progress import TrainProgress
-from mggcn.train import TrainConfig, format_balance, predict_shard, shard_tile_columns, train_shard
+from mggcn.train import TrainConfig, format_balance, predict_shard, shard_for, train_shard
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
 
@@ -197,9 +197,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         if dataset is None:
             dataset = open_job_dataset(job)
         cfg = job.config
-        part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
-        tiles = shard_tile_columns(cfg, dataset, ctx)
-        shard = dataset.shard(part, ctx.rank, cfg.norm, tile_cols=tiles)
+        shard = shard_for(cfg, dataset, ctx)
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
         identity = dataset_identity(dataset)
         del dataset  # this rank keeps only its shard

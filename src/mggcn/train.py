@@ -30,7 +30,7 @@ from mggcn.tiled import tile_columns
 from mggcn.timing import PHASES, PhaseTimer
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
-           "gather_original", "spmm_widths", "shard_tile_columns"]
+           "gather_original", "spmm_widths", "shard_tile_columns", "shard_for"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,13 @@ def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int |
     rows = -(-dataset.num_nodes // p)
     return tile_columns(width, rows, (dataset.num_edges + dataset.num_nodes) // (p * p), ctx.device,
                         ctx.local_world_size, cfg.tile_bytes)
+
+
+def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
+    """This rank's shard of ``dataset`` as ``cfg`` trains it: partitioned by ``cfg.partition`` and ``cfg.seed``,
+    its blocks tiled for ``cfg``'s SpMMs (:func:`shard_tile_columns`)."""
+    part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
+    return dataset.shard(part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
 
 
 def build_model(cfg: TrainConfig, num_features: int, num_classes: int, device: torch.device | str = "cpu") -> GCN:
