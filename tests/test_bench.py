@@ -53,6 +53,8 @@ def test_report_numbers_are_consistent(report):
         assert row["time_vs_pyg"] == pytest.approx(row["epoch_s"] / pyg["epoch_s"])
         assert row["net_vs_pyg"] == pytest.approx(row["net"] / pyg["net"])
         assert row["over_floor"] == pytest.approx(row["epoch_s"] / row["floor"]["floor_s"])
+        # the floor's rates: measured by the configuration's own processes after its epochs, with every thread
+        assert row["machine"]["threads"] == report["options"]["threads"] and row["machine"]["bandwidth"] > 0
         assert row["floor"]["floor_min_s"] <= row["floor"]["floor_s"]
         assert row["peak"] == max(m["peak"] for m in row["memory"])
         assert row["net"] == max(m["peak"] - m["base"] for m in row["memory"])
@@ -91,10 +93,12 @@ def test_bench_options_from_the_command_line(monkeypatch):
     monkeypatch.setattr(bench, "run_bench", lambda opts, log: seen.setdefault("opts", opts) and None)
     monkeypatch.setattr(bench, "format_table", lambda report: "")
     main(["bench", "--nodes", "500", "--hidden", "8,8", "--nprocs", "1,2,4", "--partition", "random,random-local",
-          "--no-pyg", "--threads", "1", "--repeats", "3", "--mmap-threshold", "0"])
+          "--no-pyg", "--threads", "1", "--repeats", "3", "--mmap-threshold", "0",
+          "--tile-bytes", "2M"])
     opts = seen["opts"]
     assert (opts.nodes, opts.hidden, opts.nprocs, opts.partitions, opts.pyg, opts.threads, opts.repeats,
-            opts.mmap_threshold) == (500, (8, 8), (1, 2, 4), ("random", "random-local"), False, 1, 3, 0)
+            opts.mmap_threshold, opts.tile_bytes) == (500, (8, 8), (1, 2, 4), ("random", "random-local"), False, 1, 3,
+                                                      0, 2 << 20)
     assert opts.features == bench.BenchOptions().features
 
 

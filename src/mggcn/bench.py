@@ -4,7 +4,9 @@ Every configuration trains the same synthetic graph (a degree-corrected block mo
 community_graph`, generated once and shared through a file) with the same model, initial weights, epochs and
 thread count, each in fresh processes of its own so that peak memories do not mix. Reported per configuration:
 the median epoch time after a warm-up, the per-phase times, the test accuracy after the last epoch, the peak
-resident memory, the floor of :mod:`mggcn.roofline` and the per-rank memory :mod:`mggcn.plan` predicts.
+resident memory, the floor of :mod:`mggcn.roofline` (from the copy bandwidth and GEMM rate measured by the same
+processes right after their epochs, all cores, the other ranks waiting) and the per-rank memory :mod:`mggcn.plan`
+predicts.
 
 Noise: on a shared machine the same run varies by 10-20% from one minute to the next. ``--repeats K`` runs the mggcn
 configurations K times, round after round in the same order, and reports each one's median round; the overlap
@@ -39,6 +41,7 @@ crawled and real datasets often come with locality in their ids; ``--ids random`
     mggcn bench --small --out bench.json         # seconds
     mggcn bench --nprocs 1,2,4 --partition random-local
     mggcn bench --nprocs 2 --no-pyg --repeats 5           # overlap on/off in 5 interleaved rounds
+    mggcn bench --nprocs 1 --no-pyg --tile-bytes 0        # what column tiles buy: the same, untiled
     mggcn bench --device cuda --nodes 20000000 --degree 50   # one GPU: P = 1 and PyG
 """
 
@@ -95,13 +98,17 @@ class BenchOptions:
     graph_cache: str | None = None  # an .npz to reuse (written when missing)
     timeout_s: float = 3600.0
     mmap_threshold: int | None = None  # for every configuration (0: glibc's dynamic one); None: each its default
+    tile_bytes: int | None = None  # mggcn's --tile-bytes (None: its default; 0: untiled blocks)
+    probe_gemm: int = 4096  # the machine's rates: a probe_gemm² matmul and a probe_copy-byte copy (x2, x4 on CUDA)
+    probe_copy: int = 512 << 20
 
     @property
     def dims(self) -> list[int]:
         return [self.features, *self.hidden, self.classes]
 
 
-SMALL = BenchOptions(nodes=3000, degree=10.0, features=32, classes=4, hidden=(16,), epochs=3, warmup=1)
+SMALL = BenchOptions(nodes=3000, degree=10.0, features=32, classes=4, hidden=(16,), epochs=3, warmup=1,
+                     probe_gemm=1024, probe_copy=64 << 20)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -234,10 +241,34 @@ def generate_worker(opts: BenchOptions, path: str) -> dict:
     return _graph_info(graph)
 
 
-def machine_worker(device: str, threads: int) -> Machine:
-    ctx = init_distributed(device, threads=threads)
-    return measure_machine(ctx.device.type, copy_bytes=(2 << 30) if ctx.device.type == "cuda" else 512 << 20,
-                           gemm_size=8192 if ctx.device.type == "cuda" else 4096)
+def machine_worker(opts: BenchOptions, threads: int) -> Machine:
+    ctx = init_distributed(opts.device, threads=threads)
+    return _measure(ctx.device, threads, opts)
+
+
+def _measure(device: torch.device, threads: int, opts: BenchOptions, repeats: int = 5) -> Machine:
+    """The machine's copy bandwidth and GEMM rate with ``threads`` threads (then this process's threads again)."""
+    own = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    scale = (4, 2) if device.type == "cuda" else (1, 1)
+    try:
+        return measure_machine(device.type, copy_bytes=opts.probe_copy * scale[0], gemm_size=opts.probe_gemm * scale[1],
+                               repeats=repeats)
+    finally:
+        torch.set_num_threads(own)
+
+
+def _measure_after(ctx, threads: int, opts: BenchOptions) -> dict:
+    """The rates right after a configuration's epochs, measured by rank 0 while the other ranks wait (on a CPU the
+    floor of P ranks is their work over the whole machine): the floor then sees the machine as the epochs did."""
+    import torch.distributed as dist
+
+    if ctx.world_size > 1:
+        dist.barrier()
+    machine = _measure(ctx.device, threads, opts, repeats=3).as_dict() if ctx.is_main else None
+    if ctx.world_size > 1:
+        dist.barrier()
+    return machine
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -254,8 +285,8 @@ def _threshold(opts: BenchOptions, default: int | None) -> int | None:
     return default if opts.mmap_threshold is None else (opts.mmap_threshold or None)
 
 
-def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int) -> dict:
-    """One rank of an mggcn configuration: load, shard, train; what it measured."""
+def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, machine_threads: int) -> dict:
+    """One rank of an mggcn configuration: load, shard, train, measure the machine; what it measured."""
     ctx = init_distributed(opts.device, opts.timeout_s, threads, _threshold(opts, MMAP_THRESHOLD))
     probe = _MemoryProbe(ctx.device)
     start = time.perf_counter()
@@ -268,13 +299,14 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int) -> d
     setup_s = time.perf_counter() - start
     result = train_shard(ctx, shard, cfg)
     memory = probe.done()
+    machine = _measure_after(ctx, machine_threads, opts)
     workspace = getattr(result.model, "workspace", None)
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
             "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(b.nnz for b in shard.adj_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
             "tile_cols": tile_cols,
             "rows": int(shard.x.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
-            "setup_s": setup_s, "threads": torch.get_num_threads()}
+            "setup_s": setup_s, "threads": torch.get_num_threads(), "machine": machine}
 
 
 def _shard_bytes(shard) -> dict:
@@ -335,8 +367,9 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
         history.append({"epoch": epoch, "loss": float(loss.detach()), "train_acc": acc["train"], "val_acc": acc["val"],
                         "test_acc": acc["test"], "epoch_s": t3 - t0, "forward": t1 - t0, "backward": t2 - t1,
                         "optimizer": t3 - t2})
-    return {"rank": 0, "history": history, "memory": probe.done(), "setup_s": setup_s, "nodes": num_nodes,
-            "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj}
+    memory = probe.done()
+    return {"rank": 0, "history": history, "memory": memory, "setup_s": setup_s, "nodes": num_nodes,
+            "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj, "machine": _measure_after(ctx, threads, opts)}
 
 
 def _pyg_adjacency(graph: Graph, kind: str, device: torch.device):
@@ -372,6 +405,7 @@ class _Run:
     results: list = field(default_factory=list)  # the ranks' results of the first round
     round_s: list = field(default_factory=list)  # the median epoch of each round
     histories: list = field(default_factory=list)  # rank 0's history of each round
+    machines: list = field(default_factory=list)  # the rates measured right after each round
 
 
 def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
@@ -391,7 +425,7 @@ def _median(history: list[dict], key: str, warmup: int) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def _summarize(run: _Run, opts: BenchOptions, graph: dict, machine: Machine) -> dict:
+def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
     first = run.results[0]
     history = first["history"]
     row = {"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "overlap": run.overlap,
@@ -425,6 +459,10 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict, machine: Machine) -> 
         work = mggcn_work(graph["nodes"], graph["nnz"], opts.dims, run.nprocs)
     else:
         work = pyg_work(graph["nodes"], graph["nnz"], opts.dims)
+    machine = Machine(device=run.machines[0]["device"], threads=run.machines[0]["threads"],
+                      bandwidth=statistics.median(m["bandwidth"] for m in run.machines),
+                      gemm_rate=statistics.median(m["gemm_rate"] for m in run.machines))
+    row["machine"] = machine.as_dict()  # the median over rounds of the rates measured right after them
     row["floor"] = epoch_floor(work, machine, run.nprocs, shared=not cuda)
     row["over_floor"] = row["epoch_s"] / row["floor"]["floor_s"]
     return row
@@ -453,7 +491,7 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
             graph = run_workers(generate_worker, 1, (opts, path), timeout_s=opts.timeout_s)[0]
         log(f"graph: {graph['nodes']:,} vertices, {graph['nnz']:,} nonzeros of Â, {graph['features']} features, "
             f"{graph['classes']} classes ({time.perf_counter() - start:.0f} s)")
-        machine = run_workers(machine_worker, 1, (opts.device, threads), timeout_s=opts.timeout_s)[0]
+        machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
         log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
             f"({machine.threads} threads)")
         rows, failed = [], []
@@ -474,10 +512,11 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
                     continue
                 run.results = run.results or results
                 run.histories.append(results[0]["history"])
+                run.machines.append(results[0]["machine"])
                 run.round_s.append(_median(results[0]["history"], "epoch_s", opts.warmup))
                 label = f" (round {number})" if len(rounds) > 1 else ""
                 log(f"  {run.name}{label}: {run.round_s[-1]:.3f} s/epoch ({time.perf_counter() - start:.0f} s)")
-        rows = [_summarize(run, opts, graph, machine) for run in runs if run.results]
+        rows = [_summarize(run, opts, graph) for run in runs if run.results]
         comm = None
         if opts.device == "cpu" and max(opts.nprocs) > 1:
             comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
@@ -489,8 +528,8 @@ def _run_one(run: _Run, opts: BenchOptions, path: str, threads: int) -> list:
     if run.kind == "pyg":
         return run_workers(pyg_worker, 1, (path, opts, threads), timeout_s=opts.timeout_s)
     config = dict(hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
-                  partition=run.partition, seed=opts.seed, trace_epoch=0)
-    args = (path, config, opts, max(1, threads // run.nprocs))
+                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=opts.tile_bytes)
+    args = (path, config, opts, max(1, threads // run.nprocs), threads)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)
 
 
@@ -574,13 +613,18 @@ def format_table(report: dict) -> str:
             f"{_fmt(r.get('measured_over_predicted'), '9.2f')}")
     g, m = report["graph"], report["machine"]
     lines.append("")
+    rates = [r["machine"] for r in report["rows"]]
     lines.append(f"graph {g['nodes']:,} vertices, {g['nnz']:,} nonzeros of Â; machine {m['bandwidth'] / 1e9:.1f} GB/s "
-                 f"copy, {m['gemm_rate'] / 1e9:.0f} GFLOP/s GEMM, {report['options']['threads']} threads per "
-                 f"configuration; load average before/after {report['load_average']['before'][0]:.1f}/"
+                 f"copy, {m['gemm_rate'] / 1e9:.0f} GFLOP/s GEMM at the start ("
+                 f"{min(r['bandwidth'] for r in rates) / 1e9:.1f}-{max(r['bandwidth'] for r in rates) / 1e9:.1f} GB/s, "
+                 f"{min(r['gemm_rate'] for r in rates) / 1e9:.0f}-{max(r['gemm_rate'] for r in rates) / 1e9:.0f} "
+                 f"GFLOP/s after the configurations), {report['options']['threads']} threads per configuration; "
+                 f"load average before/after {report['load_average']['before'][0]:.1f}/"
                  f"{report['load_average']['after'][0]:.1f}")
-    lines.append("epoch s: median after the warm-up (max over ranks); phases: medians; floor: SpMM bytes (a row "
-                 "per nonzero) / bandwidth + GEMM flops / rate; peak: training-phase peak RSS (max over ranks); "
-                 "net = peak - RSS before loading; plan: mggcn.plan per rank; net/plan: max over ranks")
+    lines.append("epoch s: median after the warm-up (max over ranks), the median round; phases: medians; floor: SpMM "
+                 "bytes (a row per nonzero) / bandwidth + GEMM flops / rate, with the rates measured right after the "
+                 "configuration's epochs; peak: training-phase peak RSS (max over ranks); net = peak - RSS before "
+                 "loading; plan: mggcn.plan per rank; net/plan: max over ranks")
     pyg = next((r for r in report["rows"] if r["kind"] == "pyg"), None)
     if pyg:
         p = pyg["phases"]

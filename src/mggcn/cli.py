@@ -425,6 +425,7 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--mmap-threshold", type=_bytes,
                    help="one glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M (0: glibc's dynamic one); "
                         "default: mggcn 1M, PyG glibc's")
+    b.add_argument("--tile-bytes", type=_bytes, help="mggcn's --tile-bytes for every mggcn configuration (0: untiled)")
     b.add_argument("--out", help="write the report as JSON")
     p = sub.add_parser("plan", help="per-rank memory and communication of a training run, before running it",
                        description=plan.__doc__,
@@ -449,7 +450,8 @@ def _bench(args: argparse.Namespace) -> int:
     from mggcn.bench import format_table, options_from, run_bench, write_report
 
     keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
-            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold")
+            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
+            "tile_bytes")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
     report = run_bench(opts, log=lambda line: print(line, flush=True))
     print(format_table(report))
