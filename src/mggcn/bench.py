@@ -41,7 +41,7 @@ crawled and real datasets often come with locality in their ids; ``--ids random`
     mggcn bench --small --out bench.json         # seconds
     mggcn bench --nprocs 1,2,4 --partition random-local
     mggcn bench --nprocs 2 --no-pyg --repeats 5           # overlap on/off in 5 interleaved rounds
-    mggcn bench --nprocs 1 --no-pyg --tile-bytes 0        # what column tiles buy: the same, untiled
+    mggcn bench --nprocs 1 --no-pyg --compare-tiles 0     # what column tiles buy: P = 1 untiled too
     mggcn bench --device cuda --nodes 20000000 --degree 50   # one GPU: P = 1 and PyG
 """
 
@@ -99,6 +99,7 @@ class BenchOptions:
     timeout_s: float = 3600.0
     mmap_threshold: int | None = None  # for every configuration (0: glibc's dynamic one); None: each its default
     tile_bytes: int | None = None  # mggcn's --tile-bytes (None: its default; 0: untiled blocks)
+    compare_tiles: tuple[int, ...] = ()  # more --tile-bytes values, each run at P = 1 for every partition
     probe_gemm: int = 4096  # the machine's rates: a probe_gemm² matmul and a probe_copy-byte copy (x2, x4 on CUDA)
     probe_copy: int = 512 << 20
 
@@ -402,6 +403,7 @@ class _Run:
     nprocs: int = 1
     overlap: bool = True
     partition: str = ""
+    tile_bytes: int | None = None
     results: list = field(default_factory=list)  # the ranks' results of the first round
     round_s: list = field(default_factory=list)  # the median epoch of each round
     histories: list = field(default_factory=list)  # rank 0's history of each round
@@ -413,11 +415,18 @@ def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
     runs = [_Run(f"mggcn P={p} {main}", "mggcn", p, True, main) for p in opts.nprocs]
     runs += [_Run(f"mggcn P={p} {main} no-overlap", "mggcn", p, False, main) for p in opts.nprocs if p > 1]
     runs += [_Run(f"mggcn P={p} {o}", "mggcn", p, True, o) for o in others for p in opts.nprocs if p <= 2]
+    runs = [replace(r, tile_bytes=opts.tile_bytes) for r in runs]
+    runs += [_Run(f"mggcn P=1 {o} {_tiles_label(t)}", "mggcn", 1, True, o, t)
+             for t in opts.compare_tiles for o in opts.partitions]
     if opts.device == "cuda":
         runs = [r for r in runs if r.nprocs <= gpus]
     if opts.pyg:
         runs.append(_Run(f"PyG GCNConv ({opts.pyg_adj})", "pyg"))
     return runs
+
+
+def _tiles_label(tile_bytes: int) -> str:
+    return "untiled" if tile_bytes == 0 else f"tiles {tile_bytes >> 10}K"
 
 
 def _median(history: list[dict], key: str, warmup: int) -> float:
@@ -528,7 +537,7 @@ def _run_one(run: _Run, opts: BenchOptions, path: str, threads: int) -> list:
     if run.kind == "pyg":
         return run_workers(pyg_worker, 1, (path, opts, threads), timeout_s=opts.timeout_s)
     config = dict(hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
-                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=opts.tile_bytes)
+                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes)
     args = (path, config, opts, max(1, threads // run.nprocs), threads)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)
 

@@ -63,6 +63,10 @@ def _bytes(text: str) -> int:
     return value
 
 
+def _byte_list(text: str) -> tuple[int, ...]:
+    return tuple(_bytes(t) for t in text.split(",") if t.strip())
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -426,6 +430,8 @@ def _add_bench_parsers(sub) -> None:
                    help="one glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M (0: glibc's dynamic one); "
                         "default: mggcn 1M, PyG glibc's")
     b.add_argument("--tile-bytes", type=_bytes, help="mggcn's --tile-bytes for every mggcn configuration (0: untiled)")
+    b.add_argument("--compare-tiles", type=_byte_list,
+                   help="more --tile-bytes values, e.g. 0,1M: each also runs at P = 1 for every --partition")
     b.add_argument("--out", help="write the report as JSON")
     p = sub.add_parser("plan", help="per-rank memory and communication of a training run, before running it",
                        description=plan.__doc__,
@@ -451,7 +457,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
-            "tile_bytes")
+            "tile_bytes", "compare_tiles")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
     report = run_bench(opts, log=lambda line: print(line, flush=True))
     print(format_table(report))
