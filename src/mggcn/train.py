@@ -21,10 +21,10 @@ import torch
 
 from mggcn.dist import DistContext, all_gather_objects, all_gather_rows, all_reduce_max, all_reduce_min, all_reduce_sum
 from mggcn.graph import SPLITS
-from mggcn.model import GCN, aggregate_first
-from mggcn.loss import MaskedCrossEntropy
-from mggcn.partition import Shard
 from mggcn.exchange import SparseExchangeSpMM
+from mggcn.loss import MaskedCrossEntropy
+from mggcn.model import GCN, aggregate_first
+from mggcn.partition import Shard
 from mggcn.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.tiled import tile_columns
 from mggcn.timing import PHASES, PhaseTimer
@@ -198,7 +198,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         if stochastic:  # accuracies of the weights at the start of the epoch, without dropout
             with torch.no_grad():
                 model.eval()
-                correct = _correct_counts(model(x, adj, timer, x_agg, True).argmax(dim=1), y, split_rows)
+                logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
+                correct = _correct_counts(logits.argmax(dim=1), y, split_rows)
                 model.train()
         optimizer.zero_grad(set_to_none=False)
         logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
