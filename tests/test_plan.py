@@ -12,8 +12,9 @@ from mggcn.cli import main
 from mggcn.dist import DistContext
 from mggcn.model import GCN
 from mggcn.partition import build_shard, make_partition
-from mggcn.plan import PRESETS, activation_peak, parse_bytes, plan_memory
+from mggcn.plan import PRESETS, activation_peak, format_bytes, parse_bytes, plan_memory
 from mggcn.spmm import BroadcastBuffers, local_adj
+from mggcn.tiled import TILE_BYTES
 from mggcn.train import TrainConfig, train_shard
 from reference import random_graph
 
@@ -204,3 +205,20 @@ def test_symmetric_shard_stores_no_transpose_and_the_plan_says_so():
     assert all(a is t for a, t in zip(shard.adj, shard.adj_t))
     assert plan.parts["adjacency A^T"] == 0
     assert plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2).parts["adjacency A^T"] > 0
+
+
+def test_plan_command_on_cpu_counts_the_column_tiles(capsys):
+    sizes = ["--nodes", "200000", "--edges", "20000000", "--features", "128", "--classes", "40"]
+
+    def adjacency(*extra):
+        assert main(["plan", *sizes, *extra]) == 0
+        line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("adjacency A "))
+        return line.split()[-2:]
+
+    # 200k rows, 101 nonzeros per row, widest SpMM 40: tiles of TILE_BYTES / (4 * 40) columns, 8 per block
+    tiles = -(-200_000 // (TILE_BYTES // 160))
+    expected = plan_memory(200_000, 20_000_000, 128, 40, (128,), 1, tile_cols=TILE_BYTES // 160).parts["adjacency A"]
+    assert expected - plan_memory(200_000, 20_000_000, 128, 40, (128,), 1).parts["adjacency A"] == \
+        (tiles - 1) * 200_001 * 4
+    assert adjacency("--device", "cpu") == format_bytes(expected).split()
+    assert adjacency() == adjacency("--device", "cpu", "--tile-bytes", "0")  # GPUs: whole blocks

@@ -444,6 +444,10 @@ def _add_bench_parsers(sub) -> None:
     p.add_argument("--hidden", type=_hidden, default=_DEFAULTS.hidden, help="hidden layer sizes (default 128)")
     p.add_argument("--nprocs", type=_int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
     p.add_argument("--memory", type=plan.parse_bytes, default=None, help="memory per device, e.g. 80G or 141G")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cuda (default): one GPU per rank, whole blocks; cpu: the ranks share one machine, blocks "
+                        "cut in column tiles (--tile-bytes)")
+    p.add_argument("--tile-bytes", type=_bytes, default=None, help="with --device cpu: as for mggcn train")
     p.add_argument("--train", type=float, default=None, help="fraction of vertices in the training split")
     p.add_argument("--order", choices=ORDERS, default=_DEFAULTS.order)
     p.add_argument("--input-dropout", type=float, default=0.0)
@@ -468,6 +472,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from mggcn.plan import PRESETS, format_plan, plan_memory
+    from mggcn.train import epoch_tile_columns
 
     preset = PRESETS.get(args.dataset)
     sizes = {k: getattr(args, k) if getattr(args, k) is not None else getattr(preset, k, None)
@@ -477,11 +482,15 @@ def _plan(args: argparse.Namespace) -> int:
         raise GraphError(f"give --dataset or --{' --'.join(missing)}")
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
+    cfg = TrainConfig(hidden=args.hidden, order=args.order, input_dropout=args.input_dropout,
+                      tile_bytes=args.tile_bytes)
     for nprocs in args.nprocs:
+        tiles = epoch_tile_columns(cfg, sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], nprocs,
+                                   args.device, nprocs)
         plan = plan_memory(sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], args.hidden,
                            nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                            train=sizes["train"] if sizes["train"] is not None else 0.5,
-                           symmetric=not args.directed)
+                           symmetric=not args.directed, tile_cols=tiles)
         print(format_plan(plan, preset.name if preset else "graph", args.memory))
     return 0
 

@@ -30,7 +30,7 @@ from mggcn.tiled import tile_columns
 from mggcn.timing import PHASES, PhaseTimer
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
-           "gather_original", "spmm_widths", "shard_tile_columns", "shard_for"]
+           "gather_original", "spmm_widths", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
 
 
 @dataclass(frozen=True)
@@ -96,17 +96,23 @@ def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
     return widths
 
 
-def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int | None = None) -> int | None:
-    """Columns per tile of this rank's blocks of ``dataset`` (:func:`mggcn.tiled.tile_columns`) for SpMMs of
-    ``width`` (default: the widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros
-    ``(E + n) / P²``; the ranks of one machine share its cache."""
+def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+                       nprocs: int, device: torch.device | str, local_ranks: int, width: int | None = None) -> int | None:
+    """Columns per tile of a rank's blocks (:func:`mggcn.tiled.tile_columns`) for SpMMs of ``width`` (default: the
+    widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the ``local_ranks``
+    of one machine share its cache."""
     if width is None:
-        dims = cfg.dims(dataset.num_features, dataset.num_classes)
+        dims = cfg.dims(num_features, num_classes)
         width = max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
-    p = ctx.world_size
-    rows = -(-dataset.num_nodes // p)
-    return tile_columns(width, rows, (dataset.num_edges + dataset.num_nodes) // (p * p), ctx.device,
-                        ctx.local_world_size, cfg.tile_bytes)
+    rows = -(-num_nodes // nprocs)
+    return tile_columns(width, rows, (num_edges + num_nodes) // (nprocs * nprocs), device, local_ranks,
+                        cfg.tile_bytes)
+
+
+def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int | None = None) -> int | None:
+    """:func:`epoch_tile_columns` for ``dataset`` on this rank."""
+    return epoch_tile_columns(cfg, dataset.num_nodes, dataset.num_edges, dataset.num_features, dataset.num_classes,
+                              ctx.world_size, ctx.device, ctx.local_world_size, width)
 
 
 def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
