@@ -29,7 +29,7 @@ class MaskedCrossEntropy:
         train: bool [m], this rank's training rows.
         num_train: ``N``, the training rows of all ranks (at least 1).
         workspace: where the gradient buffer lives (one of its two gradient buffers, see
-            :meth:`~mggcn.model.Workspace.take_grad`); ``None``: a buffer of its own.
+            :meth:`~mggcn.workspace.Workspace.take_grad`); ``None``: a buffer of its own.
 
     Shapes: ``logits`` [m, C] -> ``loss`` [] (float32, this rank's share), ``predictions`` [m] (int64 argmax).
     """
@@ -77,6 +77,8 @@ class _MaskedCrossEntropyFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_loss: torch.Tensor, _grad_pred):  # type: ignore[override]
         (grad,) = ctx.saved_tensors
+        if grad_loss is None:  # the loss took no part in what backward differentiates
+            return None, None
         if not bool(grad_loss == 1):
             grad = grad.mul_(grad_loss)
         return grad, None
