@@ -75,6 +75,7 @@ def test_shard_of_tiles_matches_the_plan():
     whole = build_shard(graph, part, 1, "sym")
     tiled = build_shard(graph, part, 1, "sym", tile_cols=40)
     assert [len(b.tiles) for b in tiled.adj] == [4, 4]  # m = 151 columns per block
+    assert (tiled.tile_cols, whole.tile_cols) == (40, None)
     for a, b in zip(whole.adj + whole.adj_t, tiled.adj + tiled.adj_t):
         assert (a.to_scipy() != b.to_scipy()).nnz == 0
     plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2, rank_nnz=tiled.nnz,

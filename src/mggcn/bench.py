@@ -67,7 +67,7 @@ from mggcn.launch import WorkerError, run_workers
 from mggcn.plan import plan_memory
 from mggcn.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.timing import PHASES
-from mggcn.train import TrainConfig, build_model, shard_for, shard_tile_columns, train_shard
+from mggcn.train import TrainConfig, build_model, shard_for, train_shard
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",
            "reset_peak_rss"]
@@ -293,7 +293,7 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     start = time.perf_counter()
     cfg = _train_config(**config)
     dataset = InMemoryDataset(_load_graph(path))  # as `mggcn train` cuts its shards
-    shard, tile_cols = shard_for(cfg, dataset, ctx), shard_tile_columns(cfg, dataset, ctx)
+    shard = shard_for(cfg, dataset, ctx)
     del dataset
     held = _shard_bytes(shard)
     probe.ready()
@@ -305,7 +305,7 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
             "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(b.nnz for b in shard.adj_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
-            "tile_cols": tile_cols,
+            "tile_cols": shard.tile_cols,
             "rows": int(shard.x.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads(), "machine": machine}
 

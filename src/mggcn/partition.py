@@ -151,6 +151,12 @@ class Shard:
     def nnz(self) -> int:
         return sum(b.nnz for b in self.adj)
 
+    @property
+    def tile_cols(self) -> int | None:
+        """Columns per tile of the blocks (None: whole blocks)."""
+        cut = next((b for b in self.adj + self.adj_t if len(b.tiles) > 1), None)
+        return None if cut is None else cut.spans()[0][1]
+
 
 def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
                 adj_hat: sp.csr_matrix | None = None, tile_cols: int | None = None) -> Shard:
