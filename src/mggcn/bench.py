@@ -529,7 +529,8 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
         comm = None
         if opts.device == "cpu" and max(opts.nprocs) > 1:
             comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
-            log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s, cores {100 * comm['busy']:.0f}% busy")
+            busy = "" if comm["busy"] is None else f", cores {100 * comm['busy']:.0f}% busy"
+            log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
     return rows, failed, graph, machine, comm
 
 

@@ -165,11 +165,11 @@ def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
     if adj_hat is None:
         adj_hat = normalize(adjacency(graph.edge_index, graph.num_nodes), norm)
     rows = part.rows(rank)
-    adj = split_row_block(_row_block(adj_hat, part, rank), part.num_parts)
+    adj = to_blocks(_row_block(adj_hat, part, rank), part.num_parts, tile_cols)
     transpose = adj_hat.T.tocsr()
     # Â = Âᵀ (an undirected graph with the sym norm): the backward blocks ARE the forward blocks; share them
     symmetric = transpose.nnz == adj_hat.nnz and (transpose != adj_hat).nnz == 0
-    adj_t = adj if symmetric else split_row_block(_row_block(transpose, part, rank), part.num_parts)
+    adj_t = adj if symmetric else to_blocks(_row_block(transpose, part, rank), part.num_parts, tile_cols)
 
     orig = part.order[rows]
     real = orig >= 0
@@ -183,8 +183,6 @@ def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
         mk = np.zeros(m, dtype=bool)
         mk[real] = graph.masks[s][orig[real]]
         masks[s] = torch.from_numpy(mk)
-    adj_torch = [TiledCSR.from_scipy(b, tile_cols) for b in adj]
-    adj_t_torch = adj_torch if adj_t is adj else [TiledCSR.from_scipy(b, tile_cols) for b in adj_t]
-    return Shard(rank=rank, partition=part, adj=adj_torch, adj_t=adj_t_torch,
+    return Shard(rank=rank, partition=part, adj=adj, adj_t=adj_t,
                  x=torch.from_numpy(x), y=torch.from_numpy(y), masks=masks, num_classes=graph.num_classes,
                  split_sizes={s: int(graph.masks[s].sum()) for s in SPLITS})
