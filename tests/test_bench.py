@@ -21,7 +21,7 @@ from mggcn.train import TrainConfig, train_shard
 from reference import gcn_losses, random_graph
 
 OPTIONS = bench.options_from(small=True, nprocs=(1, 2), partitions=("random-local",), epochs=2, warmup=1, repeats=2,
-                             compare_tiles=(0,))
+                             compare_tiles=(0,), compare_shm=True)
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,7 @@ def test_bench_runs_every_configuration(report):
     assert report["failed"] == []
     names = [r["name"] for r in report["rows"]]
     assert names == ["mggcn P=1 random-local", "mggcn P=2 random-local", "mggcn P=2 random-local no-overlap",
+                     "mggcn P=2 random-local gloo", "mggcn P=2 random-local gloo no-overlap",
                      "mggcn P=1 random-local untiled", "PyG GCNConv (csr)"]
     assert report["graph"]["nodes"] == OPTIONS.nodes and report["graph"]["features"] == OPTIONS.features
     for row in report["rows"]:
@@ -41,6 +42,10 @@ def test_bench_runs_every_configuration(report):
         assert len(row["memory"]) == row["nprocs"]
         for rank in row["memory"]:
             assert rank["peak_reset"] and rank["peak"] >= rank["ready"] >= rank["base"] > 0
+        # P = 2 broadcasts through shared memory unless told not to; a rank's peak leaves out the peer's outboxes
+        assert row["shm"] == (row["nprocs"] == 2 and "gloo" not in row["name"])
+        if row["shm"]:
+            assert all(rank["peer_shm"] > 0 for rank in row["memory"])
 
 
 def test_report_numbers_are_consistent(report):
@@ -69,11 +74,12 @@ def test_report_numbers_are_consistent(report):
     # the same model from the same weights: every configuration ends at the same loss
     losses = [r["loss"] for r in report["rows"]]
     np.testing.assert_allclose(losses, losses[0], rtol=1e-4)
-    overlap = report["overlap"]["2"]
-    on, off = rows["mggcn P=2 random-local"], rows["mggcn P=2 random-local no-overlap"]
-    assert overlap["on_s"] == on["epoch_s"]
-    assert overlap["speedup"] == pytest.approx(overlap["off_s"] / overlap["on_s"])
-    assert overlap["speedup_rounds"] == pytest.approx([b / a for a, b in zip(on["round_s"], off["round_s"])])
+    assert sorted(report["overlap"]) == ["2 gloo", "2 shm"]
+    for key, name in (("2 shm", "mggcn P=2 random-local"), ("2 gloo", "mggcn P=2 random-local gloo")):
+        overlap, on, off = report["overlap"][key], rows[name], rows[name + " no-overlap"]
+        assert overlap["on_s"] == on["epoch_s"] and overlap["off_s"] == off["epoch_s"]
+        assert overlap["speedup"] == pytest.approx(overlap["off_s"] / overlap["on_s"])
+        assert overlap["speedup_rounds"] == pytest.approx([b / a for a, b in zip(on["round_s"], off["round_s"])])
     comm = report["broadcast"]  # the loopback broadcast probe of a CPU run with P > 1
     assert comm["bytes_per_s"] == pytest.approx(comm["bytes"] / comm["seconds"]) and 0.0 <= comm["busy"] <= 1.0
 
@@ -85,7 +91,7 @@ def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     for row in report["rows"]:
         assert row["name"] in printed
-    assert "P=2: overlap on" in printed and "2 rounds" in printed and "loopback broadcast" in printed
+    assert "P=2 shm: overlap on" in printed and "P=2 gloo: overlap on" in printed and "2 rounds" in printed and "loopback broadcast" in printed
     assert json.loads(out.read_text())["rows"][0]["name"] == report["rows"][0]["name"]
 
 
@@ -95,11 +101,11 @@ def test_bench_options_from_the_command_line(monkeypatch):
     monkeypatch.setattr(bench, "format_table", lambda report: "")
     main(["bench", "--nodes", "500", "--hidden", "8,8", "--nprocs", "1,2,4", "--partition", "random,random-local",
           "--no-pyg", "--threads", "1", "--repeats", "3", "--mmap-threshold", "0",
-          "--tile-bytes", "2M", "--compare-tiles", "0,1M"])
+          "--tile-bytes", "2M", "--compare-tiles", "0,1M", "--shm", "off", "--compare-shm"])
     opts = seen["opts"]
     assert (opts.nodes, opts.hidden, opts.nprocs, opts.partitions, opts.pyg, opts.threads, opts.repeats,
-            opts.mmap_threshold, opts.tile_bytes, opts.compare_tiles) == (
-        500, (8, 8), (1, 2, 4), ("random", "random-local"), False, 1, 3, 0, 2 << 20, (0, 1 << 20))
+            opts.mmap_threshold, opts.tile_bytes, opts.compare_tiles, opts.shm, opts.compare_shm) == (
+        500, (8, 8), (1, 2, 4), ("random", "random-local"), False, 1, 3, 0, 2 << 20, (0, 1 << 20), "off", True)
     assert opts.features == bench.BenchOptions().features
 
 

@@ -140,3 +140,21 @@ def test_torchrun_runs_the_same_job(tmp_path):
     assert out.returncode == 0, out.stderr
     losses = [[json.loads(line)["loss"] for line in open(p)] for p in (ours, theirs)]
     assert losses[0] == losses[1]
+
+
+def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
+    """--shm on where /dev/shm cannot be used fails with one line and writes nothing; auto falls back to gloo."""
+    monkeypatch.setenv("MGGCN_SHM_DIR", str(tmp_path / "missing"))
+    metrics = tmp_path / "m.jsonl"
+    common = ["train", "builtin:karate", "--epochs", "2", "--hidden", "8", "--nprocs", "2"]
+    out = run_cli(*common, "--shm", "on", "--metrics", str(metrics), timeout=120)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1 and "cannot create" in err[0] and "missing" in err[0] and "--shm off" in err[0], out.stderr
+    assert not metrics.exists()
+    out = run_cli(*common, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "comm broadcast (gloo, no shared memory: rank 0: cannot create" in out.stdout
+    monkeypatch.delenv("MGGCN_SHM_DIR")
+    out = run_cli(*common, timeout=120)
+    assert out.returncode == 0 and "comm broadcast (shared memory)" in out.stdout, out.stderr

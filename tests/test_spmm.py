@@ -26,26 +26,30 @@ def _assemble(blocks, graph, part):
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_spmm_forward_backward_equal_unsharded(nprocs):
     seed = 7
-    cases = []
+    cases, directed_cases = [], []
     for directed in (True, False):
         graph = random_graph(N, 150, directed=directed, seed=nprocs)
         for norm in ("sym", "mean"):
             for overlap in (True, False):
                 for tile_cols in (None, 3):  # 3: every block of m = 10..37 columns is cut into 4..13 tiles
-                    cases.append((graph, norm, overlap, tile_cols, torch.randn(N, 5), torch.randn(N, 5)))
+                    # shared memory: outboxes as wide as B (5), or narrower (3: B falls back to gloo, B[:, :1] not)
+                    for shm_width in ((None, 5, 3) if norm == "sym" else (None,)):
+                        directed_cases.append(directed)
+                        cases.append((graph, norm, overlap, tile_cols, shm_width, torch.randn(N, 5),
+                                      torch.randn(N, 5)))
     if nprocs == 1:
         results = [workers.spmm_worker(cases, seed)]
     else:
         results = run_workers(workers.spmm_worker, nprocs, (cases, seed), timeout_s=180)
     results = [r[1] for r in sorted(results, key=lambda r: r[0])]
     part = make_partition(N, nprocs, seed)
-    for k, (graph, norm, overlap, tile_cols, b, g) in enumerate(cases):
+    for k, (graph, norm, overlap, tile_cols, shm_width, b, g) in enumerate(cases):
         a = adj_hat(graph.edge_index, N, norm).float()
-        if k < 8:  # the directed graph's cases: the backward really needs Âᵀ
+        if directed_cases[k]:  # the backward really needs Âᵀ
             assert not torch.equal(a, a.t())
         c, grad, c2 = (_assemble([r[k][i] for r in results], graph, part) for i in range(3))
         # float32 sums of <= ~15 terms in another order than the reference (tile by tile too): a few ulps
-        msg = f"P={nprocs} case {k}: norm={norm} overlap={overlap} tile_cols={tile_cols}"
+        msg = f"P={nprocs} case {k}: norm={norm} overlap={overlap} tile_cols={tile_cols} shm={shm_width}"
         torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-6, msg=msg)
         torch.testing.assert_close(grad, a.t() @ g, rtol=1e-5, atol=1e-6, msg=msg)
         torch.testing.assert_close(c2, a @ b[:, :1], rtol=1e-5, atol=1e-6, msg=msg)

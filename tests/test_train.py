@@ -32,6 +32,7 @@ def _cases():
         (directed, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=7, order="aggregate-first", input_dropout=0.0)),
         (few, TrainConfig(hidden=(20, 6), epochs=EPOCHS, seed=8)),
         (directed, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=5), 4),  # case 0 with blocks cut in tiles
+        (directed, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=5, shm="off")),  # case 0 through gloo's broadcast
     ]
 
 

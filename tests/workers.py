@@ -10,6 +10,7 @@ import torch
 
 from mggcn.dist import init_distributed
 from mggcn.partition import build_shard, make_partition
+from mggcn.shm import SharedOutboxes
 from mggcn.spmm import StagedSpMM
 from mggcn.train import TrainConfig, train_shard
 
@@ -27,14 +28,17 @@ def to_new_order(mat_orig: torch.Tensor, part) -> torch.Tensor:
 
 
 def spmm_worker(cases, seed):
-    """For each (graph, norm, overlap, tile columns, B, G): C = Â·B and dB = Âᵀ·G on this rank's rows, in partition
-    order."""
+    """For each (graph, norm, overlap, tile columns, shared-memory width, B, G): C = Â·B and dB = Âᵀ·G on this rank's
+    rows, in partition order. Shared-memory width: None = gloo's broadcast, else through outboxes of that width
+    (created once per width and shared by the cases, as the layers of a model share them)."""
     ctx = init_distributed("cpu", timeout_s=60)
-    out = []
-    for graph, norm, overlap, tile_cols, b_orig, g_orig in cases:
+    out, outboxes = [], {}
+    for graph, norm, overlap, tile_cols, shm_width, b_orig, g_orig in cases:
         part = make_partition(graph.num_nodes, ctx.world_size, seed)
         shard = build_shard(graph, part, ctx.rank, norm, tile_cols=tile_cols)
-        op = StagedSpMM(ctx, shard.adj, shard.adj_t, overlap=overlap)
+        if shm_width is not None and shm_width not in outboxes and ctx.world_size > 1:
+            outboxes[shm_width] = SharedOutboxes.create(ctx, part.rows_per_part, shm_width, torch.float32)
+        op = StagedSpMM(ctx, shard.adj, shard.adj_t, overlap=overlap, outboxes=outboxes.get(shm_width))
         b = rows_of(to_new_order(b_orig, part), part, ctx.rank).clone().requires_grad_()
         c = op(b)
         c.backward(rows_of(to_new_order(g_orig, part), part, ctx.rank))
@@ -203,3 +207,35 @@ def freed_rss_worker(threshold, nbytes):
     block = torch.ones(nbytes // 4)
     del block
     return current_rss() - before
+
+
+def shm_worker(rows, width, directory):
+    """Outboxes in ``directory``: what every rank reads from the others' after one SpMM-like exchange, the files
+    left behind, and the peers' resident bytes; or the error of a failed creation."""
+    from mggcn.shm import ShmUnavailable
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    try:
+        boxes = SharedOutboxes.create(ctx, rows, width, torch.float32, directory=directory)
+    except ShmUnavailable as e:
+        return {"rank": ctx.rank, "error": str(e), "left": sorted(os.listdir(directory))
+                if os.path.isdir(directory) else None}
+    left = sorted(os.listdir(directory))
+    mine = torch.full((rows, width), float(ctx.rank + 1))
+    seen = {}
+    for call in (0, 1):
+        for stage in range(ctx.world_size):
+            if stage == ctx.rank:
+                boxes.publish(mine * (call + 1), call)
+            boxes.signal(stage).wait()
+            seen[(call, stage)] = boxes.outbox(stage, call, width).clone()
+    return {"rank": ctx.rank, "left": left, "seen": seen, "peer_resident": boxes.peer_resident_bytes(),
+            "nbytes": boxes.nbytes}
+
+
+def host_outboxes_worker(mode):
+    from mggcn.shm import host_outboxes
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    boxes, transport = host_outboxes(ctx, mode, 8, 4, torch.float32)
+    return None if boxes is None else type(boxes).__name__, transport

@@ -12,7 +12,10 @@ Noise: on a shared machine the same run varies by 10-20% from one minute to the 
 configurations K times, round after round in the same order, and reports each one's median round; the overlap
 line gives the ratio off/on of every round, so a slow spell that hits one round hits both sides of its ratio. On CPU
 with P > 1 the bench also measures a 16 MiB broadcast between two ranks: its rate and how busy it keeps the cores,
-the room that overlapping communication with computation has on this machine.
+the room that overlapping communication with computation has on this machine. Ranks on one CPU host broadcast
+through shared memory by default (:mod:`mggcn.shm`); ``--compare-shm`` runs P > 1 through gloo's broadcast too.
+A rank's peak RSS then leaves out the pages of the other ranks' outboxes it reads (``peer_shm`` in the JSON): their
+owners count them.
 
 Memory: a process's peak RSS is its ``VmHWM`` (``/proc/self/status``; ``ru_maxrss`` where there is no /proc —
 on Linux a spawned process's ``ru_maxrss`` starts at its launcher's peak, which ``VmHWM`` does not). Each process
@@ -41,6 +44,7 @@ crawled and real datasets often come with locality in their ids; ``--ids random`
     mggcn bench --small --out bench.json         # seconds
     mggcn bench --nprocs 1,2,4 --partition random-local
     mggcn bench --nprocs 2 --no-pyg --repeats 5           # overlap on/off in 5 interleaved rounds
+    mggcn bench --nprocs 2 --no-pyg --compare-shm         # shared memory against gloo's broadcast
     mggcn bench --nprocs 1 --no-pyg --compare-tiles 0     # what column tiles buy: P = 1 untiled too
     mggcn bench --device cuda --nodes 20000000 --degree 50   # one GPU: P = 1 and PyG
 """
@@ -100,6 +104,8 @@ class BenchOptions:
     mmap_threshold: int | None = None  # for every configuration (0: glibc's dynamic one); None: each its default
     tile_bytes: int | None = None  # mggcn's --tile-bytes (None: its default; 0: untiled blocks)
     compare_tiles: tuple[int, ...] = ()  # more --tile-bytes values, each run at P = 1 for every partition
+    shm: str = "auto"  # mggcn's --shm for every mggcn configuration
+    compare_shm: bool = False  # also run P > 1 through gloo's broadcast (overlap on and off), in the same rounds
     probe_gemm: int = 4096  # the machine's rates: a probe_gemm² matmul and a probe_copy-byte copy (x2, x4 on CUDA)
     probe_copy: int = 512 << 20
 
@@ -300,12 +306,16 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     setup_s = time.perf_counter() - start
     result = train_shard(ctx, shard, cfg)
     memory = probe.done()
+    outboxes = getattr(result.adj, "outboxes", None)
+    if outboxes is not None:  # the other ranks' outboxes this rank read: in its RSS, but held by their owners
+        memory["peer_shm"] = outboxes.peer_resident_bytes() or 0
+        memory["peak"] -= memory["peer_shm"]
     machine = _measure_after(ctx, machine_threads, opts)
     workspace = getattr(result.model, "workspace", None)
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
             "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(b.nnz for b in shard.adj_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
-            "tile_cols": shard.tile_cols,
+            "tile_cols": shard.tile_cols, "shm": outboxes is not None,
             "rows": int(shard.x.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads(), "machine": machine}
 
@@ -404,6 +414,7 @@ class _Run:
     overlap: bool = True
     partition: str = ""
     tile_bytes: int | None = None
+    shm: str = "auto"
     results: list = field(default_factory=list)  # the ranks' results of the first round
     round_s: list = field(default_factory=list)  # the median epoch of each round
     histories: list = field(default_factory=list)  # rank 0's history of each round
@@ -415,7 +426,10 @@ def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
     runs = [_Run(f"mggcn P={p} {main}", "mggcn", p, True, main) for p in opts.nprocs]
     runs += [_Run(f"mggcn P={p} {main} no-overlap", "mggcn", p, False, main) for p in opts.nprocs if p > 1]
     runs += [_Run(f"mggcn P={p} {o}", "mggcn", p, True, o) for o in others for p in opts.nprocs if p <= 2]
-    runs = [replace(r, tile_bytes=opts.tile_bytes) for r in runs]
+    runs = [replace(r, tile_bytes=opts.tile_bytes, shm=opts.shm) for r in runs]
+    if opts.compare_shm and opts.device == "cpu":
+        runs += [_Run(f"mggcn P={p} {main} gloo{'' if on else ' no-overlap'}", "mggcn", p, on, main,
+                      opts.tile_bytes, "off") for p in opts.nprocs if p > 1 for on in (True, False)]
     runs += [_Run(f"mggcn P=1 {o} {_tiles_label(t)}", "mggcn", 1, True, o, t)
              for t in opts.compare_tiles for o in opts.partitions]
     if opts.device == "cuda":
@@ -438,6 +452,7 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
     first = run.results[0]
     history = first["history"]
     row = {"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "overlap": run.overlap,
+           "shm": bool(first.get("shm")),
            "partition": run.partition, "epoch_s": statistics.median(run.round_s), "round_s": list(run.round_s),
            "epochs_s": [r["epoch_s"] for r in history], "test_acc": history[-1]["test_acc"],
            "loss": history[-1]["loss"], "setup_s": max(r["setup_s"] for r in run.results),
@@ -538,7 +553,7 @@ def _run_one(run: _Run, opts: BenchOptions, path: str, threads: int) -> list:
     if run.kind == "pyg":
         return run_workers(pyg_worker, 1, (path, opts, threads), timeout_s=opts.timeout_s)
     config = dict(hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
-                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes)
+                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm)
     args = (path, config, opts, max(1, threads // run.nprocs), threads)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)
 
@@ -582,15 +597,20 @@ def _add_ratios(report: dict) -> None:
         r["time_vs_pyg"] = r["epoch_s"] / pyg["epoch_s"] if pyg else None
         r["peak_vs_pyg"] = r["peak"] / pyg["peak"] if pyg else None
         r["net_vs_pyg"] = r["net"] / pyg["net"] if pyg else None
-    on = {r["nprocs"]: r for r in rows if r["kind"] == "mggcn" and r["overlap"] and r["nprocs"] > 1
+
+    def key(r: dict) -> str:  # P, and the broadcast's transport where gloo's is compared with shared memory
+        return f"{r['nprocs']} {'shm' if r['shm'] else 'gloo'}" if report["options"].get("compare_shm") else \
+            str(r["nprocs"])
+
+    on = {key(r): r for r in rows if r["kind"] == "mggcn" and r["overlap"] and r["nprocs"] > 1
           and r["partition"] == report["options"]["partitions"][0]}
     report["overlap"] = {}
     for off in rows:
-        if off["kind"] != "mggcn" or off["overlap"] or off["nprocs"] not in on:
+        if off["kind"] != "mggcn" or off["overlap"] or key(off) not in on:
             continue
-        this = on[off["nprocs"]]
+        this = on[key(off)]
         pairs = [b / a for a, b in zip(this["round_s"], off["round_s"])]  # off / on, round by round
-        report["overlap"][str(off["nprocs"])] = {
+        report["overlap"][key(off)] = {
             "on_s": this["epoch_s"], "off_s": off["epoch_s"], "speedup": off["epoch_s"] / this["epoch_s"],
             "speedup_rounds": pairs, "comm_wait_on_s": this["phases"]["comm_wait"],
             "comm_wait_off_s": off["phases"]["comm_wait"]}

@@ -26,6 +26,7 @@ from mggcn.graph import GraphError
 from mggcn.model import ACTIVATIONS, ORDERS
 from mggcn.norm import NORMS
 from mggcn.partition import ORDERINGS
+from mggcn.shm import SHM_MODES
 from mggcn.tiled import TILE_BYTES
 from mggcn.train import TrainConfig
 
@@ -121,6 +122,9 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comm", choices=COMM_MODES, default=_DEFAULTS.comm,
                    help="SpMM exchange: broadcast every row block (MG-GCN), send only the rows each block "
                         "references (sparse), or per rank pair whichever fits (auto)")
+    p.add_argument("--shm", choices=SHM_MODES, default=_DEFAULTS.shm,
+                   help="CPU ranks of one host broadcast through shared memory instead of gloo's loopback TCP "
+                        "(auto: where every rank is on this host; on: or fail; off: gloo)")
     p.add_argument("--tile-bytes", type=_bytes, default=_DEFAULTS.tile_bytes,
                    help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default "
                         f"{TILE_BYTES >> 20}M per machine, shared by its ranks; 0: no tiling)")
@@ -343,7 +347,7 @@ def _train(args: argparse.Namespace) -> int:
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
                       seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm,
-                      tile_bytes=args.tile_bytes)
+                      tile_bytes=args.tile_bytes, shm=args.shm)
     read_options = _read_options(args)
     job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
                    read_options=read_options,
@@ -432,6 +436,9 @@ def _add_bench_parsers(sub) -> None:
     b.add_argument("--tile-bytes", type=_bytes, help="mggcn's --tile-bytes for every mggcn configuration (0: untiled)")
     b.add_argument("--compare-tiles", type=_byte_list,
                    help="more --tile-bytes values, e.g. 0,1M: each also runs at P = 1 for every --partition")
+    b.add_argument("--shm", choices=SHM_MODES, help="mggcn's --shm for every mggcn configuration (default auto)")
+    b.add_argument("--compare-shm", action="store_true", default=None,
+                   help="also run P > 1 through gloo's broadcast (--shm off), overlap on and off, in the same rounds")
     b.add_argument("--out", help="write the report as JSON")
     p = sub.add_parser("plan", help="per-rank memory and communication of a training run, before running it",
                        description=plan.__doc__,
@@ -461,7 +468,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
-            "tile_bytes", "compare_tiles")
+            "tile_bytes", "compare_tiles", "shm", "compare_shm")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
     report = run_bench(opts, log=lambda line: print(line, flush=True))
     print(format_table(report))

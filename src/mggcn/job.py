@@ -203,10 +203,18 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         del dataset  # this rank keeps only its shard
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
-        metrics_file = open(job.metrics, "w") if (ctx.is_main and job.metrics) else None
-        if metrics_file is not None and resume is not None:
-            # the epochs of the checkpoint, not those the interrupted run may have logged after it
-            metrics_file.writelines(json.dumps(record) + "\n" for record in resume[0]["history"])
+        metrics_file = None  # opened with the first epoch's record: a job that fails before one writes no file
+
+        def log_metrics(record: dict | None) -> None:
+            """Append an epoch's record (None: only open the file)."""
+            nonlocal metrics_file
+            if metrics_file is None:
+                metrics_file = open(job.metrics, "w")
+                # the epochs of the checkpoint, not those the interrupted run may have logged after it
+                metrics_file.writelines(json.dumps(r) + "\n" for r in (resume[0]["history"] if resume else []))
+            if record is not None:
+                metrics_file.write(json.dumps(record) + "\n")
+            metrics_file.flush()
 
         progress = TrainProgress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
                                  quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
@@ -219,11 +227,11 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
                 return
             if not balance_shown:  # every record carries the partition's balance; say it once
                 balance_shown = True
-                progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}: {format_balance(record)}")
+                via = f" ({record['broadcast']})" if "broadcast" in record else ""
+                progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
             progress.update(record)
-            if metrics_file is not None:
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
+            if job.metrics:
+                log_metrics(record)
 
         checkpointer = Checkpointer(job.checkpoint_dir, job.checkpoint_every) if job.checkpoint_dir else None
         try:
@@ -231,6 +239,8 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
                 result = train_shard(ctx, shard, cfg, on_epoch, checkpointer=checkpointer,
                                      checkpoint_meta={"dataset": identity},
                                      resume=resume[0] if resume else None, stop_requested=lambda: stop.requested)
+            if job.metrics and ctx.is_main:
+                log_metrics(None)  # no epoch left to run: the file all the same
         finally:
             progress.close()
             if metrics_file is not None:

@@ -9,7 +9,8 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
     Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F
     labels       y (int64), three split masks (bool), the row indices of each split (int64):  m · (8 + 3 + 8 · s)
     optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
-    buffers      P > 1: the two broadcast buffers shared by every SpMM of the epoch:            2 · 4 · m · max(widths)
+    buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (mggcn.shm),
+                 shared by every SpMM of the epoch:                                              2 · 4 · m · max(widths)
     activations  the peak over the epoch of what autograd keeps plus the gradients in flight (below)
 
 ``T`` is the number of CSR tiles of the P blocks: P without tiling (GPUs), ``P · ⌈m / tile_cols⌉`` on CPUs where

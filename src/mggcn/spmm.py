@@ -9,8 +9,12 @@ and 1 are in flight, then the received blocks in stage order. The broadcast of s
 multiplies, so it is in flight during that multiply; it may only be issued once stage j−1's multiply, which read
 the same buffer, is done — on CPU the multiply has returned by then; on CUDA, NCCL's stream waits for the work
 already queued on the compute stream when a collective is issued, and ``work.wait()`` makes the compute stream
-wait for the broadcast, so the GPU overlaps the two without host synchronization. ``overlap=False`` runs each stage's broadcast to completion before its
-multiply (CAGNET's 1D scheme), to measure what the overlap buys.
+wait for the broadcast, so the GPU overlaps the two without host synchronization. ``overlap=False`` runs each stage's
+broadcast to completion before its multiply (CAGNET's 1D scheme), to measure what the overlap buys.
+
+CPU ranks of one host can broadcast through shared memory instead (:mod:`mggcn.shm`): stage j's root copies its rows
+into its outbox and broadcasts a token; the others multiply out of that outbox. The stages, their order and the
+overlap are the same; only what a stage moves changes.
 
 Legend: m = rows per rank, d = width of B.
 """
@@ -24,6 +28,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from mggcn.dist import DistContext
+from mggcn.shm import SharedOutboxes
 from mggcn.tiled import TiledCSR
 from mggcn.timing import NULL_TIMER, PhaseTimer
 from mggcn.workspace import OutSpec, Workspace
@@ -86,18 +91,21 @@ class StagedSpMM:
         adj: the P column blocks ``Â[i, j]`` of this rank (m × m).
         adj_t: the P column blocks ``Âᵀ[i, j]`` of this rank, for the backward pass.
         buffers: the shared broadcast buffers (m rows).
+        outboxes: broadcast through these shared-memory outboxes instead of gloo's (an SpMM wider than them
+            falls back to gloo, with temporary buffers).
         overlap: issue stage j+1's broadcast before stage j's multiply (default) or not.
         timer: where SpMM and communication-wait seconds are accounted.
     """
 
     def __init__(self, ctx: DistContext, adj: list[TiledCSR], adj_t: list[TiledCSR],
                  buffers: BroadcastBuffers | None = None, overlap: bool = True,
-                 timer: PhaseTimer = NULL_TIMER) -> None:
+                 timer: PhaseTimer = NULL_TIMER, outboxes: SharedOutboxes | None = None) -> None:
         if len(adj) != ctx.world_size or len(adj_t) != ctx.world_size:
             raise ValueError(f"rank {ctx.rank}: {len(adj)} blocks of Â for a world of {ctx.world_size}")
         self.ctx, self.adj, self.adj_t = ctx, adj, adj_t
         self.rows = adj[0].rows
         self.buffers = buffers
+        self.outboxes = outboxes
         self.overlap = overlap
         self.timer = timer
         self.skip = [b.nnz == 0 for b in adj], [b.nnz == 0 for b in adj_t]
@@ -117,18 +125,34 @@ class StagedSpMM:
         if self.ctx.world_size == 1:
             return local_spmm(blocks, b, self.timer, out)
         b = b.contiguous()
-        if self.buffers is None:
+        shm = self.outboxes if self.outboxes is not None and self.outboxes.fits(b) else None
+        if shm is not None:
+            call, shm.calls = shm.calls, shm.calls + 1
+        elif self.buffers is None and self.outboxes is None:
             self.buffers = BroadcastBuffers(self.rows, b.shape[1], b.dtype, b.device)
         out = _Accumulator(torch.empty_like(b) if out is None else out, self.timer)
         num_stages, rank = self.ctx.world_size, self.ctx.rank
 
+        def receive_buffer(stage: int) -> torch.Tensor:
+            if self.buffers is None:  # wider than the outboxes: a temporary for this SpMM
+                return torch.empty_like(b)
+            return self.buffers.view(stage, b.shape[1])
+
         def issue(stage: int) -> tuple[torch.Tensor, dist.Work, float]:
-            rows = b if stage == rank else self.buffers.view(stage, b.shape[1])
+            issued = time.perf_counter()
+            nbytes = b.numel() * b.element_size()
             if stage == rank:
-                self.sent_bytes += (num_stages - 1) * rows.numel() * rows.element_size()
+                self.sent_bytes += (num_stages - 1) * nbytes
             else:
-                self.recv_bytes += rows.numel() * rows.element_size()
-            return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True), time.perf_counter()
+                self.recv_bytes += nbytes
+            if shm is None:
+                rows = b if stage == rank else receive_buffer(stage)
+                return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True), issued
+            if stage == rank:
+                with self.timer("comm_wait"):  # the root's one copy is the whole cost of its broadcast
+                    shm.publish(b, call)
+            rows = b if stage == rank else shm.outbox(stage, call, b.shape[1])
+            return rows, shm.signal(stage), issued
 
         pending = issue(0)
         for stage in range(num_stages):

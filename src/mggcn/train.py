@@ -25,6 +25,7 @@ from mggcn.exchange import SparseExchangeSpMM
 from mggcn.loss import MaskedCrossEntropy
 from mggcn.model import GCN, aggregate_first
 from mggcn.partition import Shard
+from mggcn.shm import host_outboxes
 from mggcn.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.tiled import tile_columns
 from mggcn.timing import PHASES, PhaseTimer
@@ -51,6 +52,7 @@ class TrainConfig:
     overlap: bool = True
     partition: str = "random"
     comm: str = "broadcast"  # "sparse" / "auto": mggcn.exchange.SparseExchangeSpMM
+    shm: str = "auto"  # the broadcast of CPU ranks on one host: through shared memory (mggcn.shm) or gloo ("off")
     seed: int = 0
     patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
     trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
@@ -163,11 +165,17 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
     widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
     if cfg.comm == "broadcast":
-        buffers = BroadcastBuffers(shard.x.shape[0], max(widths), shard.x.dtype, device) if ctx.world_size > 1 else None
-        adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer)
+        rows, dtype = shard.x.shape[0], shard.x.dtype
+        outboxes, transport = host_outboxes(ctx, cfg.shm, rows, max(widths), dtype)
+        buffers = BroadcastBuffers(rows, max(widths), dtype, device) if ctx.world_size > 1 and outboxes is None \
+            else None
+        adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer,
+                         outboxes=outboxes)
     else:
         adj = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=cfg.comm, overlap=cfg.overlap, timer=timer)
     balance = partition_balance(ctx, shard)
+    if cfg.comm == "broadcast" and ctx.world_size > 1:
+        balance["broadcast"] = transport
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
