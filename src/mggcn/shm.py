@@ -81,12 +81,10 @@ class SharedOutboxes:
     @classmethod
     def create(cls, ctx: DistContext, rows: int, width: int, dtype: torch.dtype,
                directory: str | None = None) -> "SharedOutboxes":
-        """Create, size and map every rank's outboxes (collective) in ``directory`` (default ``$MGGCN_SHM_DIR`` or
-        :data:`SHM_DIR`). Raises :class:`ShmUnavailable` on every rank, naming the rank and the file, when any rank
-        cannot; nothing is left in ``directory`` then."""
+        """Create, size and map every rank's outboxes (collective; every rank on this host, see :func:`one_host`)
+        in ``directory`` (default ``$MGGCN_SHM_DIR`` or :data:`SHM_DIR`). Raises :class:`ShmUnavailable` on every
+        rank, naming the rank and the file, when any rank cannot; nothing is left in ``directory`` then."""
         directory = directory or os.environ.get("MGGCN_SHM_DIR") or SHM_DIR
-        if not one_host(ctx):
-            raise ShmUnavailable("--shm on needs every rank on one host and on the CPU")
         prefix = all_gather_objects(ctx, f"mggcn-outbox-{uuid.uuid4().hex[:12]}")[0]
         paths = [os.path.join(directory, f"{prefix}-{r}") for r in range(ctx.world_size)]
         numel = 2 * rows * width
@@ -173,7 +171,11 @@ def host_outboxes(ctx: DistContext, mode: str, rows: int, width: int,
     backend = "nccl" if ctx.device.type == "cuda" else "gloo"
     if ctx.world_size == 1:
         return None, "one rank"
-    if mode == "off" or (mode == "auto" and not one_host(ctx)):
+    if mode == "off":
+        return None, backend
+    if not one_host(ctx):
+        if mode == "on":
+            raise ShmUnavailable("--shm on needs every rank on one host and on the CPU")
         return None, backend
     try:
         return SharedOutboxes.create(ctx, rows, width, dtype), "shared memory"
