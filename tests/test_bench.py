@@ -190,3 +190,26 @@ def test_cuda_bench_reports_device_memory_against_the_plan():
     assert all("cuda_peak" in m for m in mggcn_row["memory"])
     assert mggcn_row["net"] == max(m["cuda_peak"] for m in mggcn_row["memory"])
     assert report["machine"]["device"] == "cuda"
+
+
+def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
+    """scripts/gpu_check.sh with GPU_CHECK_DEVICE=cpu at a tiny size: the same plan and bench commands the GPU run
+    makes, so an option renamed in the CLI breaks this test here rather than the one GPU run a session may get."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, GPU_CHECK_DEVICE="cpu", GPU_NODES="1500", GPU_DEGREE="6", GPU_FEATURES="8",
+               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", OUT_DIR=str(tmp_path), PYTHON=sys.executable)
+    done = subprocess.run(["bash", os.path.join(root, "scripts", "gpu_check.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = (tmp_path / "gpu_check.log").read_text()
+    for step in ("== CUDA tests", "== plan for the benchmark graph", "== benchmark"):
+        assert step in log
+    assert "4 skipped" in log  # the CUDA tests were collected (and skip without a GPU)
+    report = json.loads((tmp_path / "gpu_bench.json").read_text())
+    assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu"
+    assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"}
+    assert all(r["epoch_s"] > 0 for r in report["rows"])
