@@ -17,10 +17,10 @@ import json
 import statistics
 import time
 
-from mggcn.datasets import InMemoryDataset, load_graph
-from mggcn.dist import init_distributed
-from mggcn.launch import run_workers
-from mggcn.train import TrainConfig, shard_tile_columns, train_shard
+from mggcn.data.datasets import InMemoryDataset, load_graph
+from mggcn.distributed.context import init_distributed
+from mggcn.distributed.launch import run_workers
+from mggcn.training.trainer import TrainConfig, shard_tile_columns, train_shard
 
 DEFAULT_RUNS = "random:broadcast,random:sparse,random:auto,metis:broadcast,metis:sparse,metis:auto"
 

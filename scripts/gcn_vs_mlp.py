@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 
-from mggcn.datasets import InMemoryDataset, load_graph
-from mggcn.dist import DistContext
-from mggcn.graph import Graph
-from mggcn.train import TrainConfig, shard_for, train_shard
+from mggcn.data.datasets import InMemoryDataset, load_graph
+from mggcn.data.graph import Graph
+from mggcn.distributed.context import DistContext
+from mggcn.training.trainer import TrainConfig, shard_for, train_shard
 
 
 def main(spec: str = "synthetic") -> None:

@@ -52,7 +52,7 @@ fi
 "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
 
 echo "== CUDA tests"
-timeout 150 "$PY" -m pytest tests/test_bench.py -q -k cuda -rs -p no:cacheprovider
+timeout 150 "$PY" -m pytest tests/tools/test_bench.py -q -k cuda -rs -p no:cacheprovider
 
 echo "== plan for the benchmark graph"
 EDGES=$("$PY" -c "print(int($NODES * $DEGREE))")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, scatter
 
-from mggcn.graph import Graph
+from mggcn.data.graph import Graph
 
 
 def adj_hat(edge_index: np.ndarray, n: int, norm: str = "sym") -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The Python API: ``mggcn.train`` is the CLI's job, in this process or on P workers; the layers work alone."""
+"""The Python API: ``mggcn.training.trainer`` is the CLI's job, in this process or on P workers; the layers work alone."""
 
 import json
 
@@ -9,11 +9,11 @@ from torch_geometric.data import Data
 from torch_geometric.nn.models import GCN as PygGCN
 
 import mggcn
-from mggcn.cli import main
-from mggcn.job import TrainJob, run_train_job
-from mggcn.predict import load_model
-from mggcn.synthetic import parse_spec
-from mggcn.train import TrainConfig
+from mggcn.data.synthetic import parse_spec
+from mggcn.tools.cli import main
+from mggcn.training.job import TrainJob, run_train_job
+from mggcn.training.predict import load_model
+from mggcn.training.trainer import TrainConfig
 from reference import adj_hat, random_graph
 
 _TIMING = ("epoch_s", "spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer", "other", "timeline")

@@ -8,11 +8,11 @@ import time
 import numpy as np
 import torch
 
-from mggcn.dist import init_distributed
-from mggcn.partition import build_shard, make_partition
-from mggcn.shm import SharedOutboxes
-from mggcn.spmm import StagedSpMM
-from mggcn.train import TrainConfig, train_shard
+from mggcn.distributed.context import init_distributed
+from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.shm import SharedOutboxes
+from mggcn.distributed.spmm import StagedSpMM
+from mggcn.training.trainer import TrainConfig, train_shard
 
 
 def rows_of(global_new: torch.Tensor, part, rank: int) -> torch.Tensor:
@@ -108,7 +108,7 @@ def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
 
     import torch.distributed as dist
 
-    from mggcn.prepared import PreparedDataset
+    from mggcn.data.prepared.reader import PreparedDataset
 
     ctx = init_distributed("cpu", timeout_s=120)
     groups = {p: (dist.new_group(list(range(p))) if 1 < p < ctx.world_size else None) for p in sizes}
@@ -151,7 +151,7 @@ def exchange_worker(cases):
     """For each (graph, norm, partition, tile columns, B, G): Â·B and Âᵀ·G with the broadcast, sparse and auto
     SpMMs (auto twice: default threshold, and threshold 0 so every non-empty pair takes the all-rows path), with the
     bytes each moved."""
-    from mggcn.exchange import SparseExchangeSpMM
+    from mggcn.distributed.exchange import SparseExchangeSpMM
 
     ctx = init_distributed("cpu", timeout_s=60)
     out = []
@@ -176,7 +176,7 @@ def exchange_worker(cases):
 def dataset_train_worker(cases):
     """Train each (graph, config) through the Dataset protocol (what partitions by METIS); per case, the order this
     rank computed, the history and the weights."""
-    from mggcn.datasets import InMemoryDataset
+    from mggcn.data.datasets import InMemoryDataset
 
     ctx = init_distributed("cpu", timeout_s=60)
     out = []
@@ -189,7 +189,7 @@ def dataset_train_worker(cases):
 
 
 def cuda_train_worker(graph, cfg: TrainConfig):
-    """One rank on its own GPU (NCCL): the losses of train_shard (tests/test_bench.py, with 2+ GPUs only)."""
+    """One rank on its own GPU (NCCL): the losses of train_shard (tests/tools/test_bench.py, with 2+ GPUs only)."""
     ctx = init_distributed("cuda", timeout_s=120)
     part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
     shard = build_shard(graph, part, ctx.rank, cfg.norm)
@@ -199,7 +199,7 @@ def cuda_train_worker(graph, cfg: TrainConfig):
 def freed_rss_worker(threshold, nbytes):
     """Resident bytes left after a second ``nbytes`` tensor is filled and freed, with ``threshold`` set by
     init_distributed (None: glibc's dynamic one)."""
-    from mggcn.bench import current_rss
+    from mggcn.tools.bench import current_rss
 
     init_distributed("cpu", timeout_s=60, mmap_threshold=threshold)
     torch.ones(nbytes // 4)  # allocated, filled, freed: glibc's dynamic threshold rises to its size
@@ -212,7 +212,7 @@ def freed_rss_worker(threshold, nbytes):
 def shm_worker(rows, width, directory):
     """Outboxes in ``directory``: what every rank reads from the others' after one SpMM-like exchange, the files
     left behind, and the peers' resident bytes; or the error of a failed creation."""
-    from mggcn.shm import ShmUnavailable
+    from mggcn.distributed.shm import ShmUnavailable
 
     ctx = init_distributed("cpu", timeout_s=60)
     try:
@@ -234,7 +234,7 @@ def shm_worker(rows, width, directory):
 
 
 def host_outboxes_worker(mode):
-    from mggcn.shm import host_outboxes
+    from mggcn.distributed.shm import host_outboxes
 
     ctx = init_distributed("cpu", timeout_s=60)
     boxes, transport = host_outboxes(ctx, mode, 8, 4, torch.float32)

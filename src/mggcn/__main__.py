@@ -3,12 +3,12 @@
 import os
 import sys
 
-from mggcn.cli import main
+from mggcn.tools.cli import main
 
 if __name__ == "__main__":
     status = main()
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank: skip the teardown of gloo's state (see exit_now)
-        from mggcn.launch import exit_now
+        from mggcn.distributed.launch import exit_now
 
         exit_now(status)
     sys.exit(status)

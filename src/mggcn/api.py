@@ -21,20 +21,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from mggcn.graph import Graph, GraphError
-from mggcn.job import TrainJob, check_job, dataset_identity, run_train_job
-from mggcn.launch import run_workers
-from mggcn.model import GCN
-from mggcn.norm import adjacency, normalize
-from mggcn.partition import csr_to_torch
-from mggcn.spmm import StagedSpMM, local_adj
-from mggcn.train import TrainConfig, build_model
+from mggcn.data.graph import Graph, GraphError
+from mggcn.distributed.launch import run_workers
+from mggcn.distributed.partition import csr_to_torch
+from mggcn.distributed.spmm import StagedSpMM, local_adj
+from mggcn.nn.model import GCN
+from mggcn.nn.norm import adjacency, normalize
+from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
+from mggcn.training.trainer import TrainConfig, build_model
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 
@@ -48,10 +49,10 @@ class TrainedModel:
     """What :func:`train` returns.
 
     Attributes:
-        model: the trained :class:`~mggcn.model.GCN`, on CPU, in eval mode (with patience: the best epoch's weights).
+        model: the trained :class:`~mggcn.nn.model.GCN`, on CPU, in eval mode (with patience: the best epoch's weights).
         history: one record per epoch (keys as in ``--metrics``).
         predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids.
-        config: the :class:`~mggcn.train.TrainConfig` it was trained with.
+        config: the :class:`~mggcn.training.trainer.TrainConfig` it was trained with.
         dataset: the identity of the dataset (name, sizes).
         stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
         best_epoch: with patience, the epoch whose weights were kept.
@@ -72,7 +73,7 @@ class TrainedModel:
 
     def save(self, path: str) -> None:
         """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``), for ``mggcn predict``."""
-        from mggcn.predict import save_model
+        from mggcn.training.predict import save_model
 
         save_model(path, self.state_dict, self.config, self.dataset, epochs=len(self.history),
                    best_epoch=self.best_epoch)
@@ -85,7 +86,7 @@ def as_dataset(dataset: Any) -> str | Graph:
     if isinstance(dataset, os.PathLike):
         return os.fspath(dataset)
     if hasattr(dataset, "edge_index"):
-        from mggcn.formats import from_pyg
+        from mggcn.data.formats import from_pyg
 
         return from_pyg(dataset)
     raise TypeError(f"dataset must be a spec string, a path, a mggcn.Graph or a PyG Data, got {type(dataset).__name__}")
@@ -102,8 +103,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
         device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.
-        options: any :class:`~mggcn.train.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``, ``norm``,
-            ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.job.TrainJob` field (``fmt``,
+        options: any :class:`~mggcn.training.trainer.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``, ``norm``,
+            ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
             ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
             ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``.
 
@@ -112,7 +113,7 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
 
     Raises:
         GraphError: bad dataset or options, before any worker starts.
-        mggcn.launch.WorkerError: a worker failed.
+        mggcn.distributed.launch.WorkerError: a worker failed.
     """
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
@@ -140,8 +141,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
 
 def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
                        device: torch.device | str = "cpu") -> StagedSpMM:
-    r"""The normalized adjacency as an operator ``H -> Â·H`` (with autograd), for :class:`~mggcn.model.GCN` and
-    :class:`~mggcn.model.GCNLayer` in a single process.
+    r"""The normalized adjacency as an operator ``H -> Â·H`` (with autograd), for :class:`~mggcn.nn.model.GCN` and
+    :class:`~mggcn.nn.model.GCNLayer` in a single process.
 
     .. math::
         \hat{A} = \hat{D}^{-1/2} (A + I) \hat{D}^{-1/2} \quad (\text{sym}), \qquad

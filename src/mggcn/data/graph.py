@@ -1,0 +1,104 @@
+"""The in-memory graph dataset, in the user's ORIGINAL vertex ids.
+
+A :class:`Graph` is what every reader and generator produces and what the partitioner consumes. Edges follow PyG's
+convention: ``edge_index[0]`` is the source, ``edge_index[1]`` the target, and a vertex aggregates over its incoming
+edges (``Â[target, source]`` is nonzero).
+
+Legend: n = vertices, E = edges, F = feature dimension, C = classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Graph", "GraphError", "SPLITS"]
+
+SPLITS = ("train", "val", "test")
+
+
+class GraphError(ValueError):
+    """A dataset that cannot be trained on; the message names the source and what is wrong."""
+
+
+@dataclass
+class Graph:
+    """A node-classification dataset held in memory.
+
+    Args:
+        num_nodes: number of vertices ``n``.
+        edge_index: ``int64 [2, E]`` array, row 0 source, row 1 target, ids in ``[0, n)``.
+        x: ``float32 [n, F]`` features.
+        y: ``int64 [n]`` labels in ``[0, C)``; ``-1`` marks an unlabeled vertex (allowed only outside the splits).
+        masks: ``{"train", "val", "test"} -> bool [n]``; disjoint; train must be non-empty.
+        num_classes: ``C``; inferred as ``max(y) + 1`` when not given.
+        name: where the graph came from, used in error messages.
+    """
+
+    num_nodes: int
+    edge_index: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    masks: dict[str, np.ndarray]
+    num_classes: int = -1
+    name: str = "graph"
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.edge_index = np.ascontiguousarray(self.edge_index, dtype=np.int64)
+        self.x = np.ascontiguousarray(self.x, dtype=np.float32)
+        self.y = np.ascontiguousarray(self.y, dtype=np.int64)
+        self.masks = {k: np.ascontiguousarray(v, dtype=bool) for k, v in self.masks.items()}
+        if self.num_classes < 0:
+            self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    def validate(self) -> Graph:
+        """Check every invariant the trainer relies on; raise :class:`GraphError` naming ``self.name`` otherwise."""
+        n, name = self.num_nodes, self.name
+        if n <= 0:
+            raise GraphError(f"{name}: the graph has no vertices")
+        if self.edge_index.ndim != 2 or self.edge_index.shape[0] != 2:
+            raise GraphError(f"{name}: edge_index must have shape [2, E], got {list(self.edge_index.shape)}")
+        if self.edge_index.size:
+            lo, hi = int(self.edge_index.min()), int(self.edge_index.max())
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise GraphError(f"{name}: edge endpoint {bad} is out of range for {n} vertices")
+        if self.x.ndim != 2 or self.x.shape[0] != n:
+            raise GraphError(f"{name}: the feature matrix has {self.x.shape[0] if self.x.ndim else 0} rows "
+                             f"but the graph has {n} vertices")
+        if not np.isfinite(self.x).all():
+            raise GraphError(f"{name}: the features contain NaN or inf")
+        if self.y.shape != (n,):
+            raise GraphError(f"{name}: {self.y.shape[0] if self.y.ndim else 0} labels for {n} vertices")
+        if self.num_classes < 1:
+            raise GraphError(f"{name}: no labelled vertex, so no classes")
+        for split in SPLITS:
+            if split not in self.masks:
+                raise GraphError(f"{name}: the '{split}' split is missing")
+            mask = self.masks[split]
+            if mask.shape != (n,):
+                raise GraphError(f"{name}: the '{split}' mask has {mask.shape[0]} entries for {n} vertices")
+            labels = self.y[mask]
+            if labels.size and (labels.min() < 0 or labels.max() >= self.num_classes):
+                bad = int(labels.min()) if labels.min() < 0 else int(labels.max())
+                raise GraphError(f"{name}: label {bad} of a '{split}' vertex is out of range [0, {self.num_classes})")
+        labelled = self.y[self.y >= 0]
+        if labelled.size and labelled.max() >= self.num_classes:
+            raise GraphError(f"{name}: label {int(labelled.max())} is out of range [0, {self.num_classes})")
+        if not self.masks["train"].any():
+            raise GraphError(f"{name}: the training split is empty")
+        for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+            both = self.masks[a] & self.masks[b]
+            if both.any():
+                raise GraphError(f"{name}: the '{a}' and '{b}' splits overlap (vertex {int(np.argmax(both))})")
+        return self

@@ -1,0 +1,1 @@
+"""mggcn.distributed."""

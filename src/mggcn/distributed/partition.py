@@ -1,0 +1,188 @@
+"""1D row partition of Â, the MG-GCN way.
+
+1. The vertices are renumbered by one permutation of rows and columns (random by default, so that each part gets
+   about the same number of nonzeros), and the vertex count is padded to a multiple of P with isolated dummy
+   vertices that belong to no split.
+2. Rank i owns the m = n_pad / P consecutive new ids ``[i·m, (i+1)·m)``: its rows of Â, of the features and labels.
+   It cuts its row block into P column blocks ``Â[i, j]`` (m × m CSR, int32 indices where they fit; on CPU each
+   further cut into column tiles, :mod:`mggcn.distributed.tiled`), and does the same with its row block of Âᵀ for the
+   backward pass — built once here, never transposed at run time, and never assumed equal to Â (directed graphs,
+   ``mean`` norm).
+
+Orderings (``--partition``): ``random`` (the MG-GCN way), ``none`` (the original ids), and ``random-local``: the same
+random permutation decides which part each vertex goes to (so the balance is that of ``random``), then each part
+lists its vertices in increasing original id. Where the original ids carry locality (crawl order, communities,
+an RCM order computed beforehand) the rows a block's nonzeros fetch are then close together again, which is what a
+CPU SpMM is bound by; the numbers are those of any other renumbering. ``metis`` (:mod:`mggcn.distributed.metis`) needs the
+graph, so datasets compute it (``Dataset.partition``); :func:`make_partition` only knows the vertex count.
+
+Legend: n = real vertices, m = rows per rank, F = features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.distributed.tiled import TiledCSR, csr_to_torch
+from mggcn.nn.norm import adjacency, normalize
+
+__all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks",
+           "build_shard"]
+
+ORDERINGS = ("random", "none", "random-local", "metis")  # metis: mggcn.distributed.metis, which needs the graph
+
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The vertex renumbering and row ranges shared by all ranks.
+
+    ``order[p]`` is the original id of the vertex at new position ``p`` (``-1`` for a padding vertex);
+    ``position[v]`` is the new position of original vertex ``v``.
+    """
+
+    num_nodes: int
+    num_parts: int
+    order: np.ndarray  # int64 [n_pad]
+    position: np.ndarray  # int64 [n]
+
+    @property
+    def rows_per_part(self) -> int:
+        return self.order.shape[0] // self.num_parts
+
+    @property
+    def padded_nodes(self) -> int:
+        return self.order.shape[0]
+
+    def rows(self, part: int) -> slice:
+        m = self.rows_per_part
+        return slice(part * m, (part + 1) * m)
+
+
+def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
+    """Renumber ``num_nodes`` vertices for ``num_parts`` ranks; see the module docstring."""
+    if num_parts < 1:
+        raise GraphError(f"--nprocs must be at least 1, got {num_parts}")
+    if num_parts > num_nodes:
+        raise GraphError(f"--nprocs {num_parts} is larger than the graph's {num_nodes} vertices")
+    if ordering in ("random", "random-local"):
+        real = np.random.default_rng(seed).permutation(num_nodes).astype(np.int64)
+        if ordering == "random-local":
+            m = -(-num_nodes // num_parts)
+            for start in range(0, num_nodes, m):
+                real[start: start + m].sort()
+    elif ordering == "none":
+        real = np.arange(num_nodes, dtype=np.int64)
+    elif ordering == "metis":
+        raise GraphError("--partition metis needs the graph: use Dataset.partition or mggcn.distributed.metis.metis_partition")
+    else:
+        raise GraphError(f"--partition must be one of {', '.join(ORDERINGS)}, got '{ordering}'")
+    padded = -(-num_nodes // num_parts) * num_parts
+    order = np.concatenate([real, np.full(padded - num_nodes, -1, dtype=np.int64)])
+    position = np.empty(num_nodes, dtype=np.int64)
+    position[real] = np.arange(num_nodes, dtype=np.int64)
+    return Partition(num_nodes, num_parts, order, position)
+
+
+def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]:
+    """Cut an ``m × (P·m)`` row block (columns in new ids) into its P column blocks of ``m × m``."""
+    m = block.shape[1] // num_parts
+    coo = block.tocoo()
+    part = coo.col // m
+    out = []
+    for j in range(num_parts):
+        sel = part == j
+        blk = sp.csr_matrix((coo.data[sel], (coo.row[sel], coo.col[sel] - j * m)), shape=(block.shape[0], m))
+        blk.sum_duplicates()
+        out.append(blk)
+    return out
+
+
+def to_blocks(block: sp.csr_matrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
+    """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole)."""
+    return [TiledCSR.from_scipy(b, tile_cols) for b in split_row_block(block, num_parts)]
+
+
+def _row_block(adj: sp.csr_matrix, part: Partition, rank: int) -> sp.csr_matrix:
+    """Rank ``rank``'s rows of the permuted, padded ``adj``, columns renumbered to new ids."""
+    orig = part.order[part.rows(rank)]
+    real = orig >= 0
+    rows = adj[orig[real]].tocsr()
+    counts = np.zeros(orig.shape[0], dtype=np.int64)
+    counts[real] = np.diff(rows.indptr)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    cols = part.position[rows.indices]
+    return sp.csr_matrix((rows.data, cols, indptr), shape=(orig.shape[0], part.padded_nodes))
+
+
+@dataclass
+class Shard:
+    """What one rank holds: its column blocks of Â and Âᵀ, and its rows of features, labels and splits.
+
+    Shapes: ``x`` [m, F]; ``y`` [m] (``-1`` on padding and unlabelled rows); ``masks[s]`` bool [m];
+    ``adj[j]``, ``adj_t[j]`` [m, m] for j in 0..P-1 (:class:`~mggcn.distributed.tiled.TiledCSR`; the same objects when
+    Â = Âᵀ).
+    """
+
+    rank: int
+    partition: Partition
+    adj: list[TiledCSR]
+    adj_t: list[TiledCSR]
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    num_classes: int
+    split_sizes: dict[str, int]  # global counts, the denominators of loss and accuracy
+
+    def to(self, device: torch.device) -> Shard:
+        shared = all(a is t for a, t in zip(self.adj, self.adj_t))
+        self.adj = [b.to(device) for b in self.adj]
+        self.adj_t = self.adj if shared else [b.to(device) for b in self.adj_t]
+        self.x, self.y = self.x.to(device), self.y.to(device)
+        self.masks = {k: v.to(device) for k, v in self.masks.items()}
+        return self
+
+    @property
+    def nnz(self) -> int:
+        return sum(b.nnz for b in self.adj)
+
+    @property
+    def tile_cols(self) -> int | None:
+        """Columns per tile of the blocks (None: whole blocks)."""
+        cut = next((b for b in self.adj + self.adj_t if len(b.tiles) > 1), None)
+        return None if cut is None else cut.spans()[0][1]
+
+
+def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
+                adj_hat: sp.csr_matrix | None = None, tile_cols: int | None = None) -> Shard:
+    """Rank ``rank``'s shard of an in-memory graph (the whole graph is read, only this rank's share is kept);
+    ``tile_cols``: columns per tile of the blocks (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled)."""
+    if adj_hat is None:
+        adj_hat = normalize(adjacency(graph.edge_index, graph.num_nodes), norm)
+    rows = part.rows(rank)
+    adj = to_blocks(_row_block(adj_hat, part, rank), part.num_parts, tile_cols)
+    transpose = adj_hat.T.tocsr()
+    # Â = Âᵀ (an undirected graph with the sym norm): the backward blocks ARE the forward blocks; share them
+    symmetric = transpose.nnz == adj_hat.nnz and (transpose != adj_hat).nnz == 0
+    adj_t = adj if symmetric else to_blocks(_row_block(transpose, part, rank), part.num_parts, tile_cols)
+
+    orig = part.order[rows]
+    real = orig >= 0
+    m = orig.shape[0]
+    x = np.zeros((m, graph.num_features), dtype=np.float32)
+    x[real] = graph.x[orig[real]]
+    y = np.full(m, -1, dtype=np.int64)
+    y[real] = graph.y[orig[real]]
+    masks = {}
+    for s in SPLITS:
+        mk = np.zeros(m, dtype=bool)
+        mk[real] = graph.masks[s][orig[real]]
+        masks[s] = torch.from_numpy(mk)
+    return Shard(rank=rank, partition=part, adj=adj, adj_t=adj_t,
+                 x=torch.from_numpy(x), y=torch.from_numpy(y), masks=masks, num_classes=graph.num_classes,
+                 split_sizes={s: int(graph.masks[s].sum()) for s in SPLITS})

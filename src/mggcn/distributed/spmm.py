@@ -1,0 +1,202 @@
+"""The distributed SpMM ``C = Â · B`` with B row-distributed like H, as an autograd function.
+
+Forward, P stages: in stage j rank j broadcasts its rows ``B_j`` (m × d) and every rank i computes
+``C_i += Â[i, j] · B_j``. Backward is the same scheme with the blocks of Âᵀ: ``dB_i = Σ_j Âᵀ[i, j] · dC_j``.
+
+Overlap: received rows land in two buffers used alternately (stage j in buffer j mod 2), shared by every layer and
+by forward and backward. Rank i multiplies its own block ``Â[i, i] · B_i`` first, while the broadcasts of stages 0
+and 1 are in flight, then the received blocks in stage order. The broadcast of stage j+1 is issued before stage j
+multiplies, so it is in flight during that multiply; it may only be issued once stage j−1's multiply, which read
+the same buffer, is done — on CPU the multiply has returned by then; on CUDA, NCCL's stream waits for the work
+already queued on the compute stream when a collective is issued, and ``work.wait()`` makes the compute stream
+wait for the broadcast, so the GPU overlaps the two without host synchronization. ``overlap=False`` runs each stage's
+broadcast to completion before its multiply (CAGNET's 1D scheme), to measure what the overlap buys.
+
+CPU ranks of one host can broadcast through shared memory instead (:mod:`mggcn.distributed.shm`): stage j's root copies its rows
+into its outbox and broadcasts a token; the others multiply out of that outbox. The stages, their order and the
+overlap are the same; only what a stage moves changes.
+
+Legend: m = rows per rank, d = width of B.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+from mggcn.distributed.context import DistContext
+from mggcn.distributed.shm import SharedOutboxes
+from mggcn.distributed.tiled import TiledCSR
+from mggcn.nn.workspace import OutSpec, Workspace
+from mggcn.utils.timing import NULL_TIMER, PhaseTimer
+
+__all__ = ["BroadcastBuffers", "StagedSpMM", "local_adj", "local_spmm"]
+
+
+class BroadcastBuffers:
+    """The two receive buffers, sized once for the widest SpMM of an epoch and viewed at each SpMM's width.
+
+    A wider SpMM than planned (``Â·X`` once before training, at the feature width) gets a temporary per stage
+    instead: the shared pair keeps the size the epoch needs, and the temporaries are gone after that one SpMM.
+    """
+
+    def __init__(self, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.rows = rows
+        self._flat = [torch.empty(rows * width, dtype=dtype, device=device) for _ in range(2)]
+
+    def view(self, stage: int, width: int) -> torch.Tensor:
+        flat = self._flat[stage % 2]
+        if flat.numel() < self.rows * width:
+            return torch.empty(self.rows, width, dtype=flat.dtype, device=flat.device)
+        return flat[: self.rows * width].view(self.rows, width)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.numel() * f.element_size() for f in self._flat)
+
+
+def local_spmm(blocks: list[TiledCSR], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """``Â · B`` when one rank holds everything (P = 1), into ``out`` or a new tensor (not zeroed first:
+    ``beta=0``)."""
+    if out is None:
+        out = torch.empty(blocks[0].rows, b.shape[1], dtype=b.dtype, device=b.device)
+    with timer("spmm"):
+        return blocks[0].matmul(b, out)
+
+
+class _Accumulator:
+    """``out = Σ`` of the blocks' products in the order they come: the first one writes, the others add."""
+
+    def __init__(self, out: torch.Tensor, timer: PhaseTimer) -> None:
+        self.out, self.timer, self.started = out, timer, False
+
+    def add(self, block: TiledCSR, rows: torch.Tensor) -> None:
+        with self.timer("spmm"):
+            block.matmul(rows, self.out, accumulate=self.started)
+        self.started = True
+
+    def result(self) -> torch.Tensor:
+        return self.out if self.started else self.out.zero_()
+
+
+class StagedSpMM:
+    """``C_i = Σ_j Â[i, j] · B_j`` across ranks; call it on the local rows ``B_i`` (m × d), get ``C_i``.
+
+    Args:
+        ctx: this rank's distributed context.
+        adj: the P column blocks ``Â[i, j]`` of this rank (m × m).
+        adj_t: the P column blocks ``Âᵀ[i, j]`` of this rank, for the backward pass.
+        buffers: the shared broadcast buffers (m rows).
+        outboxes: broadcast through these shared-memory outboxes instead of gloo's (an SpMM wider than them
+            falls back to gloo, with temporary buffers).
+        overlap: issue stage j+1's broadcast before stage j's multiply (default) or not.
+        timer: where SpMM and communication-wait seconds are accounted.
+    """
+
+    def __init__(self, ctx: DistContext, adj: list[TiledCSR], adj_t: list[TiledCSR],
+                 buffers: BroadcastBuffers | None = None, overlap: bool = True,
+                 timer: PhaseTimer = NULL_TIMER, outboxes: SharedOutboxes | None = None) -> None:
+        if len(adj) != ctx.world_size or len(adj_t) != ctx.world_size:
+            raise ValueError(f"rank {ctx.rank}: {len(adj)} blocks of Â for a world of {ctx.world_size}")
+        self.ctx, self.adj, self.adj_t = ctx, adj, adj_t
+        self.rows = adj[0].rows
+        self.buffers = buffers
+        self.outboxes = outboxes
+        self.overlap = overlap
+        self.timer = timer
+        self.skip = [b.nnz == 0 for b in adj], [b.nnz == 0 for b in adj_t]
+        # bytes handed to / received from the broadcasts, the root counted as sending to each of the P - 1 others
+        self.sent_bytes = self.recv_bytes = 0
+
+    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
+        """``Â·b`` with autograd; ``out``: a workspace buffer for the result (None: a new tensor); ``grad_ws``:
+        the workspace whose gradient buffers receive ``Âᵀ·∂C`` in backward (None: a new tensor)."""
+        return _StagedSpMMFunction.apply(b, self, out, grad_ws)
+
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One staged SpMM with Â (or Âᵀ) on this rank's rows ``b``, into ``out`` (m × d, not ``b``) or a new
+        tensor; no autograd."""
+        blocks = self.adj_t if transpose else self.adj
+        empty = self.skip[1] if transpose else self.skip[0]
+        if self.ctx.world_size == 1:
+            return local_spmm(blocks, b, self.timer, out)
+        b = b.contiguous()
+        shm = self.outboxes if self.outboxes is not None and self.outboxes.fits(b) else None
+        if shm is not None:
+            call, shm.calls = shm.calls, shm.calls + 1
+        elif self.buffers is None and self.outboxes is None:
+            self.buffers = BroadcastBuffers(self.rows, b.shape[1], b.dtype, b.device)
+        out = _Accumulator(torch.empty_like(b) if out is None else out, self.timer)
+        num_stages, rank = self.ctx.world_size, self.ctx.rank
+
+        def receive_buffer(stage: int) -> torch.Tensor:
+            if self.buffers is None:  # wider than the outboxes: a temporary for this SpMM
+                return torch.empty_like(b)
+            return self.buffers.view(stage, b.shape[1])
+
+        def issue(stage: int) -> tuple[torch.Tensor, dist.Work, float]:
+            issued = time.perf_counter()
+            nbytes = b.numel() * b.element_size()
+            if stage == rank:
+                self.sent_bytes += (num_stages - 1) * nbytes
+            else:
+                self.recv_bytes += nbytes
+            if shm is None:
+                rows = b if stage == rank else receive_buffer(stage)
+                return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True), issued
+            if stage == rank:
+                with self.timer("comm_wait"):  # the root's one copy is the whole cost of its broadcast
+                    shm.publish(b, call)
+            rows = b if stage == rank else shm.outbox(stage, call, b.shape[1])
+            return rows, shm.signal(stage), issued
+
+        pending = issue(0)
+        for stage in range(num_stages):
+            rows, work, issued = pending
+            if self.overlap and stage + 1 < num_stages:
+                pending = issue(stage + 1)
+            if self.overlap and stage == 0 and not empty[rank]:
+                out.add(blocks[rank], b)  # the local block needs no broadcast: it runs while the first two fly
+            with self.timer("comm_wait"):
+                work.wait()
+            self.timer.mark("broadcast", issued, time.perf_counter())
+            if not empty[stage] and not (self.overlap and stage == rank):
+                out.add(blocks[stage], rows)
+            if not self.overlap and stage + 1 < num_stages:
+                pending = issue(stage + 1)
+        return out.result()
+
+
+class _StagedSpMMFunction(torch.autograd.Function):
+    """Keeps nothing for backward but the operator: ``∂B = Âᵀ·∂C`` needs only the blocks of Âᵀ. Results go to the
+    workspace buffers given (``out`` forward, a gradient buffer of ``grad_ws`` backward) or to new tensors."""
+
+    @staticmethod
+    def forward(ctx, b: torch.Tensor, op: StagedSpMM, out: OutSpec,  # type: ignore[override]
+                grad_ws: Workspace | None) -> torch.Tensor:
+        ctx.op, ctx.grad_ws = op, grad_ws
+        dest = None if out is None else out[0].take(out[1], op.rows, b.shape[1], b)
+        return op.run(b, out=dest)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        ws = ctx.grad_ws
+        dest = None if ws is None else ws.take_grad(ctx.op.rows, grad.shape[1], like=grad, avoid=grad)
+        return ctx.op.run(grad, transpose=True, out=dest), None, None, None
+
+
+def local_adj(adj: torch.Tensor | TiledCSR, adj_t: torch.Tensor | TiledCSR,
+              timer: PhaseTimer = NULL_TIMER) -> StagedSpMM:
+    """``H -> Â·H`` in one process, with the CSR of Âᵀ built once for backward (never ``Â.t()`` at run time).
+    ``adj`` and ``adj_t``: torch sparse CSR tensors or tiled blocks."""
+    def block(a):
+        return a if isinstance(a, TiledCSR) else TiledCSR.from_torch(a)
+
+    return StagedSpMM(DistContext(), [block(adj)], [block(adj_t)], timer=timer)

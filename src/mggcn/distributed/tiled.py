@@ -1,0 +1,192 @@
+"""A column block of Â stored as column tiles: the CPU SpMM reads B one cache-sized tile of rows at a time.
+
+A CSR SpMM ``C = A·B`` walks A row by row and, for each nonzero, reads one row of B. When B (``w × d`` floats) is
+larger than the cache, those reads go to memory — on a CPU the SpMM is bound by them, not by its flops. Cutting A's
+columns into tiles ``[s_t, s_t + w_t)`` and computing ``C = Σ_t A[:, tile t] · B[tile t]`` reads only ``w_t × d``
+floats of B per pass, which stay in cache while the pass streams A's indices and values; the price is one more
+pass over C per tile. The tiles are chosen so that ``w_t × d × 4`` bytes fit :data:`TILE_BYTES` (FeatGraph, SC'20,
+calls this graph partitioning for cache; MG-GCN's P column blocks are the same cut, at the scale of ranks).
+
+On CUDA a block is one tile: cuSPARSE reads B through the GPU's caches as it is, and every tile costs a launch.
+
+Storage: each tile is a torch sparse CSR ``m × w_t`` with its own row pointers (int32 indices where they fit), so a
+block of ``T`` tiles costs ``T · (m + 1)`` row pointers besides its nonzeros. :func:`tile_columns` chooses tiles
+no narrower than keeps those row pointers under :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes: blocks with few
+nonzeros per row (many ranks, a sparse graph) stay whole. Sums run tile by tile, so results differ from the
+untiled product by float rounding only.
+
+Legend: m = rows of the block, w = its columns, d = width of B, T = tiles.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+__all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "TiledCSR", "tile_columns", "max_tiles", "num_tiles",
+           "index_bytes", "csr_to_torch"]
+
+# Bytes of B one tile reads per machine: 2-4 MiB measured best among 1-8 MiB here (32 MiB L3, 1 MiB L2 per core).
+TILE_BYTES = 4 << 20
+MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
+MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
+
+# torch warns on every CSR construction that the layout is beta; it is the layout MG-GCN is built on.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+
+
+def index_bytes(nnz: int, size: int) -> int:
+    """Bytes of one CSR index of a matrix with ``nnz`` nonzeros and ``size`` rows or columns at most."""
+    return 4 if nnz < 2**31 and size < 2**31 else 8
+
+
+def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A scipy CSR as a torch sparse CSR tensor, with int32 indices when they fit (a bit faster in MKL)."""
+    idx = np.int32 if index_bytes(mat.nnz, max(mat.shape)) == 4 else np.int64
+    crow = torch.from_numpy(np.ascontiguousarray(mat.indptr, dtype=idx))
+    col = torch.from_numpy(np.ascontiguousarray(mat.indices, dtype=idx))
+    val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
+    return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
+
+
+def tile_columns(width: int, rows: int, block_nnz: int, device: torch.device | str = "cpu", local_ranks: int = 1,
+                 tile_bytes: int | None = None) -> int | None:
+    """Columns per tile of ``rows × rows`` blocks with about ``block_nnz`` nonzeros each, for SpMMs of ``width``
+    (the widest of an epoch); ``None`` (no tiling) on CUDA and where one tile would do.
+
+    A tile reads ``tile_bytes`` of B (default :data:`TILE_BYTES`; 0 turns tiling off), shared among the
+    ``local_ranks`` ranks of one machine; tiles are widened until their row pointers cost at most
+    :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes (:func:`max_tiles`).
+    """
+    if torch.device(device).type != "cpu":
+        return None
+    tile_bytes = TILE_BYTES if tile_bytes is None else tile_bytes
+    if tile_bytes <= 0:
+        return None
+    cols = max(MIN_TILE_COLUMNS, tile_bytes // (4 * max(1, width) * max(1, local_ranks)))
+    cols = max(cols, -(-rows // max_tiles(rows, block_nnz)))
+    return None if cols >= rows else cols
+
+
+def max_tiles(rows: int, nnz: int) -> int:
+    """The most tiles a ``rows``-row block of ``nnz`` nonzeros may have: one, plus as many as keep the extra row
+    pointers within :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes."""
+    ib = index_bytes(nnz, rows)
+    return 1 + int(MAX_INDEX_OVERHEAD * nnz * (ib + 4) / ((rows + 1) * ib))
+
+
+def num_tiles(cols: int, tile_cols: int | None) -> int:
+    """Tiles of a block of ``cols`` columns cut every ``tile_cols`` (None: 1)."""
+    return 1 if tile_cols is None or cols <= tile_cols else -(-cols // tile_cols)
+
+
+class TiledCSR:
+    """One ``m × w`` block of Â as column tiles; ``tile_columns=None`` keeps it whole (one tile).
+
+    Args:
+        tiles: sparse CSR tensors ``m × w_t``, their columns relative to the tile's first column.
+        starts: the first column of each tile; tile t covers ``[starts[t], starts[t] + w_t)``.
+        width: ``w``, the block's columns.
+    """
+
+    def __init__(self, tiles: Sequence[torch.Tensor], starts: Sequence[int], width: int) -> None:
+        if len(tiles) != len(starts) or not tiles:
+            raise ValueError("TiledCSR: one start column per tile, at least one tile")
+        self.tiles, self.starts, self.width = list(tiles), [int(s) for s in starts], int(width)
+        self.rows = int(self.tiles[0].shape[0])
+        self.nnz = sum(int(t._nnz()) for t in self.tiles)
+
+    @classmethod
+    def from_scipy(cls, mat: sp.csr_matrix, tile_cols: int | None = None,
+                   device: torch.device | str = "cpu") -> TiledCSR:
+        """Cut ``mat`` into tiles of ``tile_cols`` columns (the last one narrower); ``None``: one tile."""
+        width = mat.shape[1]
+        if num_tiles(width, tile_cols) == 1:
+            return cls([csr_to_torch(mat, device)], [0], width)
+        mat = mat.tocsr()
+        starts = list(range(0, width, tile_cols))
+        tiles = [csr_to_torch(mat[:, s: s + tile_cols], device) for s in starts]  # scipy's C slicing, 2 passes
+        return cls(tiles, starts, width)
+
+    @classmethod
+    def from_torch(cls, csr: torch.Tensor) -> TiledCSR:
+        """A torch sparse CSR as a block of one tile (shares its tensors)."""
+        return cls([csr], [0], csr.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, self.width
+
+    @property
+    def device(self) -> torch.device:
+        return self.tiles[0].device
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for tile in self.tiles for t in (tile.crow_indices(), tile.col_indices(), tile.values()))
+
+    def to(self, device: torch.device | str) -> TiledCSR:
+        return TiledCSR([t.to(device) for t in self.tiles], self.starts, self.width)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """``(first column, columns)`` of every tile."""
+        return [(s, int(t.shape[1])) for s, t in zip(self.starts, self.tiles)]
+
+    def matmul(self, b: torch.Tensor, out: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+        """``out = A·b`` (or ``out += A·b``), one tile at a time; ``b`` is ``w × d``, ``out`` ``m × d``."""
+        for k, (tile, (start, cols)) in enumerate(zip(self.tiles, self.spans())):
+            rows = b[start: start + cols]
+            if k == 0 and not accumulate:
+                torch.addmm(out, tile, rows, beta=0, out=out)
+            else:
+                out.addmm_(tile, rows)
+        return out
+
+    def columns(self) -> torch.Tensor:
+        """The distinct columns holding a nonzero, sorted (int64, on the CPU)."""
+        found = [torch.unique(t.col_indices().to(torch.int64).cpu()) + s
+                 for t, s in zip(self.tiles, self.starts) if t._nnz()]
+        return torch.cat(found) if found else torch.empty(0, dtype=torch.int64)
+
+    def compact(self, needed: torch.Tensor) -> TiledCSR:
+        """The block with its columns renumbered to positions in ``needed`` (sorted, a superset of
+        :meth:`columns`): ``m × len(needed)``, tile by tile (tile t keeps the positions of its columns)."""
+        needed = needed.to(torch.int64).cpu()
+        tiles, starts = [], []
+        for tile, (start, cols) in zip(self.tiles, self.spans()):
+            first = int(torch.searchsorted(needed, start))
+            count = int(torch.searchsorted(needed, start + cols)) - first
+            if count == 0:
+                continue
+            col = tile.col_indices()
+            new = torch.searchsorted(needed.to(col.device), col.to(torch.int64) + start) - first
+            tiles.append(torch.sparse_csr_tensor(tile.crow_indices(), new.to(col.dtype), tile.values(),
+                                                 size=(self.rows, count), device=tile.device))
+            starts.append(first)
+        if not tiles:  # nothing referenced: an empty block of no columns
+            empty = torch.sparse_csr_tensor(torch.zeros(self.rows + 1, dtype=torch.int32),
+                                            torch.zeros(0, dtype=torch.int32), torch.zeros(0),
+                                            size=(self.rows, 0), device=self.device)
+            return TiledCSR([empty], [0], 0)
+        return TiledCSR(tiles, starts, needed.numel())
+
+    def to_scipy(self) -> sp.csr_matrix:
+        """The whole block as one scipy CSR (tests, checks)."""
+        parts = []
+        for tile, (start, cols) in zip(self.tiles, self.spans()):
+            t = sp.csr_matrix((tile.values().cpu().numpy(), tile.col_indices().cpu().numpy() + start,
+                               tile.crow_indices().cpu().numpy()), shape=(self.rows, self.width))
+            parts.append(t)
+        out = parts[0]
+        for p in parts[1:]:
+            out = out + p
+        out.sort_indices()
+        return out.tocsr()
+
+    def __repr__(self) -> str:
+        return f"TiledCSR({self.rows} x {self.width}, {self.nnz} nonzeros, {len(self.tiles)} tile(s))"

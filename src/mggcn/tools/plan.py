@@ -1,0 +1,287 @@
+"""Capacity planning: what one rank holds while it trains, and what it receives per epoch — before anything runs.
+
+Per rank, with ``m = ⌈n / P⌉`` rows, ``nnz_i`` nonzeros of Â in its rows (≈ (nnz + n) / P with the random
+ordering; self loops included), ``ib`` bytes per CSR index (4 while a block has < 2³¹ nonzeros, else 8), float32
+values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` parameters::
+
+    adjacency    Â and Âᵀ, P column blocks each:  2 · [T · (m + 1) · ib + nnz_i · (ib + 4)]
+    features     X:                               4 · m · F
+    Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F
+    labels       y (int64), three split masks (bool), the row indices of each split (int64):  m · (8 + 3 + 8 · s)
+    optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
+    buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (mggcn.distributed.shm),
+                 shared by every SpMM of the epoch:                                              2 · 4 · m · max(widths)
+    activations  the peak over the epoch of what autograd keeps plus the gradients in flight (below)
+
+``T`` is the number of CSR tiles of the P blocks: P without tiling (GPUs), ``P · ⌈m / tile_cols⌉`` on CPUs where
+each block is cut into column tiles (:func:`mggcn.distributed.tiled.tile_columns`; their row pointers cost at most 12.5% of the
+nonzeros' bytes).
+``widths`` are :func:`mggcn.training.trainer.spmm_widths` (the order policy decides them). Activations are the buffers of
+the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and reused by every later one: every
+layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an aggregate-first layer's GEMM keeps,
+two gradient buffers that every GEMM and SpMM of the backward pass use in turn (the loss's gradient is the first),
+and the loss's row maxima (float32) and argmax (int64); at the loss, two float32 vectors of row sums besides.
+:func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order
+policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (2h + 3C + 5)``: ``out 0`` (h), ``H·W`` and the logits (C
+each), the gradient buffers (h and C), 12 bytes per row for the loss and 8 for its row sums. Before the first
+epoch, Â·X at P > 1 receives its broadcasts in two temporaries of ``4 · m · F``: the activations part is the larger
+of the two peaks.
+
+MG-GCN's paper estimates ``4 · m · [d_0 + Σ_l max(d_l, d_l+1) + 3 · max_l min(d_l, d_l+1)] + 2 · 8 · nnz / P``:
+one buffer per layer for its output, reused for its gradient, and three shared ones. Ours differs in small ways:
+gradients go to two shared buffers rather than into the output's (σ's backward still needs the output), an
+aggregate-first hidden layer keeps its ``Â·H``, Â·X replaces the first layer's SpMM, and the broadcast buffers are
+sized by the epoch's widest SpMM rather than the features.
+
+Not counted: the Python and PyTorch runtime (measure it: ``mggcn bench`` subtracts the RSS before the graph is
+loaded), the sparse library's workspace, allocator slack, and the transient peak while a shard is built.
+
+Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
+broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
+once.
+
+Legend: n = vertices, m = rows per rank, F = features, C = classes, W = parameters, s = fraction of rows in a split.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mggcn.distributed.tiled import index_bytes, num_tiles
+from mggcn.nn.model import aggregate_first
+from mggcn.training.trainer import spmm_widths
+
+__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak",
+           "parse_bytes", "format_bytes", "format_plan"]
+
+FLOAT = 4
+INT64 = 8
+
+
+@dataclass(frozen=True)
+class DatasetSize:
+    """What the planner needs to know of a graph. ``edges``: nonzeros of A (both directions of an undirected
+    edge, no self loops); ``train``: fraction of vertices in the training split."""
+
+    name: str
+    nodes: int
+    edges: int
+    features: int
+    classes: int
+    train: float = 0.5
+    source: str = ""
+
+
+# Sizes as PyG/OGB load them (edge_index as the trainer sees it).
+PRESETS = {
+    "products": DatasetSize(
+        "ogbn-products", 2_449_029, 123_718_280, 100, 47, train=196_615 / 2_449_029,
+        source="OGB: 61,859,140 undirected edges; PyG's edge_index holds both directions: 123,718,280"),
+    "papers100M": DatasetSize(
+        "ogbn-papers100M", 111_059_956, 2 * 1_615_685_872, 128, 172, train=1_207_179 / 111_059_956,
+        source="OGB: 1,615,685,872 directed citation edges, made undirected for training (as OGB's examples do): "
+               "3,231,371,744 nonzeros"),
+    "reddit": DatasetSize(
+        "reddit", 232_965, 114_615_892, 602, 41, train=153_431 / 232_965,
+        source="PyG Reddit: edge_index [2, 114,615,892] (both directions)"),
+}
+
+
+def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
+                    train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0) -> tuple[int, dict]:
+    """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
+
+    Walks the forward and backward passes of :class:`mggcn.nn.model.GCN` (with its
+    :class:`~mggcn.nn.workspace.Workspace`) and the loss of :func:`mggcn.training.trainer.train_shard` tensor by tensor:
+    workspace buffers stay (``ws:`` names, each as large as its widest use), other tensors are freed where the code
+    drops their last reference. Returns ``(peak, alive)``, ``alive`` naming what is held at the peak of an epoch
+    after the first. With dropout (approximate): its output and 1-byte mask per dropped input, kept until that
+    layer's backward, and the gradient of the dropped input. ``train_rows`` (this rank's training rows) only sizes
+    vectors of the loss, below the resolution that matters here, and is kept for callers.
+    """
+    m, L, C = rows, len(dims) - 1, dims[-1]
+    ws: dict[str, int] = {}
+
+    def epoch() -> tuple[int, dict]:
+        live: dict[str, int] = {}
+        peak, alive = 0, {}
+
+        def note() -> None:
+            nonlocal peak, alive
+            total = sum(ws.values()) + sum(live.values())
+            if total > peak:
+                peak, alive = total, {**{f"ws:{k}": v for k, v in ws.items()}, **live}
+
+        def alloc(name: str, width: int, item: int = FLOAT) -> str:
+            live[name] = m * width * item
+            note()
+            return name
+
+        def take(name: str, width: int, item: int = FLOAT) -> str:
+            ws[name] = max(ws.get(name, 0), m * width * item)
+            note()
+            return f"ws:{name}"
+
+        def take_grad(width: int, avoid: str) -> str:
+            return take("grad b" if avoid == "ws:grad a" else "grad a", width)
+
+        def free(*names: str) -> None:
+            for name in names:
+                live.pop(name, None)
+
+        for i in range(L):  # forward: every output on the workspace (the logits too: the trainer asks)
+            d_in, d_out = dims[i], dims[i + 1]
+            agg = aggregate_first(d_in, d_out, i == 0, order)
+            if (input_dropout if i == 0 else dropout) > 0:
+                alloc(f"dropped input {i}", d_in)
+                if i > 0:
+                    alloc(f"dropout mask {i}", d_in, 1)
+            if agg and not (i == 0 and caches_input):
+                take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
+                if i == 0:
+                    free("dropped input 0")  # X needs no gradient: nothing keeps it
+            if not agg:
+                take("H.W", d_out)
+            take(f"out {i}", d_out)
+        logits = f"ws:out {L - 1}"
+        # the loss: row maxima and argmax, the gradient (computed in the forward), two vectors of row sums
+        take("row max", 1)
+        take("row argmax", 1, INT64)
+        grad = take_grad(C, avoid=logits)
+        alloc("row sums", 1)
+        alloc("row sums / scale", 1)
+        free("row sums", "row sums / scale")
+        for i in reversed(range(L)):  # backward
+            d_in, d_out = dims[i], dims[i + 1]
+            agg = aggregate_first(d_in, d_out, i == 0, order)
+            if i == 0:  # no gradient for X: the GEMM computes dW only, after the SpMM when it multiplies first
+                if not agg:
+                    take_grad(d_out, avoid=grad)
+                break
+            if agg:
+                inner = take_grad(d_in, avoid=grad)  # GEMM backward: the gradient of Â·H
+                free(grad)
+                grad = take_grad(d_in, avoid=inner)  # SpMM backward with Âᵀ
+            else:
+                inner = take_grad(d_out, avoid=grad)  # SpMM backward with Âᵀ
+                free(grad)
+                grad = take_grad(d_in, avoid=inner)  # GEMM backward
+            if f"dropout mask {i}" in live:
+                new = alloc(f"grad dropped {i}", d_in)
+                free(f"dropout mask {i}", f"dropped input {i}")
+                grad = new
+            # σ's backward overwrites the gradient in place
+        free(*list(live))
+        return peak, alive
+
+    epoch()  # the first epoch sizes the workspace
+    return epoch()
+
+
+@dataclass
+class MemoryPlan:
+    """Per-rank bytes by part, the peak total, and the communication volume per epoch."""
+
+    nprocs: int
+    rows: int
+    widths: list[int]
+    parts: dict[str, int] = field(default_factory=dict)
+    activation_detail: dict[str, int] = field(default_factory=dict)
+    comm_spmm: int = 0
+    comm_allreduce: int = 0
+    comm_once: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    def fits(self, capacity: int) -> bool:
+        return self.total <= capacity
+
+
+def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden: Sequence[int], nprocs: int = 1, *,
+                order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
+                splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
+                symmetric: bool = False, tile_cols: int | None = None) -> MemoryPlan:
+    """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
+    ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
+
+    Args:
+        train: fraction of the vertices in the training split; ``splits``: fraction in any split.
+        rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``).
+        symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
+        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled, as on GPUs).
+    """
+    if nprocs < 1 or num_nodes < nprocs:
+        raise ValueError(f"--nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}")
+    dims = [features, *hidden, classes]
+    m = -(-num_nodes // nprocs)
+    nnz_rank = -(-(edges + num_nodes) // nprocs) if rank_nnz is None else rank_nnz
+    nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
+    caches = input_dropout == 0.0
+    widths = spmm_widths(dims, order, caches)
+    plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths)
+
+    def blocks(nnz: int) -> int:
+        ib = index_bytes(nnz, m)
+        return nprocs * num_tiles(m, tile_cols) * (m + 1) * ib + nnz * (ib + FLOAT)
+
+    cached = caches and aggregate_first(dims[0], dims[1], True, order)
+    params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
+    ntrain = math.ceil(train * m)
+    plan.parts["adjacency A"] = blocks(nnz_rank)
+    plan.parts["adjacency A^T"] = 0 if symmetric else blocks(nnz_rank_t)
+    plan.parts["features X"] = FLOAT * m * features
+    plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
+    plan.parts["labels, splits"] = m * (INT64 + 3) + INT64 * math.ceil(splits * m)
+    plan.parts["optimizer"] = 5 * FLOAT * params
+    plan.parts["broadcast buffers"] = 2 * FLOAT * m * max(widths or [features]) if nprocs > 1 else 0
+    peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
+                                   dropout=dropout, input_dropout=input_dropout)
+    before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0
+    plan.parts["activations"] = max(peak, before)
+    plan.activation_detail = detail
+    plan.comm_spmm = sum((nprocs - 1) * m * w * FLOAT for w in widths)
+    plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
+    plan.comm_once = (nprocs - 1) * m * features * FLOAT if cached else 0
+    return plan
+
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+          "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """``80G``, ``141GiB``, ``512M``, ``1e9`` -> bytes (K, M, G, T are powers of 1024)."""
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else None
+    if not match or unit not in _UNITS:
+        raise ValueError(f"--memory: expected a size such as 80G or 512M, got '{text}'")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:
+    """The table ``mggcn plan`` prints."""
+    lines = [f"{name}: P = {plan.nprocs}, {plan.rows:,} rows per rank, SpMM widths per epoch {plan.widths}",
+             "per-rank memory:"]
+    for part, size in plan.parts.items():
+        lines.append(f"  {part:<20} {format_bytes(size):>12}")
+    lines.append(f"  {'total':<20} {format_bytes(plan.total):>12}")
+    lines.append(f"communication per epoch, received per rank: {format_bytes(plan.comm_spmm)} (SpMM broadcasts) "
+                 f"+ {format_bytes(plan.comm_allreduce)} (gradient all-reduce); once before training: "
+                 f"{format_bytes(plan.comm_once)} (A.X)")
+    if capacity is not None:
+        verdict = "fits" if plan.fits(capacity) else "does NOT fit"
+        lines.append(f"{verdict} in {format_bytes(capacity)} per device ({100 * plan.total / capacity:.0f}% used; "
+                     "plus the runtime, e.g. ~0.5 GiB CUDA context, and the sparse library's workspace)")
+    return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""Plots of a training run from its ``--metrics`` file, and the same records as TensorBoard scalars.
+
+``mggcn report METRICS.jsonl --out DIR`` writes three PNGs:
+
+* ``curves.png`` — the loss and the train/val/test accuracy per epoch;
+* ``phases.png`` — where each epoch's time went, stacked: SpMM, communication wait, GEMM, all-reduce, other
+  (criterion, optimizer and the rest); the phases are the maximum over ranks, as recorded;
+* ``timeline.png`` — the traced epoch (``--trace-epoch``), one row per rank: the broadcasts (from issue to
+  completion, as seen by the host; consecutive ones on alternate lines, as they use alternate buffers) above the
+  computation, so a broadcast that overlaps a multiplication is visible as in the MG-GCN paper's figures.
+
+Each ``plot_*`` function draws on a new matplotlib figure (Agg, no display needed) and returns it with the series
+it plotted. matplotlib is imported only when a plot is made; TensorBoard only when asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["STACKED", "COLORS", "MetricsError", "TensorBoardMissing", "read_metrics", "plot_curves", "plot_phases",
+           "plot_timeline", "traced_epoch", "write_report", "write_tensorboard"]
+
+# The stacked phases of phases.png; "other" also takes the criterion and optimizer phases.
+STACKED = ("spmm", "comm_wait", "gemm", "allreduce", "other")
+_FOLDED = ("criterion", "optimizer")
+COLORS = {"spmm": "#1f77b4", "comm_wait": "#c7c7c7", "gemm": "#2ca02c", "allreduce": "#9467bd",
+          "other": "#8c564b", "criterion": "#e377c2", "optimizer": "#bcbd22", "broadcast": "#ff7f0e"}
+_LABELS = {"spmm": "SpMM", "comm_wait": "comm wait", "gemm": "GEMM", "allreduce": "all-reduce", "other": "other",
+           "criterion": "criterion", "optimizer": "optimizer", "broadcast": "broadcast"}
+_COMPUTE = ("spmm", "gemm", "criterion", "optimizer", "comm_wait")  # the lower line of a rank's row
+_COMM = ("broadcast", "allreduce")  # the upper lines
+
+
+class MetricsError(ValueError):
+    """A metrics file that cannot be plotted; the message names the file and line."""
+
+
+class TensorBoardMissing(ImportError):
+    """TensorBoard logging was asked for but the ``tensorboard`` package is not installed."""
+
+
+def read_metrics(path: str) -> list[dict]:
+    """The records of a ``--metrics`` file, one per epoch, in epoch order.
+
+    A resumed run appends to the file of the run it continues, which may have gone past its last checkpoint: the
+    last record of an epoch wins. A final line cut short (a killed run) is skipped.
+    """
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        raise MetricsError(f"{path}: {err.strerror}") from None
+    by_epoch: dict[int, dict] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines):
+                print(f"mggcn: {path}: skipping the incomplete last line {number}", file=sys.stderr)
+                continue
+            raise MetricsError(f"{path} line {number}: not a JSON record") from None
+        if not isinstance(record, dict) or "epoch" not in record or "loss" not in record:
+            raise MetricsError(f"{path} line {number}: not an epoch record (no 'epoch' and 'loss')")
+        by_epoch[int(record["epoch"])] = record
+    if not by_epoch:
+        raise MetricsError(f"{path}: no epoch records")
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MetricsError("plots need matplotlib: pip install matplotlib") from None
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return fig, fig.subplots(rows, cols)
+
+
+def _column(records: Iterable[dict], key: str) -> list[float]:
+    return [float(r.get(key, 0.0)) for r in records]
+
+
+def plot_curves(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
+    """Loss (left) and train/val/test accuracy (right) per epoch; the best validation epoch marked."""
+    series = {"epoch": [int(r["epoch"]) for r in records]}
+    for key in ("loss", "train_acc", "val_acc", "test_acc"):
+        series[key] = _column(records, key)
+    fig, (loss_ax, acc_ax) = _figure(10, 3.6, 1, 2)
+    loss_ax.plot(series["epoch"], series["loss"], color="black", label="training loss")
+    loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
+    if min(series["loss"]) > 0 and max(series["loss"]) > 30 * min(series["loss"]):
+        loss_ax.set_yscale("log")
+    loss_ax.grid(alpha=0.3)
+    for key, color in (("train_acc", "#1f77b4"), ("val_acc", "#ff7f0e"), ("test_acc", "#2ca02c")):
+        acc_ax.plot(series["epoch"], series[key], color=color, label=key.split("_")[0])
+    best = max(range(len(records)), key=lambda i: series["val_acc"][i])
+    acc_ax.axvline(series["epoch"][best], color="gray", linestyle=":",
+                   label=f"best val {series['val_acc'][best]:.3f} (epoch {series['epoch'][best]})")
+    acc_ax.set(xlabel="epoch", ylabel="accuracy", title="Accuracy", ylim=(0, 1.02))
+    acc_ax.grid(alpha=0.3)
+    acc_ax.legend(loc="lower right", fontsize="small")
+    return fig, series
+
+
+def plot_phases(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
+    """Per-epoch seconds stacked by phase (series in seconds; drawn in ms when epochs are shorter than a second)."""
+    series: dict[str, list] = {"epoch": [int(r["epoch"]) for r in records]}
+    for phase in STACKED:
+        series[phase] = _column(records, phase)
+    for phase in _FOLDED:
+        series["other"] = [a + b for a, b in zip(series["other"], _column(records, phase))]
+    series["epoch_s"] = _column(records, "epoch_s")
+    scale, unit = (1e3, "ms") if max(series["epoch_s"], default=0.0) < 1.0 else (1.0, "s")
+    fig, ax = _figure(10, 3.6)
+    bottom = [0.0] * len(records)
+    for phase in STACKED:
+        heights = [v * scale for v in series[phase]]
+        ax.bar(series["epoch"], heights, width=1.0, bottom=bottom, color=COLORS[phase], label=_LABELS[phase],
+               linewidth=0)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set(xlabel="epoch", ylabel=f"time per epoch ({unit})",
+           title="Where the time goes (per phase, max over ranks; other = criterion, optimizer, rest)")
+    ax.legend(loc="upper right", fontsize="small", ncol=len(STACKED))
+    ax.margins(x=0.01)
+    # the first epoch (warm-up: allocations, first collectives) may dwarf the rest: cut its bar and label it
+    top = max(bottom[1:] or bottom, default=0.0) * 1.3 or 1.0
+    if bottom and bottom[0] > top:
+        ax.annotate(f"{bottom[0]:.0f} {unit}", (series["epoch"][0], top), xytext=(8, -12), textcoords="offset points",
+                    fontsize="small")
+    ax.set_ylim(0, top)
+    return fig, series
+
+
+def traced_epoch(records: list[dict], epoch: int | None = None) -> dict:
+    """The record with a ``timeline`` (the given epoch's, or the first traced one)."""
+    traced = [r for r in records if r.get("timeline")]
+    if epoch is not None:
+        traced = [r for r in traced if r["epoch"] == epoch]
+    if not traced:
+        which = f"epoch {epoch} was" if epoch is not None else "no epoch was"
+        raise MetricsError(f"{which} traced; train with --trace-epoch E to record a timeline")
+    return traced[0]
+
+
+def plot_timeline(record: dict) -> tuple[Any, dict]:
+    """One row per rank of the traced epoch ``record``: broadcasts and all-reduce above, computation below.
+
+    Returns the figure and ``{"epoch": E, "ranks": [{kind: [(start_s, end_s), ...]}, ...]}``.
+    """
+    ranks = []
+    for events in record["timeline"]:
+        kinds: dict[str, list[tuple[float, float]]] = {}
+        for kind, start, end in events:
+            kinds.setdefault(kind, []).append((float(start), float(end)))
+        ranks.append(kinds)
+    series = {"epoch": int(record["epoch"]), "ranks": ranks}
+    fig, ax = _figure(10, 1.2 + 0.9 * len(ranks))
+    to_ms = 1e3
+    for r, kinds in enumerate(ranks):
+        # rank r's row spans [r - 0.45, r + 0.45], rank 0 on top: two communication lines, one compute line
+        for i, (start, end) in enumerate(kinds.get("broadcast", [])):
+            ax.broken_barh([(start * to_ms, (end - start) * to_ms)], (r - 0.45 + 0.2 * (i % 2), 0.18),
+                           facecolor=COLORS["broadcast"], edgecolor="white", linewidth=0.3)
+        ax.broken_barh([(s * to_ms, (e - s) * to_ms) for s, e in kinds.get("allreduce", [])], (r - 0.45, 0.38),
+                       facecolor=COLORS["allreduce"])
+        for kind in _COMPUTE:
+            ax.broken_barh([(s * to_ms, (e - s) * to_ms) for s, e in kinds.get(kind, [])], (r + 0.02, 0.4),
+                           facecolor=COLORS[kind])
+    present = [k for k in (*_COMM, *_COMPUTE) if any(k in kinds for kinds in ranks)]
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=COLORS[k], label=_LABELS[k]) for k in present], loc="upper center",
+              bbox_to_anchor=(0.5, -0.28 if len(ranks) < 3 else -0.15), ncol=len(present), fontsize="small")
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in range(len(ranks))])
+    ax.set_ylim(len(ranks) - 0.5, -0.5)
+    ax.set(xlabel="ms since the epoch's start",
+           title=f"Epoch {series['epoch']} on {len(ranks)} rank(s): communication (upper lines) against "
+                 "computation (lower line)")
+    ax.grid(axis="x", alpha=0.3)
+    return fig, series
+
+
+def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[str]:
+    """Write ``curves.png``, ``phases.png`` and, when an epoch was traced, ``timeline.png`` into ``out_dir``.
+
+    ``epoch`` picks the traced epoch to draw (default: the first). Returns the paths written.
+    """
+    records = read_metrics(metrics)
+    os.makedirs(out_dir, exist_ok=True)
+    figures = [("curves.png", plot_curves(records)[0]), ("phases.png", plot_phases(records)[0])]
+    if epoch is not None or any(r.get("timeline") for r in records):
+        figures.append(("timeline.png", plot_timeline(traced_epoch(records, epoch))[0]))
+    written = []
+    for name, fig in figures:
+        path = os.path.join(out_dir, name)
+        fig.savefig(path)
+        written.append(path)
+    return written
+
+
+def write_tensorboard(records: list[dict], logdir: str) -> None:
+    """The records as TensorBoard scalars (``loss``, ``accuracy/*``, ``time/*``), step = epoch.
+
+    Raises:
+        TensorBoardMissing: the ``tensorboard`` package is not installed.
+    """
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise TensorBoardMissing("tensorboard is not installed (pip install tensorboard)") from None
+    with SummaryWriter(logdir) as writer:
+        for r in records:
+            step = int(r["epoch"])
+            writer.add_scalar("loss", r["loss"], step)
+            for split in ("train", "val", "test"):
+                writer.add_scalar(f"accuracy/{split}", r[f"{split}_acc"], step)
+            for key in ("epoch_s", *STACKED, *_FOLDED):
+                if key in r:
+                    writer.add_scalar(f"time/{key}", r[key], step)

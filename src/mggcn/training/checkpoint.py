@@ -1,0 +1,111 @@
+"""Checkpoints: model, optimizer, epoch, history and the identity of the dataset and model, written atomically.
+
+A checkpoint file is ``ckpt-EEEEEE.pt`` in the checkpoint directory: one line ``mggcn-checkpoint <sha256>`` and then
+the ``torch.save`` payload, so a truncated or corrupted file is recognised and skipped on resume (the previous one
+is used). Files are written to a temporary name and renamed, so a crash during a write leaves the previous
+checkpoint intact; the newest ``keep`` files are kept.
+
+Weights and Adam state are replicated (identical on every rank), so rank 0 alone writes, and a checkpoint resumes at
+any number of ranks. Dropout masks are drawn from a seed derived from (seed, epoch, rank), so no generator state
+has to be carried: a resumed run repeats the uninterrupted one epoch by epoch.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import os
+import re
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["CheckpointError", "Checkpointer", "check_compatible"]
+
+_MAGIC = b"mggcn-checkpoint "
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from here (other dataset, other model shape, unreadable)."""
+
+
+class Checkpointer:
+    """Writes and finds checkpoints in ``directory``.
+
+    Args:
+        directory: where ``ckpt-*.pt`` files go (created if missing).
+        every: save after every ``every``-th epoch (0: only when asked, e.g. on interruption).
+        keep: how many of the newest checkpoints to keep (at least 2, so one survives a corrupted newest).
+    """
+
+    def __init__(self, directory: str, every: int = 0, keep: int = 2) -> None:
+        self.directory, self.every, self.keep = directory, every, max(2, keep)
+
+    def due(self, epoch: int) -> bool:
+        return self.every > 0 and epoch % self.every == 0
+
+    def path(self, epoch: int) -> str:
+        return os.path.join(self.directory, f"ckpt-{epoch:06d}.pt")
+
+    def save(self, state: dict) -> str:
+        os.makedirs(self.directory, exist_ok=True)
+        buffer = io.BytesIO()
+        torch.save({**state, "format": FORMAT_VERSION}, buffer)
+        payload = buffer.getvalue()
+        path = self.path(state["epoch"])
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in self.files()[self.keep:]:
+            os.unlink(old)
+        return path
+
+    def files(self) -> list[str]:
+        """Checkpoint files, newest epoch first."""
+        found = glob.glob(os.path.join(self.directory, "ckpt-*.pt"))
+        return sorted((f for f in found if re.fullmatch(r"ckpt-\d+\.pt", os.path.basename(f))), reverse=True)
+
+    def latest(self, report: Callable[[str], None] | None = None) -> tuple[dict, str] | None:
+        """The newest checkpoint that reads back intact, or None; corrupt ones are reported and skipped."""
+        for path in self.files():
+            try:
+                return load(path), path
+            except CheckpointError as err:
+                if report is not None:
+                    report(f"skipping {err}")
+        return None
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            header = f.readline()
+            payload = f.read()
+    except OSError as err:
+        raise CheckpointError(f"{path}: unreadable ({err.strerror})") from None
+    if not header.startswith(_MAGIC):
+        raise CheckpointError(f"{path}: not an mggcn checkpoint")
+    if hashlib.sha256(payload).hexdigest().encode() != header[len(_MAGIC):].strip():
+        raise CheckpointError(f"{path}: corrupt (checksum mismatch; truncated or overwritten)")
+    state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+    if state.get("format", 0) > FORMAT_VERSION:
+        raise CheckpointError(f"{path}: written by a newer mggcn (format {state['format']}); upgrade mggcn")
+    return state
+
+
+def check_compatible(state: dict, path: str, dataset: dict, dims: list[int]) -> None:
+    """Refuse to resume against another dataset or another model shape."""
+    theirs = state.get("dataset", {})
+    for key, value in dataset.items():
+        if key in theirs and theirs[key] != value:
+            raise CheckpointError(f"{path}: the checkpoint was trained on another dataset ({key} {theirs[key]!r}, "
+                                  f"this one has {value!r})")
+    if state.get("dims") != list(dims):
+        raise CheckpointError(f"{path}: the checkpoint's model has layer sizes {state.get('dims')}, this run "
+                              f"{list(dims)} (check --hidden)")

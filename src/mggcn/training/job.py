@@ -1,0 +1,272 @@
+"""One training job from dataset to outputs, as every rank runs it (under mggcn's launcher or under torchrun).
+
+:func:`check_job` runs first, in the launching process, so that bad input stops the job before any worker starts;
+:func:`run_train_job` is the worker: join the process group, load this rank's shard, train, write the outputs.
+Outputs are written whole or not at all (a temporary file renamed into place), by rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mggcn.data.datasets import DEFAULT_DATASET, Dataset, open_dataset
+from mggcn.data.graph import Graph, GraphError
+from mggcn.distributed.context import MMAP_THRESHOLD, init_distributed, shutdown
+from mggcn.training.checkpoint import Checkpointer, check_compatible
+from mggcn.training.trainer import TrainConfig, format_balance, predict_shard, shard_for, train_shard
+from mggcn.utils.progress import TrainProgress
+
+__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """A training run: what to read, how to train, where the outputs go."""
+
+    dataset: str | Graph = DEFAULT_DATASET
+    config: TrainConfig = field(default_factory=TrainConfig)
+    fmt: str | None = None
+    undirected: bool = False
+    dedup: bool = False
+    read_options: dict = field(default_factory=dict)  # reader keywords, e.g. features=, labels=, split=
+    device: str = "cpu"
+    threads: int | None = None
+    timeout_s: float = 60.0
+    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: see mggcn.distributed.context.MMAP_THRESHOLD (None: glibc's)
+    metrics: str | None = None
+    save_model: str | None = None
+    save_predictions: str | None = None
+    quiet: bool = False
+    log_every: int = 1
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+
+
+@dataclass
+class JobResult:
+    history: list[dict]
+    state_dict: dict[str, torch.Tensor]
+    predictions: np.ndarray | None = None
+    stopped: str | None = None  # None, "early" or "interrupted"
+    best_epoch: int | None = None
+    checkpoint: str | None = None
+    resumed_from: str | None = None
+
+
+def dataset_identity(dataset: Dataset) -> dict:
+    """What a checkpoint records of its dataset, to refuse resuming against another one."""
+    identity = {"name": str(dataset.name), "num_nodes": dataset.num_nodes, "num_edges": dataset.num_edges,
+                "num_features": dataset.num_features, "num_classes": dataset.num_classes}
+    fingerprint = getattr(dataset, "fingerprint", None)
+    if fingerprint:
+        identity["fingerprint"] = fingerprint
+    return identity
+
+
+def _print_err(message: str) -> None:
+    print(f"mggcn: {message}", file=sys.stderr, flush=True)
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] = _print_err
+                ) -> tuple[dict, str] | None:
+    """The checkpoint ``--resume`` continues from (checked against the dataset and model), or None."""
+    if not (job.resume and job.checkpoint_dir):
+        return None
+    found = Checkpointer(job.checkpoint_dir).latest(report)
+    if found is not None:
+        state, path = found
+        check_compatible(state, path, dataset_identity(dataset),
+                         job.config.dims(dataset.num_features, dataset.num_classes))
+    return found
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM ask training to stop at the end of the epoch (all ranks agree through the all-reduce)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def check_output(option: str, path: str | None) -> None:
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise GraphError(f"{option} {path}: the directory {parent} does not exist")
+    if os.path.isdir(path):
+        raise GraphError(f"{option} {path}: is a directory")
+
+
+def open_job_dataset(job: TrainJob) -> Dataset:
+    return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options)
+
+
+def check_job(job: TrainJob, nprocs: int) -> Dataset:
+    """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
+    for option, path in (("--metrics", job.metrics), ("--save-model", job.save_model),
+                         ("--save-predictions", job.save_predictions)):
+        check_output(option, path)
+    cfg = job.config
+    if cfg.epochs < 0:
+        raise GraphError(f"--epochs must be at least 0, got {cfg.epochs}")
+    if any(h < 1 for h in cfg.hidden):
+        raise GraphError(f"--hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}")
+    for option, p in (("--dropout", cfg.dropout), ("--input-dropout", cfg.input_dropout)):
+        if not 0.0 <= p < 1.0:
+            raise GraphError(f"{option} must be in [0, 1), got {p}")
+    if job.resume and not job.checkpoint_dir:
+        raise GraphError("--resume needs --checkpoint-dir")
+    if job.checkpoint_every < 0:
+        raise GraphError(f"--checkpoint-every must be at least 0, got {job.checkpoint_every}")
+    dataset = open_job_dataset(job)
+    dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
+    find_resume(job, dataset)  # raises for a checkpoint of another dataset or model
+    return dataset
+
+
+def atomic_write(path: str, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file."""
+    parent = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_predictions(path: str, predictions: np.ndarray) -> None:
+    """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
+    if path.endswith(".npy"):
+        atomic_write(path, lambda tmp: np.save(tmp, predictions))
+        return
+
+    def write_csv(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write("vertex,prediction\n")
+            np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
+
+    atomic_write(path, write_csv)
+
+
+def format_epoch(record: dict) -> str:
+    return (f"epoch {record['epoch']:4d} | loss {record['loss']:.4f} | train {record['train_acc']:.4f} "
+            f"val {record['val_acc']:.4f} test {record['test_acc']:.4f} | {record['epoch_s']:.3f} s "
+            f"(spmm {record['spmm']:.3f}, wait {record['comm_wait']:.3f}, gemm {record['gemm']:.3f})")
+
+
+def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
+    """The body of every rank. ``dataset`` skips opening it again (in-process use)."""
+    ctx = init_distributed(job.device, job.timeout_s, job.threads, job.mmap_threshold)
+    try:
+        if dataset is None:
+            dataset = open_job_dataset(job)
+        cfg = job.config
+        shard = shard_for(cfg, dataset, ctx)
+        resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
+        identity = dataset_identity(dataset)
+        del dataset  # this rank keeps only its shard
+        if resume is not None and ctx.is_main and not job.quiet:
+            print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
+        metrics_file = None  # opened with the first epoch's record: a job that fails before one writes no file
+
+        def log_metrics(record: dict | None) -> None:
+            """Append an epoch's record (None: only open the file)."""
+            nonlocal metrics_file
+            if metrics_file is None:
+                metrics_file = open(job.metrics, "w")
+                # the epochs of the checkpoint, not those the interrupted run may have logged after it
+                metrics_file.writelines(json.dumps(r) + "\n" for r in (resume[0]["history"] if resume else []))
+            if record is not None:
+                metrics_file.write(json.dumps(record) + "\n")
+            metrics_file.flush()
+
+        progress = TrainProgress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
+                                 quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
+
+        balance_shown = False
+
+        def on_epoch(record: dict) -> None:
+            nonlocal balance_shown
+            if not ctx.is_main:
+                return
+            if not balance_shown:  # every record carries the partition's balance; say it once
+                balance_shown = True
+                via = f" ({record['broadcast']})" if "broadcast" in record else ""
+                progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
+            progress.update(record)
+            if job.metrics:
+                log_metrics(record)
+
+        checkpointer = Checkpointer(job.checkpoint_dir, job.checkpoint_every) if job.checkpoint_dir else None
+        try:
+            with _StopOnSignal() as stop:
+                result = train_shard(ctx, shard, cfg, on_epoch, checkpointer=checkpointer,
+                                     checkpoint_meta={"dataset": identity},
+                                     resume=resume[0] if resume else None, stop_requested=lambda: stop.requested)
+            if job.metrics and ctx.is_main:
+                log_metrics(None)  # no epoch left to run: the file all the same
+        finally:
+            progress.close()
+            if metrics_file is not None:
+                metrics_file.close()
+        predictions = None
+        if job.save_predictions:
+            predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
+        if ctx.is_main:
+            if job.save_model:
+                from mggcn.training.predict import save_model  # it imports this module
+
+                save_model(job.save_model, result.state_dict, cfg, identity, epochs=len(result.history),
+                           best_epoch=result.best_epoch)
+            if job.save_predictions:
+                save_predictions(job.save_predictions, predictions)
+        if ctx.is_main and not job.quiet:
+            if result.stopped == "interrupted":
+                saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no --checkpoint-dir)"
+                print(f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}", flush=True)
+            elif result.stopped == "early":
+                print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
+                      f"{result.best_epoch}", flush=True)
+        outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
+                            result.checkpoint, resume[1] if resume else None)
+    except BaseException:
+        shutdown(clean=False)
+        raise
+    shutdown(clean=True)
+    return outcome

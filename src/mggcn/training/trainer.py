@@ -1,0 +1,363 @@
+"""Full-batch training on one rank's shard: the epoch loop, the global loss and accuracies, the per-phase timing.
+
+Loss: softmax cross-entropy averaged over the GLOBAL training set (:class:`mggcn.nn.loss.MaskedCrossEntropy`): each
+rank sums over its own training rows and divides by the global count, so the all-reduced sum of the ranks' losses
+is the mean and the all-reduced gradients are its gradients. Accuracies are global correct counts over global split
+sizes, from the argmax the loss computes anyway. Padding rows belong to no split.
+The gradient all-reduce also carries the epoch's loss and correct counts: one collective per epoch for all of them.
+
+Legend: m = rows of this rank, C = classes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from mggcn.data.graph import SPLITS
+from mggcn.distributed.context import (
+    DistContext,
+    all_gather_objects,
+    all_gather_rows,
+    all_reduce_max,
+    all_reduce_min,
+    all_reduce_sum,
+)
+from mggcn.distributed.exchange import SparseExchangeSpMM
+from mggcn.distributed.partition import Shard
+from mggcn.distributed.shm import host_outboxes
+from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
+from mggcn.distributed.tiled import tile_columns
+from mggcn.nn.loss import MaskedCrossEntropy
+from mggcn.nn.model import GCN, aggregate_first
+from mggcn.utils.timing import PHASES, PhaseTimer
+
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
+           "gather_original", "spmm_widths", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every training option and its default, in one place (the CLI's flags mirror these names)."""
+
+    hidden: tuple[int, ...] = (128,)
+    epochs: int = 100
+    lr: float = 1e-2
+    weight_decay: float = 5e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    dropout: float = 0.0
+    input_dropout: float = 0.0
+    activation: str = "relu"
+    norm: str = "sym"
+    order: str = "auto"
+    overlap: bool = True
+    partition: str = "random"
+    comm: str = "broadcast"  # "sparse" / "auto": mggcn.distributed.exchange.SparseExchangeSpMM
+    shm: str = "auto"  # the broadcast of CPU ranks on one host: through shared memory (mggcn.distributed.shm) or gloo ("off")
+    seed: int = 0
+    patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
+    trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
+    tile_bytes: int | None = None  # CPU SpMM: bytes of B per column tile (None: mggcn.distributed.tiled.TILE_BYTES; 0: untiled)
+
+    def dims(self, num_features: int, num_classes: int) -> list[int]:
+        return [num_features, *self.hidden, num_classes]
+
+
+@dataclass
+class TrainResult:
+    """What a rank ends with. ``model``, ``adj`` and ``x_agg`` stay in the worker (for predictions).
+
+    ``stopped``: ``None`` when all epochs ran, ``"early"`` (patience) or ``"interrupted"`` (a stop request).
+    With patience, the model holds the weights of ``best_epoch``.
+    """
+
+    history: list[dict] = field(default_factory=list)
+    state_dict: dict[str, torch.Tensor] = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    best_epoch: int | None = None
+    stopped: str | None = None
+    checkpoint: str | None = None
+    model: GCN | None = None
+    adj: StagedSpMM | None = None
+    x_agg: torch.Tensor | None = None
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The loss became NaN or inf; the message names the epoch and the first layer with non-finite output."""
+
+
+def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
+    """The width of every SpMM an epoch runs (forward and backward), for sizing buffers and counting traffic."""
+    widths = []
+    for i in range(len(dims) - 1):
+        agg = aggregate_first(dims[i], dims[i + 1], i == 0, order)
+        if i == 0 and agg:
+            widths += [] if caches_input else [dims[0]]
+        else:
+            width = dims[i] if agg else dims[i + 1]
+            widths += [width, width]
+    return widths
+
+
+def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+                       nprocs: int, device: torch.device | str, local_ranks: int, width: int | None = None) -> int | None:
+    """Columns per tile of a rank's blocks (:func:`mggcn.distributed.tiled.tile_columns`) for SpMMs of ``width`` (default: the
+    widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the ``local_ranks``
+    of one machine share its cache."""
+    if width is None:
+        dims = cfg.dims(num_features, num_classes)
+        width = max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
+    rows = -(-num_nodes // nprocs)
+    return tile_columns(width, rows, (num_edges + num_nodes) // (nprocs * nprocs), device, local_ranks,
+                        cfg.tile_bytes)
+
+
+def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int | None = None) -> int | None:
+    """:func:`epoch_tile_columns` for ``dataset`` on this rank."""
+    return epoch_tile_columns(cfg, dataset.num_nodes, dataset.num_edges, dataset.num_features, dataset.num_classes,
+                              ctx.world_size, ctx.device, ctx.local_world_size, width)
+
+
+def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
+    """This rank's shard of ``dataset`` as ``cfg`` trains it: partitioned by ``cfg.partition`` and ``cfg.seed``,
+    its blocks tiled for ``cfg``'s SpMMs (:func:`shard_tile_columns`)."""
+    part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
+    return dataset.shard(part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
+
+
+def build_model(cfg: TrainConfig, num_features: int, num_classes: int, device: torch.device | str = "cpu") -> GCN:
+    """The GCN of ``cfg``, identically initialized on every rank."""
+    return GCN(cfg.dims(num_features, num_classes), activation=cfg.activation, dropout=cfg.dropout,
+               input_dropout=cfg.input_dropout, order=cfg.order, seed=cfg.seed).to(device)
+
+
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of the dropout masks of one epoch on one rank: resuming needs no generator state."""
+    return (seed * 1_000_003 + epoch) * 1_009 + rank
+
+
+class _Stats:
+    """Indices of the per-epoch numbers summed across ranks along with the gradients."""
+
+    LOSS, CORRECT, STOP = 0, slice(1, 4), 4
+    SIZE = 5
+
+
+def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
+                on_epoch: Callable[[dict], None] | None = None, *,
+                checkpointer=None, checkpoint_meta: dict | None = None, resume: dict | None = None,
+                stop_requested: Callable[[], bool] | None = None) -> TrainResult:
+    """Train on this rank's shard up to epoch ``cfg.epochs``; every rank returns the same history and weights.
+
+    Args:
+        on_epoch: called on every rank with each epoch's record (keys ``epoch, loss, train_acc, val_acc,
+            test_acc, epoch_s``, one key per phase (max over ranks), ``other``; ``timeline`` on the traced epoch).
+        checkpointer: a :class:`~mggcn.training.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop request.
+        checkpoint_meta: extra entries for every checkpoint (the dataset's identity).
+        resume: a checkpoint's contents: training continues after its epoch.
+        stop_requested: polled once per epoch on every rank; when any rank says yes, all stop after that epoch
+            (saving a checkpoint first if a checkpointer is given).
+    Raises:
+        NonFiniteLoss: the global loss is NaN or inf (before that epoch's update, so the weights are the last good).
+    """
+    device = ctx.device
+    shard.to(device)
+    timer = PhaseTimer(device)
+    model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
+    widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
+    if cfg.comm == "broadcast":
+        rows, dtype = shard.x.shape[0], shard.x.dtype
+        outboxes, transport = host_outboxes(ctx, cfg.shm, rows, max(widths), dtype)
+        buffers = BroadcastBuffers(rows, max(widths), dtype, device) if ctx.world_size > 1 and outboxes is None \
+            else None
+        adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer,
+                         outboxes=outboxes)
+    else:
+        adj = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=cfg.comm, overlap=cfg.overlap, timer=timer)
+    balance = partition_balance(ctx, shard)
+    if cfg.comm == "broadcast" and ctx.world_size > 1:
+        balance["broadcast"] = transport
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                 weight_decay=cfg.weight_decay)
+    result = TrainResult(config=asdict(cfg))
+    best_val, best_state, since_best = -1.0, None, 0
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        result.history = list(resume["history"])
+        if resume.get("best") is not None:
+            best_val, since_best = resume["best"]["val_acc"], resume["best"]["since"]
+            best_state, result.best_epoch = resume["best"]["model"], resume["best"]["epoch"]
+
+    x, y = shard.x, shard.y
+    with torch.no_grad():
+        x_agg = adj.run(x) if model.caches_input_aggregation else None
+    split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
+    split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
+    criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace)
+    params = list(model.parameters())
+    stochastic = cfg.dropout > 0 or cfg.input_dropout > 0
+
+    def checkpoint_state(epoch: int) -> dict:
+        best = None if best_state is None else {"val_acc": best_val, "since": since_best, "model": best_state,
+                                                "epoch": result.best_epoch}
+        return {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "history": result.history, "best": best, "dims": model.dims, "config": asdict(cfg),
+                **(checkpoint_meta or {})}
+
+    for epoch in range(len(result.history) + 1, cfg.epochs + 1):
+        torch.manual_seed(epoch_seed(cfg.seed, epoch, ctx.rank))
+        timer.reset(trace=epoch == cfg.trace_epoch)
+        moved = (adj.sent_bytes, adj.recv_bytes)
+        start = time.perf_counter()
+        if stochastic:  # accuracies of the weights at the start of the epoch, without dropout
+            with torch.no_grad():
+                model.eval()
+                logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
+                correct = _correct_counts(logits.argmax(dim=1), y, split_rows)
+                model.train()
+        optimizer.zero_grad(set_to_none=False)
+        logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
+        with timer("criterion"):
+            loss, pred = criterion(logits)
+        loss.backward()
+        if not stochastic:
+            correct = _correct_counts(pred, y, split_rows)
+        with timer("allreduce"):
+            stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=device)
+            stats[_Stats.LOSS] = loss.detach()
+            stats[_Stats.CORRECT] = correct
+            stats[_Stats.STOP] = float(bool(stop_requested and stop_requested()))
+            flat = torch.cat([p.grad.reshape(-1) for p in params] + [stats.to(params[0].dtype)])
+            all_reduce_sum(ctx, flat)
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
+                offset += p.numel()
+            stats = flat[offset:].to(torch.float64).cpu()
+        if not math.isfinite(float(stats[_Stats.LOSS])):
+            raise NonFiniteLoss(_non_finite_message(ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
+                                                    checkpointer))
+        if cfg.patience > 0:  # the accuracies are those of the weights before this epoch's update
+            val_acc = float(stats[_Stats.CORRECT][1] / split_sizes[1])
+            if val_acc > best_val:
+                best_val, since_best, result.best_epoch = val_acc, 0, epoch
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                since_best += 1
+        with timer("optimizer"):
+            optimizer.step()
+        epoch_s = time.perf_counter() - start
+
+        record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start,
+                               adj.sent_bytes - moved[0], adj.recv_bytes - moved[1])
+        record.update(balance)
+        result.history.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        interrupted = stats[_Stats.STOP] > 0
+        early = cfg.patience > 0 and since_best >= cfg.patience
+        if checkpointer is not None and ctx.is_main and (checkpointer.due(epoch) or interrupted):
+            result.checkpoint = checkpointer.save(checkpoint_state(epoch))
+        if interrupted or early:
+            result.stopped = "interrupted" if interrupted else "early"
+            break
+
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    result.state_dict = model.gcnconv_state_dict()
+    result.model, result.adj, result.x_agg = model, adj, x_agg
+    return result
+
+
+def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTimer, stats: torch.Tensor,
+                  split_sizes: torch.Tensor, device: torch.device, start: float, sent: int, recv: int) -> dict:
+    """The epoch's record. Seconds and this epoch's SpMM bytes are maxed over ranks in one collective
+    (``sent_bytes`` / ``recv_bytes``); ``total_bytes`` is the sum over ranks of the bytes received."""
+    most = torch.tensor([epoch_s] + [timer.seconds[p] for p in PHASES] + [sent, recv], dtype=torch.float64,
+                        device=device)
+    most = all_reduce_max(ctx, most).cpu().tolist()
+    phases, (most_sent, most_recv) = most[:-2], most[-2:]
+    total = all_reduce_sum(ctx, torch.tensor([recv], dtype=torch.float64, device=device)).item()
+    acc = (stats[_Stats.CORRECT] / split_sizes).tolist()
+    record = {"epoch": epoch, "loss": float(stats[_Stats.LOSS]), "train_acc": acc[0], "val_acc": acc[1],
+              "test_acc": acc[2], "epoch_s": phases[0]}
+    record.update({p: s for p, s in zip(PHASES, phases[1:])})
+    record["other"] = max(0.0, phases[0] - sum(phases[1:]))
+    record.update(sent_bytes=int(most_sent), recv_bytes=int(most_recv), total_bytes=int(total))
+    if timer.events is not None:
+        mine = [[kind, a - start, b - start] for kind, a, b in timer.events]
+        record["timeline"] = all_gather_objects(ctx, mine)
+    return record
+
+
+def partition_balance(ctx: DistContext, shard: Shard) -> dict:
+    """Balance and cut of the partition, from every rank's shard (one small gather).
+
+    ``nnz_imbalance`` / ``rows_imbalance``: max over ranks / mean of the nonzeros of Â / real rows;
+    ``cut_nnz``: nonzeros of Â in off-diagonal blocks (edges whose ends lie on different ranks, directed, merged).
+    """
+    real_rows = int((shard.partition.order[shard.partition.rows(ctx.rank)] >= 0).sum())
+    cut = sum(b.nnz for j, b in enumerate(shard.adj) if j != ctx.rank)
+    every = np.array(all_gather_objects(ctx, (shard.nnz, real_rows, cut)), dtype=np.float64)
+    nnz, rows = every[:, 0], every[:, 1]
+    return {"nnz_imbalance": float(nnz.max() / max(nnz.mean(), 1.0)),
+            "rows_imbalance": float(rows.max() / max(rows.mean(), 1.0)),
+            "cut_nnz": int(every[:, 2].sum()), "cut_fraction": float(every[:, 2].sum() / max(nnz.sum(), 1.0))}
+
+
+def format_balance(balance: dict) -> str:
+    return (f"nonzeros max/mean {balance['nnz_imbalance']:.3f}, rows max/mean {balance['rows_imbalance']:.3f}, "
+            f"cut {balance['cut_nnz']:,} nonzeros ({100 * balance['cut_fraction']:.1f}% of Â)")
+
+
+def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.Tensor,
+                        x_agg: torch.Tensor | None, epoch: int, loss: float, checkpointer) -> str:
+    """Find the first layer whose output is not finite on any rank (one extra forward, only on failure)."""
+    outputs = []
+    hooks = [conv.register_forward_hook(lambda _m, _i, out: outputs.append(bool(torch.isfinite(out).all())))
+             for conv in model.convs]
+    with torch.no_grad():
+        model.eval()
+        model(x, adj, x_aggregated=x_agg)
+    for h in hooks:
+        h.remove()
+    bad = torch.tensor([next((i for i, ok in enumerate(outputs) if not ok), len(outputs))], dtype=torch.float64)
+    first = int(all_reduce_min(ctx, bad).item())
+    where = f"; first non-finite output: layer {first}" if first < len(outputs) else ""
+    kept = ""
+    if checkpointer is not None:
+        files = checkpointer.files()
+        kept = f"; last good checkpoint: {files[0]}" if files else "; no checkpoint was saved yet"
+    return f"epoch {epoch}: the loss is {loss}{where} (try a smaller --lr){kept}"
+
+
+def _correct_counts(pred: torch.Tensor, y: torch.Tensor, split_rows: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.stack([(pred[r] == y[r]).sum() for r in split_rows.values()]).to(torch.float64)
+
+
+def gather_original(ctx: DistContext, shard: Shard, rows: torch.Tensor) -> np.ndarray | None:
+    """This rank's ``rows`` [m, ...] of every rank, gathered on rank 0 in ORIGINAL vertex order [n, ...] (padding
+    rows dropped); ``None`` on the other ranks."""
+    every = all_gather_rows(ctx, rows).cpu().numpy()
+    if not ctx.is_main:
+        return None
+    part = shard.partition
+    out = np.empty((part.num_nodes,) + every.shape[1:], dtype=every.dtype)
+    real = part.order >= 0
+    out[part.order[real]] = every[real]
+    return out
+
+
+@torch.no_grad()
+def predict_shard(ctx: DistContext, shard: Shard, model: GCN, adj: StagedSpMM,
+                  x_agg: torch.Tensor | None = None) -> np.ndarray | None:
+    """Class predictions for every vertex in ORIGINAL vertex order (on rank 0; ``None`` elsewhere)."""
+    model.eval()
+    return gather_original(ctx, shard, model(shard.x, adj, x_aggregated=x_agg).argmax(dim=1))

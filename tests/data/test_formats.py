@@ -1,0 +1,564 @@
+"""Tests for mggcn.data.formats: each reader on a small graph written in the format's real on-disk layout.
+
+Every dataset here is one 40-vertex directed graph (with a duplicate edge and a self-loop, which readers must keep),
+written by hand the way OGB / GraphSAINT / DGL / Matrix Market / MG-GCN write it, read back and compared
+array-for-array. The bad-input tests damage one file and check the error names THAT file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+import torch
+
+from mggcn.data.formats import (
+    FORMATS,
+    from_pyg,
+    from_tensors,
+    read,
+    read_dgl_reddit,
+    read_edgelist,
+    read_mggcn_bin,
+    read_mtx,
+    read_ogb,
+    read_saint,
+    transform,
+    write_mggcn_bin,
+)
+from mggcn.data.graph import SPLITS, Graph, GraphError
+
+N, F, C = 40, 5, 3
+
+
+@pytest.fixture
+def src() -> Graph:
+    """The reference graph: vertices 36..39 are unlabelled and in no split."""
+    rng = np.random.default_rng(7)
+    ei = rng.integers(0, N, size=(2, 120))
+    ei = np.concatenate([ei, [[3, 3, 9], [4, 4, 9]]], axis=1)  # a duplicate 3->4 and a self-loop 9->9
+    x = rng.standard_normal((N, F)).astype(np.float32)
+    y = rng.integers(0, C, N)
+    y[36:] = -1
+    masks = {name: np.zeros(N, dtype=bool) for name in SPLITS}
+    masks["train"][:20], masks["val"][20:28], masks["test"][28:36] = True, True, True
+    return Graph(N, ei, x, y, masks, num_classes=C, name="src").validate()
+
+
+def sorted_edges(ei: np.ndarray) -> np.ndarray:
+    return ei[:, np.lexsort((ei[1], ei[0]))]
+
+
+def assert_same(g: Graph, ref: Graph, *, edges: bool = True, labels: bool = True) -> None:
+    assert g.num_nodes == ref.num_nodes
+    if edges:
+        np.testing.assert_array_equal(sorted_edges(g.edge_index), sorted_edges(ref.edge_index))
+    np.testing.assert_array_equal(g.x, ref.x)  # exact: every writer below round-trips float32 exactly
+    if labels:
+        np.testing.assert_array_equal(g.y, ref.y)
+        for name in SPLITS:
+            np.testing.assert_array_equal(g.masks[name], ref.masks[name], err_msg=name)
+    assert g.edge_index.dtype == np.int64 and g.x.dtype == np.float32 and g.y.dtype == np.int64
+
+
+def raises_naming(path: Path, *words: str):
+    """Context: a GraphError whose single-line message names ``path`` and contains ``words``."""
+
+    class _Check:
+        def __enter__(self):
+            self.ctx = pytest.raises(GraphError)
+            self.info = self.ctx.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            swallowed = self.ctx.__exit__(*exc)
+            msg = str(self.info.value)
+            assert "\n" not in msg, msg
+            assert str(path) in msg, msg
+            for w in words:
+                assert w in msg, msg
+            return swallowed
+
+    return _Check()
+
+
+# ---------------------------------------------------------------------------------------------------------- OGB
+
+
+def gz_lines(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def write_ogb_csv(root: Path, g: Graph, split_name: str = "sales_ranking") -> Path:
+    raw = root / "raw"
+    gz_lines(raw / "edge.csv.gz", [f"{s},{d}" for s, d in g.edge_index.T])
+    gz_lines(raw / "num-node-list.csv.gz", [str(g.num_nodes)])
+    gz_lines(raw / "node-feat.csv.gz", [",".join(f"{v:.9g}" for v in row) for row in g.x])
+    gz_lines(raw / "node-label.csv.gz", ["nan" if v < 0 else str(v) for v in g.y])
+    for name, fname in (("train", "train"), ("val", "valid"), ("test", "test")):
+        gz_lines(root / "split" / split_name / f"{fname}.csv.gz", [str(v) for v in np.flatnonzero(g.masks[name])])
+    return root
+
+
+def write_ogb_npz(root: Path, g: Graph) -> Path:
+    raw = root / "raw"
+    raw.mkdir(parents=True)
+    np.savez_compressed(raw / "data.npz", edge_index=g.edge_index, edge_feat=None, node_feat=g.x,
+                        num_nodes_list=np.array([g.num_nodes]), num_edges_list=np.array([g.num_edges]))
+    label = np.where(g.y < 0, np.nan, g.y).astype(np.float32)[:, None]
+    np.savez_compressed(raw / "node-label.npz", node_label=label)
+    for name, fname in (("train", "train"), ("val", "valid"), ("test", "test")):
+        gz_lines(root / "split" / "time" / f"{fname}.csv.gz", [str(v) for v in np.flatnonzero(g.masks[name])])
+    return root
+
+
+def test_ogb_csv(tmp_path, src):
+    root = write_ogb_csv(tmp_path / "ogbn_products", src)
+    g = read_ogb(root)
+    assert_same(g, src)
+    np.testing.assert_array_equal(g.edge_index, src.edge_index)  # kept exactly as stored: directed, in file order
+    assert g.meta["split"] == "sales_ranking"
+    assert_same(read(root, "ogb"), src)
+
+
+def test_ogb_binary(tmp_path, src):
+    assert_same(read_ogb(write_ogb_npz(tmp_path / "ogbn_papers100M", src)), src)
+
+
+def test_ogb_split_choice(tmp_path, src):
+    root = write_ogb_csv(tmp_path / "d", src, "a")
+    write_ogb_csv(tmp_path / "d", src, "b")
+    with raises_naming(root / "split", "pass split="):
+        read_ogb(root)
+    assert_same(read_ogb(root, split="b"), src)
+
+
+def _rewrite(path: Path, edit) -> None:
+    with gzip.open(path, "rt") as f:
+        lines = f.read().splitlines()
+    gz_lines(path, edit(lines))
+
+
+def _set(i: int, text: str):
+    return lambda lines: lines[:i] + [text] + lines[i + 1:]
+
+
+@pytest.mark.parametrize("target, edit, words", [
+    ("raw/edge.csv.gz", _set(2, "3,x"), ["line 3", "'x'"]),
+    ("raw/edge.csv.gz", _set(4, "1,2,3"), ["line 5", "expected 2"]),
+    ("raw/edge.csv.gz", _set(6, "1,40"), ["line 7", "40", "out of range"]),
+    ("raw/edge.csv.gz", _set(0, "-1,2"), ["line 1", "-1"]),
+    ("raw/num-node-list.csv.gz", lambda lines: ["40", "40"], ["one line"]),
+    ("raw/node-feat.csv.gz", lambda lines: lines[:-1], ["39 feature rows", "40 vertices"]),
+    ("raw/node-feat.csv.gz", _set(11, "1,2,nan,4,5"), ["NaN", "row 11"]),
+    ("raw/node-feat.csv.gz", _set(11, "1,2,3"), ["line 12", "expected 5"]),
+    ("raw/node-label.csv.gz", _set(3, "-2"), ["label -2", "negative"]),
+    ("raw/node-label.csv.gz", _set(3, "1.5"), ["not an integer"]),
+    ("raw/node-label.csv.gz", lambda lines: lines[:-2], ["38 labels"]),
+    ("raw/node-label.csv.gz", _set(5, "nan"), ["train.csv.gz", "vertex 5", "no label"]),  # named: the split file
+    ("split/s/valid.csv.gz", lambda lines: lines + ["30"], ["valid.csv.gz", "test.csv.gz", "overlap", "30"]),
+    ("split/s/train.csv.gz", lambda lines: [], ["training split is empty"]),
+    ("split/s/test.csv.gz", _set(1, "77"), ["line 2", "77", "out of range"]),
+])
+def test_ogb_bad_input(tmp_path, src, target, edit, words):
+    root = write_ogb_csv(tmp_path / "ogbn_x", src, "s")
+    _rewrite(root / target, edit)
+    # An unlabelled split vertex is the split file's fault; every other error names the file we damaged.
+    named = root / ("split/s/train.csv.gz" if "no label" in words else target)
+    if "overlap" in words:
+        named = root / "split/s/valid.csv.gz"
+    with raises_naming(named, *words):
+        read_ogb(root)
+
+
+def test_ogb_missing_and_truncated(tmp_path, src):
+    root = write_ogb_csv(tmp_path / "ogbn_x", src)
+    (root / "raw/node-feat.csv.gz").unlink()
+    with raises_naming(root / "raw/node-feat.csv.gz", "missing file"):
+        read_ogb(root)
+    root = write_ogb_csv(tmp_path / "ogbn_y", src)
+    edge = root / "raw/edge.csv.gz"
+    edge.write_bytes(edge.read_bytes()[:-30])
+    with raises_naming(edge, "truncated or corrupt"):
+        read_ogb(root)
+    with raises_naming(tmp_path, "no raw/"):
+        read_ogb(tmp_path)
+
+
+def test_ogb_binary_bad_input(tmp_path, src):
+    root = write_ogb_npz(tmp_path / "a", src)
+    labels = root / "raw/node-label.npz"
+    label = np.full((N, 1), np.nan, dtype=np.float32)
+    label[:36, 0] = src.y[:36]
+    label[12, 0] = np.nan  # a training vertex without a label
+    np.savez(labels, node_label=label)
+    with raises_naming(root / "split/time/train.csv.gz", "vertex 12", "node-label.npz"):
+        read_ogb(root)
+    data = root / "raw/data.npz"
+    data.write_bytes(data.read_bytes()[:100])
+    with raises_naming(data, "truncated or corrupt"):
+        read_ogb(root)
+    root = write_ogb_npz(tmp_path / "b", src)
+    np.savez(root / "raw/data.npz", edge_index=np.array([[0, 1], [2, 45]]), node_feat=src.x,
+             num_nodes_list=np.array([N]))
+    with raises_naming(root / "raw/data.npz", "edge_index[:, 1]", "45"):
+        read_ogb(root)
+
+
+# --------------------------------------------------------------------------------------------------- GraphSAINT
+
+
+def write_saint(root: Path, g: Graph) -> Path:
+    root.mkdir(parents=True)
+    # GraphSAINT stores a 0/1 CSR; a duplicate edge collapses to one entry, so write the deduplicated graph.
+    ei = transform(g, dedup=True).edge_index
+    adj = sp.csr_matrix((np.ones(ei.shape[1], dtype=np.float32), (ei[0], ei[1])), shape=(g.num_nodes,) * 2)
+    sp.save_npz(root / "adj_full.npz", adj)
+    np.save(root / "feats.npy", g.x)
+    (root / "class_map.json").write_text(json.dumps({str(v): int(c) for v, c in enumerate(g.y) if c >= 0}))
+    role = {key: np.flatnonzero(g.masks[name]).tolist() for key, name in zip(("tr", "va", "te"), SPLITS)}
+    (root / "role.json").write_text(json.dumps(role))
+    return root
+
+
+def test_saint(tmp_path, src):
+    g = read_saint(write_saint(tmp_path / "flickr", src))
+    assert_same(g, transform(src, dedup=True))
+
+
+def test_saint_bad_input(tmp_path, src):
+    root = write_saint(tmp_path / "s", src)
+    cm = root / "class_map.json"
+    cm.write_text(json.dumps({str(v): [1, 0, 0] for v in range(N)}))
+    with raises_naming(cm, "multi-label"):
+        read_saint(root)
+    cm.write_text('{"0": 1,\n "1": }')
+    with raises_naming(cm, "line 2", "invalid JSON"):
+        read_saint(root)
+    cm.write_text(json.dumps({"0": 1, "50": 2}))
+    with raises_naming(cm, "50", "out of range"):
+        read_saint(root)
+    cm.write_text(json.dumps({"0": 1, "1": -3}))
+    with raises_naming(cm, "negative"):
+        read_saint(root)
+
+    root = write_saint(tmp_path / "t", src)
+    role = root / "role.json"
+    role.write_text(json.dumps({"tr": [0, 1], "va": [1]}))
+    with raises_naming(role, "'te'"):
+        read_saint(root)
+    role.write_text(json.dumps({"tr": [0, 1], "va": [1], "te": [2]}))
+    with raises_naming(role, "'train' and 'val'", "overlap"):
+        read_saint(root)
+    role.write_text(json.dumps({"tr": [], "va": [1], "te": [2]}))
+    with raises_naming(role, "training split is empty"):
+        read_saint(root)
+    role.write_text(json.dumps({"tr": [0, 37], "va": [1], "te": [2]}))
+    with raises_naming(role, "vertex 37", "class_map.json"):
+        read_saint(root)
+    feats = root / "feats.npy"
+    feats.write_bytes(feats.read_bytes()[:-40])
+    with raises_naming(feats, "truncated or corrupt"):
+        read_saint(root)
+    np.save(feats, src.x[:30])
+    with raises_naming(feats, "30 feature rows", "40 vertices"):
+        read_saint(root)
+
+
+# --------------------------------------------------------------------------------------------------- DGL Reddit
+
+
+def write_reddit(root: Path, g: Graph) -> Path:
+    root.mkdir(parents=True)
+    types = np.zeros(g.num_nodes, dtype=np.int64)
+    for code, name in enumerate(SPLITS, 1):
+        types[g.masks[name]] = code
+    np.savez(root / "reddit_data.npz", feature=g.x, label=g.y, node_ids=np.arange(g.num_nodes), node_types=types)
+    ei = g.edge_index
+    coo = sp.coo_matrix((np.ones(ei.shape[1]), (ei[0], ei[1])), shape=(g.num_nodes,) * 2)
+    sp.save_npz(root / "reddit_graph.npz", coo)
+    return root
+
+
+def test_dgl_reddit(tmp_path, src):
+    ref = dataclasses_replace_y(src, np.where(src.y < 0, 0, src.y))  # DGL's Reddit labels every vertex
+    g = read_dgl_reddit(write_reddit(tmp_path / "reddit", ref))
+    assert_same(g, ref)
+
+
+def dataclasses_replace_y(g: Graph, y: np.ndarray) -> Graph:
+    return Graph(g.num_nodes, g.edge_index, g.x, y, g.masks, g.num_classes, g.name)
+
+
+def test_dgl_reddit_bad_input(tmp_path, src):
+    root = write_reddit(tmp_path / "r", src)
+    graph = root / "reddit_graph.npz"
+    sp.save_npz(graph, sp.coo_matrix((np.ones(1), ([0], [1])), shape=(30, 30)))
+    with raises_naming(graph, "30 x 30", "40 vertices"):
+        read_dgl_reddit(root)
+    graph.write_bytes(b"not a zip")
+    with raises_naming(graph, "truncated or corrupt"):
+        read_dgl_reddit(root)
+    data = root / "reddit_data.npz"
+    np.savez(data, feature=src.x, label=src.y)
+    with raises_naming(data, "node_types"):
+        read_dgl_reddit(root)
+    x = src.x.copy()
+    x[3, 1] = np.inf
+    np.savez(data, feature=x, label=src.y, node_types=np.ones(N, dtype=np.int64))
+    with raises_naming(data, "NaN or inf", "row 3"):
+        read_dgl_reddit(root)
+
+
+# ------------------------------------------------------------------------------------------------ Matrix Market
+
+
+def write_vertex_files(root: Path, g: Graph, split_kind: str = "npy") -> dict[str, Path]:
+    np.save(root / "x.npy", g.x)
+    np.save(root / "y.npy", g.y)
+    if split_kind == "npy":
+        codes = np.full(g.num_nodes, -1, dtype=np.int64)
+        for code, name in enumerate(SPLITS):
+            codes[g.masks[name]] = code
+        np.save(root / "split.npy", codes)
+        split = root / "split.npy"
+    else:
+        np.savez(root / "split.npz", **g.masks)
+        split = root / "split.npz"
+    return {"features": root / "x.npy", "labels": root / "y.npy", "split": split}
+
+
+def test_mtx(tmp_path, src):
+    ref = transform(src, dedup=True)  # a sparse matrix holds each (i, j) once
+    ei = ref.edge_index
+    path = tmp_path / "g.mtx"
+    scipy.io.mmwrite(path, sp.coo_matrix((np.ones(ei.shape[1]), (ei[0], ei[1])), shape=(N, N)), field="pattern")
+    assert path.read_text().startswith("%%MatrixMarket matrix coordinate pattern general")
+    assert_same(read_mtx(path, **write_vertex_files(tmp_path, src)), ref)
+    assert_same(read(path, "mtx", **write_vertex_files(tmp_path, src, "npz")), ref)
+
+
+def test_mtx_symmetric_and_synthetic(tmp_path):
+    path = tmp_path / "sym.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate pattern symmetric\n% a comment\n6 6 4\n2 1\n3 2\n6 4\n5 5\n")
+    g = read_mtx(path, num_classes=4, seed=3)
+    want = {(1, 0), (0, 1), (2, 1), (1, 2), (5, 3), (3, 5), (4, 4)}  # 1-based, both directions, one diagonal
+    assert set(map(tuple, g.edge_index.T.tolist())) == want and g.num_edges == 7
+    assert g.x.shape == (6, 32) and g.num_classes == 4 and g.y.min() >= 0 and g.y.max() < 4
+    assert sum(int(m.sum()) for m in g.masks.values()) == 6 and g.masks["train"].sum() == 3
+    again = read_mtx(path, num_classes=4, seed=3)
+    np.testing.assert_array_equal(again.x, g.x)
+    np.testing.assert_array_equal(again.masks["test"], g.masks["test"])
+
+
+def test_mtx_bad_input(tmp_path, src):
+    path = tmp_path / "g.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate pattern general\n40 40 3\n2 1\n3 2\n")
+    with raises_naming(path, "Truncated"):
+        read_mtx(path)
+    path.write_text("%%MatrixMarket matrix coordinate pattern general\n4 5 1\n2 1\n")
+    with raises_naming(path, "not square"):
+        read_mtx(path)
+    path.write_text("%%MatrixMarket matrix coordinate pattern general\n40 40 1\n2 1\n")
+    files = write_vertex_files(tmp_path, src)
+    with raises_naming(files["labels"], "out of range [0, 2)"):
+        read_mtx(path, **files, num_classes=2)
+    np.save(files["labels"], src.y[:39])
+    with raises_naming(files["labels"], "39 labels", "40 vertices"):
+        read_mtx(path, **files)
+    np.save(files["labels"], np.where(src.y == -1, -5, src.y))
+    with raises_naming(files["labels"], "label -5", "negative"):
+        read_mtx(path, **files)
+    np.save(files["labels"], src.y)
+    np.save(files["split"], np.full(N, 7))
+    with raises_naming(files["split"], "split code 7"):
+        read_mtx(path, **files)
+    np.save(files["split"], np.full(N, 1))
+    with raises_naming(files["split"], "training split is empty"):
+        read_mtx(path, **files)
+    np.save(files["split"], np.zeros(N, dtype=np.int64))
+    with raises_naming(files["split"], "vertex 36", str(files["labels"])):
+        read_mtx(path, **files)
+    with raises_naming(tmp_path / "nope.mtx", "missing file"):
+        read_mtx(tmp_path / "nope.mtx")
+
+
+# ---------------------------------------------------------------------------------------------------- edge list
+
+
+def test_edgelist_whitespace_comments_header(tmp_path, src):
+    path = tmp_path / "g.txt"
+    lines = ["# a SNAP-style comment", "% another", "FromNodeId\tToNodeId"]
+    lines += [f"{s}\t{d}" for s, d in src.edge_index.T]
+    lines[7] += "   # trailing comment"
+    path.write_text("\n".join(lines) + "\n\n")
+    g = read_edgelist(path, **write_vertex_files(tmp_path, src))
+    np.testing.assert_array_equal(g.edge_index, src.edge_index)
+    assert_same(g, src)
+
+
+def test_edgelist_csv_gz_extra_columns(tmp_path, src):
+    path = tmp_path / "g.csv.gz"
+    gz_lines(path, ["src,dst,weight"] + [f"{s}, {d},0.5" for s, d in src.edge_index.T])
+    g = read(path, "edgelist", num_nodes=N, **write_vertex_files(tmp_path, src, "npz"))
+    assert_same(g, src)
+    g = read_edgelist(path, seed=1)  # synthetic vertex data; n = max id + 1
+    assert g.num_nodes == int(src.edge_index.max()) + 1
+
+
+def test_edgelist_bad_input(tmp_path, src):
+    path = tmp_path / "g.txt"
+    path.write_text("# c\n0 1\n\n1 2\n2 x\n")
+    with raises_naming(path, "line 5", "'x'"):
+        read_edgelist(path)
+    path.write_text("# c\n0 1\n1\n")
+    with raises_naming(path, "line 3", "at least 2"):
+        read_edgelist(path)
+    path.write_text("# c\n0 1\n\n1 2\n2 9\n")
+    with raises_naming(path, "line 5", "vertex id 9", "[0, 5)"):
+        read_edgelist(path, num_nodes=5)
+    path.write_text("0 1\n1 -2\n")
+    with raises_naming(path, "line 2", "-2"):
+        read_edgelist(path)
+    path.write_text("0 1\n1 2\n")
+    np.save(tmp_path / "x.npy", src.x[:2])
+    with raises_naming(tmp_path / "x.npy", "2 feature rows", "3 vertices"):
+        read_edgelist(path, features=tmp_path / "x.npy")
+
+
+# -------------------------------------------------------------------------------------------------- MG-GCN binary
+
+
+def prep_py_layout(root: Path, g: Graph, width: int = 4, weighted: bool = True) -> None:
+    """Write the files the way MG-GCN's test/data/prep.py does (A[target, source] CSR; uint32 labels/sets).
+
+    ``width`` 8 and ``weighted=False`` are the other layouts PIGO's CSR::save writes.
+    """
+    root.mkdir(parents=True)
+    ei = g.edge_index
+    a = sp.csr_matrix((np.ones(ei.shape[1], np.float32), (ei[1], ei[0])), shape=(g.num_nodes,) * 2)
+    u = f"<u{width}"
+    with open(root / "graph.bin", "wb") as f:
+        f.write(b"PIGO-CSR-v2" + bytes([width, width]) + np.array([N, a.nnz, N, N], u).tobytes())
+        f.write(a.indptr.astype(u).tobytes() + a.indices.astype(u).tobytes())
+        if weighted:
+            f.write(a.data.astype("<f4").tobytes())
+    sets = np.full(N, 3, dtype="<u4")  # 3: in no split
+    for code, name in enumerate(SPLITS):
+        sets[g.masks[name]] = code
+    for fname, arr in (("features.bin", g.x), ("labels.bin", g.y.astype("<u4")[:, None]),
+                       ("sets.bin", sets[:, None])):
+        (root / fname).write_bytes(np.array(arr.shape, "<u4").tobytes() + np.ascontiguousarray(arr).tobytes())
+
+
+def test_mggcn_bin_round_trip(tmp_path, src):
+    write_mggcn_bin(src, tmp_path / "out")
+    g = read_mggcn_bin(tmp_path / "out")
+    assert_same(g, src)
+    assert (tmp_path / "out/graph.bin").read_bytes()[:13] == b"PIGO-CSR-v2\x04\x04"
+    # Target-major storage: edges come back ordered by target.
+    assert (np.diff(g.edge_index[1]) >= 0).all()
+
+
+@pytest.mark.parametrize("width, weighted", [(4, True), (8, True), (4, False)])
+def test_mggcn_bin_reads_prep_py_files(tmp_path, src, width, weighted):
+    ref = dataclasses_replace_y(src, np.where(src.y < 0, 0, src.y))  # uint32 has no -1
+    prep_py_layout(tmp_path / "d", ref, width, weighted)
+    # scipy sums the duplicate 3->4 into one entry of value 2: compare with the deduplicated graph.
+    assert_same(read(tmp_path / "d", "mggcn-bin"), transform(ref, dedup=True))
+
+
+def test_mggcn_bin_bad_input(tmp_path, src):
+    root = tmp_path / "b"
+    write_mggcn_bin(src, root)
+    graph = root / "graph.bin"
+    good = graph.read_bytes()
+    graph.write_bytes(good[:-4])
+    with raises_naming(graph, "truncated", f"implies {len(good)} bytes", f"found {len(good) - 4}"):
+        read_mggcn_bin(root)
+    graph.write_bytes(b"PIGO-COO-v1" + good[11:])
+    with raises_naming(graph, "bad header"):
+        read_mggcn_bin(root)
+    graph.write_bytes(good[:20])
+    with raises_naming(graph, "truncated header"):
+        read_mggcn_bin(root)
+    bad = bytearray(good)
+    bad[-4 * src.num_edges - 8: -4 * src.num_edges - 4] = struct.pack("<I", 99)  # last source id
+    graph.write_bytes(bytes(bad))
+    with raises_naming(graph, "vertex id 99", "out of range"):
+        read_mggcn_bin(root)
+    graph.write_bytes(good)
+
+    feats = root / "features.bin"
+    feats.write_bytes(feats.read_bytes()[:-1])
+    with raises_naming(feats, "truncated", "(40 x 5)"):
+        read_mggcn_bin(root)
+    feats.write_bytes(np.array([39, F], "<u4").tobytes() + src.x[:39].tobytes())
+    with raises_naming(feats, "39 feature rows", "40 vertices"):
+        read_mggcn_bin(root)
+    feats.write_bytes(b"\x01")
+    with raises_naming(feats, "truncated header"):
+        read_mggcn_bin(root)
+    write_mggcn_bin(src, root)
+    (root / "sets.bin").unlink()
+    with raises_naming(root / "sets.bin", "missing file"):
+        read_mggcn_bin(root)
+
+
+def test_mggcn_bin_unlabelled_train_vertex(tmp_path, src):
+    bad = dataclasses_replace_y(src, src.y.copy())
+    bad.y[36:] = 0
+    bad.masks = {k: v.copy() for k, v in src.masks.items()}
+    bad.masks["train"][37] = True
+    write_mggcn_bin(bad, tmp_path)
+    labels = np.fromfile(tmp_path / "labels.bin", "<i4")
+    labels[2 + 37] = -1
+    labels.tofile(tmp_path / "labels.bin")
+    with raises_naming(tmp_path / "sets.bin", "vertex 37", "labels.bin"):
+        read_mggcn_bin(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- in-memory, misc
+
+
+def test_from_pyg_and_tensors(src):
+    from torch_geometric.data import Data
+
+    t = {name: torch.from_numpy(m) for name, m in src.masks.items()}
+    data = Data(edge_index=torch.from_numpy(src.edge_index), x=torch.from_numpy(src.x),
+                y=torch.from_numpy(src.y)[:, None], train_mask=t["train"], val_mask=t["val"], test_mask=t["test"])
+    assert_same(from_pyg(data), src)
+    del data.train_mask
+    with pytest.raises(GraphError, match="train_mask"):
+        from_pyg(data, name="mine")
+    g = from_tensors(torch.from_numpy(src.edge_index), src.x, src.y, t["train"], t["val"], t["test"], name="t")
+    assert_same(g, src)
+    with pytest.raises(GraphError, match="t: edge endpoint 40"):
+        from_tensors(torch.tensor([[0], [40]]), src.x, src.y, t["train"], t["val"], t["test"], name="t")
+
+
+def test_transform(src):
+    d = transform(src, dedup=True)
+    assert d.num_edges == len({tuple(e) for e in src.edge_index.T.tolist()}) < src.num_edges
+    u = transform(src, undirected=True)
+    assert u.num_edges == 2 * src.num_edges
+    ud = transform(src, undirected=True, dedup=True)
+    pairs = {tuple(e) for e in src.edge_index.T.tolist()}
+    assert {tuple(e) for e in ud.edge_index.T.tolist()} == pairs | {(b, a) for a, b in pairs}
+    assert ud.num_edges == len(pairs | {(b, a) for a, b in pairs})
+    np.testing.assert_array_equal(ud.x, src.x)
+    np.testing.assert_array_equal(src.edge_index[:, -1], [9, 9])  # the input graph is untouched
+
+
+def test_read_unknown_format(tmp_path):
+    with pytest.raises(GraphError, match="unknown format 'csv'.*ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin"):
+        read(tmp_path, "csv")
+    assert FORMATS == ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin")

@@ -1,0 +1,82 @@
+"""The distributed SpMM against the unsharded Â·B and Âᵀ·G, at P = 1..4 with n not divisible by P, with whole and
+column-tiled blocks."""
+
+import pytest
+import torch
+
+import workers
+from mggcn.distributed.context import DistContext
+from mggcn.distributed.launch import run_workers
+from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
+from reference import adj_hat, random_graph
+
+N = 37  # not divisible by 2, 3 or 4
+
+
+def _assemble(blocks, graph, part):
+    """Stitch the ranks' row blocks (partition order) back into original vertex order."""
+    full = torch.cat(blocks)
+    out = torch.empty((graph.num_nodes,) + tuple(full.shape[1:]), dtype=full.dtype)
+    real = part.order >= 0
+    out[torch.from_numpy(part.order[real])] = full[torch.from_numpy(real)]
+    return out
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_spmm_forward_backward_equal_unsharded(nprocs):
+    seed = 7
+    cases, directed_cases = [], []
+    for directed in (True, False):
+        graph = random_graph(N, 150, directed=directed, seed=nprocs)
+        for norm in ("sym", "mean"):
+            for overlap in (True, False):
+                for tile_cols in (None, 3):  # 3: every block of m = 10..37 columns is cut into 4..13 tiles
+                    # shared memory: outboxes as wide as B (5), or narrower (3: B falls back to gloo, B[:, :1] not)
+                    for shm_width in ((None, 5, 3) if norm == "sym" else (None,)):
+                        directed_cases.append(directed)
+                        cases.append((graph, norm, overlap, tile_cols, shm_width, torch.randn(N, 5),
+                                      torch.randn(N, 5)))
+    if nprocs == 1:
+        results = [workers.spmm_worker(cases, seed)]
+    else:
+        results = run_workers(workers.spmm_worker, nprocs, (cases, seed), timeout_s=180)
+    results = [r[1] for r in sorted(results, key=lambda r: r[0])]
+    part = make_partition(N, nprocs, seed)
+    for k, (graph, norm, overlap, tile_cols, shm_width, b, g) in enumerate(cases):
+        a = adj_hat(graph.edge_index, N, norm).float()
+        if directed_cases[k]:  # the backward really needs Âᵀ
+            assert not torch.equal(a, a.t())
+        c, grad, c2 = (_assemble([r[k][i] for r in results], graph, part) for i in range(3))
+        # float32 sums of <= ~15 terms in another order than the reference (tile by tile too): a few ulps
+        msg = f"P={nprocs} case {k}: norm={norm} overlap={overlap} tile_cols={tile_cols} shm={shm_width}"
+        torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-6, msg=msg)
+        torch.testing.assert_close(grad, a.t() @ g, rtol=1e-5, atol=1e-6, msg=msg)
+        torch.testing.assert_close(c2, a @ b[:, :1], rtol=1e-5, atol=1e-6, msg=msg)
+
+
+def test_empty_blocks_are_skipped_but_exact():
+    # no edges at all: every off-diagonal block is empty, Â = I
+    graph = random_graph(N, 0, seed=3)
+    part = make_partition(N, 1, 0)
+    shard = build_shard(graph, part, 0, "sym")
+    op = StagedSpMM(DistContext(), shard.adj, shard.adj_t)
+    b = torch.randn(N, 4)
+    torch.testing.assert_close(op(b), b)
+
+
+def test_broadcast_buffers_are_views_of_two_allocations():
+    bufs = BroadcastBuffers(rows=10, width=8, dtype=torch.float32, device=torch.device("cpu"))
+    a, b, c = bufs.view(0, 8), bufs.view(1, 3), bufs.view(2, 5)
+    assert a.data_ptr() == c.data_ptr() != b.data_ptr()
+    assert c.shape == (10, 5) and c.is_contiguous()
+    assert bufs.nbytes == 2 * 10 * 8 * 4
+
+
+def test_symmetric_adjacency_shares_its_blocks_with_the_transpose():
+    undirected = random_graph(N, 100, directed=False, seed=5)
+    shard = build_shard(undirected, make_partition(N, 3, 0), 1, "sym")
+    assert all(a is t for a, t in zip(shard.adj, shard.adj_t))
+    for norm, graph in (("mean", undirected), ("sym", random_graph(N, 100, directed=True, seed=5))):
+        shard = build_shard(graph, make_partition(N, 3, 0), 1, norm)  # Â ≠ Âᵀ: blocks of their own
+        assert not any(a is t for a, t in zip(shard.adj, shard.adj_t))

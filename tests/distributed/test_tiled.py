@@ -1,0 +1,84 @@
+"""Column-tiled blocks (mggcn.distributed.tiled): the product, the structure and the tiling policy, against scipy."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.tiled import MIN_TILE_COLUMNS, TILE_BYTES, TiledCSR, max_tiles, num_tiles, tile_columns
+from mggcn.tools.plan import plan_memory
+from reference import random_graph
+
+
+def _block(rows=41, cols=57, density=0.15, seed=0):
+    """A random block with an empty row and an empty column."""
+    mat = sp.random(rows, cols, density=density, format="lil", random_state=seed, dtype=np.float32)
+    mat[3, :] = 0
+    mat[:, 7] = 0
+    mat = mat.tocsr()
+    mat.eliminate_zeros()
+    return mat
+
+
+@pytest.mark.parametrize("tile_cols", [None, 1, 5, 56, 57, 100])
+def test_tiled_product_equals_the_whole_block(tile_cols):
+    mat = _block()
+    block = TiledCSR.from_scipy(mat, tile_cols)
+    assert len(block.tiles) == num_tiles(57, tile_cols) and block.nnz == mat.nnz and block.shape == (41, 57)
+    assert block.spans()[-1][0] + block.spans()[-1][1] == 57 and all(c <= (tile_cols or 57) for _, c in block.spans())
+    b = torch.randn(57, 6)
+    expected = torch.from_numpy(mat.toarray()) @ b
+    out = torch.full((41, 6), float("nan"))  # not read: the first tile writes
+    # float32 sums of <= ~12 products, tile by tile instead of row by row: a few ulps
+    torch.testing.assert_close(block.matmul(b, out), expected, rtol=1e-5, atol=1e-6)
+    start = torch.randn(41, 6)
+    torch.testing.assert_close(block.matmul(b, start.clone(), accumulate=True), start + expected, rtol=1e-5, atol=1e-6)
+    assert (block.to_scipy() != mat).nnz == 0
+
+
+@pytest.mark.parametrize("tile_cols", [None, 4, 13])
+def test_columns_and_compaction(tile_cols):
+    mat = _block(density=0.05, seed=2)
+    block = TiledCSR.from_scipy(mat, tile_cols)
+    cols = block.columns()
+    assert cols.tolist() == np.unique(mat.indices).tolist() and 7 not in cols.tolist()
+    compact = block.compact(cols)
+    assert compact.shape == (41, cols.numel()) and compact.nnz == mat.nnz
+    b = torch.randn(57, 3)
+    out = compact.matmul(b[cols], torch.empty(41, 3))  # only the referenced rows of B are needed
+    torch.testing.assert_close(out, torch.from_numpy(mat.toarray()) @ b, rtol=1e-5, atol=1e-6)
+    empty = TiledCSR.from_scipy(sp.csr_matrix((41, 57), dtype=np.float32), tile_cols)
+    assert empty.columns().numel() == 0 and empty.compact(empty.columns()).nnz == 0
+
+
+def test_tile_columns_policy():
+    rows, dense_nnz = 200_000, 20_000_000  # the benchmark's block: 100 nonzeros per row
+    cols = tile_columns(40, rows, dense_nnz)
+    assert cols == TILE_BYTES // (4 * 40)  # a tile reads TILE_BYTES of B
+    assert tile_columns(40, rows, dense_nnz, local_ranks=2) == cols // 2  # ranks of one machine share its cache
+    assert tile_columns(40, rows, dense_nnz, device="cuda") is None  # cuSPARSE: whole blocks
+    assert tile_columns(40, rows, dense_nnz, tile_bytes=0) is None
+    assert tile_columns(4096, rows, 10 * dense_nnz) == MIN_TILE_COLUMNS  # no narrower than 1024 columns
+    assert tile_columns(4096, rows, dense_nnz) == rows // 25  # at most 25 tiles: 1/8 of 8 bytes per nonzero
+    assert tile_columns(40, 10_000, 10**6) is None  # B's 10k rows fit one tile
+    # few nonzeros per row: tiles widen until their row pointers cost <= 1/8 of the nonzeros' bytes
+    sparse = tile_columns(40, rows, 5 * rows)
+    assert max_tiles(rows, 5 * rows) == 2 and sparse == rows // 2
+    assert (num_tiles(rows, sparse) - 1) * (rows + 1) * 4 <= 0.125 * 5 * rows * 8
+    assert tile_columns(40, rows, 4 * rows) is None  # 4 nonzeros per row: a second tile costs more than 1/8
+
+
+def test_shard_of_tiles_matches_the_plan():
+    graph = random_graph(301, 6000, features=12, classes=5, directed=True, seed=3)
+    part = make_partition(graph.num_nodes, 2, 0, "random")
+    whole = build_shard(graph, part, 1, "sym")
+    tiled = build_shard(graph, part, 1, "sym", tile_cols=40)
+    assert [len(b.tiles) for b in tiled.adj] == [4, 4]  # m = 151 columns per block
+    assert (tiled.tile_cols, whole.tile_cols) == (40, None)
+    for a, b in zip(whole.adj + whole.adj_t, tiled.adj + tiled.adj_t):
+        assert (a.to_scipy() != b.to_scipy()).nnz == 0
+    plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2, rank_nnz=tiled.nnz,
+                       rank_nnz_t=sum(b.nnz for b in tiled.adj_t), tile_cols=40)
+    assert plan.parts["adjacency A"] == sum(b.nbytes for b in tiled.adj)
+    assert plan.parts["adjacency A^T"] == sum(b.nbytes for b in tiled.adj_t)

@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+import torch
+from torch_geometric.nn import GCNConv
+from torch_geometric.nn.models import GCN as PygGCN
+
+from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.spmm import local_adj
+from mggcn.nn.model import GCN, GCNLayer, aggregate_first
+from reference import random_graph
+
+
+def _local(graph, norm="sym"):
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, norm)
+    return local_adj(shard.adj[0], shard.adj_t[0])
+
+
+@pytest.mark.parametrize("order", ["aggregate-first", "transform-first"])
+@pytest.mark.parametrize("first", [True, False])
+def test_layer_equals_pyg_gcnconv(order, first):
+    graph = random_graph(23, 90, features=6, directed=True)
+    layer = GCNLayer(6, 4, first=first, order=order)
+    with torch.no_grad():
+        layer.bias.normal_()
+    conv = GCNConv(6, 4)
+    conv.load_state_dict(layer.state_dict())  # same names: lin.weight, bias
+
+    x1 = torch.from_numpy(graph.x).requires_grad_()
+    x2 = x1.detach().clone().requires_grad_()
+    out = layer(x1, _local(graph))
+    ref = conv(x2, torch.from_numpy(graph.edge_index))
+    # float32, different summation order: a few ulps of values of order 1
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.lin.weight.grad, conv.lin.weight.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.bias.grad, conv.bias.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_order_policy():
+    # hidden layers: the narrower side
+    assert aggregate_first(128, 256, first=False)
+    assert not aggregate_first(256, 128, first=False)
+    # first layer: one SpMM at d_in against two at d_out
+    assert aggregate_first(200, 128, first=True)
+    assert not aggregate_first(602, 128, first=True)
+    assert aggregate_first(602, 128, first=True, order="aggregate-first")
+    assert not aggregate_first(16, 128, first=False, order="transform-first")
+
+
+def test_model_orders_and_input_cache_give_the_same_numbers():
+    graph = random_graph(31, 120, features=7, classes=3)
+    adj = _local(graph)
+    x = torch.from_numpy(graph.x)
+    outs, grads = [], []
+    for order, cached in (("aggregate-first", False), ("transform-first", False), ("auto", True)):
+        model = GCN([7, 5, 9, 3], order=order, seed=3)
+        out = model(x, adj, x_aggregated=adj(x) if cached else None)
+        out.square().sum().backward()
+        outs.append(out.detach())
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for out, grad in zip(outs[1:], grads[1:]):
+        torch.testing.assert_close(out, outs[0], rtol=1e-5, atol=1e-5)
+        for a, b in zip(grad, grads[0]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_first_layer_skips_its_backward_spmm():
+    graph = random_graph(19, 60, features=4)
+    adj = _local(graph)
+    calls = []
+    original = adj.run
+
+    def counting(b, transpose=False, out=None):
+        calls.append(transpose)
+        return original(b, transpose, out)
+
+    adj.run = counting
+    model = GCN([4, 8, 3], order="auto")  # layer 0: 4 <= 2*8, aggregate first
+    model(torch.from_numpy(graph.x), adj).sum().backward()
+    # forward: layer 0 and layer 1; backward: layer 1 only
+    assert calls == [False, False, True]
+
+
+def test_state_dict_loads_into_pyg():
+    graph = random_graph(17, 50, features=5, classes=4)
+    model = GCN([5, 8, 8, 4], seed=1)
+    pyg = PygGCN(5, 8, num_layers=3, out_channels=4)
+    pyg.load_state_dict(model.gcnconv_state_dict())
+    x = torch.from_numpy(graph.x)
+    ours = model(x, _local(graph))
+    theirs = pyg(x, torch.from_numpy(graph.edge_index))
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_same_seed_same_weights():
+    a, b = GCN([5, 8, 3], seed=4), GCN([5, 8, 3], seed=4)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    w = a.convs[0].lin.weight
+    bound = np.sqrt(6 / (5 + 8))
+    assert w.abs().max() <= bound and w.abs().max() > bound / 2  # Glorot range

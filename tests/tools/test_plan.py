@@ -1,0 +1,224 @@
+"""The per-rank memory formula (mggcn.tools.plan) against a hand computation, a real shard, the model's workspace and the
+bytes the profiler sees allocated; what autograd keeps; the planner's command."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from mggcn.distributed.context import DistContext
+from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.spmm import BroadcastBuffers, local_adj
+from mggcn.distributed.tiled import TILE_BYTES
+from mggcn.nn.model import GCN
+from mggcn.tools.cli import main
+from mggcn.tools.plan import PRESETS, activation_peak, format_bytes, parse_bytes, plan_memory
+from mggcn.training.trainer import TrainConfig, train_shard
+from reference import random_graph
+
+
+def test_formula_by_hand():
+    # n = 10 at P = 2: m = 5 rows; dims 4 -> 3 -> 2; layer 0 aggregates first (4 <= 2·3) with Â·X cached,
+    # layer 1 multiplies first (3 > 2): SpMM widths [2, 2]; no training rows, so the loss adds nothing
+    plan = plan_memory(10, 20, 4, 2, (3,), nprocs=2, train=0.0, rank_nnz=7, rank_nnz_t=9)
+    assert plan.rows == 5 and plan.widths == [2, 2]
+    assert plan.parts == {
+        "adjacency A": 2 * 6 * 4 + 7 * (4 + 4),  # 2 blocks of 6 int32 row pointers; 7 int32 columns + float32 values
+        "adjacency A^T": 2 * 6 * 4 + 9 * (4 + 4),
+        "features X": 5 * 4 * 4,
+        "A.X (cached)": 5 * 4 * 4,
+        "labels, splits": 5 * (8 + 3) + 8 * 5,  # int64 y, 3 bool masks, int64 rows of the splits (all rows)
+        "optimizer": 5 * 4 * (4 * 3 + 3 + 3 * 2 + 2),  # weights, grads, 2 Adam moments, flat all-reduce buffer
+        "broadcast buffers": 2 * 5 * 2 * 4,
+        # workspace: out 0 [5, 3], H·W [5, 2], the logits out 1 [5, 2], the gradient buffers [5, 3] (the loss's
+        # [5, 2], then layer 1's GEMM backward) and [5, 2] (layer 1's SpMM backward), the loss's row maxima
+        # (float32) and argmax (int64); at the peak (the loss) also two float32 vectors of row sums
+        "activations": 4 * 5 * (3 + 2 + 2 + 3 + 2) + 5 * (4 + 8) + 2 * 4 * 5,
+    }
+    assert plan.total == 104 + 120 + 80 + 80 + 95 + 460 + 80 + 340
+    assert plan.comm_spmm == 2 * (1 * 5 * 2 * 4)  # two SpMMs of width 2: P - 1 blocks of [5, 2] received
+    assert plan.comm_once == 1 * 5 * 4 * 4
+    assert plan.fits(plan.total) and not plan.fits(plan.total - 1)
+
+
+def _split_rows(shard) -> int:
+    return sum(int(m.sum()) for m in shard.masks.values())
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
+    graph = random_graph(301, 2000, features=12, classes=5, directed=True, seed=3)
+    part = make_partition(graph.num_nodes, nprocs, 0, "random")
+    for rank in range(nprocs):
+        shard = build_shard(graph, part, rank, "sym")
+        m = shard.x.shape[0]
+        plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, rank_nnz=shard.nnz,
+                           rank_nnz_t=sum(b.nnz for b in shard.adj_t), splits=_split_rows(shard) / m)
+
+        def nbytes(blocks):
+            return sum(t.nbytes for b in blocks for tile in b.tiles
+                       for t in (tile.crow_indices(), tile.col_indices(), tile.values()))
+
+        assert plan.rows == m
+        assert plan.parts["adjacency A"] == nbytes(shard.adj)
+        assert plan.parts["adjacency A^T"] == nbytes(shard.adj_t)
+        assert plan.parts["features X"] == shard.x.nbytes
+        assert plan.parts["labels, splits"] == (shard.y.nbytes + sum(k.nbytes for k in shard.masks.values())
+                                                + 8 * _split_rows(shard))
+
+
+@pytest.mark.parametrize("hidden", [(64,), (16, 96)])
+def test_workspace_and_epoch_allocations_match_the_walk(hidden):
+    """After training, the model's workspace holds exactly the buffers activation_peak names, and a later epoch
+    allocates nothing of the size of an activation: no tensor larger than one int64 per row, and at most the walk's
+    peak beyond the workspace (two vectors of row sums) plus small vectors alive at once."""
+    graph = random_graph(3000, 15000, features=24, classes=6, directed=False, seed=1)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, "sym")
+    m, dims = shard.x.shape[0], [24, *hidden, 6]
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+
+    def on_epoch(record):
+        if record["epoch"] == 2:
+            prof.__enter__()
+        if record["epoch"] == 3:
+            prof.__exit__(None, None, None)
+
+    result = train_shard(DistContext(), shard, TrainConfig(hidden=hidden, epochs=3, trace_epoch=0), on_epoch)
+    ntrain = int(shard.masks["train"].sum())
+    peak, alive = activation_peak(m, dims, train_rows=ntrain)
+    workspace = {k[3:]: v for k, v in alive.items() if k.startswith("ws:")}
+    assert result.model.workspace.sizes == workspace
+    expected = peak - sum(workspace.values())
+    assert expected == 2 * 4 * m
+    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.profiler.function_events
+                    if e.self_cpu_memory_usage)
+    assert max(b for _, b in events) <= 8 * m < 4 * m * min(dims)  # [m, d] tensors are all on the workspace
+    allocated = int(np.cumsum([b for _, b in events]).max())
+    # beyond the walk: a few vectors of the width of a layer or of the training rows, well under 64 KiB
+    assert allocated <= expected + 64 * 1024, (allocated, expected, alive)
+
+
+def _saved_by_forward(model, x, adj, x_agg=None):
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x, adj, x_aggregated=x_agg)
+    return out, saved
+
+
+def _storages(tensors):
+    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+
+
+@pytest.mark.parametrize("dims,cached", [([8, 16, 3], True), ([8, 16, 3], False), ([40, 6, 12, 5], False),
+                                         ([8, 16, 24, 3], True)])
+def test_autograd_keeps_only_what_backward_reads(dims, cached):
+    """Saved for backward: the parameters, each layer's GEMM input (X or Â·X for the first layer, σ's output
+    after it, and Â·H for an aggregate-first layer) — σ's output being the same tensor for σ and the next GEMM.
+    Nothing of the SpMM, nothing E-sized."""
+    graph = random_graph(50, 300, features=dims[0], classes=dims[-1], seed=2)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, "sym")
+    adj, x = local_adj(shard.adj[0], shard.adj_t[0]), shard.x
+    model = GCN(dims, seed=1)
+    x_agg = adj(x) if cached else None
+    out, saved = _saved_by_forward(model, x, adj, x_agg)
+    params = {p.data_ptr() for p in model.parameters()}
+    activations = [t for t in saved if t.data_ptr() not in params]
+    m = x.shape[0]
+    expected = {}  # storage -> bytes of what the plan calls the kept activations
+    for i, conv in enumerate(model.convs):
+        if i > 0:
+            expected[f"out {i - 1}"] = 4 * m * dims[i]
+        if conv.aggregate_first and not (i == 0 and cached):
+            expected[f"A.H {i}"] = 4 * m * dims[i]
+    first_input = x_agg if cached else (None if model.convs[0].aggregate_first else x)
+    kept = _storages(activations)
+    if first_input is not None:  # resident before the forward: not an activation of the plan
+        assert kept.pop(first_input.untyped_storage().data_ptr()) == first_input.untyped_storage().nbytes()
+    assert sorted(kept.values()) == sorted(expected.values())
+    assert all(t.dim() == 2 and t.shape[0] == m for t in activations)  # rows × width: nothing per edge
+    out.sum().backward()  # and backward works from exactly these
+
+
+def test_two_forwards_before_one_backward_raise_instead_of_reading_overwritten_buffers():
+    graph = random_graph(30, 120, features=6, classes=3, seed=5)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, "sym")
+    adj, x = local_adj(shard.adj[0], shard.adj_t[0]), shard.x
+    x_agg = adj(x)
+    model = GCN([6, 8, 3], seed=1)
+    first = model(x, adj, x_aggregated=x_agg).sum()
+    second = model(x * 2, adj, x_aggregated=x_agg * 2).sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (first + second).backward()
+    plain = GCN([6, 8, 3], seed=1, reuse_buffers=False)
+    reused = GCN([6, 8, 3], seed=1)
+    (plain(x, adj, x_aggregated=x_agg).sum() + plain(x * 2, adj, x_aggregated=x_agg * 2).sum()).backward()
+    reused(x, adj, x_aggregated=x_agg).sum().backward()
+    reused(x * 2, adj, x_aggregated=x_agg * 2).sum().backward()
+    for p, q in zip(plain.parameters(), reused.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_broadcast_buffers_keep_their_size_for_a_wider_one_off_spmm():
+    bufs = BroadcastBuffers(rows=10, width=4, dtype=torch.float32, device=torch.device("cpu"))
+    wide = bufs.view(0, 9)
+    assert wide.shape == (10, 9) and wide.data_ptr() != bufs.view(0, 4).data_ptr()
+    assert bufs.nbytes == 2 * 10 * 4 * 4
+
+
+def test_parse_bytes_and_presets():
+    assert parse_bytes("80G") == 80 * 2**30 and parse_bytes("512M") == 512 * 2**20 and parse_bytes("1e9") == 10**9
+    with pytest.raises(ValueError, match="--memory"):
+        parse_bytes("eighty")
+    products = PRESETS["products"]
+    assert (products.nodes, products.edges) == (2_449_029, 123_718_280)
+    big = PRESETS["papers100M"]
+    one = plan_memory(big.nodes, big.edges, big.features, big.classes, (128, 128), 1, train=big.train)
+    eight = plan_memory(big.nodes, big.edges, big.features, big.classes, (128, 128), 8, train=big.train)
+    assert not one.fits(141 * 2**30)  # papers100M does not fit one H200 ...
+    assert one.parts["adjacency A"] > 8 * big.edges  # ... whose blocks need int64 indices (> 2^31 nonzeros)
+    assert eight.total < one.total / 6  # ... and splits over 8
+
+
+def test_plan_command(capsys):
+    assert main(["plan", "--dataset", "reddit", "--nprocs", "1,4", "--memory", "16G"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("per-rank memory:") == 2 and "fits in 16.00 GiB" in out and "114,615,892" in out
+    assert main(["plan", "--nodes", "1000", "--edges", "5000", "--features", "8", "--classes", "3",
+                 "--memory", "1K"]) == 0
+    assert "does NOT fit" in capsys.readouterr().out
+    assert main(["plan", "--nodes", "1000"]) == 2
+    assert "--edges" in capsys.readouterr().err
+    assert math.isfinite(plan_memory(1000, 5000, 8, 3, (4,), 2).total)
+
+
+def test_symmetric_shard_stores_no_transpose_and_the_plan_says_so():
+    graph = random_graph(301, 2000, features=12, classes=5, directed=False, seed=3)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 2, 0, "random"), 0, "sym")
+    plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2, rank_nnz=shard.nnz, symmetric=True)
+    assert all(a is t for a, t in zip(shard.adj, shard.adj_t))
+    assert plan.parts["adjacency A^T"] == 0
+    assert plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2).parts["adjacency A^T"] > 0
+
+
+def test_plan_command_on_cpu_counts_the_column_tiles(capsys):
+    sizes = ["--nodes", "200000", "--edges", "20000000", "--features", "128", "--classes", "40"]
+
+    def adjacency(*extra):
+        assert main(["plan", *sizes, *extra]) == 0
+        line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("adjacency A "))
+        return line.split()[-2:]
+
+    # 200k rows, 101 nonzeros per row, widest SpMM 40: tiles of TILE_BYTES / (4 * 40) columns, 8 per block
+    tiles = -(-200_000 // (TILE_BYTES // 160))
+    expected = plan_memory(200_000, 20_000_000, 128, 40, (128,), 1, tile_cols=TILE_BYTES // 160).parts["adjacency A"]
+    assert expected - plan_memory(200_000, 20_000_000, 128, 40, (128,), 1).parts["adjacency A"] == \
+        (tiles - 1) * 200_001 * 4
+    assert adjacency("--device", "cpu") == format_bytes(expected).split()
+    assert adjacency() == adjacency("--device", "cpu", "--tile-bytes", "0")  # GPUs: whole blocks

@@ -1,0 +1,140 @@
+"""``mggcn predict`` and early stopping: outputs in the ORIGINAL vertex ids equal those of a single-process PyG model
+with the same weights, on one process and on three (34 vertices: rank 2 holds padding rows)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GCNConv
+
+from mggcn.data.graph import GraphError
+from mggcn.data.synthetic import parse_spec
+from mggcn.distributed.context import init_distributed
+from mggcn.distributed.launch import run_workers
+from mggcn.tools.cli import main
+from mggcn.training.job import TrainJob, run_train_job
+from mggcn.training.predict import PredictJob, load_model, predict, predict_on_rank
+from mggcn.training.trainer import TrainConfig
+
+HIDDEN = (16, 8)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 3-layer model trained on the karate club, saved as --save-model does; and the same weights in PyG's
+    GCNConv layers."""
+    path = str(tmp_path_factory.mktemp("model") / "model.pt")
+    cfg = TrainConfig(hidden=HIDDEN, epochs=15, lr=0.05, activation="leaky_relu", trace_epoch=0)
+    run_train_job(TrainJob(dataset="builtin:karate", config=cfg, quiet=True, save_model=path))
+    graph = parse_spec("builtin:karate")
+    dims = [graph.num_features, *HIDDEN, graph.num_classes]
+    pyg = torch.nn.Module()
+    pyg.convs = torch.nn.ModuleList(GCNConv(dims[i], dims[i + 1]) for i in range(3))
+    pyg.load_state_dict(torch.load(path))
+    return path, graph, pyg
+
+
+@torch.no_grad()
+def _reference(pyg, graph):
+    """Logits and the outputs of layers 1 and 2 (after the activation), in original vertex order."""
+    h, ei = torch.from_numpy(graph.x), torch.from_numpy(graph.edge_index)
+    hidden = []
+    for conv in pyg.convs[:-1]:
+        h = F.leaky_relu(conv(h, ei), 0.01)
+        hidden.append(h)
+    return pyg.convs[-1](h, ei), hidden
+
+
+def _check(outputs, pyg, graph):
+    classes, proba, layer1, layer2 = outputs
+    logits, hidden = _reference(pyg, graph)
+    np.testing.assert_array_equal(classes, logits.argmax(1).numpy())
+    assert classes.dtype == np.int64 and classes.shape == (34,)
+    # float32 with another summation order (partition, CSR vs scatter): a few ulps of values of order 1
+    torch.testing.assert_close(torch.from_numpy(proba), logits.softmax(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-5)
+    assert layer1.shape == (34, HIDDEN[0]) and layer2.shape == (34, HIDDEN[1])
+    torch.testing.assert_close(torch.from_numpy(layer1), hidden[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(layer2), hidden[1], rtol=1e-5, atol=1e-5)
+
+
+def _jobs(path):
+    return [PredictJob(path, "builtin:karate"), PredictJob(path, "builtin:karate", output="proba"),
+            PredictJob(path, "builtin:karate", output="embeddings", layer=1),
+            PredictJob(path, "builtin:karate", output="embeddings", layer=2)]
+
+
+def predict_many_worker(jobs):
+    """Several predictions in one process group (spawned by name from this module)."""
+    ctx = init_distributed("cpu", timeout_s=60)
+    return [predict_on_rank(ctx, job) for job in jobs]
+
+
+def test_one_process_equals_pyg(trained):
+    path, graph, pyg = trained
+    _check([predict(job.model, job.dataset, output=job.output, layer=job.layer) for job in _jobs(path)], pyg, graph)
+
+
+def test_three_workers_equal_pyg(trained):
+    path, graph, pyg = trained
+    results = run_workers(predict_many_worker, 3, (_jobs(path),), timeout_s=300)
+    assert results[1] == [None] * 4 and results[2] == [None] * 4  # only rank 0 holds the gathered rows
+    _check(results[0], pyg, graph)
+
+
+def test_cli_writes_every_vertex_in_original_ids(trained, tmp_path):
+    path, graph, pyg = trained
+    logits, hidden = _reference(pyg, graph)
+    assert main(["predict", path, "builtin:karate", "--out", str(tmp_path / "c.csv")]) == 0
+    table = np.loadtxt(tmp_path / "c.csv", delimiter=",", skiprows=1, dtype=np.int64)
+    np.testing.assert_array_equal(table, np.stack([np.arange(34), logits.argmax(1).numpy()], axis=1))
+    assert main(["predict", path, "builtin:karate", "--out", str(tmp_path / "p.csv"), "--proba"]) == 0
+    with open(tmp_path / "p.csv") as f:
+        assert f.readline().strip() == "vertex,p0,p1"
+    assert main(["predict", path, "builtin:karate", "--out", str(tmp_path / "h.npy"), "--embeddings", "2"]) == 0
+    assert np.load(tmp_path / "h.npy").shape == (34, HIDDEN[1])
+
+
+def test_sidecar_settles_norm_and_activation(trained, tmp_path, capsys):
+    path, graph, pyg = trained
+    card = json.loads(open(path + ".json").read())
+    assert card["dims"] == [34, *HIDDEN, 2] and card["activation"] == "leaky_relu" and card["norm"] == "sym"
+    assert card["dataset"]["name"] == "builtin:karate" and card["epochs"] == 15
+    with pytest.raises(GraphError, match="trained with --activation leaky_relu"):
+        load_model(path, activation="relu")
+    # without the sidecar: the flags, or the defaults with a note
+    bare = str(tmp_path / "bare.pt")
+    torch.save(torch.load(path), bare)
+    assert load_model(bare, norm="sym", activation="leaky_relu")[1]["activation"] == "leaky_relu"
+    capsys.readouterr()
+    assert load_model(bare)[1]["activation"] == "relu"
+    assert "no bare.pt.json; assuming --norm sym --activation relu" in capsys.readouterr().err
+    assert main(["predict", path, "builtin:digits", "--out", str(tmp_path / "x.npy")]) == 2
+    assert "takes 34 features per vertex; builtin:digits has 64" in capsys.readouterr().err
+    assert main(["predict", path, "builtin:karate", "--out", str(tmp_path / "x.npy"), "--embeddings", "4"]) == 2
+    assert "the model has layers 1..3" in capsys.readouterr().err
+
+
+def _early_stopping_run(tmp_path):
+    path = str(tmp_path / "best.pt")
+    cfg = TrainConfig(hidden=(16,), epochs=200, lr=0.05, patience=5, trace_epoch=0)
+    result = run_train_job(TrainJob(dataset="builtin:karate", config=cfg, quiet=True, save_model=path,
+                                    save_predictions=str(tmp_path / "p.npy")))
+    return result, path
+
+
+def test_patience_stops_early_and_saves_the_kept_weights(tmp_path):
+    result, path = _early_stopping_run(tmp_path)
+    assert result.stopped == "early" and len(result.history) == result.best_epoch + 5 < 200
+    vals = [r["val_acc"] for r in result.history]
+    assert vals.index(max(vals)) == result.best_epoch - 1  # the first epoch with the best val accuracy
+    np.testing.assert_array_equal(predict(path, "builtin:karate"), result.predictions)
+
+
+def test_kept_weights_have_the_best_validation_accuracy(tmp_path):
+    result, path = _early_stopping_run(tmp_path)
+    graph = parse_spec("builtin:karate")
+    pred, val = predict(path, "builtin:karate"), graph.masks["val"]
+    assert (pred[val] == graph.y[val]).mean() == pytest.approx(result.history[result.best_epoch - 1]["val_acc"])

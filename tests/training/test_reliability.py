@@ -1,0 +1,180 @@
+"""A failed worker never hangs the job; interrupted training resumes exactly; NaN guard; determinism."""
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+import workers
+from cli_util import popen_cli, run_cli
+from mggcn.distributed.launch import WorkerError, run_workers
+from mggcn.training.checkpoint import Checkpointer
+from mggcn.training.job import TrainJob, run_train_job
+from mggcn.training.trainer import NonFiniteLoss, TrainConfig
+from reference import random_graph
+
+SPEC = "synthetic:n=3000,features=16"
+
+
+def _losses(path):
+    return [json.loads(line)["loss"] for line in open(path)]
+
+
+def _wait_for_epochs(path, count, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early: {proc.communicate()}")
+        if os.path.exists(path) and len(open(path).read().splitlines()) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError("training did not start")
+
+
+def _workers_of(proc):
+    return sorted(psutil.Process(proc.pid).children(recursive=True), key=lambda p: p.create_time())
+
+
+def test_killed_worker_fails_the_job_naming_the_rank(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    proc = popen_cli("train", SPEC, "--nprocs", "3", "--epochs", "100000", "--metrics", str(metrics),
+                     "--timeout", "30", "--trace-epoch", "0")
+    try:
+        _wait_for_epochs(metrics, 2, proc)
+        children = [c for c in _workers_of(proc) if "resource_tracker" not in " ".join(c.cmdline())]
+        assert len(children) == 3
+        start = time.monotonic()
+        children[1].send_signal(signal.SIGKILL)  # rank 1, mid-epoch
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - start < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "rank 1 was killed by signal SIGKILL" in err
+    time.sleep(0.5)
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+
+
+def test_exception_mid_training_fails_the_job_naming_the_rank():
+    graph = random_graph(40, 150)
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run_workers(workers.raise_mid_training_worker, 3, (graph, 2, 3), timeout_s=120)
+    assert str(info.value).startswith("rank 2 failed: MemoryError: simulated out of memory")
+    assert time.monotonic() - start < 60
+    assert mp.active_children() == []
+
+
+def _job(tmp_path, epochs, resume=False, every=2, **cfg):
+    config = TrainConfig(hidden=(16, 16), epochs=epochs, dropout=0.3, seed=3, trace_epoch=0, **cfg)
+    return TrainJob(dataset=SPEC, config=config, quiet=True, checkpoint_dir=str(tmp_path / "ck"),
+                    checkpoint_every=every, resume=resume)
+
+
+def _history_losses(result):
+    return [r["loss"] for r in result.history]
+
+
+def test_resume_repeats_the_uninterrupted_run(tmp_path):
+    full = run_train_job(_job(tmp_path / "a", 6))
+    first = run_train_job(_job(tmp_path / "b", 4))
+    assert len(first.history) == 4
+    resumed = run_train_job(_job(tmp_path / "b", 6, resume=True))
+    assert resumed.resumed_from.endswith("ckpt-000004.pt")
+    # same process count, same seed: the same numbers exactly, dropout included
+    assert _history_losses(resumed) == _history_losses(full)
+    for name, tensor in full.state_dict.items():
+        assert torch.equal(tensor, resumed.state_dict[name]), name
+
+
+def test_resume_skips_a_corrupt_newest_checkpoint(tmp_path, capsys):
+    run_train_job(_job(tmp_path, 4))
+    ckpt = Checkpointer(str(tmp_path / "ck"))
+    newest = ckpt.files()[0]
+    with open(newest, "r+b") as f:  # flip bytes in the middle of the payload
+        f.seek(os.path.getsize(newest) // 2)
+        f.write(b"\x00garbage\x00")
+    resumed = run_train_job(_job(tmp_path, 6, resume=True))
+    assert resumed.resumed_from.endswith("ckpt-000002.pt")
+    assert "corrupt" in capsys.readouterr().err
+    full = run_train_job(_job(tmp_path / "other", 6))
+    assert _history_losses(resumed) == _history_losses(full)
+
+
+def test_resume_refuses_another_model_or_dataset(tmp_path):
+    from mggcn.training.checkpoint import CheckpointError
+
+    run_train_job(_job(tmp_path, 2))
+    bad_shape = TrainJob(dataset=SPEC, config=TrainConfig(hidden=(8,), epochs=4), quiet=True,
+                         checkpoint_dir=str(tmp_path / "ck"), resume=True)
+    with pytest.raises(CheckpointError, match="layer sizes"):
+        run_train_job(bad_shape)
+    other_data = TrainJob(dataset="synthetic:n=2000,features=16", config=TrainConfig(hidden=(16, 16), epochs=4),
+                          quiet=True, checkpoint_dir=str(tmp_path / "ck"), resume=True)
+    with pytest.raises(CheckpointError, match="another dataset"):
+        run_train_job(other_data)
+
+
+def test_resume_with_another_number_of_workers(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    common = ["train", SPEC, "--hidden", "16", "--seed", "1", "--checkpoint-dir", str(tmp_path / "ck"),
+              "--checkpoint-every", "2", "--quiet", "--metrics", str(metrics)]
+    assert run_cli(*common, "--epochs", "4", "--nprocs", "2").returncode == 0
+    out = run_cli(*common, "--epochs", "6", "--nprocs", "3", "--resume")
+    assert out.returncode == 0, out.stderr
+    resumed = _losses(metrics)
+    single = tmp_path / "single.jsonl"
+    assert run_cli("train", SPEC, "--hidden", "16", "--seed", "1", "--epochs", "6", "--quiet",
+                   "--metrics", str(single)).returncode == 0
+    # the metrics file of a resumed run continues the first one; across P only float rounding differs
+    np.testing.assert_allclose(resumed, _losses(single), rtol=1e-5)
+
+
+def test_nan_loss_stops_with_the_epoch_named(tmp_path):
+    job = TrainJob(dataset=SPEC, config=TrainConfig(hidden=(16,), epochs=50, lr=1e30, trace_epoch=0), quiet=True,
+                   checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=1)
+    with pytest.raises(NonFiniteLoss, match=r"epoch \d+: the loss is (nan|inf).*last good checkpoint: .*ckpt-"):
+        run_train_job(job)
+    out = run_cli("train", SPEC, "--hidden", "16", "--epochs", "50", "--lr", "1e30", "--nprocs", "2", "--quiet")
+    assert out.returncode == 1
+    assert "NonFiniteLoss: epoch" in out.stderr and "layer" in out.stderr
+
+
+def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    proc = popen_cli("train", SPEC, "--nprocs", "2", "--epochs", "100000", "--metrics", str(metrics),
+                     "--checkpoint-dir", str(tmp_path / "ck"), "--trace-epoch", "0")
+    try:
+        _wait_for_epochs(metrics, 2, proc)
+        children = _workers_of(proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "stopped by a signal after epoch" in out
+    files = Checkpointer(str(tmp_path / "ck")).files()
+    assert len(files) == 1
+    epochs_done = len(_losses(metrics))
+    assert files[0].endswith(f"ckpt-{epochs_done:06d}.pt")
+    time.sleep(0.5)
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+
+
+def test_same_seed_same_numbers(tmp_path):
+    runs = []
+    for k in range(2):
+        metrics = tmp_path / f"m{k}.jsonl"
+        out = run_cli("train", SPEC, "--nprocs", "2", "--epochs", "5", "--dropout", "0.5", "--quiet",
+                      "--metrics", str(metrics))
+        assert out.returncode == 0, out.stderr
+        runs.append(_losses(metrics))
+    assert runs[0] == runs[1]

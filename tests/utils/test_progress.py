@@ -1,0 +1,70 @@
+"""Rank 0's view of a run: a bar on a terminal, lines in logs, nothing with --quiet."""
+
+import io
+import sys
+
+import pytest
+
+from mggcn.training.job import TrainJob, format_epoch, run_train_job
+from mggcn.training.trainer import TrainConfig
+from mggcn.utils.progress import TrainProgress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _record(epoch: int) -> dict:
+    return {"epoch": epoch, "loss": 1.0 / epoch, "train_acc": 0.5, "val_acc": 0.25, "test_acc": 0.125,
+            "epoch_s": 0.01, "spmm": 0.0, "comm_wait": 0.0, "gemm": 0.0}
+
+
+def _show(stream, epochs=5, **kwargs) -> str:
+    with TrainProgress(epochs, format_epoch, stream=stream, **kwargs) as progress:
+        for epoch in range(1, epochs + 1):
+            progress.update(_record(epoch))
+    return stream.getvalue()
+
+
+def test_lines_when_not_a_terminal_every_kth_and_the_last():
+    text = _show(io.StringIO(), log_every=2)
+    assert [line.split("|")[0].split() for line in text.splitlines()] == [["epoch", "2"], ["epoch", "4"],
+                                                                         ["epoch", "5"]]
+    assert "loss 0.5000" in text.splitlines()[0]
+
+
+def test_bar_on_a_terminal_with_loss_and_accuracy():
+    pytest.importorskip("tqdm")
+    text = _show(_Terminal(), log_every=2)
+    assert "5/5" in text and "loss=0.2000" in text and "val=0.250" in text
+    assert "epoch    2 |" not in text  # no lines under the bar
+
+
+def test_quiet_shows_nothing():
+    assert _show(_Terminal(), quiet=True) == "" == _show(io.StringIO(), quiet=True)
+
+
+def test_resumed_run_starts_the_bar_where_it_left_off():
+    pytest.importorskip("tqdm")
+    stream = _Terminal()
+    with TrainProgress(10, format_epoch, done=7, stream=stream) as progress:
+        assert progress.shows_bar
+        progress.update(_record(8))
+    assert "8/10" in stream.getvalue()
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_training_job_shows_progress_on_stdout(monkeypatch, capsys, terminal):
+    if terminal:
+        pytest.importorskip("tqdm")
+        monkeypatch.setattr(sys, "stdout", _Terminal())
+    job = TrainJob(dataset="builtin:karate", config=TrainConfig(hidden=(4,), epochs=5, trace_epoch=0), log_every=2)
+    run_train_job(job)
+    text = sys.stdout.getvalue() if terminal else capsys.readouterr().out
+    if terminal:
+        assert "5/5" in text and "loss=" in text and "epoch    2 |" not in text
+    else:
+        lines = text.splitlines()
+        assert lines[0].startswith("mggcn: partition random, comm broadcast: nonzeros max/mean")
+        assert [line.split("|")[0].strip() for line in lines[1:]] == ["epoch    2", "epoch    4", "epoch    5"]
