@@ -40,7 +40,8 @@ from torch.autograd.function import once_differentiable
 from mggcn.nn.workspace import OutSpec, Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "Workspace", "aggregate_first", "activate"]
+__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "activate",
+           "glorot_"]
 
 ORDERS = ("auto", "aggregate-first", "transform-first")
 ACTIVATIONS = ("relu", "leaky_relu")
@@ -178,16 +179,16 @@ class GCNLayer(nn.Module):
         return z if bias is None else z.add_(bias)
 
 
-class GCN(nn.Module):
-    """A stack of :class:`GCNLayer`, σ between layers, logits out.
+class LayerStack(nn.Module):
+    """What every model shares: a stack of layers (``convs``), σ between them, dropout, the workspace, and the
+    first layer's precomputed aggregation. Subclasses fill ``convs``; each layer takes ``(h, adj, timer,
+    h_aggregated, workspace, key, output_in_workspace)`` as :meth:`GCNLayer.forward` does.
 
     Args:
         dims: ``[d_0 (features), d_1, ..., d_L (classes)]``.
         activation: ``relu`` or ``leaky_relu`` (slope 0.01), on every layer but the last.
         dropout: dropout probability on the input of every layer but the first.
         input_dropout: dropout probability on the input features (0 lets ``Â·X`` be computed once).
-        order: the order policy, see :func:`aggregate_first`.
-        seed: initialization seed; the same seed gives the same weights on every rank.
         reuse_buffers: keep hidden activations, intermediates and their gradients on a
             :class:`~mggcn.nn.workspace.Workspace` reused by every forward and backward (default True). The logits
             are a new tensor unless :meth:`forward` is asked otherwise; a second forward before the backward of the
@@ -195,22 +196,19 @@ class GCN(nn.Module):
             forward passes into one backward.
     """
 
+    kind = ""  # "gcn", "sage", "gin": the --model name
+
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
-                 reuse_buffers: bool = True) -> None:
+                 input_dropout: float = 0.0, reuse_buffers: bool = True) -> None:
         super().__init__()
         if len(dims) < 2:
-            raise ValueError("a GCN needs at least input and output dimensions")
+            raise ValueError(f"a {type(self).__name__} needs at least input and output dimensions")
         if activation not in ACTIVATIONS:
             raise ValueError(f"--activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'")
         self.dims = list(dims)
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
-        self.convs = nn.ModuleList(
-            GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias) for i in range(len(dims) - 1))
+        self.convs = nn.ModuleList()
         self.workspace = Workspace() if reuse_buffers else None
-        generator = torch.Generator().manual_seed(seed)
-        for conv in self.convs:
-            glorot_(conv.lin.weight, generator)
 
     @property
     def caches_input_aggregation(self) -> bool:
@@ -236,7 +234,34 @@ class GCN(nn.Module):
                 h = activate(h, self.activation)
         return h
 
-    def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights under PyG's names (``convs.{l}.lin.weight``, ``convs.{l}.bias``), detached, on CPU."""
+    def pyg_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights under the names of the matching PyG model (``torch_geometric.nn.models.GCN``,
+        ``GraphSAGE`` or ``GIN``), detached, on CPU."""
         return {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
 
+
+class GCN(LayerStack):
+    """A stack of :class:`GCNLayer`, σ between layers, logits out.
+
+    Args:
+        dims, activation, dropout, input_dropout, reuse_buffers: as :class:`LayerStack`.
+        order: the order policy, see :func:`aggregate_first`.
+        bias: every layer adds a learnable bias (default True).
+        seed: initialization seed; the same seed gives the same weights on every rank.
+    """
+
+    kind = "gcn"
+
+    def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
+                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
+                 reuse_buffers: bool = True) -> None:
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers)
+        self.convs.extend(
+            GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias) for i in range(len(dims) - 1))
+        generator = torch.Generator().manual_seed(seed)
+        for conv in self.convs:
+            glorot_(conv.lin.weight, generator)
+
+    def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights under PyG's names (``convs.{l}.lin.weight``, ``convs.{l}.bias``), detached, on CPU."""
+        return self.pyg_state_dict()

@@ -1,7 +1,7 @@
-"""Normalized adjacency Â of a GCN, as pure functions on scipy CSR matrices.
+"""The aggregation operator Â of each model, as pure functions on scipy CSR matrices.
 
 Â has a row per TARGET vertex and a column per SOURCE vertex, so that ``Â @ H`` aggregates incoming messages
-(PyG's ``flow="source_to_target"``). Two normalizations:
+(PyG's ``flow="source_to_target"``). The GCN's two normalizations (``--norm``):
 
 * ``sym``  — ``Â = D^-1/2 (A + I) D^-1/2`` (Kipf & Welling; PyG ``gcn_norm``; DGL ``norm="both"``),
 * ``mean`` — ``Â = D^-1 (A + I)`` (what the original MG-GCN code does),
@@ -9,6 +9,15 @@
 with ``D`` the in-degree of ``A + I`` (row sums), as PyG computes it, which matters on directed graphs.
 Self loops are added once: an input self loop is replaced by a single loop of weight 1 (PyG's
 ``add_remaining_self_loops`` with unit weights). Parallel edges are kept and add up, as in PyG's message passing.
+
+The other models aggregate over the edges exactly as given (no self loop added or removed, as PyG's
+``SAGEConv`` and ``GINConv`` do with the same ``edge_index``):
+
+* ``in-mean`` — ``Â = D_in^-1 A`` (GraphSAGE's mean; ``D_in`` the row sums of ``A``; a vertex without in-edges
+  aggregates to 0),
+* ``sum``     — ``Â = A`` (GIN's sum; its ``(1 + ε)·h_i`` is a local term of the model, not part of Â).
+
+:func:`operator_for` names the operator a model trains with.
 """
 
 from __future__ import annotations
@@ -16,9 +25,32 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["NORMS", "adjacency", "entry_values", "normalize"]
+__all__ = ["NORMS", "OPERATORS", "adds_self_loops", "adjacency", "entry_values", "normalize", "operator_for"]
 
-NORMS = ("sym", "mean")
+NORMS = ("sym", "mean")  # the GCN's (--norm)
+OPERATORS = NORMS + ("in-mean", "sum")  # every Â a shard can be built with
+
+
+def operator_for(model: str, norm: str = "sym") -> str:
+    """The Â that ``model`` aggregates with: the GCN's ``norm``, GraphSAGE's ``in-mean``, GIN's ``sum``."""
+    if model == "gcn":
+        return norm
+    if model == "sage":
+        return "in-mean"
+    if model == "gin":
+        return "sum"
+    raise ValueError(f"--model must be one of gcn, sage, gin, got '{model}'")
+
+
+def adds_self_loops(operator: str) -> bool:
+    """Whether Â replaces the input's self loops by one unit loop per vertex (the GCN's) or keeps the edges as
+    given."""
+    return operator in NORMS
+
+
+def _check(operator: str) -> None:
+    if operator not in OPERATORS:
+        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{operator}'")
 
 
 def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:
@@ -31,21 +63,22 @@ def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:
 
 
 def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
-    """Return ``Â`` for the adjacency ``A`` (``A[target, source]``), with unit self loops.
+    """Return ``Â`` for the adjacency ``A`` (``A[target, source]``, entries = edge counts).
 
     Args:
         adj: ``[n, n]`` CSR, rows are targets.
-        norm: ``"sym"`` or ``"mean"``.
+        norm: the operator, one of :data:`OPERATORS` (``"sym"``, ``"mean"``: with unit self loops; ``"in-mean"``,
+            ``"sum"``: the edges as given).
     """
-    if norm not in NORMS:
-        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
+    _check(norm)
     n = adj.shape[0]
     adj = adj.tocsr(copy=True)
-    adj.setdiag(0)
-    adj.eliminate_zeros()
-    adj = (adj + sp.identity(n, dtype=np.float32, format="csr")).tocsr()
+    if adds_self_loops(norm):
+        adj.setdiag(0)
+        adj.eliminate_zeros()
+        adj = (adj + sp.identity(n, dtype=np.float32, format="csr")).tocsr()
     adj.sort_indices()
-    deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # >= 1 thanks to the self loop
+    deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # >= 1 with the self loop; in-mean: may be 0
     rows = np.repeat(np.arange(n), np.diff(adj.indptr))
     values = entry_values(adj.data, deg[rows], deg[adj.indices] if norm == "sym" else None, norm)
     return sp.csr_matrix((values, adj.indices, adj.indptr), shape=adj.shape)
@@ -53,15 +86,17 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
 
 def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarray | None,
                  norm: str = "sym") -> np.ndarray:
-    """float32 ``Â[t, s]`` of entries with multiplicity ``count`` (1 on the diagonal), given ``D`` at both ends.
+    """float32 ``Â[t, s]`` of entries with multiplicity ``count`` (1 on the GCN's diagonal), given ``D`` at both ends.
 
-    ``sym``: ``D_t^-1/2 · count · D_s^-1/2``; ``mean``: ``count / D_t`` (``deg_source`` unused). Computed in float64
-    in this exact order, so that a rank building its rows from a prepared dataset gets the same float32 bits as
-    :func:`normalize` on the whole graph.
+    ``sym``: ``D_t^-1/2 · count · D_s^-1/2``; ``mean`` and ``in-mean``: ``count / D_t`` (``deg_source`` unused;
+    ``D`` counts the unit self loop for ``mean``, the in-edges as given for ``in-mean``); ``sum``: ``count`` (no
+    degree used). Computed in float64 in this exact order, so that a rank building its rows from a prepared dataset
+    gets the same float32 bits as :func:`normalize` on the whole graph.
     """
-    if norm not in NORMS:
-        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
+    _check(norm)
     count = np.asarray(count).astype(np.float64)
+    if norm == "sum":
+        return count.astype(np.float32)
     if norm == "sym":
         values = (1.0 / np.sqrt(np.asarray(deg_target, dtype=np.float64))) * count
         values *= 1.0 / np.sqrt(np.asarray(deg_source, dtype=np.float64))

@@ -255,9 +255,9 @@ class PreparedDataset:
         ``tile_cols`` as in :func:`mggcn.distributed.partition.build_shard`."""
         import torch
 
-        from mggcn.nn.norm import NORMS
+        from mggcn.nn.norm import NORMS, OPERATORS
 
-        if norm not in NORMS:
+        if norm not in OPERATORS:
             raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
         if part.num_nodes != self.num_nodes:
             raise GraphError(f"{self.path}: a partition of {part.num_nodes} vertices for {self.num_nodes}")
@@ -269,7 +269,7 @@ class PreparedDataset:
         reads["rows"] = int(ids.size)
         m = orig.shape[0]
         degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
-        degree[local] = self.arrays["degree"][ids]
+        degree[local] = self._degree(ids, norm)
         reads["bytes"] += 8 * ids.size
         if self.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
             row, col, (values, values_t) = self._entries("in", part, first, local, ids, degree, norm, reads,
@@ -307,12 +307,15 @@ class PreparedDataset:
         rows local (local row i is new id ``first_row + i``), columns in new ids, the unit diagonal included;
         ``both`` adds the values of Âᵀ at the same entries (a symmetric graph).
 
-        As :func:`mggcn.nn.norm.normalize` builds Â: self loops dropped for one unit loop, parallel edges summed into
-        one entry, values from :func:`mggcn.nn.norm.entry_values` with the stored degrees (``Â[t, s]``: t is the row
-        of Â, the column of Âᵀ). The rows are read :data:`_SHARD_CHUNK_EDGES` edges at a time, so temporaries stay
+        As :func:`mggcn.nn.norm.normalize` builds Â: self loops dropped for one unit loop (the GCN's norms; the
+        other operators keep the edges as given, and add no diagonal), parallel edges summed into one entry, values
+        from :func:`mggcn.nn.norm.entry_values` with the degrees of :meth:`_degree` (``Â[t, s]``: t is the row of
+        Â, the column of Âᵀ). The rows are read :data:`_SHARD_CHUNK_EDGES` edges at a time, so temporaries stay
         small; the result is preallocated at its upper bound (stored edges + diagonal).
         """
-        from mggcn.nn.norm import entry_values
+        from mggcn.nn.norm import adds_self_loops, entry_values
+
+        loops = adds_self_loops(norm)
 
         indptr, indices = self.arrays[f"{view}_indptr"], self.arrays[f"{view}_indices"]
         starts = np.asarray(indptr[ids])
@@ -331,15 +334,15 @@ class PreparedDataset:
             nbr = _gather(indices, starts[begin:end], counts[begin:end])
             reads["edges"] += nbr.size
             reads["bytes"] += nbr.nbytes
-            keep = nbr != np.repeat(ids[begin:end], counts[begin:end])
+            keep = nbr != np.repeat(ids[begin:end], counts[begin:end]) if loops else slice(None)
             key = np.repeat(local[begin:end], counts[begin:end])[keep] * n_pad + part.position[nbr[keep]]
             del nbr, keep
             key, mult = np.unique(key, return_counts=True)
-            diag = local[begin:end]
+            diag = local[begin:end] if loops else local[:0]
             r = np.concatenate([key // n_pad, diag])
             c = np.concatenate([key % n_pad, first_row + diag])
             del key
-            deg_nbr = np.asarray(self.arrays["degree"][part.order[c[:mult.size]]])
+            deg_nbr = self._degree(part.order[c[:mult.size]], norm)
             reads["bytes"] += deg_nbr.nbytes
             mult = np.concatenate([mult, np.ones(diag.size, dtype=mult.dtype)])
             here, there = degree[r], np.concatenate([deg_nbr, degree[diag]])
@@ -354,6 +357,16 @@ class PreparedDataset:
             filled += k
             begin = end
         return row[:filled], col[:filled], [v[:filled] for v in values]
+
+    def _degree(self, ids: np.ndarray, norm: str) -> np.ndarray:
+        """The ``D`` of :func:`mggcn.nn.norm.entry_values` for the vertices ``ids``: the stored degree (in-edges
+        other than self loops, plus one) for the GCN's norms, the in-edges as given (``in_indptr``) otherwise."""
+        from mggcn.nn.norm import adds_self_loops
+
+        if adds_self_loops(norm):
+            return np.asarray(self.arrays["degree"][ids])
+        indptr = self.arrays["in_indptr"]
+        return np.asarray(indptr[ids + 1]) - np.asarray(indptr[ids])
 
     def _blocks(self, row: np.ndarray, col: np.ndarray, values: np.ndarray, part: Partition,
                 tile_cols: int | None) -> list:
