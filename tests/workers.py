@@ -51,7 +51,7 @@ def spmm_worker(cases, seed):
 def train_worker(graph, cfg: TrainConfig, tile_cols: int | None = None):
     ctx = init_distributed("cpu", timeout_s=60)
     part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
-    shard = build_shard(graph, part, ctx.rank, cfg.norm, tile_cols=tile_cols)
+    shard = build_shard(graph, part, ctx.rank, cfg.operator, tile_cols=tile_cols)
     result = train_shard(ctx, shard, cfg)
     return [r["loss"] for r in result.history], result.history, result.state_dict
 
@@ -120,12 +120,12 @@ def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
         dataset = PreparedDataset(path)
         part = dataset.partition(p, cfg.seed, cfg.partition)
         tracemalloc.start()
-        shard = dataset.shard(part, ctx.rank, cfg.norm)
+        shard = dataset.shard(part, ctx.rank, cfg.operator)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         held = sum(b.nbytes for b in shard.adj + shard.adj_t)
         held += shard.x.nbytes + shard.y.nbytes + sum(m.nbytes for m in shard.masks.values())
-        same = shards_equal(shard, build_shard(graph, part, ctx.rank, cfg.norm))
+        same = shards_equal(shard, build_shard(graph, part, ctx.rank, cfg.operator))
         result = train_shard(sub, shard, cfg)
         out[p] = {"losses": [r["loss"] for r in result.history], "state": result.state_dict, "same": same,
                   "reads": dict(dataset.last_shard_reads), "peak": peak, "held": held}
@@ -183,7 +183,7 @@ def dataset_train_worker(cases):
     for graph, cfg in cases:
         dataset = InMemoryDataset(graph)
         part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
-        result = train_shard(ctx, dataset.shard(part, ctx.rank, cfg.norm), cfg)
+        result = train_shard(ctx, dataset.shard(part, ctx.rank, cfg.operator), cfg)
         out.append((part.order, result.history, result.state_dict))
     return ctx.rank, out
 
@@ -192,7 +192,7 @@ def cuda_train_worker(graph, cfg: TrainConfig):
     """One rank on its own GPU (NCCL): the losses of train_shard (tests/tools/test_bench.py, with 2+ GPUs only)."""
     ctx = init_distributed("cuda", timeout_s=120)
     part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
-    shard = build_shard(graph, part, ctx.rank, cfg.norm)
+    shard = build_shard(graph, part, ctx.rank, cfg.operator)
     return [r["loss"] for r in train_shard(ctx, shard, cfg).history]
 
 

@@ -1,7 +1,7 @@
 """mggcn: full-batch GCN training across several GPUs or processes, the MG-GCN way.
 
 Python API: ``mggcn.train(...)`` returns a ``TrainedModel``; the layers run on their own in one process as
-``GCN`` / ``GCNLayer`` with ``adjacency_operator``. See ``mggcn.api``.
+``GCN`` / ``GCNLayer`` (``GraphSAGE``, ``GIN``) with ``adjacency_operator``. See ``mggcn.api``.
 
 The package is laid out by layer, lowest first:
 
@@ -29,19 +29,23 @@ _EXPORTS = {
     "SPLITS": "mggcn.data.graph",
     "GCN": "mggcn.nn.model",
     "GCNLayer": "mggcn.nn.model",
+    "GraphSAGE": "mggcn.nn.sage",
+    "GIN": "mggcn.nn.gin",
     "TrainConfig": "mggcn.training.trainer",
     "TrainedModel": "mggcn.api",
     "adjacency_operator": "mggcn.api",
     "train": "mggcn.api",
 }
 
-__all__ = ["GCN", "GCNLayer", "Graph", "GraphError", "SPLITS", "TrainConfig", "TrainedModel", "adjacency_operator",
-           "train"]
+__all__ = ["GCN", "GCNLayer", "GIN", "Graph", "GraphError", "GraphSAGE", "SPLITS", "TrainConfig", "TrainedModel",
+           "adjacency_operator", "train"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
     from mggcn.data.graph import SPLITS, Graph, GraphError
+    from mggcn.nn.gin import GIN
     from mggcn.nn.model import GCN, GCNLayer
+    from mggcn.nn.sage import GraphSAGE
     from mggcn.training.trainer import TrainConfig
 
 

@@ -4,7 +4,7 @@ Train (one process, or P local worker processes; the same job as ``mggcn train``
 
     import mggcn
     result = mggcn.train("builtin:karate", nprocs=2, hidden=(16,), epochs=50, quiet=True)
-    result.model            # a mggcn.GCN on CPU with the trained weights
+    result.model            # a mggcn.GCN (GraphSAGE, GIN with model="sage", "gin") on CPU with the trained weights
     result.history[-1]      # the last epoch's record (loss, accuracies, per-phase seconds)
     result.predictions      # int64 [n]: the class of every vertex, in the original vertex ids
     result.save("model.pt") # for `mggcn predict` (writes model.pt and model.pt.json)
@@ -32,7 +32,7 @@ from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import csr_to_torch
 from mggcn.distributed.spmm import StagedSpMM, local_adj
-from mggcn.nn.model import GCN
+from mggcn.nn.model import LayerStack
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
 from mggcn.training.trainer import TrainConfig, build_model
@@ -49,7 +49,8 @@ class TrainedModel:
     """What :func:`train` returns.
 
     Attributes:
-        model: the trained :class:`~mggcn.nn.model.GCN`, on CPU, in eval mode (with patience: the best epoch's weights).
+        model: the trained :class:`~mggcn.nn.model.GCN` (:class:`~mggcn.nn.sage.GraphSAGE`,
+            :class:`~mggcn.nn.gin.GIN`), on CPU, in eval mode (with patience: the best epoch's weights).
         history: one record per epoch (keys as in ``--metrics``).
         predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids.
         config: the :class:`~mggcn.training.trainer.TrainConfig` it was trained with.
@@ -58,7 +59,7 @@ class TrainedModel:
         best_epoch: with patience, the epoch whose weights were kept.
     """
 
-    model: GCN
+    model: LayerStack
     history: list[dict]
     predictions: np.ndarray
     config: TrainConfig
@@ -68,8 +69,8 @@ class TrainedModel:
 
     @property
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights under PyG's names (loads into ``torch_geometric.nn.models.GCN``)."""
-        return self.model.gcnconv_state_dict()
+        """The weights under PyG's names (load into ``torch_geometric.nn.models.GCN``, ``GraphSAGE`` or ``GIN``)."""
+        return self.model.pyg_state_dict()
 
     def save(self, path: str) -> None:
         """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``), for ``mggcn predict``."""
@@ -94,7 +95,8 @@ def as_dataset(dataset: Any) -> str | Graph:
 
 def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[int] = (128,), epochs: int = 100,
           device: str = "cpu", **options: Any) -> TrainedModel:
-    """Train a GCN on ``dataset`` with ``nprocs`` local processes; the Python face of ``mggcn train``.
+    """Train a GCN (or ``model="sage"``, ``"gin"``) on ``dataset`` with ``nprocs`` local processes; the Python face
+    of ``mggcn train``.
 
     Args:
         dataset: a spec (``"synthetic:n=10000"``, ``"builtin:karate"``), a path (with ``fmt=``), a
@@ -103,7 +105,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
         device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.
-        options: any :class:`~mggcn.training.trainer.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``, ``norm``,
+        options: any :class:`~mggcn.training.trainer.TrainConfig` field (``model``, ``gin_train_eps``, ``lr``,
+            ``weight_decay``, ``dropout``, ``norm``,
             ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
             ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
             ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``.
@@ -155,7 +158,9 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     Args:
         edge_index: ``[2, E]`` int tensor or array, row 0 the sources, row 1 the targets, ids in ``[0, num_nodes)``.
         num_nodes: ``n``.
-        norm: ``"sym"`` (default) or ``"mean"``.
+        norm: ``"sym"`` (default) or ``"mean"``; ``"in-mean"`` (``D_in^-1 A``, for
+            :class:`~mggcn.nn.sage.GraphSAGE`) or ``"sum"`` (``A``, for :class:`~mggcn.nn.gin.GIN`): the edges as
+            given, no self loop added (:func:`mggcn.nn.norm.operator_for`).
         device: where Â and Âᵀ are kept (the operand of the operator must be there too).
 
     Shapes:

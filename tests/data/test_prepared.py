@@ -69,7 +69,7 @@ def assert_trains_the_same(tmp_path: Path, prepared: Path, graph: Graph) -> None
     ds = PreparedDataset(prepared, verify=True)
     assert (ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == (
         graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes)
-    for norm in ("sym", "mean"):
+    for norm in ("sym", "mean", "in-mean", "sum"):  # the GCN's, GraphSAGE's and GIN's Â
         part = make_partition(graph.num_nodes, 3, seed=1)
         for rank in range(3):
             assert workers.shards_equal(ds.shard(part, rank, norm), build_shard(graph, part, rank, norm)), (norm, rank)

@@ -1,4 +1,5 @@
-"""Checkpoints: model, optimizer, epoch, history and the identity of the dataset and model, written atomically.
+"""Checkpoints: model, optimizer, epoch, history and the identity of the dataset and model (its ``--model`` and
+layer sizes), written atomically.
 
 A checkpoint file is ``ckpt-EEEEEE.pt`` in the checkpoint directory: one line ``mggcn-checkpoint <sha256>`` and then
 the ``torch.save`` payload, so a truncated or corrupted file is recognised and skipped on resume (the previous one
@@ -99,13 +100,22 @@ def load(path: str) -> dict:
     return state
 
 
-def check_compatible(state: dict, path: str, dataset: dict, dims: list[int]) -> None:
-    """Refuse to resume against another dataset or another model shape."""
+def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",
+                     train_eps: bool = False) -> None:
+    """Refuse to resume against another dataset, another model (``--model``; a checkpoint without one is a GCN's)
+    or another model shape."""
     theirs = state.get("dataset", {})
     for key, value in dataset.items():
         if key in theirs and theirs[key] != value:
             raise CheckpointError(f"{path}: the checkpoint was trained on another dataset ({key} {theirs[key]!r}, "
                                   f"this one has {value!r})")
+    theirs_model = state.get("model_kind", "gcn")
+    if theirs_model != model:
+        raise CheckpointError(f"{path}: the checkpoint is of a {theirs_model} model, this run trains a {model} "
+                              f"(check --model)")
+    if model == "gin" and bool(state.get("config", {}).get("gin_train_eps", False)) != train_eps:
+        raise CheckpointError(f"{path}: the checkpoint's GIN has {'a learnable' if not train_eps else 'a fixed'} ε, "
+                              f"this run {'a learnable' if train_eps else 'a fixed'} one (check --gin-train-eps)")
     if state.get("dims") != list(dims):
         raise CheckpointError(f"{path}: the checkpoint's model has layer sizes {state.get('dims')}, this run "
                               f"{list(dims)} (check --hidden)")

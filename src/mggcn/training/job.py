@@ -90,7 +90,8 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     if found is not None:
         state, path = found
         check_compatible(state, path, dataset_identity(dataset),
-                         job.config.dims(dataset.num_features, dataset.num_classes))
+                         job.config.dims(dataset.num_features, dataset.num_classes), job.config.model,
+                         job.config.gin_train_eps)
     return found
 
 
@@ -141,6 +142,12 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     cfg = job.config
     if cfg.epochs < 0:
         raise GraphError(f"--epochs must be at least 0, got {cfg.epochs}")
+    from mggcn.nn.models import MODELS
+
+    if cfg.model not in MODELS:
+        raise GraphError(f"--model must be one of {', '.join(MODELS)}, got '{cfg.model}'")
+    if cfg.gin_train_eps and cfg.model != "gin":
+        raise GraphError(f"--gin-train-eps is for --model gin, not {cfg.model}")
     if any(h < 1 for h in cfg.hidden):
         raise GraphError(f"--hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}")
     for option, p in (("--dropout", cfg.dropout), ("--input-dropout", cfg.input_dropout)):

@@ -1,11 +1,12 @@
 """Using a trained model: class predictions, probabilities or a layer's embeddings for every vertex, in the
 ORIGINAL vertex ids, on one process or on P ranks with the trainer's partition and staged SpMM.
 
-The model file is what ``mggcn train --save-model FILE`` writes: a state dict under PyG's names
-(``convs.{l}.lin.weight`` [d_out, d_in], ``convs.{l}.bias`` [d_out]), from whose shapes the layer sizes follow, and
-a sidecar ``FILE.json`` with what the shapes do not tell (activation, normalization) and the dataset it was trained
-on. Without the sidecar (e.g. weights from PyG), ``norm`` and ``activation`` must be given or default to the
-trainer's defaults.
+The model file is what ``mggcn train --save-model FILE`` writes: a state dict under the names of PyG's ``GCN``,
+``GraphSAGE`` or ``GIN`` (``convs.{l}.lin.weight``, ``convs.{l}.lin_l.weight`` or ``convs.{l}.nn.lins.0.weight``
+[d_out, d_in], ...), from whose names the model follows and from whose shapes the layer sizes, and a sidecar
+``FILE.json`` with the model (``gcn``, ``sage``, ``gin``), what the shapes do not tell (activation, normalization)
+and the dataset it was trained on. Without the sidecar (e.g. weights from PyG), ``norm`` and ``activation`` must be
+given or default to the trainer's defaults.
 
 Launch::
 
@@ -32,12 +33,13 @@ from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.spmm import StagedSpMM
-from mggcn.nn.model import ACTIVATIONS, GCN, activate
-from mggcn.nn.norm import NORMS
+from mggcn.nn.model import ACTIVATIONS, LayerStack, activate
+from mggcn.nn.models import MODELS, make_model
+from mggcn.nn.norm import NORMS, operator_for
 from mggcn.training.job import atomic_write, check_output, save_predictions
 from mggcn.training.trainer import TrainConfig, gather_original, shard_tile_columns
 
-__all__ = ["OUTPUTS", "PredictJob", "model_dims", "save_model", "load_model", "gather_original", "layer_output",
+__all__ = ["OUTPUTS", "PredictJob", "model_dims", "model_kind", "save_model", "load_model", "gather_original", "layer_output",
            "check_predict", "predict_on_rank", "run_predict_job", "predict"]
 
 OUTPUTS = ("classes", "proba", "embeddings")
@@ -50,28 +52,42 @@ def sidecar_path(path: str) -> str:
     return path + ".json"
 
 
+# the weight [d_out, d_in] of layer l of each model, by which a state dict tells its model
+_LAYER_WEIGHT = {"gcn": "convs.{}.lin.weight", "sage": "convs.{}.lin_l.weight", "gin": "convs.{}.nn.lins.0.weight"}
+
+
+def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> str:
+    """``gcn``, ``sage`` or ``gin``: the model whose parameter names ``state_dict`` has."""
+    for kind, name in _LAYER_WEIGHT.items():
+        if name.format(0) in state_dict:
+            return kind
+    raise GraphError(f"{source}: not the state dict of a GCN, GraphSAGE or GIN (no convs.0.lin.weight, "
+                     "convs.0.lin_l.weight or convs.0.nn.lins.0.weight); give a file written by "
+                     "`mggcn train --save-model`")
+
+
 def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
-    """``[d_0, ..., d_L]`` from the shapes of ``convs.{l}.lin.weight`` (layers numbered 0..L-1 without gaps)."""
+    """``[d_0, ..., d_L]`` from the shapes of each layer's first weight (layers numbered 0..L-1 without gaps)."""
     dims: list[int] = []
     layer = 0
-    while f"convs.{layer}.lin.weight" in state_dict:
-        d_out, d_in = state_dict[f"convs.{layer}.lin.weight"].shape
+    weight = _LAYER_WEIGHT[model_kind(state_dict, source)]
+    while weight.format(layer) in state_dict:
+        d_out, d_in = state_dict[weight.format(layer)].shape
         if dims and dims[-1] != d_in:
             raise GraphError(f"{source}: layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
         dims = dims or [int(d_in)]
         dims.append(int(d_out))
         layer += 1
-    if not layer:
-        raise GraphError(f"{source}: not a GCN state dict (no convs.0.lin.weight); "
-                         "give a file written by `mggcn train --save-model`")
     return dims
 
 
 def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConfig, dataset: dict,
                **extra: Any) -> None:
-    """Write the weights to ``path`` and the sidecar ``path.json`` (dims, activation, norm, dataset identity)."""
-    card = {"format": CARD_FORMAT, "version": CARD_VERSION, "dims": model_dims(state_dict, path),
-            "activation": config.activation, "norm": config.norm, "dataset": dataset, **extra}
+    """Write the weights to ``path`` and the sidecar ``path.json`` (model, dims, activation, norm, dataset
+    identity)."""
+    card = {"format": CARD_FORMAT, "version": CARD_VERSION, "model": config.model,
+            "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
+            "dataset": dataset, **extra}
     atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
 
     def write_card(tmp: str) -> None:
@@ -97,12 +113,14 @@ def _read_card(path: str) -> dict | None:
 
 
 def load_model(path: str, norm: str | None = None, activation: str | None = None,
-               note: bool = True) -> tuple[GCN, dict]:
-    """The model of ``path`` on CPU in eval mode, and its description (``dims``, ``activation``, ``norm``, ...).
+               note: bool = True, kind: str | None = None) -> tuple[LayerStack, dict]:
+    """The model of ``path`` on CPU in eval mode, and its description (``model``, ``dims``, ``activation``,
+    ``norm``, ...).
 
-    ``norm`` and ``activation`` are used where the sidecar ``path.json`` is missing (``note``: say on stderr which
-    defaults stand in for missing ones); where it is present they must agree with it (a model is only right with
-    the normalization and activation it was trained with).
+    The model (``gcn``, ``sage``, ``gin``) is the one the parameter names say; ``kind`` (``--model``), when given,
+    must agree. ``norm`` and ``activation`` are used where the sidecar ``path.json`` is missing (``note``: say on
+    stderr which defaults stand in for missing ones); where it is present they must agree with it (a model is only
+    right with the normalization and activation it was trained with).
     """
     if not os.path.isfile(path):
         raise GraphError(f"{path}: no such model file")
@@ -112,31 +130,40 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
         raise GraphError(f"{path}: not a model file ({type(err).__name__}: {err})") from None
     if not isinstance(state_dict, dict):
         raise GraphError(f"{path}: not a state dict")
+    found = model_kind(state_dict, path)
     dims = model_dims(state_dict, path)
     card = _read_card(path)
+    if kind is not None and kind != found:
+        raise GraphError(f"--model {kind}: {path} holds a {found} model; drop --model or give --model {found}")
     if card is None:
-        card = {"dims": dims, "activation": activation or _DEFAULTS.activation, "norm": norm or _DEFAULTS.norm}
+        card = {"model": found, "dims": dims, "activation": activation or _DEFAULTS.activation,
+                "norm": norm or _DEFAULTS.norm}
         if note and (norm is None or activation is None):
             print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming --norm {card['norm']} "
                   f"--activation {card['activation']}", file=sys.stderr, flush=True)
     else:
+        if card.get("model", "gcn") != found:
+            raise GraphError(f"{sidecar_path(path)} describes a {card.get('model', 'gcn')} model but {path} holds "
+                             f"a {found} model")
+        card.setdefault("model", found)
         if card.get("dims") != dims:
             raise GraphError(f"{sidecar_path(path)} describes layers {card.get('dims')} but {path} has {dims}")
         for option, given in (("norm", norm), ("activation", activation)):
             if given is not None and given != card.get(option):
                 raise GraphError(f"--{option} {given}: the model was trained with --{option} {card.get(option)} "
                                  f"({sidecar_path(path)}); drop --{option}")
-    if card["norm"] not in NORMS or card["activation"] not in ACTIVATIONS:
+    if card["norm"] not in NORMS or card["activation"] not in ACTIVATIONS or card["model"] not in MODELS:
         raise GraphError(f"{path}: unknown norm '{card['norm']}' or activation '{card['activation']}'")
-    model = GCN(dims, activation=card["activation"])
+    model = make_model(found, dims, activation=card["activation"])  # GIN: ε, learnt or not, is read as a value
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
-        raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a GCN of layers {dims}")
+        raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a {found} of layers "
+                         f"{dims}")
     return model.eval(), card
 
 
 @torch.no_grad()
-def layer_output(model: GCN, x: torch.Tensor, adj, layer: int | None = None) -> torch.Tensor:
+def layer_output(model: LayerStack, x: torch.Tensor, adj, layer: int | None = None) -> torch.Tensor:
     """``H_layer`` [m, d_layer]: the output of layer ``layer`` (1..L, after its activation; ``L`` or ``None``: the
     logits), in eval mode. Only the layers up to ``layer`` run."""
     num_layers = len(model.convs)
@@ -144,7 +171,7 @@ def layer_output(model: GCN, x: torch.Tensor, adj, layer: int | None = None) -> 
     model.eval()
     if layer == num_layers:
         return model(x, adj)
-    head = GCN(model.dims[: layer + 1], activation=model.activation).to(x.device).eval()
+    head = LayerStack(model.dims[: layer + 1], activation=model.activation).to(x.device).eval()
     head.convs = model.convs[:layer]
     return activate(head(x, adj), model.activation)
 
@@ -174,6 +201,7 @@ class PredictJob:
     read_options: dict = field(default_factory=dict)
     norm: str | None = None
     activation: str | None = None
+    kind: str | None = None  # --model: checked against the saved model's
     device: str = "cpu"
     threads: int | None = None
     timeout_s: float = 60.0
@@ -188,7 +216,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if job.output not in OUTPUTS:
         raise GraphError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'")
     check_output("--out", job.out)
-    model, _ = load_model(job.model, job.norm, job.activation)
+    model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind)
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))
     dataset = _open(job)
@@ -206,9 +234,9 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
         dataset = _open(job)
     model, card = load_model(job.model, job.norm, job.activation, note=False)  # check_predict said it
     part = dataset.partition(ctx.world_size, 0, "random")
-    widths = [conv.lin.in_features if conv.aggregate_first else conv.lin.out_features for conv in model.convs]
+    widths = [model.dims[i] if conv.aggregate_first else model.dims[i + 1] for i, conv in enumerate(model.convs)]
     tiles = shard_tile_columns(_DEFAULTS, dataset, ctx, max(widths))
-    shard = dataset.shard(part, ctx.rank, card["norm"], tile_cols=tiles).to(ctx.device)
+    shard = dataset.shard(part, ctx.rank, operator_for(card["model"], card["norm"]), tile_cols=tiles).to(ctx.device)
     del dataset
     model.to(ctx.device)
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t)
@@ -265,7 +293,8 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
         nprocs: local worker processes (the graph is partitioned as for training).
         output: ``classes`` -> int64 [n]; ``proba`` -> float32 [n, C]; ``embeddings`` -> float32 [n, d_layer].
         layer: for ``embeddings``, the layer 1..L whose output is returned.
-        options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``device``, ``read_options``, ...).
+        options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``kind``, ``device``,
+            ``read_options``, ...).
     """
     from mggcn.api import as_dataset
 

@@ -34,7 +34,9 @@ from mggcn.distributed.shm import host_outboxes
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.distributed.tiled import tile_columns
 from mggcn.nn.loss import MaskedCrossEntropy
-from mggcn.nn.model import GCN, aggregate_first
+from mggcn.nn.model import LayerStack, aggregate_first
+from mggcn.nn.models import make_model
+from mggcn.nn.norm import operator_for
 from mggcn.utils.timing import PHASES, PhaseTimer
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
@@ -45,6 +47,7 @@ __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_
 class TrainConfig:
     """Every training option and its default, in one place (the CLI's flags mirror these names)."""
 
+    model: str = "gcn"  # "sage", "gin": mggcn.nn.models
     hidden: tuple[int, ...] = (128,)
     epochs: int = 100
     lr: float = 1e-2
@@ -54,7 +57,8 @@ class TrainConfig:
     dropout: float = 0.0
     input_dropout: float = 0.0
     activation: str = "relu"
-    norm: str = "sym"
+    norm: str = "sym"  # the GCN's Â; GraphSAGE and GIN have their own (operator)
+    gin_train_eps: bool = False
     order: str = "auto"
     overlap: bool = True
     partition: str = "random"
@@ -67,6 +71,11 @@ class TrainConfig:
 
     def dims(self, num_features: int, num_classes: int) -> list[int]:
         return [num_features, *self.hidden, num_classes]
+
+    @property
+    def operator(self) -> str:
+        """The Â the shards are built with (:func:`mggcn.nn.norm.operator_for`)."""
+        return operator_for(self.model, self.norm)
 
 
 @dataclass
@@ -83,7 +92,7 @@ class TrainResult:
     best_epoch: int | None = None
     stopped: str | None = None
     checkpoint: str | None = None
-    model: GCN | None = None
+    model: LayerStack | None = None
     adj: StagedSpMM | None = None
     x_agg: torch.Tensor | None = None
 
@@ -128,13 +137,15 @@ def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
     """This rank's shard of ``dataset`` as ``cfg`` trains it: partitioned by ``cfg.partition`` and ``cfg.seed``,
     its blocks tiled for ``cfg``'s SpMMs (:func:`shard_tile_columns`)."""
     part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
-    return dataset.shard(part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
+    return dataset.shard(part, ctx.rank, cfg.operator, shard_tile_columns(cfg, dataset, ctx))
 
 
-def build_model(cfg: TrainConfig, num_features: int, num_classes: int, device: torch.device | str = "cpu") -> GCN:
-    """The GCN of ``cfg``, identically initialized on every rank."""
-    return GCN(cfg.dims(num_features, num_classes), activation=cfg.activation, dropout=cfg.dropout,
-               input_dropout=cfg.input_dropout, order=cfg.order, seed=cfg.seed).to(device)
+def build_model(cfg: TrainConfig, num_features: int, num_classes: int,
+                device: torch.device | str = "cpu") -> LayerStack:
+    """The model of ``cfg`` (``cfg.model``), identically initialized on every rank."""
+    return make_model(cfg.model, cfg.dims(num_features, num_classes), activation=cfg.activation,
+                      dropout=cfg.dropout, input_dropout=cfg.input_dropout, order=cfg.order, seed=cfg.seed,
+                      train_eps=cfg.gin_train_eps).to(device)
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -208,7 +219,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         best = None if best_state is None else {"val_acc": best_val, "since": since_best, "model": best_state,
                                                 "epoch": result.best_epoch}
         return {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "history": result.history, "best": best, "dims": model.dims, "config": asdict(cfg),
+                "history": result.history, "best": best, "dims": model.dims, "model_kind": cfg.model,
+                "config": asdict(cfg),
                 **(checkpoint_meta or {})}
 
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
@@ -271,7 +283,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
 
     if best_state is not None:
         model.load_state_dict(best_state)
-    result.state_dict = model.gcnconv_state_dict()
+    result.state_dict = model.pyg_state_dict()
     result.model, result.adj, result.x_agg = model, adj, x_agg
     return result
 
@@ -317,7 +329,7 @@ def format_balance(balance: dict) -> str:
             f"cut {balance['cut_nnz']:,} nonzeros ({100 * balance['cut_fraction']:.1f}% of Â)")
 
 
-def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.Tensor,
+def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x: torch.Tensor,
                         x_agg: torch.Tensor | None, epoch: int, loss: float, checkpointer) -> str:
     """Find the first layer whose output is not finite on any rank (one extra forward, only on failure)."""
     outputs = []
@@ -356,7 +368,7 @@ def gather_original(ctx: DistContext, shard: Shard, rows: torch.Tensor) -> np.nd
 
 
 @torch.no_grad()
-def predict_shard(ctx: DistContext, shard: Shard, model: GCN, adj: StagedSpMM,
+def predict_shard(ctx: DistContext, shard: Shard, model: LayerStack, adj: StagedSpMM,
                   x_agg: torch.Tensor | None = None) -> np.ndarray | None:
     """Class predictions for every vertex in ORIGINAL vertex order (on rank 0; ``None`` elsewhere)."""
     model.eval()
