@@ -1,0 +1,189 @@
+"""GraphSAGE and GIN (mggcn/nn/sage.py, mggcn/nn/gin.py, mggcn/nn/models.py) against PyG's SAGEConv / GINConv and
+its GraphSAGE / GIN models given the same weights, in one process and through the staged SpMM at P = 1..4."""
+
+import itertools
+
+import pytest
+import torch
+from torch_geometric.nn import GINConv, SAGEConv
+from torch_geometric.nn.models import GIN as PygGIN
+from torch_geometric.nn.models import MLP
+from torch_geometric.nn.models import GraphSAGE as PygGraphSAGE
+
+import workers
+from mggcn.distributed.launch import run_workers
+from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.spmm import local_adj
+from mggcn.nn.gin import GIN, GINLayer
+from mggcn.nn.models import MODELS, make_model
+from mggcn.nn.norm import normalize, adjacency, operator_for
+from mggcn.nn.sage import GraphSAGE, SAGELayer
+from reference import random_graph
+
+# float32, another summation order than PyG's scatter: a few ulps of values of order 1-10
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def _local(graph, kind):
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, operator_for(kind))
+    return local_adj(shard.adj[0], shard.adj_t[0])
+
+
+def _pyg_conv(kind, d_in, d_out, train_eps=False):
+    if kind == "sage":
+        return SAGEConv(d_in, d_out)
+    return GINConv(MLP([d_in, d_out, d_out], norm=None), train_eps=train_eps)
+
+
+def _layer(kind, d_in, d_out, first, order, train_eps=False):
+    if kind == "sage":
+        return SAGELayer(d_in, d_out, first=first, order=order)
+    return GINLayer(d_in, d_out, first=first, order=order, train_eps=train_eps)
+
+
+def _perturbed_state(layer, seed):
+    """The layer's parameters with random biases and, for GIN, a nonzero ε: every term shows in the output."""
+    gen = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in layer.state_dict().items()}
+    for k, v in state.items():
+        if k.endswith("bias") or k == "eps":
+            state[k] = torch.randn(v.shape, generator=gen) * 0.5
+    return state
+
+
+def test_operators():
+    """in-mean: each row of a vertex with in-edges sums to 1 and keeps the edges as given (self loops, parallel
+    edges counted); sum: the edge counts; an isolated vertex has an empty row."""
+    import numpy as np
+
+    ei = np.array([[1, 2, 2, 3, 0], [0, 0, 0, 3, 1]])  # 2 -> 0 twice, a self loop on 3, vertex 2 gets nothing
+    a = adjacency(ei, 4)
+    mean = normalize(a, "in-mean").toarray()
+    np.testing.assert_allclose(mean, [[0, 1 / 3, 2 / 3, 0], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]], rtol=1e-7)
+    np.testing.assert_array_equal(normalize(a, "sum").toarray(), [[0, 1, 2, 0], [1, 0, 0, 0], [0, 0, 0, 0],
+                                                                   [0, 0, 0, 1]])
+    assert [operator_for(m) for m in MODELS] == ["sym", "in-mean", "sum"]
+    with pytest.raises(ValueError, match="--model must be one of"):
+        operator_for("gat")
+
+
+@pytest.mark.parametrize("kind,order,first,train_eps", [
+    (k, o, f, e) for k, o, f, e in itertools.product(("sage", "gin"), ("aggregate-first", "transform-first"),
+                                                     (True, False), (False, True)) if not (k == "sage" and e)])
+def test_layer_equals_pyg_conv(kind, order, first, train_eps):
+    graph = random_graph(23, 90, features=6, directed=True)  # self loops and parallel edges included
+    layer = _layer(kind, 6, 4, first, order, train_eps)
+    layer.load_state_dict(_perturbed_state(layer, 1))
+    conv = _pyg_conv(kind, 6, 4, train_eps)
+    conv.load_state_dict(layer.state_dict())  # the same names: lin_l/lin_r, or eps and nn.lins.{0,1}
+
+    x1 = torch.from_numpy(graph.x).requires_grad_()
+    x2 = x1.detach().clone().requires_grad_()
+    out = layer(x1, _local(graph, kind))
+    ref = conv(x2, torch.from_numpy(graph.edge_index))
+    torch.testing.assert_close(out, ref, **TOL)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(x1.grad, x2.grad, **TOL)
+    theirs = dict(conv.named_parameters())
+    for name, p in layer.named_parameters():
+        torch.testing.assert_close(p.grad, theirs[name].grad, rtol=1e-5, atol=1e-4, msg=name)  # sums of ~100 terms
+
+
+@pytest.mark.parametrize("kind", ["sage", "gin"])
+def test_cached_input_aggregation_gives_the_same_numbers(kind):
+    """The first layer fed ``Â·X`` computed once equals the layer aggregating itself (both orders), with and
+    without a workspace."""
+    graph = random_graph(31, 120, features=7, classes=3)
+    adj = _local(graph, kind)
+    x = torch.from_numpy(graph.x)
+    outs, grads = [], []
+    for order, cached, reuse in (("aggregate-first", False, True), ("transform-first", False, False),
+                                 ("auto", True, True), ("auto", True, False)):
+        model = make_model(kind, [7, 5, 9, 3], order=order, seed=3, train_eps=kind == "gin", reuse_buffers=reuse)
+        out = model(x, adj, x_aggregated=adj.run(x) if cached else None)
+        out.square().sum().backward()
+        outs.append(out.detach())
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for out, grad in zip(outs[1:], grads[1:], strict=True):
+        torch.testing.assert_close(out, outs[0], **TOL)
+        for a, b in zip(grad, grads[0], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind,pyg,train_eps", [("sage", PygGraphSAGE, False), ("gin", PygGIN, False),
+                                                ("gin", PygGIN, True)])
+def test_state_dict_loads_strictly_into_pyg_models(kind, pyg, train_eps):
+    graph = random_graph(17, 50, features=5, classes=4)
+    model = make_model(kind, [5, 8, 8, 4], seed=1, train_eps=train_eps)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    theirs = pyg(5, 8, num_layers=3, out_channels=4, **({"train_eps": True} if train_eps else {}))
+    theirs.load_state_dict(model.pyg_state_dict(), strict=True)
+    x = torch.from_numpy(graph.x)
+    torch.testing.assert_close(model(x, _local(graph, kind)), theirs(x, torch.from_numpy(graph.edge_index)), **TOL)
+
+
+def test_models_and_their_parameters():
+    sage, gin = GraphSAGE([5, 8, 3], seed=2), GIN([5, 8, 3], seed=2, train_eps=True)
+    assert sage.kind == "sage" and gin.kind == "gin"
+    assert [n for n, _ in sage.named_parameters()][:3] == ["convs.0.lin_l.weight", "convs.0.lin_l.bias",
+                                                         "convs.0.lin_r.weight"]
+    assert "convs.1.eps" in dict(gin.named_parameters())
+    assert "convs.1.eps" in GIN([5, 8, 3]).state_dict() and not dict(GIN([5, 8, 3]).named_parameters()).get(
+        "convs.1.eps")  # a fixed ε is a buffer: saved, not trained
+    again = GraphSAGE([5, 8, 3], seed=2)
+    for p, q in zip(sage.parameters(), again.parameters(), strict=True):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="--model must be one of"):
+        make_model("gat", [5, 3])
+
+
+def _layer_cases():
+    directed = random_graph(22, 110, features=6, directed=True, seed=4)  # 22 rows: not divisible by 3 or 4
+    cases, expected = [], []
+    gen = torch.Generator().manual_seed(0)
+    for k, (kind, order, first, train_eps) in enumerate(itertools.product(
+            ("sage", "gin"), ("aggregate-first", "transform-first"), (True, False), (False, True))):
+        if kind == "sage" and train_eps:
+            continue
+        d_out = 9 if order == "aggregate-first" else 3  # what auto would pick, and the other way round
+        layer = _layer(kind, 6, d_out, first, order, train_eps)
+        state = _perturbed_state(layer, k)
+        x = torch.randn(22, 6, generator=gen)
+        g = torch.randn(22, d_out, generator=gen)
+        conv = _pyg_conv(kind, 6, d_out, train_eps)
+        conv.load_state_dict(state)
+        xr = x.clone().requires_grad_()
+        ref = conv(xr, torch.from_numpy(directed.edge_index))
+        ref.backward(g)
+        expected.append((ref.detach(), xr.grad, {n: p.grad for n, p in conv.named_parameters()}))
+        options = dict(first=first, order=order) | ({"train_eps": train_eps} if kind == "gin" else {})
+        cases.append((directed, kind, options, state, x, g))
+    return cases, expected
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_layers_across_ranks_equal_pyg(nprocs):
+    """Each rank's rows of the output and of the input gradient, and the sum over ranks of the parameter
+    gradients, equal PyG's conv on the whole (directed) graph."""
+    cases, expected = _layer_cases()
+    seed = 3
+    per_rank = ([workers.layer_worker(cases, seed)] if nprocs == 1
+                else run_workers(workers.layer_worker, nprocs, (cases, seed), timeout_s=300))
+    part = make_partition(22, nprocs, seed)
+    position = torch.from_numpy(part.position)
+    for k, (case, (ref, ref_grad_x, ref_grads)) in enumerate(zip(cases, expected, strict=True)):
+        rows = [dict(per_rank)[r][k] for r in range(nprocs)]
+        out = torch.cat([r[0] for r in rows])[position]  # partition order -> original ids, padding dropped
+        torch.testing.assert_close(out, ref, **TOL, msg=lambda m, k=k: f"P={nprocs} case {k}: {m}")
+        if not case[2]["first"]:
+            grad_x = torch.cat([r[1] for r in rows])[position]
+            torch.testing.assert_close(grad_x, ref_grad_x, **TOL, msg=lambda m, k=k: f"P={nprocs} case {k}: {m}")
+        else:
+            assert all(r[1] is None for r in rows)
+        for name, want in ref_grads.items():
+            got = sum(r[2][name] for r in rows)  # the trainer all-reduces these partial sums
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4, msg=lambda m, k=k, n=name: f"{k} {n}: {m}")
