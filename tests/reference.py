@@ -74,3 +74,30 @@ def random_graph(n: int, e: int, features: int = 8, classes: int = 3, directed: 
     masks["val"][0] = masks["test"][0] = False
     return Graph(n, ei, rng.standard_normal((n, features)).astype(np.float32), y, masks, num_classes=classes,
                  name="random")
+
+
+def pyg_model_losses(graph: Graph, kind: str, state: dict[str, torch.Tensor], hidden: int, num_layers: int,
+                     epochs: int, lr: float, weight_decay: float, train_eps: bool = False) -> list[float]:
+    """Training losses of PyG's own ``GraphSAGE`` (``kind="sage"``) or ``GIN`` (``"gin"``) in float64, one process,
+    started from ``state`` (mggcn's initial weights under PyG's names), Adam on every parameter."""
+    from torch_geometric.nn.models import GIN, GraphSAGE
+
+    if kind == "sage":
+        model = GraphSAGE(graph.num_features, hidden, num_layers, graph.num_classes)
+    else:
+        model = GIN(graph.num_features, hidden, num_layers, graph.num_classes, train_eps=train_eps)
+    model.load_state_dict(state, strict=True)
+    model = model.double()
+    x = torch.as_tensor(graph.x, dtype=torch.float64)
+    ei = torch.as_tensor(graph.edge_index)
+    y = torch.as_tensor(graph.y)
+    train = torch.as_tensor(graph.masks["train"])
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses = []
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x, ei)[train], y[train])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
