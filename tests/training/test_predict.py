@@ -138,3 +138,33 @@ def test_kept_weights_have_the_best_validation_accuracy(tmp_path):
     graph = parse_spec("builtin:karate")
     pred, val = predict(path, "builtin:karate"), graph.masks["val"]
     assert (pred[val] == graph.y[val]).mean() == pytest.approx(result.history[result.best_epoch - 1]["val_acc"])
+
+
+@pytest.mark.parametrize("kind,nprocs", [("sage", 3), ("gin", 2)])
+def test_sage_and_gin_saved_models_load_into_pyg_and_predict_the_same(tmp_path, kind, nprocs):
+    """The saved weights load strictly into PyG's GraphSAGE / GIN, which predicts what the training run and
+    `mggcn predict` (model read from the file) predicted; the sidecar names the model and --model must agree."""
+    from torch_geometric.nn.models import GIN, GraphSAGE
+
+    path, preds = str(tmp_path / "model.pt"), str(tmp_path / "train-pred.npy")
+    cfg = TrainConfig(model=kind, hidden=(16, 16), epochs=15, lr=0.05, trace_epoch=0, gin_train_eps=kind == "gin")
+    run_train_job(TrainJob(dataset="builtin:karate", config=cfg, quiet=True, save_model=path,
+                           save_predictions=preds))
+    graph = parse_spec("builtin:karate")
+    pyg = (GraphSAGE if kind == "sage" else GIN)(graph.num_features, 16, 3, graph.num_classes,
+                                                 **({"train_eps": True} if kind == "gin" else {}))
+    pyg.load_state_dict(torch.load(path), strict=True)
+    with torch.no_grad():
+        logits = pyg.eval()(torch.from_numpy(graph.x), torch.from_numpy(graph.edge_index))
+    assert json.load(open(path + ".json"))["model"] == kind
+    np.testing.assert_array_equal(np.load(preds), logits.argmax(1).numpy())
+    np.testing.assert_array_equal(predict(path, "builtin:karate", nprocs=nprocs), logits.argmax(1).numpy())
+    proba = predict(path, "builtin:karate", output="proba")
+    torch.testing.assert_close(torch.from_numpy(proba), logits.softmax(1), rtol=1e-5, atol=1e-6)
+    model, card = load_model(path, note=False)
+    assert model.kind == kind and card["model"] == kind
+    with pytest.raises(GraphError, match=f"holds a {kind} model"):
+        load_model(path, kind="gcn", note=False)
+    bare = str(tmp_path / "bare.pt")  # PyG's own weights, no sidecar: the model follows from the names
+    torch.save(pyg.state_dict(), bare)
+    assert load_model(bare, note=False)[0].kind == kind

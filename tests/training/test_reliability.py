@@ -120,6 +120,26 @@ def test_resume_refuses_another_model_or_dataset(tmp_path):
                           quiet=True, checkpoint_dir=str(tmp_path / "ck"), resume=True)
     with pytest.raises(CheckpointError, match="another dataset"):
         run_train_job(other_data)
+    other_model = TrainJob(dataset=SPEC, config=TrainConfig(model="sage", hidden=(16, 16), epochs=4), quiet=True,
+                           checkpoint_dir=str(tmp_path / "ck"), resume=True)
+    with pytest.raises(CheckpointError, match="a gcn model, this run trains a sage .*--model"):
+        run_train_job(other_model)
+
+
+def test_gin_resumes_exactly_and_refuses_another_eps(tmp_path):
+    from mggcn.training.checkpoint import CheckpointError
+
+    def job(epochs, resume=False, train_eps=True, where="ck"):
+        cfg = TrainConfig(model="gin", gin_train_eps=train_eps, hidden=(16,), epochs=epochs, trace_epoch=0)
+        return TrainJob(dataset="synthetic:n=500,features=8", config=cfg, quiet=True,
+                        checkpoint_dir=str(tmp_path / where), checkpoint_every=2, resume=resume)
+
+    run_train_job(job(2))
+    resumed = run_train_job(job(4, resume=True))
+    assert resumed.resumed_from.endswith("ckpt-000002.pt")
+    assert _history_losses(resumed) == _history_losses(run_train_job(job(4, where="other")))
+    with pytest.raises(CheckpointError, match="--gin-train-eps"):
+        run_train_job(job(4, resume=True, train_eps=False))
 
 
 def test_resume_with_another_number_of_workers(tmp_path):
