@@ -222,3 +222,37 @@ def test_plan_command_on_cpu_counts_the_column_tiles(capsys):
         (tiles - 1) * 200_001 * 4
     assert adjacency("--device", "cpu") == format_bytes(expected).split()
     assert adjacency() == adjacency("--device", "cpu", "--tile-bytes", "0")  # GPUs: whole blocks
+
+
+@pytest.mark.parametrize("kind,train_eps,hidden,order", [
+    ("sage", False, (64,), "auto"), ("sage", False, (16, 96), "transform-first"),
+    ("sage", False, (16, 96), "aggregate-first"), ("gin", False, (16, 96), "auto"),
+    ("gin", True, (16, 96), "transform-first"), ("gin", True, (16, 96), "aggregate-first")])
+def test_sage_and_gin_workspace_and_allocations_match_the_walk(kind, train_eps, hidden, order):
+    """GraphSAGE and GIN: the workspace holds exactly the buffers activation_peak names, the parameters are those
+    num_parameters counts, and a later epoch allocates at most what the walk keeps beyond the workspace (an upper
+    bound here: the two gradients of a layer's input are counted as alive together)."""
+    from mggcn.nn.norm import operator_for
+    from mggcn.tools.plan import num_parameters
+
+    graph = random_graph(3000, 15000, features=24, classes=6, directed=False, seed=1)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, operator_for(kind))
+    m, dims = shard.x.shape[0], [24, *hidden, 6]
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+
+    def on_epoch(record):
+        if record["epoch"] == 2:
+            prof.__enter__()
+        if record["epoch"] == 3:
+            prof.__exit__(None, None, None)
+
+    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, hidden=hidden, epochs=3, trace_epoch=0, order=order)
+    result = train_shard(DistContext(), shard, cfg, on_epoch)
+    peak, alive = activation_peak(m, dims, order=order, model=kind, train_eps=train_eps)
+    workspace = {k[3:]: v for k, v in alive.items() if k.startswith("ws:")}
+    assert result.model.workspace.sizes == workspace
+    assert sum(p.numel() for p in result.model.parameters()) == num_parameters(dims, kind, train_eps)
+    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.profiler.function_events
+                    if e.self_cpu_memory_usage)
+    allocated = int(np.cumsum([b for _, b in events]).max())
+    assert allocated <= peak - sum(workspace.values()) + 64 * 1024, (allocated, alive)

@@ -54,7 +54,7 @@ from mggcn.distributed.tiled import index_bytes, num_tiles
 from mggcn.nn.model import aggregate_first
 from mggcn.training.trainer import spmm_widths
 
-__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak",
+__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "num_parameters",
            "parse_bytes", "format_bytes", "format_plan"]
 
 FLOAT = 4
@@ -91,10 +91,12 @@ PRESETS = {
 
 
 def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
-                    train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0) -> tuple[int, dict]:
+                    train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0, model: str = "gcn",
+                    train_eps: bool = False) -> tuple[int, dict]:
     """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
 
-    Walks the forward and backward passes of :class:`mggcn.nn.model.GCN` (with its
+    Walks the forward and backward passes of :class:`mggcn.nn.model.GCN` (``model="sage"``:
+    :class:`~mggcn.nn.sage.GraphSAGE`; ``"gin"``: :class:`~mggcn.nn.gin.GIN`, ``train_eps`` its ε) (with its
     :class:`~mggcn.nn.workspace.Workspace`) and the loss of :func:`mggcn.training.trainer.train_shard` tensor by tensor:
     workspace buffers stay (``ws:`` names, each as large as its widest use), other tensors are freed where the code
     drops their last reference. Returns ``(peak, alive)``, ``alive`` naming what is held at the peak of an epoch
@@ -134,17 +136,30 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
 
         for i in range(L):  # forward: every output on the workspace (the logits too: the trainer asks)
             d_in, d_out = dims[i], dims[i + 1]
-            agg = aggregate_first(d_in, d_out, i == 0, order)
+            # the trainer passes the cached Â·X whenever there is no input dropout: the first layer then aggregates first
+            agg = aggregate_first(d_in, d_out, i == 0, order) or (i == 0 and caches_input and model != "gcn")
+            cached = i == 0 and caches_input and agg
             if (input_dropout if i == 0 else dropout) > 0:
                 alloc(f"dropped input {i}", d_in)
                 if i > 0:
                     alloc(f"dropout mask {i}", d_in, 1)
-            if agg and not (i == 0 and caches_input):
+            if agg and not cached:
                 take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
-                if i == 0:
-                    free("dropped input 0")  # X needs no gradient: nothing keeps it
+            if model == "gin":  # the local term (1+ε)·H, added to the SpMM's result (or to the cached Â·X)
+                alloc(f"(1+eps) H {i}", d_in if agg else d_out)
+                if cached and train_eps:  # ε needs a gradient: Â·X + (1+ε)·X is a new tensor, kept by the GEMM
+                    alloc("A.X + (1+eps) X", d_in)
+                elif cached:
+                    take("A.H 0", d_in)
+                free(f"(1+eps) H {i}")
+            if i == 0 and agg and not (model != "gcn" and not cached):
+                free("dropped input 0")  # X needs no gradient and, for the GCN, no GEMM reads it
             if not agg:
-                take("H.W", d_out)
+                take(f"H.W {i}" if model == "gin" and train_eps else "H.W", d_out)
+            if model == "gin":
+                take(f"mlp {i}", d_out)
+            if model == "sage":
+                take("root", d_out)  # H·W_rᵀ, read once by the addition
             take(f"out {i}", d_out)
         logits = f"ws:out {L - 1}"
         # the loss: row maxima and argmax, the gradient (computed in the forward), two vectors of row sums
@@ -156,7 +171,16 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
         free("row sums", "row sums / scale")
         for i in reversed(range(L)):  # backward
             d_in, d_out = dims[i], dims[i + 1]
-            agg = aggregate_first(d_in, d_out, i == 0, order)
+            agg = aggregate_first(d_in, d_out, i == 0, order) or (i == 0 and caches_input and model != "gcn")
+            if model != "gcn":
+                grad = _branched_backward(i, d_in, d_out, agg, grad, model, train_eps, alloc, take_grad, free)
+                if i == 0:
+                    break
+                if f"dropout mask {i}" in live:
+                    new = alloc(f"grad dropped {i}", d_in)
+                    free(f"dropout mask {i}", f"dropped input {i}")
+                    grad = new
+                continue
             if i == 0:  # no gradient for X: the GEMM computes dW only, after the SpMM when it multiplies first
                 if not agg:
                     take_grad(d_out, avoid=grad)
@@ -179,6 +203,50 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
 
     epoch()  # the first epoch sizes the workspace
     return epoch()
+
+
+def _branched_backward(i: int, d_in: int, d_out: int, agg: bool, grad: str, model: str, train_eps: bool,
+                       alloc, take_grad, free) -> str:
+    """The backward of a GraphSAGE or GIN layer in :func:`activation_peak`'s walk; returns the name of the gradient
+    of the layer's input (fresh tensors: the input feeds two branches, see :mod:`mggcn.nn.sage`)."""
+    first = i == 0
+    if model == "gin":  # the MLP's second GEMM, then σ in place; the gradient of its input goes on the workspace
+        inner = take_grad(d_out, avoid=grad)
+        free(grad)
+        grad = inner
+    if agg:
+        if first and not (model == "gin" and train_eps):
+            return grad  # the first GEMM (and GraphSAGE's root GEMM) computes dW only
+        inner = take_grad(d_in, avoid=grad)  # the GEMM (lin_l, or the MLP's first): the gradient of the sum
+        if model == "sage" and not first:
+            alloc(f"grad root {i}", d_in)
+        free(grad)
+        if model == "gin" and train_eps:
+            alloc(f"grad eps {i}", d_in)  # ∂ε = Σ ∂Z ⊙ H: one product, summed
+            free(f"grad eps {i}")
+        if first:
+            return inner
+        alloc(f"grad spmm {i}", d_in)  # Âᵀ·∂, a new tensor
+        if model == "gin":
+            alloc(f"grad local {i}", d_in)  # (1+ε)·∂
+            free(f"grad local {i}")  # autograd adds one of the two into the other
+        free(inner, f"grad root {i}")
+        return f"grad spmm {i}"
+    inner = take_grad(d_out, avoid=grad)  # the SpMM with Âᵀ
+    if model == "gin":
+        alloc(f"grad local {i}", d_out)
+        if train_eps:
+            alloc(f"grad eps {i}", d_out)
+            free(f"grad eps {i}")
+        free(f"grad local {i}")
+    if first:
+        return inner
+    alloc(f"grad gemm {i}", d_in)  # the GEMM's (lin_l, the MLP's first) input gradient, a new tensor
+    if model == "sage":
+        alloc(f"grad root {i}", d_in)
+        free(f"grad root {i}")
+    free(grad, inner)
+    return f"grad gemm {i}"
 
 
 @dataclass
@@ -205,7 +273,8 @@ class MemoryPlan:
 def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden: Sequence[int], nprocs: int = 1, *,
                 order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
                 splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
-                symmetric: bool = False, tile_cols: int | None = None) -> MemoryPlan:
+                symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
+                train_eps: bool = False) -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -214,12 +283,16 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``).
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
         tile_cols: columns per CSR tile on a CPU (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled, as on GPUs).
+        model: ``gcn``, ``sage`` or ``gin`` (``train_eps``: GIN's learnable ε): its parameters
+            (:func:`num_parameters`) and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no
+            self loops (``nnz = edges``).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ValueError(f"--nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}")
     dims = [features, *hidden, classes]
     m = -(-num_nodes // nprocs)
-    nnz_rank = -(-(edges + num_nodes) // nprocs) if rank_nnz is None else rank_nnz
+    loops = num_nodes if model == "gcn" else 0
+    nnz_rank = -(-(edges + loops) // nprocs) if rank_nnz is None else rank_nnz
     nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
     caches = input_dropout == 0.0
     widths = spmm_widths(dims, order, caches)
@@ -230,7 +303,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         return nprocs * num_tiles(m, tile_cols) * (m + 1) * ib + nnz * (ib + FLOAT)
 
     cached = caches and aggregate_first(dims[0], dims[1], True, order)
-    params = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
+    params = num_parameters(dims, model, train_eps)
     ntrain = math.ceil(train * m)
     plan.parts["adjacency A"] = blocks(nnz_rank)
     plan.parts["adjacency A^T"] = 0 if symmetric else blocks(nnz_rank_t)
@@ -240,7 +313,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     plan.parts["optimizer"] = 5 * FLOAT * params
     plan.parts["broadcast buffers"] = 2 * FLOAT * m * max(widths or [features]) if nprocs > 1 else 0
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
-                                   dropout=dropout, input_dropout=input_dropout)
+                                   dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps)
     before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0
     plan.parts["activations"] = max(peak, before)
     plan.activation_detail = detail
@@ -248,6 +321,18 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
     plan.comm_once = (nprocs - 1) * m * features * FLOAT if cached else 0
     return plan
+
+
+def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False) -> int:
+    """Trained parameters of ``model`` with layer sizes ``dims``: per layer ``d_in·d_out + d_out`` for the GCN,
+    ``2·d_in·d_out + d_out`` for GraphSAGE (W_l, b, W_r), ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable
+    ε) for GIN's MLP."""
+    pairs = list(zip(dims[:-1], dims[1:]))
+    if model == "sage":
+        return sum(2 * a * b + b for a, b in pairs)
+    if model == "gin":
+        return sum(a * b + b * b + 2 * b + int(train_eps) for a, b in pairs)
+    return sum(a * b + b for a, b in pairs)
 
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
