@@ -31,7 +31,7 @@ _EXPORTS = {
     "GCNLayer": "mggcn.nn.model",
     "GraphSAGE": "mggcn.nn.sage",
     "GIN": "mggcn.nn.gin",
-    "TrainConfig": "mggcn.training.trainer",
+    "TrainConfig": "mggcn.config",
     "TrainedModel": "mggcn.api",
     "adjacency_operator": "mggcn.api",
     "train": "mggcn.api",
@@ -42,11 +42,11 @@ __all__ = ["GCN", "GCNLayer", "GIN", "Graph", "GraphError", "GraphSAGE", "SPLITS
 
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
+    from mggcn.config import TrainConfig
     from mggcn.data.graph import SPLITS, Graph, GraphError
     from mggcn.nn.gin import GIN
     from mggcn.nn.model import GCN, GCNLayer
     from mggcn.nn.sage import GraphSAGE
-    from mggcn.training.trainer import TrainConfig
 
 
 def __getattr__(name: str) -> Any:

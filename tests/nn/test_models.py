@@ -16,7 +16,7 @@ from mggcn.distributed.partition import build_shard, make_partition
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.gin import GIN, GINLayer
 from mggcn.nn.models import MODELS, make_model
-from mggcn.nn.norm import normalize, adjacency, operator_for
+from mggcn.nn.norm import adjacency, normalize, operator_for
 from mggcn.nn.sage import GraphSAGE, SAGELayer
 from reference import random_graph
 

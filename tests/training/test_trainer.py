@@ -5,9 +5,10 @@ import pytest
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.distributed.launch import run_workers
 from mggcn.nn.model import GCN
-from mggcn.training.trainer import TrainConfig, build_model
+from mggcn.training.trainer import build_model
 from reference import gcn_losses, pyg_model_losses, random_graph
 
 EPOCHS = 10
@@ -117,7 +118,8 @@ def test_sage_and_gin_loss_curves_equal_pyg_models(nprocs):
                                     cfg.gin_train_eps)
         losses, history, state = per_rank[0][k]
         # float32 against float64 over 10 Adam steps: relative differences stay below 1e-6
-        torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64),
+        torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64),
+                                   torch.tensor(expected, dtype=torch.float64),
                                    rtol=1e-5, atol=0, msg=lambda m, k=k: f"P={nprocs} case {k}: {m}")
         assert set(state) == set(initial)
         for other in per_rank[1:]:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mggcn.config import MODELS, operator_for
 from mggcn.nn.gin import GIN
 from mggcn.nn.model import GCN, LayerStack
-from mggcn.nn.norm import operator_for
 from mggcn.nn.sage import GraphSAGE
 
 __all__ = ["MODELS", "PYG_MODELS", "make_model", "operator_for"]
 
-MODELS = ("gcn", "sage", "gin")
 PYG_MODELS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN"}  # in torch_geometric.nn.models
 
 

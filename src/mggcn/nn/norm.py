@@ -25,21 +25,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from mggcn.config import NORMS, OPERATORS, operator_for
+
 __all__ = ["NORMS", "OPERATORS", "adds_self_loops", "adjacency", "entry_values", "normalize", "operator_for"]
-
-NORMS = ("sym", "mean")  # the GCN's (--norm)
-OPERATORS = NORMS + ("in-mean", "sum")  # every Â a shard can be built with
-
-
-def operator_for(model: str, norm: str = "sym") -> str:
-    """The Â that ``model`` aggregates with: the GCN's ``norm``, GraphSAGE's ``in-mean``, GIN's ``sum``."""
-    if model == "gcn":
-        return norm
-    if model == "sage":
-        return "in-mean"
-    if model == "gin":
-        return "sum"
-    raise ValueError(f"--model must be one of gcn, sage, gin, got '{model}'")
 
 
 def adds_self_loops(operator: str) -> bool:
