@@ -1,5 +1,9 @@
 """``mggcn bench``: mggcn at P = 1 and P = 2 (overlap on and off) against PyG's ``GCNConv``, on one graph, in one run.
 
+``--model sage`` / ``gin`` trains GraphSAGE / GIN instead, against PyG's own ``GraphSAGE`` / ``GIN`` model (its
+``SAGEConv`` / ``GINConv`` given the unweighted adjacency as a torch CSR, int32 or int64 indices by ``--pyg-adj``,
+or the ``edge_index``), from the same initial weights.
+
 Every configuration trains the same synthetic graph (a degree-corrected block model, :func:`mggcn.data.synthetic.
 community_graph`, generated once and shared through a file) with the same model, initial weights, epochs and
 thread count, each in fresh processes of its own so that peak memories do not mix. Reported per configuration:
@@ -64,9 +68,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import numpy as np
 import torch
 
-from mggcn.config import MMAP_THRESHOLD, TrainConfig
+from mggcn.config import MMAP_THRESHOLD, MODELS, TrainConfig
 from mggcn.data.datasets import InMemoryDataset
-from mggcn.data.graph import SPLITS, Graph
+from mggcn.data.graph import SPLITS, Graph, GraphError
 from mggcn.distributed.context import available_cores, init_distributed
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.tools.plan import plan_memory
@@ -89,6 +93,7 @@ class BenchOptions:
     features: int = 128
     classes: int = 40
     hidden: tuple[int, ...] = (128,)
+    model: str = "gcn"  # gcn, sage or gin (mggcn.nn.models), against PyG's GCNConv, GraphSAGE or GIN
     epochs: int = 8  # timed epochs, after the warm-up
     warmup: int = 2
     repeats: int = 1  # rounds over the mggcn configurations, interleaved (their medians are reported)
@@ -332,7 +337,8 @@ def _shard_bytes(shard) -> dict:
 
 
 def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
-    """PyG's GCNConv, full batch, from mggcn's initial weights; the same loss, optimizer and accuracies."""
+    """PyG's GCNConv (or its GraphSAGE / GIN model), full batch, from mggcn's initial weights; the same loss,
+    optimizer and accuracies."""
     import torch.nn.functional as F
     from torch_geometric.nn import GCNConv
 
@@ -340,17 +346,28 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
     dev = ctx.device
     probe = _MemoryProbe(dev)
     start = time.perf_counter()
-    cfg = _train_config(hidden=opts.hidden, seed=opts.seed)
+    cfg = _train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model)
     graph = _load_graph(path)
     x, y = torch.from_numpy(graph.x).to(dev), torch.from_numpy(graph.y).to(dev)
     rows = {s: torch.from_numpy(graph.masks[s]).nonzero().squeeze(1).to(dev) for s in SPLITS}
-    adj, edge_weight = _pyg_adjacency(graph, opts.pyg_adj, dev)
+    if opts.model == "gcn":
+        adj, edge_weight = _pyg_adjacency(graph, opts.pyg_adj, dev)
+    else:
+        adj, edge_weight = _pyg_raw_adjacency(graph, opts.pyg_adj, dev), None
     num_nodes = graph.num_nodes
     del graph
-    convs = torch.nn.ModuleList(GCNConv(a, b, cached=True, normalize=opts.pyg_adj == "edge_index")
-                                for a, b in zip(opts.dims[:-1], opts.dims[1:])).to(dev)
-    convs.load_state_dict({k.removeprefix("convs."): v for k, v in
-                           build_model(cfg, opts.features, opts.classes).gcnconv_state_dict().items()})
+    state = build_model(cfg, opts.features, opts.classes).pyg_state_dict()
+    if opts.model == "gcn":
+        convs = torch.nn.ModuleList(GCNConv(a, b, cached=True, normalize=opts.pyg_adj == "edge_index")
+                                    for a, b in zip(opts.dims[:-1], opts.dims[1:], strict=True)).to(dev)
+        convs.load_state_dict({k.removeprefix("convs."): v for k, v in state.items()})
+    else:
+        from torch_geometric.nn import models
+
+        pyg_model = getattr(models, {"sage": "GraphSAGE", "gin": "GIN"}[opts.model])(
+            opts.features, opts.hidden[0], len(opts.hidden) + 1, opts.classes)
+        pyg_model.load_state_dict(state, strict=True)
+        convs = pyg_model.convs.to(dev)
     optimizer = torch.optim.Adam(convs.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay)
     probe.ready()
@@ -382,6 +399,22 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
     memory = probe.done()
     return {"rank": 0, "history": history, "memory": memory, "setup_s": setup_s, "nodes": num_nodes,
             "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj, "machine": _measure_after(ctx, threads, opts)}
+
+
+def _pyg_raw_adjacency(graph: Graph, kind: str, device: torch.device):
+    """What SAGEConv and GINConv are given: Aᵀ unweighted (edge counts) as torch CSR, or the raw edge_index."""
+    from torch_geometric.utils import to_torch_csr_tensor
+
+    edge_index = torch.from_numpy(graph.edge_index)
+    if kind == "edge_index":
+        return edge_index.to(device)
+    if kind not in PYG_ADJ:
+        raise ValueError(f"--pyg-adj must be one of {', '.join(PYG_ADJ)}, got '{kind}'")
+    adj_t = to_torch_csr_tensor(edge_index.flip(0), None, (graph.num_nodes, graph.num_nodes))
+    if kind == "csr":
+        adj_t = torch.sparse_csr_tensor(adj_t.crow_indices().int(), adj_t.col_indices().int(), adj_t.values(),
+                                        adj_t.shape)
+    return adj_t.to(device)
 
 
 def _pyg_adjacency(graph: Graph, kind: str, device: torch.device):
@@ -436,7 +469,8 @@ def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
     if opts.device == "cuda":
         runs = [r for r in runs if r.nprocs <= gpus]
     if opts.pyg:
-        runs.append(_Run(f"PyG GCNConv ({opts.pyg_adj})", "pyg"))
+        pyg_name = {"gcn": "GCNConv", "sage": "GraphSAGE", "gin": "GIN"}[opts.model]
+        runs.append(_Run(f"PyG {pyg_name} ({opts.pyg_adj})", "pyg"))
     return runs
 
 
@@ -469,21 +503,23 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
         if run.kind == "mggcn":
             plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
                                opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"],
-                               rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"], tile_cols=r["tile_cols"])
+                               rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"], tile_cols=r["tile_cols"],
+                               model=opts.model)
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)
         ranks.append(entry)
     row["memory"] = ranks
+    nnz = graph["nnz"] if opts.model == "gcn" else graph["nnz"] - graph["nodes"]  # GraphSAGE and GIN: no self loops
     row["peak"] = max(e["cuda_peak"] if cuda else e["peak"] for e in ranks)
     row["net"] = max(e["cuda_peak"] if cuda else e["net"] for e in ranks)
     if run.kind == "mggcn":
         row["predicted"] = max(e["predicted"] for e in ranks)
         row["measured_over_predicted"] = max(e["measured_over_predicted"] for e in ranks)
         row["raw_over_predicted"] = max(e["raw_over_predicted"] for e in ranks)
-        work = mggcn_work(graph["nodes"], graph["nnz"], opts.dims, run.nprocs)
+        work = mggcn_work(graph["nodes"], nnz, opts.dims, run.nprocs, model=opts.model)
     else:
-        work = pyg_work(graph["nodes"], graph["nnz"], opts.dims)
+        work = pyg_work(graph["nodes"], nnz, opts.dims, model=opts.model)
     machine = Machine(device=run.machines[0]["device"], threads=run.machines[0]["threads"],
                       bandwidth=statistics.median(m["bandwidth"] for m in run.machines),
                       gemm_rate=statistics.median(m["gemm_rate"] for m in run.machines))
@@ -553,7 +589,7 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
 def _run_one(run: _Run, opts: BenchOptions, path: str, threads: int) -> list:
     if run.kind == "pyg":
         return run_workers(pyg_worker, 1, (path, opts, threads), timeout_s=opts.timeout_s)
-    config = dict(hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
+    config = dict(model=opts.model, hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
                   partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm)
     args = (path, config, opts, max(1, threads // run.nprocs), threads)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)
@@ -688,5 +724,11 @@ def write_report(report: dict, path: str) -> None:
 def options_from(small: bool = False, **overrides) -> BenchOptions:
     """The defaults (or :data:`SMALL`) with the given options replaced (``None`` keeps the default)."""
     base = SMALL if small else BenchOptions()
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    opts = replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    if opts.model not in MODELS:
+        raise GraphError(f"--model must be one of {', '.join(MODELS)}, got '{opts.model}'")
+    if opts.model != "gcn" and opts.pyg and len(set(opts.hidden)) > 1:
+        raise GraphError(f"--model {opts.model}: PyG's GraphSAGE and GIN have one hidden width, got --hidden "
+                         f"{','.join(map(str, opts.hidden))} (or give --no-pyg)")
+    return opts
 

@@ -105,30 +105,38 @@ def _work(rows: int, num_nodes: int, nnz: int, widths: Sequence[int], gemms: lis
         comm_bytes=sum((nprocs - 1) * rows * w * FLOAT for w in widths))
 
 
+def _layer_gemms(rows: int, d_in: int, d_out: int, first: bool, model: str) -> list[tuple[int, int, int]]:
+    """The GEMMs of one layer's forward and backward: ``H·Wᵀ``, ``∂W`` and (but in the first layer) ``∂H`` of each
+    linear — one for the GCN, two for GraphSAGE (W_l, W_r), GIN's MLP (its second linear always needs ``∂H``)."""
+    def linear(a: int, b: int, needs_input_grad: bool) -> list[tuple[int, int, int]]:
+        return [(rows, a, b), (b, rows, a)] + ([(rows, b, a)] if needs_input_grad else [])
+
+    gemms = linear(d_in, d_out, not first)
+    if model == "sage":
+        gemms += linear(d_in, d_out, not first)
+    if model == "gin":
+        gemms += linear(d_out, d_out, True)
+    return gemms
+
+
 def mggcn_work(num_nodes: int, nnz: int, dims: Sequence[int], nprocs: int = 1, order: str = "auto",
-               caches_input: bool = True) -> EpochWork:
-    """One rank's epoch in mggcn (``nnz`` of Â with self loops, spread evenly over the ranks). The order policy
+               caches_input: bool = True, model: str = "gcn") -> EpochWork:
+    """One rank's epoch in mggcn (``nnz`` of Â, spread evenly over the ranks) training ``model``. The order policy
     changes the SpMM widths, not the GEMM shapes."""
     m = -(-num_nodes // nprocs)
-    gemms = []
-    for i in range(len(dims) - 1):
-        d_in, d_out = dims[i], dims[i + 1]
-        gemms += [(m, d_in, d_out), (d_out, m, d_in)]  # forward, ∂W
-        if i > 0:
-            gemms.append((m, d_out, d_in))  # ∂H
+    gemms = [g for i in range(len(dims) - 1) for g in _layer_gemms(m, dims[i], dims[i + 1], i == 0, model)]
     return _work(m, num_nodes, -(-nnz // nprocs), spmm_widths(list(dims), order, caches_input), gemms, nprocs)
 
 
-def pyg_work(num_nodes: int, nnz: int, dims: Sequence[int]) -> EpochWork:
-    """PyG's ``GCNConv`` epoch: every layer multiplies by W first, then aggregates, forward and backward (its
-    first layer too: ∂W needs ``Âᵀ·∂out``)."""
+def pyg_work(num_nodes: int, nnz: int, dims: Sequence[int], model: str = "gcn") -> EpochWork:
+    """PyG's epoch: ``GCNConv`` multiplies by W first, then aggregates, forward and backward (its first layer too:
+    ∂W needs ``Âᵀ·∂out``); ``SAGEConv`` and ``GINConv`` aggregate first, at ``d_in``, and need no backward
+    aggregation in the first layer."""
     gemms, widths = [], []
     for i in range(len(dims) - 1):
         d_in, d_out = dims[i], dims[i + 1]
-        gemms += [(num_nodes, d_in, d_out), (d_out, num_nodes, d_in)]
-        if i > 0:
-            gemms.append((num_nodes, d_out, d_in))
-        widths += [d_out, d_out]
+        gemms += _layer_gemms(num_nodes, d_in, d_out, i == 0, model)
+        widths += [d_out, d_out] if model == "gcn" else [d_in] * (1 if i == 0 else 2)
     return _work(num_nodes, num_nodes, nnz, widths, gemms, 1)
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from mggcn.config import SHM_MODES
+from mggcn.config import MODELS, SHM_MODES
 from mggcn.tools.cli.common import byte_size, byte_sizes, hidden_sizes, int_list, orderings, positive_int
 
-HELP = "mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv, in one run"
+HELP = "mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv (GraphSAGE, GIN), in one run"
 
 
 def description() -> str:
@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
     p.add_argument("--features", type=positive_int, help=f"default {d.features}")
     p.add_argument("--classes", type=positive_int, help=f"default {d.classes}")
+    p.add_argument("--model", choices=MODELS,
+                   help="gcn (default) against PyG's GCNConv, sage against its GraphSAGE, gin against its GIN")
     p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
     p.add_argument("--epochs", type=positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
     p.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
@@ -38,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ids", choices=("clustered", "random"), help="vertex ids of the graph (default clustered)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default cpu")
     p.add_argument("--no-pyg", dest="pyg", action="store_false", default=None, help="skip the PyG baseline")
-    p.add_argument("--pyg-adj", choices=bench.PYG_ADJ, help="what PyG's GCNConv is given (default csr)")
+    p.add_argument("--pyg-adj", choices=bench.PYG_ADJ,
+                   help="what PyG's GCNConv (SAGEConv, GINConv) is given (default csr)")
     p.add_argument("--seed", type=int)
     p.add_argument("--graph-cache", help="an .npz holding the graph: reused when it exists, written when not")
     p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
@@ -58,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mggcn.tools.bench import format_table, options_from, run_bench, write_report
 
-    keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
+    keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
             "tile_bytes", "compare_tiles", "shm", "compare_shm")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mggcn.config import ORDERS, TrainConfig
+from mggcn.config import MODELS, ORDERS, TrainConfig
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli.common import byte_size, hidden_sizes, int_list, positive_int
 from mggcn.utils.units import parse_bytes
@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--edges", type=int, help="nonzeros of A: both directions of an undirected edge, no self loops")
     p.add_argument("--features", type=positive_int)
     p.add_argument("--classes", type=positive_int)
+    p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
+                   help="gcn, sage or gin: its parameters, buffers and Â (GraphSAGE and GIN add no self loops)")
+    p.add_argument("--gin-train-eps", action="store_true", help="--model gin with a learnable ε")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, help="hidden layer sizes (default 128)")
     p.add_argument("--nprocs", type=int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
     p.add_argument("--memory", type=parse_bytes, default=None, help="memory per device, e.g. 80G or 141G")
@@ -40,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-dropout", type=float, default=0.0)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--directed", action="store_true",
-                   help="Â differs from Âᵀ (a directed graph, or --norm mean): the blocks of Âᵀ are stored too")
+                   help="Â differs from Âᵀ (a directed graph, or --norm mean; always for --model sage): the blocks of Âᵀ "
+                        "are stored too")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,14 +59,15 @@ def run(args: argparse.Namespace) -> int:
         raise GraphError(f"give --dataset or --{' --'.join(missing)}")
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
-    cfg = TrainConfig(hidden=args.hidden, order=args.order, input_dropout=args.input_dropout,
-                      tile_bytes=args.tile_bytes)
+    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, hidden=args.hidden, order=args.order,
+                      input_dropout=args.input_dropout, tile_bytes=args.tile_bytes)
     for nprocs in args.nprocs:
         tiles = epoch_tile_columns(cfg, sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], nprocs,
                                    args.device, nprocs)
         plan = plan_memory(sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], args.hidden,
                            nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                            train=sizes["train"] if sizes["train"] is not None else 0.5,
-                           symmetric=not args.directed, tile_cols=tiles)
-        print(format_plan(plan, preset.name if preset else "graph", args.memory))
+                           symmetric=not args.directed and args.model != "sage", tile_cols=tiles, model=args.model,
+                           train_eps=args.gin_train_eps)
+        print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}", args.memory))
     return 0

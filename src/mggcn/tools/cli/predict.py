@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from mggcn.config import ACTIVATIONS, DEVICES, NORMS
+from mggcn.config import ACTIVATIONS, DEVICES, MODELS, NORMS
 from mggcn.tools.cli.common import add_dataset_options, positive_int, read_options, under_torchrun
 
 HELP = "predict every vertex with a saved model"
@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--embeddings", type=positive_int, default=None, metavar="LAYER",
                 help="the output of layer LAYER (1..L, after its activation) instead of classes")
     add_dataset_options(p)
+    p.add_argument("--model", dest="kind", choices=MODELS, default=None,
+                   help="check that MODEL is a gcn, sage or gin model (default: read from MODEL's parameter names)")
     p.add_argument("--norm", choices=NORMS, default=None, help="when MODEL has no MODEL.json (default sym)")
     p.add_argument("--activation", choices=ACTIVATIONS, default=None,
                    help="when MODEL has no MODEL.json (default relu)")
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     output = "proba" if args.proba else "embeddings" if args.embeddings else "classes"
     job = PredictJob(model=args.model, dataset=args.dataset, out=args.out, output=output, layer=args.embeddings,
                      fmt=args.fmt, undirected=args.undirected, dedup=args.dedup, read_options=reader_options,
-                     norm=args.norm, activation=args.activation, device=args.device, threads=args.threads,
+                     norm=args.norm, activation=args.activation, kind=args.kind, device=args.device, threads=args.threads,
                      timeout_s=args.timeout)
     if under_torchrun():
         check_predict(job, int(os.environ["WORLD_SIZE"]))

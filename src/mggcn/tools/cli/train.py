@@ -12,6 +12,7 @@ from mggcn.config import (
     DEFAULT_DATASET,
     DEVICES,
     MMAP_THRESHOLD,
+    MODELS,
     NORMS,
     ORDERINGS,
     ORDERS,
@@ -30,7 +31,7 @@ from mggcn.tools.cli.common import (
     under_torchrun,
 )
 
-HELP = "train a GCN"
+HELP = "train a GCN, GraphSAGE or GIN"
 DESCRIPTION = """The ``mggcn`` command.
 
 Launch, on one machine (P local workers, gloo on CPU or one GPU each with NCCL)::
@@ -60,6 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cpu (gloo) or cuda (one GPU per rank, NCCL); auto picks cuda when visible (default cpu)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads per rank (default: cores / local ranks)")
+    p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
+                   help="gcn: PyG GCNConv layers; sage: SAGEConv (mean over in-neighbours + root weight); gin: "
+                        "GINConv with a 2-layer MLP (default gcn)")
+    p.add_argument("--gin-train-eps", action="store_true",
+                   help="--model gin: learn ε in (1 + ε)·h_i (default: fixed at 0)")
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden,
                    help="hidden layer sizes, e.g. 128,128 for a 3-layer GCN (default 128)")
@@ -70,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dropout on the input features (0 lets Â·X be computed once)")
     p.add_argument("--activation", choices=ACTIVATIONS, default=DEFAULTS.activation)
     p.add_argument("--norm", choices=NORMS, default=DEFAULTS.norm,
-                   help="sym: D^-1/2 (A+I) D^-1/2 (PyG GCNConv); mean: D^-1 (A+I) (original MG-GCN)")
+                   help="--model gcn: sym: D^-1/2 (A+I) D^-1/2 (PyG GCNConv); mean: D^-1 (A+I) (original MG-GCN)")
     p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order,
                    help="per layer, aggregate before or after multiplying by W (auto: the narrower SpMM)")
     p.add_argument("--no-overlap", dest="overlap", action="store_false",
@@ -97,7 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", default=None, help="write one JSON object per epoch to this file")
     p.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write the epoch records as TensorBoard scalars to DIR (needs tensorboard)")
-    p.add_argument("--save-model", default=None, help="write the weights as a PyG GCNConv-compatible state dict")
+    p.add_argument("--save-model", default=None,
+                   help="write the weights as a state dict that loads into PyG's GCN, GraphSAGE or GIN model")
     p.add_argument("--save-predictions", default=None,
                    help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
@@ -141,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, run_workers
     from mggcn.training.job import TrainJob, check_job, run_train_job
 
-    cfg = TrainConfig(hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
+    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
                       seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm,
