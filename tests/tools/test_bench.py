@@ -214,3 +214,21 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu"
     assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"}
     assert all(r["epoch_s"] > 0 for r in report["rows"])
+
+
+@pytest.mark.parametrize("model", ["sage", "gin"])
+def test_bench_model_against_pygs_own(model):
+    """`bench --model sage|gin` trains the model at P = 1 and 2 and PyG's GraphSAGE / GIN from the same weights:
+    the same losses after the same epochs, and the plan's parameters."""
+    opts = bench.options_from(small=True, model=model, nprocs=(1, 2), partitions=("random-local",), epochs=2,
+                              warmup=1)
+    report = bench.run_bench(opts, log=lambda line: None)
+    assert report["failed"] == []
+    rows = {r["name"]: r for r in report["rows"]}
+    pyg = rows[f"PyG {'GraphSAGE' if model == 'sage' else 'GIN'} (csr)"]
+    for name in ("mggcn P=1 random-local", "mggcn P=2 random-local"):
+        # float32 on both sides, another summation order: 3 Adam steps agree to a few ulps of the loss
+        assert rows[name]["loss"] == pytest.approx(pyg["loss"], rel=1e-5), name
+        assert rows[name]["time_vs_pyg"] == pytest.approx(rows[name]["epoch_s"] / pyg["epoch_s"])
+    with pytest.raises(Exception, match="one hidden width"):
+        bench.options_from(small=True, model=model, hidden=(16, 8))

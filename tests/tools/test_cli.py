@@ -159,3 +159,32 @@ def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     monkeypatch.delenv("MGGCN_SHM_DIR")
     out = run_cli(*common, timeout=120)
     assert out.returncode == 0 and "comm broadcast (shared memory)" in out.stdout, out.stderr
+
+
+def test_train_and_predict_graphsage_and_gin_from_the_command_line(tmp_path):
+    """`--model sage` trains at P = 2 and its saved model loads into PyG's GraphSAGE, which predicts what
+    `mggcn predict` (model read from the file) writes; GIN with a learnable ε likewise at P = 1; bad combinations
+    are one line, exit 2."""
+    from torch_geometric.nn.models import GIN, GraphSAGE
+
+    graph = parse_spec("builtin:karate")
+    for kind, extra in (("sage", ["--nprocs", "2"]), ("gin", ["--gin-train-eps"])):
+        model, preds = tmp_path / f"{kind}.pt", tmp_path / f"{kind}.npy"
+        out = run_cli("train", "builtin:karate", "--model", kind, "--epochs", "5", "--hidden", "16,16", "--quiet",
+                      "--save-model", str(model), *extra)
+        assert out.returncode == 0, out.stderr
+        assert json.loads((tmp_path / f"{kind}.pt.json").read_text())["model"] == kind
+        out = run_cli("predict", str(model), "builtin:karate", "--out", str(preds))
+        assert out.returncode == 0, out.stderr
+        pyg = (GraphSAGE if kind == "sage" else GIN)(graph.num_features, 16, 3, graph.num_classes,
+                                                     **({"train_eps": True} if kind == "gin" else {}))
+        pyg.load_state_dict(torch.load(model), strict=True)
+        expected = pyg.eval()(torch.from_numpy(graph.x), torch.from_numpy(graph.edge_index)).argmax(1).numpy()
+        np.testing.assert_array_equal(np.load(preds), expected)
+    for args, message in ((["train", "builtin:karate", "--model", "sage", "--gin-train-eps"],
+                           "--gin-train-eps is for --model gin, not sage"),
+                          (["predict", str(tmp_path / "sage.pt"), "builtin:karate", "--out", str(tmp_path / "x.npy"),
+                            "--model", "gin"], "holds a sage model")):
+        out = run_cli(*args)
+        assert out.returncode == 2, (out.stdout, out.stderr)
+        assert message in out.stderr.strip().splitlines()[-1] and "Traceback" not in out.stderr

@@ -257,3 +257,24 @@ def test_sage_and_gin_workspace_and_allocations_match_the_walk(kind, train_eps, 
                     if e.self_cpu_memory_usage)
     allocated = int(np.cumsum([b for _, b in events]).max())
     assert allocated <= peak - sum(workspace.values()) + 64 * 1024, (allocated, alive)
+
+
+def test_plan_per_model(capsys):
+    """GraphSAGE doubles the GCN's weights, GIN adds its MLP's second linear; both aggregate without self loops;
+    `mggcn plan --model` prints each."""
+    from mggcn.tools.plan import num_parameters
+
+    dims = [128, 256, 40]
+    gcn, sage, gin = (plan_memory(10_000, 100_000, 128, 40, (256,), 2, model=m) for m in ("gcn", "sage", "gin"))
+    assert num_parameters(dims, "gcn") == 128 * 256 + 256 + 256 * 40 + 40
+    assert num_parameters(dims, "sage") == 2 * (128 * 256 + 256 * 40) + 256 + 40
+    assert num_parameters(dims, "gin", train_eps=True) == 128 * 256 + 256 * 256 + 2 * 256 + 256 * 40 + 40 * 40 + 80 + 2
+    for plan, kind in ((gcn, "gcn"), (sage, "sage"), (gin, "gin")):
+        assert plan.parts["optimizer"] == 5 * 4 * num_parameters(dims, kind)
+    assert sage.parts["adjacency A"] < gcn.parts["adjacency A"]  # no self loops: 10,000 nonzeros fewer
+    assert sage.parts["activations"] > gcn.parts["activations"]  # the root term H·W_rᵀ
+    assert main(["plan", "--nodes", "10000", "--edges", "100000", "--features", "128", "--classes", "40",
+                 "--hidden", "256", "--model", "gin"]) == 0
+    out = capsys.readouterr().out
+    optimizer = next(line for line in out.splitlines() if line.strip().startswith("optimizer"))
+    assert "graph, gin" in out and optimizer.split()[-2:] == format_bytes(5 * 4 * num_parameters(dims, "gin")).split()

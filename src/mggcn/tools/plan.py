@@ -136,7 +136,7 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
 
         for i in range(L):  # forward: every output on the workspace (the logits too: the trainer asks)
             d_in, d_out = dims[i], dims[i + 1]
-            # the trainer passes the cached Â·X whenever there is no input dropout: the first layer then aggregates first
+            # the trainer passes the cached Â·X whenever there is no input dropout: the first layer aggregates first
             agg = aggregate_first(d_in, d_out, i == 0, order) or (i == 0 and caches_input and model != "gcn")
             cached = i == 0 and caches_input and agg
             if (input_dropout if i == 0 else dropout) > 0:

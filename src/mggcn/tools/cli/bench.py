@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mggcn.tools.bench import format_table, options_from, run_bench, write_report
 
-    keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
+    keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads",
+            "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
             "tile_bytes", "compare_tiles", "shm", "compare_shm")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})

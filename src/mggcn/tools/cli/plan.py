@@ -43,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-dropout", type=float, default=0.0)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--directed", action="store_true",
-                   help="Â differs from Âᵀ (a directed graph, or --norm mean; always for --model sage): the blocks of Âᵀ "
-                        "are stored too")
+                   help="Â differs from Âᵀ (a directed graph, or --norm mean; always for --model sage): the blocks "
+                        "of Âᵀ are stored too")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     output = "proba" if args.proba else "embeddings" if args.embeddings else "classes"
     job = PredictJob(model=args.model, dataset=args.dataset, out=args.out, output=output, layer=args.embeddings,
                      fmt=args.fmt, undirected=args.undirected, dedup=args.dedup, read_options=reader_options,
-                     norm=args.norm, activation=args.activation, kind=args.kind, device=args.device, threads=args.threads,
+                     norm=args.norm, activation=args.activation, kind=args.kind, device=args.device,
+                     threads=args.threads,
                      timeout_s=args.timeout)
     if under_torchrun():
         check_predict(job, int(os.environ["WORLD_SIZE"]))

@@ -148,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, run_workers
     from mggcn.training.job import TrainJob, check_job, run_train_job
 
-    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
+    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, hidden=args.hidden, epochs=args.epochs,
+                      lr=args.lr, weight_decay=args.weight_decay,
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
                       seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm,
