@@ -11,7 +11,7 @@ import torch
 
 import workers
 from mggcn.distributed.context import DistContext
-from mggcn.distributed.launch import run_workers
+from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.distributed.partition import build_shard, make_partition
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.model import GCN
@@ -85,7 +85,11 @@ def test_report_numbers_are_consistent(report):
 
 
 def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "run_bench", lambda opts, log: report)
+    def run_bench(opts, log, out=None):  # run_bench writes the report to --out
+        bench.write_report(report, out)
+        return report
+
+    monkeypatch.setattr(bench, "run_bench", run_bench)
     out = tmp_path / "bench.json"
     assert main(["bench", "--small", "--nprocs", "1,2", "--partition", "random-local", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -95,9 +99,70 @@ def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
     assert json.loads(out.read_text())["rows"][0]["name"] == report["rows"][0]["name"]
 
 
+def test_bench_writes_its_report_before_the_table_when_every_configuration_fails(tmp_path, monkeypatch, capsys):
+    # as on a GPU where PyG runs out of memory and mggcn hits a CUDA error: no rates to take a min or max of
+    def fail(run, *args):
+        raise WorkerError(0, f"failed: {run.name} ran out of memory")
+
+    out, seen = tmp_path / "bench.json", {}
+
+    def table(report):  # the JSON is on disk before the table is printed
+        seen["json"] = json.loads(out.read_text())
+        return real_table(report)
+
+    real_table = bench.format_table
+    monkeypatch.setattr(bench, "_run_one", fail)
+    monkeypatch.setattr(bench, "format_table", table)
+    assert main(["bench", "--small", "--nprocs", "1", "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    names = ["mggcn P=1 random-local", "mggcn P=1 random", "PyG GCNConv (csr)"]
+    for report in (seen["json"], json.loads(out.read_text())):
+        assert report["rows"] == [] and report["complete"] and report["graph"]["nodes"] == bench.SMALL.nodes
+        assert [f["name"] for f in report["failed"]] == names
+        assert all(f["error"] == f"rank 0 failed: {f['name']} ran out of memory" for f in report["failed"])
+    assert "(no configuration finished)" in captured.out and "PyG GCNConv (csr): FAILED: rank 0" in captured.out
+    assert captured.err.strip() == "mggcn bench: failed: mggcn P=1 random-local, mggcn P=1 random"
+
+
+def test_bench_report_keeps_what_finished_when_it_is_stopped(tmp_path, monkeypatch):
+    calls = []
+    real_run_one = bench._run_one
+
+    def stop_at_the_second(run, *args):
+        calls.append(run.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_run_one(run, *args)
+
+    monkeypatch.setattr(bench, "_run_one", stop_at_the_second)
+    out = tmp_path / "bench.json"
+    opts = bench.options_from(small=True, nprocs=(1,), partitions=("random-local",), epochs=1, warmup=1)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(opts, log=lambda line: None, out=str(out))
+    report = json.loads(out.read_text())
+    assert [r["name"] for r in report["rows"]] == calls[:1] == ["mggcn P=1 random-local"]
+    assert report["error"] == "KeyboardInterrupt: " and not report["complete"] and report["failed"] == []
+
+
+def test_bench_without_a_graph_is_a_one_line_error_and_a_report(tmp_path, monkeypatch, capsys):
+    def no_graph(fn, *args, **kwargs):
+        raise WorkerError(0, f"died in {fn.__name__}: out of memory")
+
+    monkeypatch.setattr(bench, "run_workers", no_graph)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--small", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"mggcn bench: error: rank 0 died in generate_worker: out of memory (the report so far: {out})\n"
+    report = json.loads(out.read_text())
+    assert report["graph"] is None and report["rows"] == [] and not report["complete"]
+    assert report["error"] == "WorkerError: rank 0 died in generate_worker: out of memory"
+    assert "graph not made" in bench.format_table(report)
+
+
 def test_bench_options_from_the_command_line(monkeypatch):
     seen = {}
-    monkeypatch.setattr(bench, "run_bench", lambda opts, log: seen.setdefault("opts", opts) and None)
+    monkeypatch.setattr(bench, "run_bench",
+                        lambda opts, log, out=None: seen.setdefault("opts", opts) and {"rows": [], "failed": []})
     monkeypatch.setattr(bench, "format_table", lambda report: "")
     main(["bench", "--nodes", "500", "--hidden", "8,8", "--nprocs", "1,2,4", "--partition", "random,random-local",
           "--no-pyg", "--threads", "1", "--repeats", "3", "--mmap-threshold", "0",
