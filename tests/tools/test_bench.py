@@ -215,7 +215,10 @@ def test_cuda_spmm_forward_backward_equal_cpu():
         x = b.clone().to(device).requires_grad_()
         c = adj(x)
         c.backward(g.to(device))
-        results.append((c.detach().cpu(), x.grad.cpu()))
+        # into outputs that hold NaN (as a reused workspace buffer may): the first product writes with beta = 0
+        filled = [adj.run(v.to(device), transpose=t, out=torch.full((500, 7), float("nan"), device=device))
+                  for v, t in ((b, False), (g, True))]
+        results.append((c.detach().cpu(), x.grad.cpu(), *(f.cpu() for f in filled)))
     # cuSPARSE sums ~10 products per row in another order than MKL: a few ulps
     for cpu, gpu in zip(*results):
         torch.testing.assert_close(gpu, cpu, rtol=1e-5, atol=1e-5)
