@@ -261,23 +261,42 @@ def test_cuda_bench_reports_device_memory_against_the_plan():
 
 
 def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
-    """scripts/gpu_check.sh with GPU_CHECK_DEVICE=cpu at a tiny size: the same plan and bench commands the GPU run
-    makes, so an option renamed in the CLI breaks this test here rather than the one GPU run a session may get."""
+    """scripts/gpu_check.sh with GPU_CHECK_DEVICE=cpu at a tiny size: the same import check, plan and bench commands
+    the GPU run makes, so an option renamed in the CLI breaks this test here rather than the one GPU run a session
+    may get. One CUDA test fails on purpose: the later steps still run, the log, the step table and the bench's
+    JSON and table are written, and the exit status names the failed step (bit 2: the CUDA tests)."""
     import os
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    failing = tmp_path / "tests" / "test_cuda_fails_on_purpose.py"
+    failing.parent.mkdir()
+    failing.write_text("def test_cuda_step_fails():\n    assert False, 'a CUDA test that fails'\n")
+    out = tmp_path / "out"
     env = dict(os.environ, GPU_CHECK_DEVICE="cpu", GPU_NODES="1500", GPU_DEGREE="6", GPU_FEATURES="8",
-               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", OUT_DIR=str(tmp_path), PYTHON=sys.executable)
+               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", OUT_DIR=str(out), PYTHON=sys.executable,
+               GPU_CHECK_TESTS=f"tests/tools/test_bench.py tests/distributed/test_spmm.py {failing}")
     done = subprocess.run(["bash", os.path.join(root, "scripts", "gpu_check.sh")], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    log = (tmp_path / "gpu_check.log").read_text()
-    for step in ("== CUDA tests", "== plan for the benchmark graph", "== benchmark"):
-        assert step in log
-    assert "4 skipped" in log  # the CUDA tests were collected (and skip without a GPU)
-    report = json.loads((tmp_path / "gpu_bench.json").read_text())
-    assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu"
-    assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"}
+                          text=True, timeout=900)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.rstrip().splitlines()[-1] == "gpu_check: failed steps: CUDA tests (exit 1); exit status 2"
+    log = (out / "gpu_check.log").read_text()
+    steps = [line for line in log.splitlines() if line.startswith("== ")]
+    assert steps == ["== imports", "== CUDA tests", "== plan", "== bench"]
+    imports = log[log.index("== imports"): log.index("== CUDA tests")]
+    for module in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn.tools.bench"):
+        assert f"\n{module} " in imports or f"\n{module}\n" in imports, imports
+    assert os.path.join(root, "src", "mggcn") in imports  # this checkout's mggcn, not an installed one
+    assert "6 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
+    table = json.loads((out / "gpu_check.json").read_text())
+    assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("plan", 0),
+                                                                 ("bench", 0)]
+    assert [line.split()[0] for line in (out / "gpu_check_steps.txt").read_text().splitlines()] == \
+        ["imports", "CUDA", "plan", "bench"]
+    report = json.loads((out / "gpu_bench.json").read_text())
+    assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu" and report["complete"]
+    assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"} and report["failed"] == []
     assert all(r["epoch_s"] > 0 for r in report["rows"])
+    printed = (out / "gpu_bench.txt").read_text()
+    assert all(r["name"] in printed for r in report["rows"])
