@@ -87,10 +87,12 @@ def _read_card(path: str) -> dict | None:
     if not os.path.exists(card_path):
         return None
     try:
-        with open(card_path) as f:
+        with open(card_path, encoding="utf-8") as f:
             card = json.load(f)
-    except (OSError, ValueError) as err:
-        raise GraphError(f"{card_path}: unreadable model description ({err})") from None
+    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise GraphError(f"{card_path}: unreadable model description ({' '.join(str(err).split())[:100]})") from None
+    except RecursionError:  # nesting deeper than the parser's recursion
+        raise GraphError(f"{card_path}: unreadable model description (JSON nested too deep)") from None
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
         raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
     return card
@@ -126,8 +128,10 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             if given is not None and given != card.get(option):
                 raise GraphError(f"--{option} {given}: the model was trained with --{option} {card.get(option)} "
                                  f"({sidecar_path(path)}); drop --{option}")
-    if card["norm"] not in NORMS or card["activation"] not in ACTIVATIONS:
-        raise GraphError(f"{path}: unknown norm '{card['norm']}' or activation '{card['activation']}'")
+    for key, known in (("norm", NORMS), ("activation", ACTIVATIONS)):
+        if card.get(key) not in known:
+            where = sidecar_path(path) if os.path.exists(sidecar_path(path)) else path
+            raise GraphError(f"{where}: {key} {card.get(key)!r} is not one of {', '.join(known)}")
     model = GCN(dims, activation=card["activation"])
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
