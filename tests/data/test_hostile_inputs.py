@@ -355,9 +355,8 @@ def _degree_zero(root: Path) -> None:
 
 
 ITEM_5: dict[str, Case] = {
-    "prepared: split_sizes lie (100x train)": _prepared_case(_lying_split_sizes),
-    "prepared: a negative index in in_indices (P=2)": _prepared_case(_negative_index, nprocs=2,
-                                                                     named="in_indices.npy"),
+    "prepared: split_sizes lie (100x train, P=2)": _prepared_case(_lying_split_sizes, nprocs=2),
+    "prepared: a negative index in in_indices": _prepared_case(_negative_index, named="in_indices.npy"),
     "prepared: an index beyond n in out_indices": _prepared_case(_index_beyond_n, named="out_indices.npy"),
     "prepared: a label >= num_classes": _prepared_case(_label_beyond_classes, named="labels.npy"),
     "prepared: a false \"symmetric\": true": _prepared_case(_false_symmetric),
@@ -484,21 +483,22 @@ def _info_manifest_deep(tmp: Path):
     return ["info", str(root)], "manifest.json", []
 
 
-def _model_json_deep(tmp: Path):
-    import torch
-
-    torch.save({}, tmp / "model.pt")
-    (tmp / "model.pt.json").write_text(_deep_json())
-    return ["predict", "model.pt", "synthetic:n=200", "--out", "p.npy"], "model.pt.json", ["p.npy"]
-
-
-def _model_json_no_norm(tmp: Path):
+def _model(tmp: Path, card: str) -> list[str]:
+    """A one-layer GCN state dict (8 features, 3 classes) with the sidecar ``card``; the predict command line."""
     import torch
 
     torch.save({"convs.0.lin.weight": torch.zeros(3, 8), "convs.0.bias": torch.zeros(3)}, tmp / "model.pt")
-    (tmp / "model.pt.json").write_text(json.dumps({"activation": "relu"}))
-    return ["predict", "model.pt", "synthetic:n=200,features=8,classes=3", "--out", "p.npy"], "model.pt.json", \
-        ["p.npy"]
+    (tmp / "model.pt.json").write_text(card)
+    return ["predict", "model.pt", "synthetic:n=200,features=8,classes=3", "--out", "p.npy"]
+
+
+def _model_json_deep(tmp: Path):
+    return _model(tmp, _deep_json()), "model.pt.json", ["p.npy"]
+
+
+def _model_json_no_norm(tmp: Path):
+    card = {"format": "mggcn-model", "dims": [8, 3], "activation": "relu", "dataset": {}}
+    return _model(tmp, json.dumps(card)), "model.pt.json", ["p.npy"]
 
 
 def _metrics_deep(tmp: Path):
@@ -596,11 +596,7 @@ def _metrics_not_utf8(tmp: Path):
 
 
 def _model_json_not_object(tmp: Path):
-    import torch
-
-    torch.save({}, tmp / "model.pt")
-    (tmp / "model.pt.json").write_text("[1, 2]")
-    return ["predict", "model.pt", "synthetic:n=200", "--out", "p.npy"], "model.pt.json", ["p.npy"]
+    return _model(tmp, "[1, 2]"), "model.pt.json", ["p.npy"]
 
 
 ITEM_7: dict[str, Case] = {
@@ -686,6 +682,68 @@ def assert_all_clean(cases: dict[str, Case], tmp: Path) -> None:
 @pytest.mark.parametrize("item", ["3", "5", "6", "7"])
 def test_hostile_inputs_are_one_line_errors(tmp_path, item):
     assert_all_clean(ITEMS[item], tmp_path)
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_each_rank_checks_the_rows_it_loads(tmp_path, nprocs):
+    """Item 5 at P = 1..4 (30 vertices: not divisible by 4): a bad value in a prepared array is refused by the
+    rank whose rows (or edges) hold it, with one line naming the array, and only by that rank; the other ranks'
+    shards equal those of the intact directory, entry for entry."""
+    import workers
+    from mggcn.data.graph import GraphError
+    from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.distributed.partition import make_partition
+
+    intact = PreparedDataset(_prepared(tmp_path, "intact"))
+    part = make_partition(N, nprocs, seed=5)
+    owner = {int(v): r for r in range(nprocs) for v in part.order[part.rows(r)] if v >= 0}
+    in_indptr = np.load(tmp_path / "intact" / "in_indptr.npy")
+    target = int(np.searchsorted(in_indptr, 4, side="right") - 1)  # the vertex whose in-edges hold entry 4
+    cases = {  # array -> (edit, the vertex whose rank must refuse it)
+        "in_indices": (_negative_index, target),
+        "labels": (_label_beyond_classes, 2),
+        "degree": (_degree_zero, 1),
+    }
+    for k, (name, (edit, vertex)) in enumerate(cases.items()):
+        root = _prepared(tmp_path, f"bad{k}")
+        edit(root)
+        ds = PreparedDataset(root)
+        for rank in range(nprocs):
+            try:
+                shard = ds.shard(part, rank, "sym")
+            except GraphError as err:
+                assert f"{name}.npy" in str(err) and "\n" not in str(err), err
+                # a degree is also read by the ranks of its vertex's neighbours; the rest only by its owner
+                assert rank == owner[vertex] or name == "degree", (name, rank)
+                continue
+            assert rank != owner[vertex], f"rank {rank} accepted the bad {name}"
+            assert workers.shards_equal(shard, intact.shard(part, rank, "sym")), (name, rank)
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
+def test_a_false_symmetric_claim_is_refused(tmp_path, nprocs):
+    """A directed graph whose manifest says ``"symmetric": true``: the ranks check their diagonal blocks (at these
+    sizes every rank finds an asymmetric edge among its own rows), ``verify`` checks every edge; a truly symmetric
+    directory passes both."""
+    from mggcn.data.graph import GraphError
+    from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.distributed.partition import make_partition
+
+    root = _prepared(tmp_path, "directed")
+    (root / "out_indptr.npy").unlink()
+    (root / "out_indices.npy").unlink()
+    _edit_manifest(root, lambda m: m.update(symmetric=True))
+    part = make_partition(N, nprocs, seed=1)
+    ds = PreparedDataset(root)
+    for rank in range(nprocs):
+        with pytest.raises(GraphError, match="symmetric"):
+            ds.shard(part, rank, "sym")
+    with pytest.raises(GraphError, match="symmetric"):
+        PreparedDataset(root, verify=True)
+    sym = PreparedDataset(_prepared(tmp_path, "undirected", undirected=True), verify=True)
+    assert sym.symmetric
+    for rank in range(nprocs):
+        sym.shard(part, rank, "sym")
 
 
 def test_in_memory_graphs_are_bounded_too():

@@ -34,7 +34,7 @@ from mggcn.distributed.launch import run_workers
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import ACTIVATIONS, GCN, activate
 from mggcn.nn.norm import NORMS
-from mggcn.training.job import atomic_write, check_output, save_predictions
+from mggcn.training.job import atomic_write, check_output, check_threads, save_predictions
 from mggcn.training.trainer import TrainConfig, gather_original, shard_tile_columns
 
 __all__ = ["OUTPUTS", "PredictJob", "model_dims", "save_model", "load_model", "gather_original", "layer_output",
@@ -192,6 +192,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if job.output not in OUTPUTS:
         raise GraphError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'")
     check_output("--out", job.out)
+    check_threads(job.threads)
     model, _ = load_model(job.model, job.norm, job.activation)
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))

@@ -237,12 +237,17 @@ class PreparedDataset:
         return file
 
     def _check_split_sizes(self) -> None:
-        """The split sizes divide the loss and the accuracies: count them (one byte per vertex) instead of trusting
-        the manifest."""
+        """The split sizes divide the loss and the accuracies: count them (one byte per vertex, each code checked)
+        instead of trusting the manifest."""
         counts = {s: 0 for s in SPLITS}
         codes = self.arrays["split"]
         for b in range(0, self.num_nodes, _VERIFY_ROWS):
-            found = np.bincount(np.asarray(codes[b:b + _VERIFY_ROWS]).astype(np.int64) + 1, minlength=4)
+            chunk = np.asarray(codes[b:b + _VERIFY_ROWS]).astype(np.int64)
+            bad = (chunk < -1) | (chunk > 2)
+            if bad.any():
+                raise _err(self._file("split"), f"split code {int(chunk[np.argmax(bad)])} of vertex "
+                                                f"{b + int(np.argmax(bad))} is not one of 0, 1, 2, -1")
+            found = np.bincount(chunk + 1, minlength=4)
             for k, s in enumerate(SPLITS):
                 counts[s] += int(found[k + 1])
         if counts != self.split_sizes:
@@ -464,6 +469,10 @@ class PreparedDataset:
                 own = (c[:mult.size] >= first_row) & (c[:mult.size] < first_row + part.rows_per_part)
                 diagonal.append((r[:mult.size][own], c[:mult.size][own] - first_row, mult[own]))
             deg_nbr = np.asarray(self.arrays["degree"][part.order[c[:mult.size]]])
+            if deg_nbr.size and int(deg_nbr.min()) < 1:  # its own rank says more; this one must not divide by it
+                v = int(part.order[c[:mult.size]][np.argmax(deg_nbr < 1)])
+                raise _err(self._file("degree"), f"degree {int(deg_nbr.min())} of vertex {v} is below 1 (the self "
+                                                 "loop counts one)")
             reads["bytes"] += deg_nbr.nbytes
             mult = np.concatenate([mult, np.ones(diag.size, dtype=mult.dtype)])
             here, there = degree[r], np.concatenate([deg_nbr, degree[diag]])
