@@ -391,14 +391,16 @@ def check_vertex_count(path: PathLike, n: int, num_edges: int, hint: str) -> Non
                                f"have no edge (a stray vertex id or size?); {hint}")
 
 
-def check_edges(ei: np.ndarray, n: int, path: PathLike, where: Callable[[int], str]) -> np.ndarray:
-    """``ei`` is ``[2, E]``; ``where(e)`` says where edge ``e`` sits in the file."""
+def check_edges(ei: np.ndarray, n: int, path: PathLike, where: Callable[[int], str],
+                n_from: str = "") -> np.ndarray:
+    """``ei`` is ``[2, E]``; ``where(e)`` says where edge ``e`` sits in the file, ``n_from`` where ``n`` came from."""
     if ei.size:
         bad = ((ei < 0) | (ei >= n)).any(axis=0)
         if bad.any():
             e = int(np.argmax(bad))
             v = int(ei[0, e]) if not 0 <= ei[0, e] < n else int(ei[1, e])
-            raise file_error(path, f"{where(e)}: vertex id {v} is out of range [0, {n})")
+            source = f" ({n_from})" if n_from else ""
+            raise file_error(path, f"{where(e)}: vertex id {v} is out of range [0, {n}){source}")
     return ei.astype(np.int64, copy=False)
 
 

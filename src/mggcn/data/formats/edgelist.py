@@ -40,7 +40,8 @@ def read_edgelist(path: PathLike, features: PathLike | None = None, labels: Path
     Args:
         delimiter: ``None`` detects: ``,`` if the first data line has one, else any whitespace.
         comment: prefix(es) that start a comment, whole-line or trailing.
-        num_nodes: ``n``; default: the largest of (max id + 1) and the row count of the features/labels files.
+        num_nodes: ``n``; default: the row count of the features/labels files (an id beyond is an error), else
+            max id + 1 unless that leaves more than ``ISOLATED_SLACK`` vertices beyond what the edges can touch.
 
     A first data line whose tokens are not all numbers is a header and is skipped. The file may be gzipped.
     :func:`iter_edgelist_chunks` reads the same files in bounded memory.
@@ -53,7 +54,7 @@ def read_edgelist(path: PathLike, features: PathLike | None = None, labels: Path
     ei = table.T
     n, n_from = _edgelist_num_nodes(path, int(ei.max()) + 1 if ei.size else 0, ei.shape[1], num_nodes, features,
                                     labels)
-    ei = check_edges(ei, n, path, lambda e: f"line {line_of_row(path, e, comments, skiprows)}")
+    ei = check_edges(ei, n, path, lambda e: f"line {line_of_row(path, e, comments, skiprows)}", n_from)
     return with_vertex_data(path, ei, n, n_from, "edgelist", features, labels, split, num_classes,
                             seed, num_features)
 

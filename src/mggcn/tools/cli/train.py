@@ -180,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
     except WorkerError as err:
+        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+            raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
     return _finish_train(args, results[0])
