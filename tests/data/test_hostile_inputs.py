@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-
 N, F, C = 30, 4, 3
 TRAIN = ["--epochs", "1", "--hidden", "4", "--quiet"]
 
@@ -662,7 +661,7 @@ def run_cases(cases: dict[str, Case], tmp: Path) -> list[tuple[str, str, dict, l
         commands.append((argv, str(where)))
     results = run_cli_many(commands)
     return [(name, named, res, [o for o in outputs if (where / o).exists()], str(where))
-            for (name, named, outputs, where), res in zip(built, results)]
+            for (name, named, outputs, where), res in zip(built, results, strict=True)]
 
 
 def assert_all_clean(cases: dict[str, Case], tmp: Path) -> None:

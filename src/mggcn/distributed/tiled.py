@@ -28,7 +28,6 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.config import TILE_BYTES
-from mggcn.distributed.context import available_cores
 
 __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "TiledCSR", "tile_columns", "max_tiles", "num_tiles",
            "index_bytes", "csr_to_torch"]
@@ -140,22 +139,7 @@ class TiledCSR:
         return [(s, int(t.shape[1])) for s, t in zip(self.starts, self.tiles)]
 
     def matmul(self, b: torch.Tensor, out: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
-        """``out = A·b`` (or ``out += A·b``), one tile at a time; ``b`` is ``w × d``, ``out`` ``m × d``.
-
-        On the CPU at most one thread per core runs it, whatever ``torch.set_num_threads`` says: the sparse
-        kernel's thread pool crashes the process (SIGSEGV) when it cannot start the threads it was told to.
-        """
-        threads = torch.get_num_threads()
-        cores = available_cores()
-        if threads > cores and out.device.type == "cpu":
-            torch.set_num_threads(cores)
-            try:
-                return self._matmul(b, out, accumulate)
-            finally:
-                torch.set_num_threads(threads)
-        return self._matmul(b, out, accumulate)
-
-    def _matmul(self, b: torch.Tensor, out: torch.Tensor, accumulate: bool) -> torch.Tensor:
+        """``out = A·b`` (or ``out += A·b``), one tile at a time; ``b`` is ``w × d``, ``out`` ``m × d``."""
         for k, (tile, (start, cols)) in enumerate(zip(self.tiles, self.spans())):
             rows = b[start: start + cols]
             if k == 0 and not accumulate:
