@@ -227,6 +227,30 @@ def _mtx_entry_beyond_header(tmp: Path):
     return ["train", "g.mtx", "--format", "mtx", *TRAIN], "g.mtx", []
 
 
+def _mggcn_bin_offsets_fall(tmp: Path):
+    root = _mggcn_bin(tmp)
+    data = bytearray((root / "graph.bin").read_bytes())
+    at = 13 + 16 + 4 * 6  # the magic, the widths, the four header words, then indptr[6] (uint32)
+    data[at:at + 4] = struct.pack("<I", 10**6)
+    (root / "graph.bin").write_bytes(bytes(data))
+    return ["train", str(root), "--format", "mggcn-bin", *TRAIN], "graph.bin", []
+
+
+def _ogb_npz_member_huge(tmp: Path):
+    import zipfile
+
+    root = _ogb_csv(tmp)
+    raw = root / "raw"
+    ei, x, y, _ = _graph_arrays()
+    np.savez(raw / "data.npz", edge_index=ei, num_nodes_list=np.array([N]), node_feat=x)
+    np.savez(raw / "node-label.npz", node_label=y[:, None])
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000, 4), }"
+    header += " " * (-(len(header) + 11) % 64) + "\n"
+    with zipfile.ZipFile(raw / "data.npz", "a") as z:
+        z.writestr("node_feat.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    return ["train", str(root), "--format", "ogb", *TRAIN], "data.npz", []
+
+
 def _threads_huge(tmp: Path):
     return ["train", "synthetic:n=200", *TRAIN, "--threads", "100000", "--metrics", "m.jsonl"], "--threads", \
         ["m.jsonl"]
@@ -246,6 +270,7 @@ ITEM_3: dict[str, Case] = {
     "dgl reddit_graph.npz: row and col of different lengths": _reddit_coo_lengths_differ,
     "dgl reddit_graph.npz: a negative row": _reddit_coo_negative_row,
     "mtx: an entry beyond the header's size": _mtx_entry_beyond_header,
+    "mggcn-bin graph.bin: a row offset past the arrays": _mggcn_bin_offsets_fall,
     "train --threads 100000": _threads_huge,
     "predict --threads 100000": _predict_threads_huge,
 }
@@ -309,6 +334,13 @@ def _dotdot_array_path(root: Path) -> None:
     _edit_manifest(root, lambda m: m["arrays"]["labels"].update(file="../labels.npy"))
 
 
+def _symlink_outside(root: Path) -> None:
+    outside = root.parent / "elsewhere-degree.npy"
+    np.save(outside, np.load(root / "degree.npy"))
+    (root / "degree.npy").unlink()
+    (root / "degree.npy").symlink_to(outside)
+
+
 def _num_nodes_string(root: Path) -> None:
     _edit_manifest(root, lambda m: m.update(num_nodes="30"))
 
@@ -361,6 +393,8 @@ ITEM_5: dict[str, Case] = {
     "prepared: a false \"symmetric\": true": _prepared_case(_false_symmetric),
     "prepared: an absolute array path outside the directory": _prepared_case(_absolute_array_path),
     "prepared: an array path with ..": _prepared_case(_dotdot_array_path),
+    "prepared: an array file linked to outside the directory": _prepared_case(_symlink_outside,
+                                                                               named="degree.npy"),
     "prepared: num_nodes a string": _prepared_case(_num_nodes_string),
     "prepared: split_sizes not integers": _prepared_case(_split_sizes_not_ints),
     "prepared: in_indptr decreases inside": _prepared_case(_indptr_not_monotone, named="in_indptr.npy"),
@@ -613,6 +647,7 @@ ITEM_7: dict[str, Case] = {
     "--checkpoint-dir is a file": _checkpoint_dir_is_file,
     "--save-model in an unwritable directory": _output_dir_unwritable,
     "--save-predictions in an unwritable directory": _predictions_dir_unwritable,
+    "ogb data.npz: a member whose header claims 10^12 rows": _ogb_npz_member_huge,
     "features .npy truncated": _truncated_npy,
     "features .npy header claims 10^12 rows": _npy_huge_header,
     "labels .npy of strings": _labels_float_strings,
