@@ -20,9 +20,14 @@ labels.npy        int64 [n]          ``-1`` = unlabelled
 split.npy         int8 [n]           0 train, 1 val, 2 test, -1 none
 ================  =================  ================================================================================
 
-Checksums are the sha256 of each array's data bytes (after the ``.npy`` header), computed while writing. Opening
-checks the cheap things always (every file there, of the size its header and the manifest say, CSR end points);
-``verify=True`` also checks the checksums and every value.
+Checksums are the sha256 of each array's data bytes (after the ``.npy`` header), computed while writing. Nothing in
+the directory is trusted, but only the cheap things are checked always: opening checks every manifest field (typed,
+in range, array paths relative and inside the directory), every file there of the size its header and the manifest
+say, the CSR end points, and the split sizes against the split codes (one byte per vertex); building a rank's shard
+checks what that rank reads (its rows' labels, split codes, features, degrees against their in-edges, row offsets
+and neighbour ids, and under ``"symmetric": true`` that its diagonal block equals its transpose), so that together
+the ranks check every row. ``verify=True`` (``mggcn info --verify``) also checks the checksums, every value, and a
+symmetric claim over every edge.
 
 A rank's shard (:meth:`PreparedDataset.shard`) reads, by memory map: its rows of both CSRs, the degree of those rows
 and of their neighbours, and its rows of features, labels and split; it equals, entry for entry and bit for bit,
@@ -188,7 +193,7 @@ class PreparedDataset:
     Args:
         path: the directory ``mggcn prepare`` wrote.
         verify: also check the sha256 of every array and every value (reads everything once); by default only the
-            cheap checks run (files present, sizes, CSR end points).
+            cheap checks run (manifest fields, files present, sizes, CSR end points, split sizes).
 
     Raises:
         GraphError: naming the file and what is wrong (missing, truncated, wrong shape, checksum mismatch, a manifest
