@@ -241,12 +241,12 @@ def _ogb_npz_member_huge(tmp: Path):
 
     root = _ogb_csv(tmp)
     raw = root / "raw"
-    ei, x, y, _ = _graph_arrays()
-    np.savez(raw / "data.npz", edge_index=ei, num_nodes_list=np.array([N]), node_feat=x)
+    ei, _, y, _ = _graph_arrays()
+    np.savez(raw / "data.npz", edge_index=ei, num_nodes_list=np.array([N]))
     np.savez(raw / "node-label.npz", node_label=y[:, None])
     header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000, 4), }"
     header += " " * (-(len(header) + 11) % 64) + "\n"
-    with zipfile.ZipFile(raw / "data.npz", "a") as z:
+    with zipfile.ZipFile(raw / "data.npz", "a") as z:  # node_feat: a header and no data
         z.writestr("node_feat.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
     return ["train", str(root), "--format", "ogb", *TRAIN], "data.npz", []
 
@@ -466,6 +466,11 @@ def _mtx_header_huge(tmp: Path):
     return ["train", "g.mtx", "--format", "mtx", "--features", "x.npy", *TRAIN], "x.npy", []
 
 
+def _mtx_header_huge_alone(tmp: Path):
+    (tmp / "g.mtx").write_text("%%MatrixMarket matrix coordinate pattern general\n10000000 10000000 2\n1 2\n3 1\n")
+    return ["train", "g.mtx", "--format", "mtx", *TRAIN], "g.mtx", []
+
+
 ITEM_6: dict[str, Case] = {
     "edgelist: one label 10^9 (train)": _edgelist_label_huge,
     "edgelist: one label 10^9 (prepare)": _edgelist_label_huge_prepare,
@@ -477,6 +482,7 @@ ITEM_6: dict[str, Case] = {
     "ogb: label 10^9": _ogb_label_huge,
     "mggcn-bin: label 10^9": _mggcn_bin_label_huge,
     "mtx: header 10^7 vertices, features for 1000": _mtx_header_huge,
+    "mtx: header 10^7 vertices, no vertex files": _mtx_header_huge_alone,
 }
 
 # ----------------------------------------------------------------------------------------- item 7: tracebacks

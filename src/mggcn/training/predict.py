@@ -131,7 +131,8 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
     for key, known in (("norm", NORMS), ("activation", ACTIVATIONS)):
         if card.get(key) not in known:
             where = sidecar_path(path) if os.path.exists(sidecar_path(path)) else path
-            raise GraphError(f"{where}: {key} {card.get(key)!r} is not one of {', '.join(known)}")
+            what = f"{key} {card[key]!r} is not" if key in card else f"no {key!r}, which must be"
+            raise GraphError(f"{where}: {what} one of {', '.join(known)}")
     model = GCN(dims, activation=card["activation"])
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
