@@ -20,10 +20,12 @@ Formats (``read(source, fmt)`` dispatches on ``fmt``) and their edge direction. 
                 ``A[i, j]`` is ``i -> j`` (row = source, the usual adjacency convention).
 ``edgelist``    text/CSV edge list, 0-based ids; a line ``u v`` is ``u -> v``.
 ``mggcn-bin``   the original MG-GCN files; ``graph.bin`` row = TARGET, column = source (MG-GCN aggregates over rows).
+``planetoid``   the GCN paper's ``ind.NAME.*`` pickles (Cora, CiteSeer, PubMed) with their public split; a listed pair
+                ``v: [u]`` is ``v -> u`` (the dicts are symmetric). Read by a restricted unpickler.
 ==============  =====================================================================================================
 
-One module per format (``ogb``, ``saint``, ``dgl_reddit``, ``mtx``, ``edgelist``, ``mggcn_bin``), graphs from
-tensors in ``memory``, and the checks every reader shares in ``checks``.
+One module per format (``ogb``, ``saint``, ``dgl_reddit``, ``mtx``, ``edgelist``, ``mggcn_bin``, ``planetoid``),
+graphs from tensors in ``memory``, and the checks every reader shares in ``checks``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from mggcn.data.formats.memory import from_pyg, from_tensors, transform
 from mggcn.data.formats.mggcn_bin import read_mggcn_bin, write_mggcn_bin
 from mggcn.data.formats.mtx import read_mtx
 from mggcn.data.formats.ogb import read_ogb
+from mggcn.data.formats.planetoid import read_planetoid
 from mggcn.data.formats.saint import read_saint
 from mggcn.data.graph import Graph, GraphError
 
@@ -54,12 +57,13 @@ __all__ = [
     "read_mggcn_bin",
     "read_mtx",
     "read_ogb",
+    "read_planetoid",
     "read_saint",
     "transform",
     "write_mggcn_bin",
 ]
 
-FORMATS = ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin")
+FORMATS = ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid")
 
 _READERS: dict[str, Callable[..., Graph]] = {
     "ogb": read_ogb,
@@ -68,6 +72,7 @@ _READERS: dict[str, Callable[..., Graph]] = {
     "mtx": read_mtx,
     "edgelist": read_edgelist,
     "mggcn-bin": read_mggcn_bin,
+    "planetoid": read_planetoid,
 }
 
 

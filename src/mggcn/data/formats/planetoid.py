@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import io
 import operator
-import os
 import pickle
 import re
 from pathlib import Path
@@ -42,9 +41,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.formats.checks import PathLike, file_error, require_file
+from mggcn.data.graph import Graph
 
-__all__ = ["PARTS", "PlanetoidUnpickler", "load_pickle", "planetoid_files", "read_planetoid"]
+__all__ = ["PARTS", "PlanetoidUnpickler", "RefusedPickle", "load_pickle", "normalize_rows", "planetoid_files",
+           "read_planetoid"]
 
 PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 NUM_VAL = 500  # the public split's validation vertices, right after the training ones
@@ -52,16 +53,16 @@ NUM_VAL = 500  # the public split's validation vertices, right after the trainin
 _NAME = re.compile(r"^ind\.(.+)\.(" + "|".join(re.escape(p) for p in PARTS) + r")$")
 
 
-def _err(path: str | os.PathLike, msg: str) -> GraphError:
-    return GraphError(" ".join(f"{os.fspath(path)}: {msg}".split()))
-
-
 # ------------------------------------------------------------------------------------------ the restricted unpickler
+
+
+class RefusedPickle(pickle.UnpicklingError):
+    """A pickle names something a Planetoid file never holds; raised before that thing is called."""
 
 
 def _numpy_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
     if subtype is not np.ndarray:
-        raise pickle.UnpicklingError(f"an array of type {getattr(subtype, '__name__', subtype)!r}")
+        raise RefusedPickle(f"an array of type {getattr(subtype, '__name__', subtype)!r}")
     from numpy._core.multiarray import _reconstruct  # numpy >= 2; the pickles name numpy.core.multiarray
 
     return _reconstruct(np.ndarray, shape, dtype)
@@ -70,22 +71,31 @@ def _numpy_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
 def _numpy_dtype(spec: Any, align: bool = False, copy: bool = False) -> np.dtype:
     dtype = np.dtype(spec, align=align, copy=copy)
     if dtype.hasobject:  # an object array unpickles Python objects of its own choosing
-        raise pickle.UnpicklingError("an array of Python objects")
+        raise RefusedPickle("an array of Python objects")
     return dtype
 
 
 def _numpy_scalar(dtype: np.dtype, data: Any = None) -> Any:
     if not isinstance(dtype, np.dtype) or dtype.hasobject:
-        raise pickle.UnpicklingError("a numpy scalar that is not a number")
+        raise RefusedPickle("a numpy scalar that is not a number")
     from numpy._core.multiarray import scalar  # numpy >= 2; the pickles name numpy.core.multiarray
 
     return scalar(dtype, data)
 
 
+def _numpy_frombuffer(buffer: Any, dtype: Any, shape: Any, order: str) -> np.ndarray:
+    # Protocol 5 (Python 3's default) writes arrays as numpy._core.numeric._frombuffer(bytes, dtype, shape, order).
+    if not isinstance(buffer, (bytes, bytearray)) or not isinstance(dtype, np.dtype) or dtype.hasobject:
+        raise RefusedPickle("an array that is not numbers from bytes")
+    from numpy._core.numeric import _frombuffer
+
+    return _frombuffer(buffer, dtype, shape, order)
+
+
 def _latin1_bytes(text: str, encoding: str = "utf-8") -> bytes:
     # Python 3 writes bytes into protocol-2 pickles as _codecs.encode(str, "latin1").
     if encoding not in ("latin1", "latin-1"):
-        raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r}")
+        raise RefusedPickle(f"_codecs.encode with encoding {encoding!r}")
     return text.encode("latin1")
 
 
@@ -93,7 +103,7 @@ def _defaultdict(factory: Any = None, *args: Any) -> dict:
     from collections import defaultdict
 
     if factory not in (None, list) or args:
-        raise pickle.UnpicklingError("a defaultdict whose default is not a list")
+        raise RefusedPickle("a defaultdict whose default is not a list")
     return defaultdict(factory)
 
 
@@ -106,6 +116,7 @@ _ADMITTED = {
     ("numpy", "dtype"): _numpy_dtype,
     **{(m, "_reconstruct"): _numpy_reconstruct for m in _NUMPY_CORE},
     **{(m, "scalar"): _numpy_scalar for m in _NUMPY_CORE},
+    **{(m, "_frombuffer"): _numpy_frombuffer for m in ("numpy.core.numeric", "numpy._core.numeric")},
     ("_codecs", "encode"): _latin1_bytes,
     ("builtins", "list"): list,
     ("builtins", "dict"): dict,
@@ -116,7 +127,7 @@ _ADMITTED = {
 class PlanetoidUnpickler(pickle.Unpickler):
     """An unpickler that builds only numpy arrays (of numbers), scipy CSR/CSC/COO matrices, dicts, lists and
     ``defaultdict(list)``, the types of the Planetoid files (and the functions numpy and Python use to pickle
-    them). Any other class or function a pickle names raises :class:`pickle.UnpicklingError` before it is
+    them). Any other class or function a pickle names raises :class:`RefusedPickle` before it is
     called; so does an array of Python objects. Python 2 byte strings are read as latin-1, as PyG reads them.
     """
 
@@ -131,41 +142,41 @@ class PlanetoidUnpickler(pickle.Unpickler):
             return admitted
         if module in _SPARSE_MODULES and name in _SPARSE_CLASSES and hasattr(sp, name):
             return getattr(sp, name)
-        raise pickle.UnpicklingError(f"it names {module}.{name}, which a Planetoid file never holds")
+        raise RefusedPickle(f"it names {module}.{name}, which a Planetoid file never holds")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("it refers to a persistent object, which a Planetoid file never holds")
+        raise RefusedPickle("it refers to a persistent object, which a Planetoid file never holds")
 
 
-def load_pickle(path: str | os.PathLike) -> Any:
+def load_pickle(path: PathLike) -> Any:
     """Unpickle ``path`` with :class:`PlanetoidUnpickler`; raises :class:`GraphError` (one line naming the file)
     for a pickle that names anything else, or that is truncated or corrupt."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise _err(path, f"cannot read ({exc.strerror or exc})") from None
+        raise file_error(path, f"cannot read ({exc.strerror or exc})") from None
     try:
         return PlanetoidUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as exc:
-        raise _err(path, f"refused: not a Planetoid pickle ({exc})") from None
+    except RefusedPickle as exc:
+        raise file_error(path, f"refused: not a Planetoid pickle ({exc})") from None
     except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in any of the constructors it calls
-        raise _err(path, f"truncated or corrupt pickle ({type(exc).__name__}: {exc})"[:200]) from None
+        raise file_error(path, f"truncated or corrupt pickle ({type(exc).__name__}: {exc})"[:200]) from None
 
 
 # ------------------------------------------------------------------------------------------------------ the reader
 
 
-def planetoid_files(source: str | os.PathLike) -> tuple[str, dict[str, Path]]:
+def planetoid_files(source: PathLike) -> tuple[str, dict[str, Path]]:
     """The dataset name and its eight files, from a directory holding one dataset's ``ind.NAME.*`` files or from
     the prefix ``DIR/ind.NAME`` (a path to one of the files works too)."""
     path = Path(source)
     if path.is_dir():
         names = sorted({m.group(1) for f in path.iterdir() if (m := _NAME.match(f.name))})
         if not names:
-            raise _err(path, "no Planetoid files here (ind.NAME.x, ind.NAME.graph, ...); give the directory that "
+            raise file_error(path, "no Planetoid files here (ind.NAME.x, ind.NAME.graph, ...); give the directory that "
                              "holds them, or DIR/ind.NAME")
         if len(names) > 1:
-            raise _err(path, f"holds several Planetoid datasets ({', '.join(names)}); give one as "
+            raise file_error(path, f"holds several Planetoid datasets ({', '.join(names)}); give one as "
                              f"{path / ('ind.' + names[0])}")
         folder, name = path, names[0]
     else:
@@ -176,11 +187,11 @@ def planetoid_files(source: str | os.PathLike) -> tuple[str, dict[str, Path]]:
             folder, name = path.parent, path.name[4:]
         else:
             what = "no such file or directory" if not path.exists() else "not a Planetoid directory or DIR/ind.NAME"
-            raise _err(path, f"{what}; --format planetoid takes a directory with ind.NAME.* files or DIR/ind.NAME")
+            raise file_error(path, f"{what}; --format planetoid takes a directory with ind.NAME.* files, or "
+                                   "DIR/ind.NAME")
     files = {part: folder / f"ind.{name}.{part}" for part in PARTS}
     for f in files.values():
-        if not f.is_file():
-            raise _err(f, "missing file" if not f.exists() else "not a regular file")
+        require_file(f)
     return name, files
 
 
@@ -192,15 +203,15 @@ def _matrix(obj: Any, path: Path, what: str) -> np.ndarray:
             obj.check_format(full_check=True)
             obj = obj.toarray()
         except Exception as exc:  # noqa: BLE001 - a crafted matrix fails in whichever scipy check it reaches
-            raise _err(path, f"corrupt sparse matrix ({exc})"[:200]) from None
+            raise file_error(path, f"corrupt sparse matrix ({exc})"[:200]) from None
     if not isinstance(obj, np.ndarray) or obj.ndim != 2:
         kind = f"a {obj.ndim}-D array" if isinstance(obj, np.ndarray) else f"a {type(obj).__name__}"
-        raise _err(path, f"expected {what} as a 2-D array or sparse matrix, found {kind}")
+        raise file_error(path, f"expected {what} as a 2-D array or sparse matrix, found {kind}")
     if not (np.issubdtype(obj.dtype, np.number) or obj.dtype == bool):
-        raise _err(path, f"expected numbers, found dtype {obj.dtype}")
+        raise file_error(path, f"expected numbers, found dtype {obj.dtype}")
     out = obj.astype(np.float32)
     if not np.isfinite(out).all():
-        raise _err(path, "contains NaN or inf")
+        raise file_error(path, "contains NaN or inf")
     return out
 
 
@@ -214,15 +225,15 @@ def _test_index(path: Path) -> np.ndarray:
             try:
                 ids.append(int(text))
             except ValueError:
-                raise _err(path, f"line {lineno}: expected one vertex id, found {text[:40]!r}") from None
+                raise file_error(path, f"line {lineno}: expected one vertex id, found {text[:40]!r}") from None
     index = np.asarray(ids, dtype=np.int64)
     if index.size == 0:
-        raise _err(path, "no test vertex")
+        raise file_error(path, "no test vertex")
     if index.min() < 0:
-        raise _err(path, f"negative vertex id {int(index.min())}")
+        raise file_error(path, f"negative vertex id {int(index.min())}")
     unique, counts = np.unique(index, return_counts=True)
     if (counts > 1).any():
-        raise _err(path, f"vertex {int(unique[np.argmax(counts > 1)])} is listed twice")
+        raise file_error(path, f"vertex {int(unique[np.argmax(counts > 1)])} is listed twice")
     return index
 
 
@@ -230,20 +241,20 @@ def _edges(graph: Any, path: Path, n: int) -> np.ndarray:
     """``[2, E]`` edges ``v -> u`` for every ``u`` listed under ``v``, self loops and duplicates dropped, sorted by
     (source, target)."""
     if not isinstance(graph, dict):
-        raise _err(path, f"expected a dict of neighbour lists, found a {type(graph).__name__}")
+        raise file_error(path, f"expected a dict of neighbour lists, found a {type(graph).__name__}")
     src, dst = [], []
     for key, neighbours in graph.items():
         try:
             v = operator.index(key)
             targets = [operator.index(u) for u in neighbours]
         except TypeError:
-            raise _err(path, f"vertex {key!r}: expected an integer id and a list of integer ids") from None
+            raise file_error(path, f"vertex {key!r}: expected an integer id and a list of integer ids") from None
         src.append(np.full(len(targets), v, dtype=np.int64))
         dst.append(np.asarray(targets, dtype=np.int64))
     ei = np.stack([np.concatenate(src or [np.empty(0, np.int64)]), np.concatenate(dst or [np.empty(0, np.int64)])])
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         bad = int(ei.min()) if ei.min() < 0 else int(ei.max())
-        raise _err(path, f"vertex {bad} is out of range for the {n} vertices of the features and labels")
+        raise file_error(path, f"vertex {bad} is out of range for the {n} vertices of the features and labels")
     ei = ei[:, ei[0] != ei[1]]
     key = np.unique(ei[0] * n + ei[1])
     return np.stack([key // n, key % n])
@@ -260,7 +271,7 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(x.sum(axis=1, keepdims=True), 1.0)
 
 
-def read_planetoid(source: str | os.PathLike, normalize_features: bool = False) -> Graph:
+def read_planetoid(source: PathLike, normalize_features: bool = False) -> Graph:
     """Read one Planetoid dataset with the public split of the GCN paper (see the module's description).
 
     Args:
@@ -281,20 +292,20 @@ def read_planetoid(source: str | os.PathLike, normalize_features: bool = False) 
         arr = feats.get(part, labels.get(part))
         if arr.shape[0] != rows:
             src = {"x": "y", "ally": "allx", "tx": "test.index", "ty": "test.index"}[part]
-            raise _err(files[part], f"{arr.shape[0]} rows, but {files[src].name} has {rows}")
+            raise file_error(files[part], f"{arr.shape[0]} rows, but {files[src].name} has {rows}")
     for part in ("x", "tx"):
         if feats[part].shape[1] != num_features:
-            raise _err(files[part], f"{feats[part].shape[1]} feature columns, but {files['allx'].name} has "
+            raise file_error(files[part], f"{feats[part].shape[1]} feature columns, but {files['allx'].name} has "
                                     f"{num_features}")
     for part in ("y", "ty"):
         if labels[part].shape[1] != num_classes:
-            raise _err(files[part], f"{labels[part].shape[1]} label columns, but {files['ally'].name} has "
+            raise file_error(files[part], f"{labels[part].shape[1]} label columns, but {files['ally'].name} has "
                                     f"{num_classes}")
     if num_train + NUM_VAL > num_all:
-        raise _err(files["allx"], f"{num_all} rows: the public split needs the {num_train} training and the "
+        raise file_error(files["allx"], f"{num_all} rows: the public split needs the {num_train} training and the "
                                   f"{NUM_VAL} validation vertices among them")
     if test.min() < num_all:
-        raise _err(files["test.index"], f"test vertex {int(test.min())} is among the {num_all} vertices of "
+        raise file_error(files["test.index"], f"test vertex {int(test.min())} is among the {num_all} vertices of "
                                         f"{files['allx'].name}")
     n = int(test.max()) + 1
     x = np.zeros((n, num_features), dtype=np.float32)
