@@ -239,3 +239,11 @@ def host_outboxes_worker(mode):
     ctx = init_distributed("cpu", timeout_s=60)
     boxes, transport = host_outboxes(ctx, mode, 8, 4, torch.float32)
     return None if boxes is None else type(boxes).__name__, transport
+
+
+def final_accuracy_worker(graph, cfg: TrainConfig):
+    """Train; return the run's final accuracies and weights."""
+    ctx = init_distributed("cpu", timeout_s=60)
+    part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+    result = train_shard(ctx, build_shard(graph, part, ctx.rank, cfg.norm), cfg)
+    return result.final, result.state_dict

@@ -56,6 +56,8 @@ class TrainedModel:
         dataset: the identity of the dataset (name, sizes).
         stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
         best_epoch: with patience, the epoch whose weights were kept.
+        final: ``train_acc``, ``val_acc``, ``test_acc`` of ``model`` in eval mode (an epoch's record in ``history``
+            is measured before that epoch's update).
     """
 
     model: GCN
@@ -65,6 +67,7 @@ class TrainedModel:
     dataset: dict
     stopped: str | None = None
     best_epoch: int | None = None
+    final: dict = dataclasses.field(default_factory=dict)
 
     @property
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -136,7 +139,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         predictions = result.predictions
     model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)
-    return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch)
+    return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch,
+                        result.final)
 
 
 def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
