@@ -41,7 +41,7 @@ __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 
 _CONFIG_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
 _JOB_KEYS = {f.name for f in dataclasses.fields(TrainJob)} - {"dataset", "config", "read_options", "device"}
-_READ_KEYS = ("features", "labels", "split")
+_READ_KEYS = ("features", "labels", "split", "normalize_features")
 
 
 @dataclass
@@ -109,7 +109,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         options: any :class:`~mggcn.training.trainer.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``, ``norm``,
             ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
             ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
-            ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``.
+            ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``, ``normalize_features=True``
+            for ``fmt="planetoid"``.
 
     Returns:
         a :class:`TrainedModel`.
@@ -123,7 +124,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
     hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
-    read_options = {k: os.fspath(options[k]) for k in _READ_KEYS if options.get(k) is not None}
+    read_options = {k: options[k] if isinstance(options[k], bool) else os.fspath(options[k])
+                    for k in _READ_KEYS if options.get(k) is not None}
     with tempfile.TemporaryDirectory(prefix="mggcn-api-") as tmp:
         job_options = {k: v for k, v in options.items() if k in _JOB_KEYS}
         job_options.setdefault("save_predictions", os.path.join(tmp, "predictions.npy"))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mggcn.data.formats.checks import PathLike
@@ -47,6 +48,7 @@ from mggcn.data.graph import Graph, GraphError
 
 __all__ = [
     "FORMATS",
+    "check_path",
     "edgelist_vertex_data",
     "from_pyg",
     "from_tensors",
@@ -74,6 +76,34 @@ _READERS: dict[str, Callable[..., Graph]] = {
     "mggcn-bin": read_mggcn_bin,
     "planetoid": read_planetoid,
 }
+
+
+# what a format's PATH is; planetoid takes a directory or the prefix DIR/ind.NAME, and says itself what is wrong
+_DIRECTORY_FORMATS = {"ogb": "raw/ and split/", "saint": "adj_full.npz, feats.npy, class_map.json, role.json",
+                      "dgl-reddit": "reddit_data.npz and reddit_graph.npz",
+                      "mggcn-bin": "graph.bin, features.bin, labels.bin, sets.bin"}
+_FILE_FORMATS = ("mtx", "edgelist")
+
+
+def check_path(source: PathLike, fmt: str) -> None:
+    """Raise :class:`GraphError` with one line saying what is wrong with ``source`` as a path of format ``fmt``
+    (unknown format, no such path, a directory for a one-file format, a file for a directory format, a prepared
+    dataset given a format) and what to give instead; return when it may be read."""
+    text = os.fspath(source)
+    if fmt not in _READERS:
+        raise GraphError(f"{text}: unknown format {fmt!r}; known formats: {', '.join(FORMATS)}")
+    if fmt == "planetoid":
+        return
+    path = Path(text)
+    if not path.exists():
+        raise GraphError(f"{text}: no such file or directory")
+    if path.is_dir() and (path / "manifest.json").is_file():
+        raise GraphError(f"{text}: a prepared dataset directory, which needs no --format; drop --format {fmt}")
+    if path.is_dir() and fmt in _FILE_FORMATS:
+        raise GraphError(f"{text}: a directory, but --format {fmt} reads one file; give the file itself")
+    if not path.is_dir() and fmt in _DIRECTORY_FORMATS:
+        raise GraphError(f"{text}: not a directory, but --format {fmt} reads a directory (holding "
+                         f"{_DIRECTORY_FORMATS[fmt]}); give that directory")
 
 
 def read(source: PathLike, fmt: str, **options: Any) -> Graph:

@@ -190,6 +190,11 @@ def planetoid_files(source: PathLike) -> tuple[str, dict[str, Path]]:
             raise file_error(path, f"{what}; --format planetoid takes a directory with ind.NAME.* files, or "
                                    "DIR/ind.NAME")
     files = {part: folder / f"ind.{name}.{part}" for part in PARTS}
+    if not any(f.exists() for f in files.values()):
+        held = sorted({m.group(1) for f in folder.iterdir() if (m := _NAME.match(f.name))}) if folder.is_dir() else []
+        there = f"; {folder} holds {', '.join('ind.' + h for h in held)}" if held else ""
+        raise file_error(path, f"no such file or directory{there}; --format planetoid takes a directory with "
+                               "ind.NAME.* files, or DIR/ind.NAME")
     for f in files.values():
         require_file(f)
     return name, files
