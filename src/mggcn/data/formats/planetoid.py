@@ -60,12 +60,20 @@ class RefusedPickle(pickle.UnpicklingError):
     """A pickle names something a Planetoid file never holds; raised before that thing is called."""
 
 
+def _numpy_core(module: str) -> Any:
+    """numpy's ``_core.<module>`` (numpy >= 2; ``core.<module>`` before), whichever name a pickle used."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"numpy._core.{module}")
+    except ImportError:  # numpy 1.x
+        return importlib.import_module(f"numpy.core.{module}")
+
+
 def _numpy_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
     if subtype is not np.ndarray:
         raise RefusedPickle(f"an array of type {getattr(subtype, '__name__', subtype)!r}")
-    from numpy._core.multiarray import _reconstruct  # numpy >= 2; the pickles name numpy.core.multiarray
-
-    return _reconstruct(np.ndarray, shape, dtype)
+    return _numpy_core("multiarray")._reconstruct(np.ndarray, shape, dtype)
 
 
 def _numpy_dtype(spec: Any, align: bool = False, copy: bool = False) -> np.dtype:
@@ -78,18 +86,14 @@ def _numpy_dtype(spec: Any, align: bool = False, copy: bool = False) -> np.dtype
 def _numpy_scalar(dtype: np.dtype, data: Any = None) -> Any:
     if not isinstance(dtype, np.dtype) or dtype.hasobject:
         raise RefusedPickle("a numpy scalar that is not a number")
-    from numpy._core.multiarray import scalar  # numpy >= 2; the pickles name numpy.core.multiarray
-
-    return scalar(dtype, data)
+    return _numpy_core("multiarray").scalar(dtype, data)
 
 
 def _numpy_frombuffer(buffer: Any, dtype: Any, shape: Any, order: str) -> np.ndarray:
     # Protocol 5 (Python 3's default) writes arrays as numpy._core.numeric._frombuffer(bytes, dtype, shape, order).
     if not isinstance(buffer, (bytes, bytearray)) or not isinstance(dtype, np.dtype) or dtype.hasobject:
         raise RefusedPickle("an array that is not numbers from bytes")
-    from numpy._core.numeric import _frombuffer
-
-    return _frombuffer(buffer, dtype, shape, order)
+    return _numpy_core("numeric")._frombuffer(buffer, dtype, shape, order)
 
 
 def _latin1_bytes(text: str, encoding: str = "utf-8") -> bytes:
