@@ -85,7 +85,8 @@ def shell_env(tmp_path):
     """``mggcn`` and ``python`` on PATH running the sources under test, whatever the current directory."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, line in (("mggcn", f'exec "{sys.executable}" -m mggcn "$@"'), ("python", f'exec "{sys.executable}" "$@"')):
+    for name, line in (("mggcn", f'exec "{sys.executable}" -m mggcn "$@"'),
+                       ("python", f'exec "{sys.executable}" "$@"')):
         script = bin_dir / name
         script.write_text(f"#!/bin/sh\n{line}\n")
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
