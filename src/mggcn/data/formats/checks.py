@@ -238,7 +238,7 @@ def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: 
     bad = (indices < 0) | (indices >= num_cols)
     if bad.any():
         k = int(np.argmax(bad))
-        raise file_error(path, f"'indices'[{k}] = {int(indices[k])} is out of range [0, {num_cols})")
+        raise file_error(path, f"'indices'[{k}]: vertex id {int(indices[k])} is out of range [0, {num_cols})")
     return indptr, indices
 
 
@@ -254,7 +254,7 @@ def check_coo(row: np.ndarray, col: np.ndarray, nnz: int, num_rows: int, num_col
         bad = (arr < 0) | (arr >= bound)
         if bad.any():
             k = int(np.argmax(bad))
-            raise file_error(path, f"'{name}'[{k}] = {int(arr[k])} is out of range [0, {bound})")
+            raise file_error(path, f"'{name}'[{k}]: vertex id {int(arr[k])} is out of range [0, {bound})")
     return row.astype(np.int64, copy=False), col.astype(np.int64, copy=False)
 
 
