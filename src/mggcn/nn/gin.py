@@ -103,9 +103,9 @@ class GINLayer(nn.Module):
 
     def _cached_sum(self, h_agg: torch.Tensor, h: torch.Tensor, scale: torch.Tensor, ws: Workspace | None,
                     key: str) -> torch.Tensor:
-        """``Â·h + (1+ε)·h`` without touching the cached ``Â·h``: on a workspace buffer when nothing needs its
-        gradient (fixed ε, first layer), else a new tensor."""
-        if ws is None or (torch.is_grad_enabled() and (scale.requires_grad or h.requires_grad)):
+        """``Â·h + (1+ε)·h`` without touching the cached ``Â·h``: on a workspace buffer when nothing can need its
+        gradient (fixed ε, first layer), else a new tensor (in eval too, so that the workspace is the same)."""
+        if ws is None or self.train_eps or h.requires_grad:  # (under no_grad, scale.requires_grad is False)
             return h_agg + scale * h
         z = ws.take(f"A.H {key}", h.shape[0], h.shape[1], h)
         torch.mul(h, scale, out=z)
