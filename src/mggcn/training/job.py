@@ -152,7 +152,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         raise GraphError(f"--checkpoint-every must be at least 0, got {job.checkpoint_every}")
     dataset = open_job_dataset(job)
     dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
-    find_resume(job, dataset)  # raises for a checkpoint of another dataset or model
+    find_resume(job, dataset, report=_silent)  # raises for another dataset or model; rank 0 says what it skips
     return dataset
 
 
