@@ -228,6 +228,10 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
             if not balance_shown:  # every record carries the partition's balance; say it once
                 balance_shown = True
                 via = f" ({record['broadcast']})" if "broadcast" in record else ""
+                backend, _, why = record.get("broadcast", "").partition(", no shared memory: ")
+                if why:  # --shm auto could not use shared memory: one warning line, the partition line stays short
+                    _print_err(f"warning: --shm auto: no shared memory ({why}); broadcasting through {backend}")
+                    via = f" ({backend})"
                 progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
             progress.update(record)
             if job.metrics:
