@@ -16,8 +16,9 @@ The files are unlinked as soon as every rank has mapped them: nothing is left in
 the memory goes back to the system with the last mapping. Each file starts with a header (the job's nonce and the
 owner's rank) that every peer checks before using it, and a peer's file is only opened, never created: ranks that
 do not see the same files (two containers, a private ``/dev/shm``) find out when the job starts and fall back to
-gloo (``--shm auto``) or stop (``--shm on``), instead of multiplying zeros. Their pages are reserved when they are created
-(``posix_fallocate``), so a too small ``/dev/shm`` fails there with a clear error, never with a SIGBUS mid-epoch.
+gloo (``--shm auto``) or stop (``--shm on``), instead of multiplying zeros. Their pages are reserved when they are
+created (``posix_fallocate``), so a too small ``/dev/shm`` fails there with a clear error, never with a SIGBUS
+mid-epoch.
 
 Memory: the outboxes take the place of gloo's two receive buffers, the same 2·m·d per rank. A rank's RSS also counts
 the pages of the other ranks' outboxes it reads; :meth:`SharedOutboxes.peer_resident_bytes` says how many (the
