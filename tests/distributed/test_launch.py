@@ -1,8 +1,13 @@
 import multiprocessing as mp
+import os
+import subprocess
+import sys
 import time
 
+import psutil
 import pytest
 
+import mggcn
 import workers
 from mggcn.distributed.launch import WorkerError, run_workers
 
@@ -33,3 +38,71 @@ def test_a_hanging_rank_is_stopped_at_the_timeout():
     assert "did not finish within 15 s" in str(info.value)
     assert "1" in str(info.value).split("still running")[1]
     assert mp.active_children() == []
+
+
+@pytest.mark.parametrize("nprocs, bad_rank", [(2, 1), (3, 2)])
+def test_the_failing_rank_is_reported_not_its_peers_lost_connection(nprocs, bad_rank):
+    with pytest.raises(WorkerError) as info:
+        run_workers(workers.late_reporting_worker, nprocs, (bad_rank, 1.5), timeout_s=120)
+    assert info.value.rank == bad_rank, str(info.value)
+    assert str(info.value).startswith(f"rank {bad_rank} failed: IndexError: index 7 is out of bounds")
+    assert "\n" not in str(info.value) and "IndexError" in info.value.detail
+    assert mp.active_children() == []
+
+
+def test_stop_skips_processes_that_never_started():
+    from mggcn.distributed.launch import _stop
+
+    procs = [mp.get_context("spawn").Process(target=time.sleep, args=(0,)) for _ in range(2)]
+    _stop(procs)  # a failed start leaves processes unstarted: nothing to join, no AssertionError
+    assert all(p.pid is None for p in procs)
+
+
+def _env(tmp_path):
+    """The environment of a child that runs this checkout's mggcn, with its own temporary directory."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    src = os.path.dirname(os.path.dirname(mggcn.__file__))  # the mggcn this test imports
+    return dict(os.environ, TMPDIR=str(tmp), PYTHONUNBUFFERED="1",
+                PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])), tmp
+
+
+def test_a_script_without_a_main_guard_gets_one_clear_error_and_leaves_nothing(tmp_path):
+    env, tmp = _env(tmp_path)
+    script = tmp_path / "snippet.py"
+    script.write_text("import mggcn\n"
+                      "run = mggcn.train('synthetic:n=300,features=8', nprocs=2, hidden=(8,), epochs=2, quiet=True)\n"
+                      "print(run.history[-1]['test_acc'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.count('if __name__ == "__main__":') == 1, out.stderr
+    assert out.stderr.count("Traceback") <= 1  # the script's own uncaught WorkerError, nothing from the workers
+    assert "bootstrapping phase" not in out.stderr and "AssertionError" not in out.stderr
+    assert os.listdir(tmp) == []  # no job directory left
+
+
+def test_a_killed_launcher_leaves_no_worker_and_no_job_directory(tmp_path):
+    env, tmp = _env(tmp_path)
+    metrics = tmp_path / "m.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs", "2",
+                             "--epochs", "100000", "--quiet", "--trace-epoch", "0", "--metrics", str(metrics)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        assert [d for d in os.listdir(tmp) if d.startswith("mggcn-job-")]  # the job's directory, while it runs
+        family = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait(30)
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert alive == []
+        deadline = time.monotonic() + 30
+        while [d for d in os.listdir(tmp) if d.startswith("mggcn-job-")] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [d for d in os.listdir(tmp) if d.startswith("mggcn-job-")] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
