@@ -8,11 +8,12 @@ import time
 import numpy as np
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.partition import build_shard, make_partition
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.spmm import StagedSpMM
-from mggcn.training.trainer import TrainConfig, train_shard
+from mggcn.training.trainer import train_shard
 
 
 def rows_of(global_new: torch.Tensor, part, rank: int) -> torch.Tensor:
