@@ -159,3 +159,100 @@ def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     monkeypatch.delenv("MGGCN_SHM_DIR")
     out = run_cli(*common, timeout=120)
     assert out.returncode == 0 and "comm broadcast (shared memory)" in out.stdout, out.stderr
+
+
+def _spawned_workers(proc):
+    import psutil
+
+    return [c for c in psutil.Process(proc.pid).children(recursive=True)
+            if "spawn_main" in " ".join(c.cmdline())]
+
+
+def test_an_interrupt_before_the_first_epoch_exits_130_with_a_plain_message(tmp_path):
+    import signal
+    import time
+
+    from cli_util import popen_cli
+
+    metrics = tmp_path / "m.jsonl"
+    proc = popen_cli("train", "synthetic:n=3000,features=16", "--nprocs", "2", "--epochs", "5", "--quiet",
+                     "--metrics", str(metrics))
+    try:
+        deadline = time.monotonic() + 120
+        while len(_spawned_workers(proc)) < 2:  # the workers exist, and are still importing: no epoch yet
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not metrics.exists()  # it was before the first epoch
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["mggcn: interrupted: rank 0 was stopped by SIGTERM before it could stop "
+                                        "by itself"] or err.strip().startswith("mggcn: interrupted"), err
+    assert "Traceback" not in err and "killed by signal" not in err
+
+
+def test_sigterm_during_prepare_leaves_no_partial_directory(tmp_path):
+    import signal
+    import time
+
+    from cli_util import popen_cli
+
+    out_dir = tmp_path / "big"
+    proc = popen_cli("prepare", "synthetic:n=400000,features=16", str(out_dir), "--quiet")
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.startswith(".big.partial-") for p in tmp_path.iterdir()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "mggcn prepare: interrupted"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_on_a_terminal_ends_without_a_leaked_semaphore_warning(tmp_path):
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()  # stdout is a terminal: the progress bar is drawn
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=600,features=8", "--nprocs", "2",
+                             "--epochs", "3", "--hidden", "8"], stdin=slave, stdout=slave, stderr=slave,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    os.close(slave)
+    output = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the terminal's last writer is gone
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=240)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = output.decode(errors="replace")
+    assert proc.returncode == 0, text
+    assert "3/3" in text  # the bar was there
+    assert "leaked semaphore" not in text and "resource_tracker" not in text, text

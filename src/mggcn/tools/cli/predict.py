@@ -7,7 +7,7 @@ import os
 import sys
 
 from mggcn.config import ACTIVATIONS, DEVICES, NORMS
-from mggcn.tools.cli.common import add_dataset_options, positive_int, read_options, under_torchrun
+from mggcn.tools.cli.common import add_dataset_options, join_as_rank, positive_int, read_options, under_torchrun
 
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import WorkerError, run_workers
+    from mggcn.distributed.launch import JobInterrupted, WorkerError, run_workers
     from mggcn.training.predict import PredictJob, check_predict, run_predict_job
 
     reader_options = read_options(args)
@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
                      norm=args.norm, activation=args.activation, device=args.device, threads=args.threads,
                      timeout_s=args.timeout)
     if under_torchrun():
+        join_as_rank()
         check_predict(job, int(os.environ["WORLD_SIZE"]))
         run_predict_job(job)
         return 0
@@ -56,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     del dataset
     try:
         run_workers(run_predict_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
+    except JobInterrupted as err:
+        print(f"mggcn: interrupted: {err}", file=sys.stderr)
+        return 130
     except WorkerError as err:
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
