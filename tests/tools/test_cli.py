@@ -256,3 +256,30 @@ def test_a_run_on_a_terminal_ends_without_a_leaked_semaphore_warning(tmp_path):
     assert proc.returncode == 0, text
     assert "3/3" in text  # the bar was there
     assert "leaked semaphore" not in text and "resource_tracker" not in text, text
+
+
+def test_every_output_follows_the_umask(tmp_path):
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-m", "mggcn", *args], capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: os.umask(0o027))
+        assert out.returncode == 0, out.stderr
+
+    run("prepare", "synthetic:n=300,features=8", str(tmp_path / "prepared"), "--quiet")
+    run("train", str(tmp_path / "prepared"), "--hidden", "8", "--epochs", "2", "--quiet",
+        "--metrics", str(tmp_path / "m.jsonl"), "--save-model", str(tmp_path / "model.pt"),
+        "--save-predictions", str(tmp_path / "pred.npy"), "--checkpoint-dir", str(tmp_path / "ck"),
+        "--checkpoint-every", "1")
+    modes = {}
+    for root, dirs, files in os.walk(tmp_path):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            modes[os.path.relpath(path, tmp_path)] = stat.S_IMODE(os.stat(path).st_mode)
+    expected_files = {"m.jsonl", "model.pt", "model.pt.json", "pred.npy", "ck/ckpt-000001.pt", "ck/ckpt-000002.pt"}
+    assert expected_files <= set(modes) and any(p.startswith("prepared/") for p in modes)
+    for path, mode in modes.items():  # what open() and mkdir() give under umask 027, for every output alike
+        assert mode == (0o750 if os.path.isdir(tmp_path / path) else 0o640), (path, oct(mode))

@@ -24,6 +24,7 @@ from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.context import init_distributed, shutdown
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
+from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import TrainProgress
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
@@ -164,6 +165,7 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp)
+        follow_umask(tmp)  # mkstemp made it private; an output gets the mode of any new file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
