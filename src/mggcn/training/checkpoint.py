@@ -127,9 +127,13 @@ def _unpickling_reason(err: Exception) -> str:
 
 
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int]) -> None:
-    """Refuse to resume against another dataset or another model shape."""
+    """Refuse to resume against another dataset or another model shape. Datasets are compared by content where
+    both identities carry a ``fingerprint`` (sizes and a hash of the arrays), by name and sizes otherwise."""
     theirs = state.get("dataset", {})
+    by_content = "fingerprint" in theirs and "fingerprint" in dataset
     for key, value in dataset.items():
+        if key == "name" and by_content:
+            continue  # the same content read from another path (or spelled another way) is the same dataset
         if key in theirs and theirs[key] != value:
             raise CheckpointError(f"{path}: the checkpoint was trained on another dataset ({key} {theirs[key]!r}, "
                                   f"this one has {value!r})")

@@ -65,11 +65,13 @@ class JobResult:
     resumed_from: str | None = None
 
 
-def dataset_identity(dataset: Dataset) -> dict:
-    """What a checkpoint records of its dataset, to refuse resuming against another one."""
+def dataset_identity(dataset: Dataset, content: bool = True) -> dict:
+    """What a checkpoint records of its dataset, to refuse resuming against another one: its sizes and, with
+    ``content``, a fingerprint of its arrays (a prepared dataset's comes from its manifest; one in memory is hashed,
+    once), so that the same data read from another path resumes."""
     identity = {"name": str(dataset.name), "num_nodes": dataset.num_nodes, "num_edges": dataset.num_edges,
                 "num_features": dataset.num_features, "num_classes": dataset.num_classes}
-    fingerprint = getattr(dataset, "fingerprint", None)
+    fingerprint = getattr(dataset, "fingerprint", None) if content else None
     if fingerprint:
         identity["fingerprint"] = fingerprint
     return identity
@@ -202,7 +204,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         cfg = job.config
         shard = shard_for(cfg, dataset, ctx)
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
-        identity = dataset_identity(dataset)
+        identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
         del dataset  # this rank keeps only its shard
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
