@@ -106,3 +106,53 @@ def test_a_killed_launcher_leaves_no_worker_and_no_job_directory(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {})):
+    """Two torchrun "nodes" of one process each on this host (node 0 holds the rendezvous store)."""
+    port = _free_port()
+    nodes = []
+    for i in range(2):
+        log = open(tmp_path / f"node{i}.log", "w")
+        nodes.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(i),
+             "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+             "-m", "mggcn", "train", *train_args], stdout=log, stderr=subprocess.STDOUT, env={**env, **node_env[i]}))
+        log.close()
+    return nodes
+
+
+def test_killing_one_torchrun_agent_ends_both_nodes_and_leaves_no_process(tmp_path):
+    env, _ = _env(tmp_path)
+    metrics = tmp_path / "m.jsonl"
+    nodes = _torchrun_nodes(tmp_path, env, "synthetic:n=2000,features=8", "--epochs", "100000", "--quiet",
+                            "--trace-epoch", "0", "--timeout", "30", "--metrics", str(metrics))
+    family = []
+    try:
+        deadline = time.monotonic() + 240
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert all(n.poll() is None for n in nodes) and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        family = [c for n in nodes for c in psutil.Process(n.pid).children(recursive=True)]
+        assert len(family) >= 2  # a worker under each agent
+        nodes[1].kill()  # kill -9 of the agent that does not hold the store
+        nodes[1].wait(30)
+        # node 1's worker dies with its agent; node 0's worker loses its peer and fails, and so does its agent:
+        # well within the collective timeout (30 s) plus the agent's own shutdown
+        assert nodes[0].wait(150) != 0
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert alive == [], [p.cmdline() for p in alive]
+    finally:
+        for p in nodes + [p for p in family if p.is_running()]:
+            try:
+                p.kill()
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
