@@ -156,3 +156,27 @@ def test_killing_one_torchrun_agent_ends_both_nodes_and_leaves_no_process(tmp_pa
                 p.kill()
             except (psutil.NoSuchProcess, ProcessLookupError):
                 pass
+
+
+def test_shm_on_across_nodes_that_do_not_share_it_is_one_line_from_rank_0(tmp_path):
+    env, _ = _env(tmp_path)
+    dirs = [tmp_path / "shm0", tmp_path / "shm1"]  # as two containers with private /dev/shm see it
+    for d in dirs:
+        d.mkdir()
+    nodes = _torchrun_nodes(tmp_path, env, "synthetic:n=500,features=8", "--epochs", "3", "--quiet", "--shm", "on",
+                            node_env=({"MGGCN_SHM_DIR": str(dirs[0])}, {"MGGCN_SHM_DIR": str(dirs[1])}))
+    try:
+        codes = [n.wait(240) for n in nodes]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+    assert codes == [1, 1]  # torchrun's status when a worker fails
+    logs = [(tmp_path / f"node{i}.log").read_text() for i in range(2)]
+    # the workers' own words: one line, from rank 0 (the rest of the logs is torchrun's report of a failed worker)
+    # (a worker's traceback would come as "[rankN]: ..." lines)
+    ours = [line for log in logs for line in log.splitlines() if line.startswith(("mggcn train", "mggcn:", "[rank"))]
+    assert len(ours) == 1 and ours[0].startswith(f"mggcn train: error: rank 0: cannot open rank 1's outbox "
+                                                 f"{dirs[0]}/mggcn-outbox-"), logs
+    assert "exitcode  : 2" in logs[0] and "exitcode  : 2" in logs[1]
+    assert os.listdir(dirs[0]) == [] and os.listdir(dirs[1]) == []
