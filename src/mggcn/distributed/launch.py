@@ -147,11 +147,11 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         while running:
             try:
                 _wait_for_any(running, deadline, timeout_s, procs, workdir, settle_s, interrupted)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as stop:
                 if interrupted is not None:
                     raise
                 # Ctrl-C or SIGTERM: ask the workers to stop (they finish the epoch and checkpoint), give them time
-                interrupted = signal.SIGTERM if _last_signal[0] == signal.SIGTERM else signal.SIGINT
+                interrupted = signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT
                 for p in running.values():
                     if p.is_alive():
                         os.kill(p.pid, signal.SIGTERM)
@@ -209,19 +209,19 @@ def _stop_cleaner(cleaner: subprocess.Popen | None) -> None:
             cleaner.wait()
 
 
-_last_signal = [signal.SIGINT]
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, in the launcher: it means what Ctrl-C means."""
 
 
 def _raise_on_sigterm():
-    """In the launcher, SIGTERM means what Ctrl-C means."""
+    """In the launcher, SIGTERM means what Ctrl-C means (raises :class:`_Terminated`)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def handler(signum, frame):
-        _last_signal[0] = signal.SIGTERM
-        raise KeyboardInterrupt
+        raise _Terminated
 
     return signal.signal(signal.SIGTERM, handler)
 
@@ -243,8 +243,9 @@ def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None
         ready = multiprocessing.connection.wait([p.sentinel for p in running.values()],
                                                 timeout=max(0.0, settle - time.monotonic()))
         failed.update(_reap(running, ready, workdir))
-    if interrupted is not None and all(_interrupted_by(f, interrupted) for f in failed.values()):
-        raise JobInterrupted(min(failed), f"was stopped by {interrupted.name} before it could stop by itself")
+    if all(_interrupted_by(f, interrupted) for f in failed.values()):
+        sig = interrupted or signal.SIGINT  # Ctrl-C reached the workers (they share the terminal) first
+        raise JobInterrupted(min(failed), f"was stopped by {sig.name} before it could stop by itself")
     raise _root_cause(failed)
 
 
@@ -295,9 +296,12 @@ class _Failure:
         return cls(rank, time.time(), _describe_exit(exitcode))
 
 
-def _interrupted_by(failure: _Failure, sig: signal.Signals) -> bool:
-    return failure.message in (_describe_exit(-sig), _describe_exit(-signal.SIGTERM)) or \
-        failure.message.startswith("failed: KeyboardInterrupt")
+def _interrupted_by(failure: _Failure, sig: signal.Signals | None) -> bool:
+    """Whether ``failure`` is a worker ended by the interrupt: Ctrl-C (KeyboardInterrupt) or, once the launcher
+    was interrupted (``sig``), the SIGTERM it forwarded or the signal itself."""
+    if failure.message.startswith("failed: KeyboardInterrupt"):
+        return True
+    return sig is not None and failure.message in (_describe_exit(-sig), _describe_exit(-signal.SIGTERM))
 
 
 def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
