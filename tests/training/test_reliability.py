@@ -48,7 +48,7 @@ def test_killed_worker_fails_the_job_naming_the_rank(tmp_path):
                      "--timeout", "30", "--trace-epoch", "0")
     try:
         _wait_for_epochs(metrics, 2, proc)
-        children = [c for c in _workers_of(proc) if "resource_tracker" not in " ".join(c.cmdline())]
+        children = [c for c in _workers_of(proc) if "spawn_main" in " ".join(c.cmdline())]  # the ranks only
         assert len(children) == 3
         start = time.monotonic()
         children[1].send_signal(signal.SIGKILL)  # rank 1, mid-epoch
