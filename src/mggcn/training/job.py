@@ -21,7 +21,7 @@ import torch
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import Graph, GraphError
-from mggcn.distributed.context import init_distributed, shutdown
+from mggcn.distributed.context import available_cores, init_distributed, shutdown
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.outputs import follow_umask
@@ -126,6 +126,8 @@ class _StopOnSignal:
 
 
 def check_output(option: str, path: str | None) -> None:
+    """An output file ``path`` can be written: its directory exists and takes a new file (tried, not guessed from
+    permission bits, which root ignores), and it is not a directory."""
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -133,6 +135,44 @@ def check_output(option: str, path: str | None) -> None:
         raise GraphError(f"{option} {path}: the directory {parent} does not exist")
     if os.path.isdir(path):
         raise GraphError(f"{option} {path}: is a directory")
+    _check_writable(option, path, parent)
+
+
+def _check_writable(option: str, path: str, directory: str) -> None:
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".mggcn-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise GraphError(f"{option} {path}: cannot write in {directory} ({err.strerror})") from None
+
+
+def check_checkpoint_dir(path: str | None) -> None:
+    """``--checkpoint-dir``: a directory that takes files, or a path where one can be made (its nearest existing
+    ancestor takes a new directory)."""
+    if path is None:
+        return
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise GraphError(f"--checkpoint-dir {path}: exists and is not a directory")
+        _check_writable("--checkpoint-dir", path, path)
+        return
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise GraphError(f"--checkpoint-dir {path}: {ancestor} is not a directory")
+    _check_writable("--checkpoint-dir", path, ancestor)
+
+
+def check_threads(threads: int | None) -> None:
+    """``--threads`` at most the cores this process may run on: more only oversubscribes them, and a thread pool
+    told to start 10^5 threads crashes the process."""
+    if threads is None:
+        return
+    cores = available_cores()
+    if not 1 <= threads <= cores:
+        raise GraphError(f"--threads {threads}: must be between 1 and the {cores} core(s) this process may use")
 
 
 def open_job_dataset(job: TrainJob) -> Dataset:
@@ -156,6 +196,8 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         raise GraphError("--resume needs --checkpoint-dir")
     if job.checkpoint_every < 0:
         raise GraphError(f"--checkpoint-every must be at least 0, got {job.checkpoint_every}")
+    check_checkpoint_dir(job.checkpoint_dir)
+    check_threads(job.threads)
     dataset = open_job_dataset(job)
     dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
     find_resume(job, dataset, report=_silent)  # raises for another dataset or model; rank 0 says what it skips

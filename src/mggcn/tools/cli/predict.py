@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"mggcn: interrupted: {err}", file=sys.stderr)
         return 130
     except WorkerError as err:
+        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+            raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
     _say_written(args, num_nodes)
