@@ -242,6 +242,54 @@ def host_outboxes_worker(mode):
     return None if boxes is None else type(boxes).__name__, transport
 
 
+def private_shm_train_worker(graph, cfg: TrainConfig, directories):
+    """Training with this rank's own ``MGGCN_SHM_DIR`` (``directories[rank]``), as two containers on one host with
+    private ``/dev/shm`` see it: the losses and how the broadcast went, or the error."""
+    from mggcn.distributed.shm import ShmUnavailable
+
+    os.environ["MGGCN_SHM_DIR"] = directories[int(os.environ["RANK"])]
+    ctx = init_distributed("cpu", timeout_s=60)
+    part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+    shard = build_shard(graph, part, ctx.rank, cfg.norm)
+    try:
+        result = train_shard(ctx, shard, cfg)
+    except ShmUnavailable as e:
+        return {"error": str(e)}
+    return {"losses": [r["loss"] for r in result.history], "broadcast": result.history[0]["broadcast"]}
+
+
+def other_host_outboxes_worker(mode):
+    """host_outboxes as ranks on two hosts see it (each rank's host identity differs)."""
+    from mggcn.distributed import shm
+
+    shm._host_id = lambda: f"host-{os.environ['RANK']}"
+    ctx = init_distributed("cpu", timeout_s=60)
+    try:
+        boxes, transport = shm.host_outboxes(ctx, mode, 8, 4, torch.float32)
+    except shm.ShmUnavailable as e:
+        return {"error": str(e)}
+    return {"boxes": boxes, "transport": transport}
+
+
+def late_reporting_worker(bad_rank: int, delay_s: float):
+    """Rank ``bad_rank`` hits a bad index, leaves the group at once (as a failing job does) and takes ``delay_s``
+    to report it; its peers, waiting in a collective, lose the connection first and report that sooner."""
+    from mggcn.distributed.context import shutdown
+
+    ctx = init_distributed("cpu", timeout_s=120)
+    try:
+        if ctx.rank == bad_rank:
+            torch.arange(3)[torch.tensor([7])]
+        torch.distributed.all_reduce(torch.ones(1))
+        torch.distributed.all_reduce(torch.ones(1))
+    except BaseException:
+        shutdown(clean=False)
+        if ctx.rank == bad_rank:
+            time.sleep(delay_s)
+        raise
+    return ctx.rank
+
+
 def final_accuracy_worker(graph, cfg: TrainConfig):
     """Train; return the run's final accuracies and weights."""
     ctx = init_distributed("cpu", timeout_s=60)

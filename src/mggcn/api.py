@@ -30,7 +30,7 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.data.graph import Graph, GraphError
-from mggcn.distributed.launch import run_workers
+from mggcn.distributed.launch import refuse_unguarded_script, run_workers
 from mggcn.distributed.partition import csr_to_torch
 from mggcn.distributed.spmm import StagedSpMM, local_adj
 from mggcn.nn.model import LayerStack
@@ -123,6 +123,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         GraphError: bad dataset or options, before any worker starts.
         mggcn.distributed.launch.WorkerError: a worker failed.
     """
+    if nprocs > 1:
+        refuse_unguarded_script()  # a worker re-running an unguarded script: it ends here, the launcher says why
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")

@@ -1,8 +1,13 @@
 import multiprocessing as mp
+import os
+import subprocess
+import sys
 import time
 
+import psutil
 import pytest
 
+import mggcn
 import workers
 from mggcn.distributed.launch import WorkerError, run_workers
 
@@ -33,3 +38,145 @@ def test_a_hanging_rank_is_stopped_at_the_timeout():
     assert "did not finish within 15 s" in str(info.value)
     assert "1" in str(info.value).split("still running")[1]
     assert mp.active_children() == []
+
+
+@pytest.mark.parametrize("nprocs, bad_rank", [(2, 1), (3, 2)])
+def test_the_failing_rank_is_reported_not_its_peers_lost_connection(nprocs, bad_rank):
+    with pytest.raises(WorkerError) as info:
+        run_workers(workers.late_reporting_worker, nprocs, (bad_rank, 1.5), timeout_s=120)
+    assert info.value.rank == bad_rank, str(info.value)
+    assert str(info.value).startswith(f"rank {bad_rank} failed: IndexError: index 7 is out of bounds")
+    assert "\n" not in str(info.value) and "IndexError" in info.value.detail
+    assert mp.active_children() == []
+
+
+def test_stop_skips_processes_that_never_started():
+    from mggcn.distributed.launch import _stop
+
+    procs = [mp.get_context("spawn").Process(target=time.sleep, args=(0,)) for _ in range(2)]
+    _stop(procs)  # a failed start leaves processes unstarted: nothing to join, no AssertionError
+    assert all(p.pid is None for p in procs)
+
+
+def _env(tmp_path):
+    """The environment of a child that runs this checkout's mggcn, with its own temporary directory."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    src = os.path.dirname(os.path.dirname(mggcn.__file__))  # the mggcn this test imports
+    return dict(os.environ, TMPDIR=str(tmp), PYTHONUNBUFFERED="1",
+                PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])), tmp
+
+
+def test_a_script_without_a_main_guard_gets_one_clear_error_and_leaves_nothing(tmp_path):
+    env, tmp = _env(tmp_path)
+    script = tmp_path / "snippet.py"
+    script.write_text("import mggcn\n"
+                      "run = mggcn.train('synthetic:n=300,features=8', nprocs=2, hidden=(8,), epochs=2, quiet=True)\n"
+                      "print(run.history[-1]['test_acc'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.count('if __name__ == "__main__":') == 1, out.stderr
+    assert out.stderr.count("Traceback") <= 1  # the script's own uncaught WorkerError, nothing from the workers
+    assert "bootstrapping phase" not in out.stderr and "AssertionError" not in out.stderr
+    assert os.listdir(tmp) == []  # no job directory left
+
+
+def test_a_killed_launcher_leaves_no_worker_and_no_job_directory(tmp_path):
+    env, tmp = _env(tmp_path)
+    metrics = tmp_path / "m.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs", "2",
+                             "--epochs", "100000", "--quiet", "--trace-epoch", "0", "--metrics", str(metrics)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        assert [d for d in os.listdir(tmp) if d.startswith("mggcn-job-")]  # the job's directory, while it runs
+        family = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait(30)
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert alive == []
+        deadline = time.monotonic() + 30
+        while [d for d in os.listdir(tmp) if d.startswith("mggcn-job-")] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [d for d in os.listdir(tmp) if d.startswith("mggcn-job-")] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {})):
+    """Two torchrun "nodes" of one process each on this host (node 0 holds the rendezvous store)."""
+    port = _free_port()
+    nodes = []
+    for i in range(2):
+        log = open(tmp_path / f"node{i}.log", "w")
+        nodes.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(i),
+             "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+             "-m", "mggcn", "train", *train_args], stdout=log, stderr=subprocess.STDOUT, env={**env, **node_env[i]}))
+        log.close()
+    return nodes
+
+
+def test_killing_one_torchrun_agent_ends_both_nodes_and_leaves_no_process(tmp_path):
+    env, _ = _env(tmp_path)
+    metrics = tmp_path / "m.jsonl"
+    nodes = _torchrun_nodes(tmp_path, env, "synthetic:n=2000,features=8", "--epochs", "100000", "--quiet",
+                            "--trace-epoch", "0", "--timeout", "30", "--metrics", str(metrics))
+    family = []
+    try:
+        deadline = time.monotonic() + 240
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert all(n.poll() is None for n in nodes) and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        family = [c for n in nodes for c in psutil.Process(n.pid).children(recursive=True)]
+        assert len(family) >= 2  # a worker under each agent
+        nodes[1].kill()  # kill -9 of the agent that does not hold the store
+        nodes[1].wait(30)
+        # node 1's worker dies with its agent; node 0's worker loses its peer and fails, and so does its agent:
+        # well within the collective timeout (30 s) plus the agent's own shutdown
+        assert nodes[0].wait(150) != 0
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert alive == [], [p.cmdline() for p in alive]
+    finally:
+        for p in nodes + [p for p in family if p.is_running()]:
+            try:
+                p.kill()
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
+
+
+def test_shm_on_across_nodes_that_do_not_share_it_is_one_line_from_rank_0(tmp_path):
+    env, _ = _env(tmp_path)
+    dirs = [tmp_path / "shm0", tmp_path / "shm1"]  # as two containers with private /dev/shm see it
+    for d in dirs:
+        d.mkdir()
+    nodes = _torchrun_nodes(tmp_path, env, "synthetic:n=500,features=8", "--epochs", "3", "--quiet", "--shm", "on",
+                            node_env=({"MGGCN_SHM_DIR": str(dirs[0])}, {"MGGCN_SHM_DIR": str(dirs[1])}))
+    try:
+        codes = [n.wait(240) for n in nodes]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+    assert codes == [1, 1]  # torchrun's status when a worker fails
+    logs = [(tmp_path / f"node{i}.log").read_text() for i in range(2)]
+    # the workers' own words: one line, from rank 0 (the rest of the logs is torchrun's report of a failed worker)
+    # (a worker's traceback would come as "[rankN]: ..." lines)
+    ours = [line for log in logs for line in log.splitlines() if line.startswith(("mggcn train", "mggcn:", "[rank"))]
+    assert len(ours) == 1 and ours[0].startswith(f"mggcn train: error: rank 0: cannot open rank 1's outbox "
+                                                 f"{dirs[0]}/mggcn-outbox-"), logs
+    assert "exitcode  : 2" in logs[0] and "exitcode  : 2" in logs[1]
+    assert os.listdir(dirs[0]) == [] and os.listdir(dirs[1]) == []

@@ -10,6 +10,9 @@ import workers
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.shm import host_outboxes
+from mggcn.nn.model import GCN
+from mggcn.training.trainer import TrainConfig
+from reference import gcn_losses, random_graph
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])
@@ -47,3 +50,63 @@ def test_modes(monkeypatch, tmp_path):
     assert host_outboxes(DistContext(), "on", 8, 4, torch.float32) == (None, "one rank")  # nothing to broadcast
     with pytest.raises(ValueError, match="--shm must be one of auto, on, off, got 'yes'"):
         host_outboxes(DistContext(), "yes", 8, 4, torch.float32)
+
+
+def _private_dirs(tmp_path, nprocs):
+    dirs = [tmp_path / f"shm-{r}" for r in range(nprocs)]
+    for d in dirs:
+        d.mkdir()
+    return [str(d) for d in dirs]
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_ranks_that_do_not_share_their_shm_directory_fall_back_to_gloo_with_the_right_losses(nprocs, tmp_path):
+    # n = 45 is not a multiple of 2 or 3; the graph is directed
+    graph = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)
+    cfg = TrainConfig(hidden=(16, 8), epochs=5, seed=5, shm="auto")
+    dirs = _private_dirs(tmp_path, nprocs)
+    results = run_workers(workers.private_shm_train_worker, nprocs, (graph, cfg, dirs), timeout_s=300)
+    model = GCN(cfg.dims(graph.num_features, graph.num_classes), seed=cfg.seed)
+    expected = gcn_losses(graph, [(c.lin.weight, c.bias) for c in model.convs], cfg.epochs, cfg.lr,
+                          cfg.weight_decay, cfg.norm, cfg.activation)
+    for r in results:
+        assert r["broadcast"].startswith("gloo, no shared memory: rank 0: cannot open rank 1's outbox"), r
+        assert "\n" not in r["broadcast"]
+        # float32 against the float64 reference over 5 Adam steps (as in tests/training/test_trainer.py)
+        torch.testing.assert_close(torch.tensor(r["losses"], dtype=torch.float64),
+                                   torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=0)
+    assert all(os.listdir(d) == [] for d in dirs)
+
+
+def test_ranks_that_do_not_share_their_shm_directory_stop_under_shm_on(tmp_path):
+    graph = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)
+    dirs = _private_dirs(tmp_path, 2)
+    results = run_workers(workers.private_shm_train_worker, 2,
+                          (graph, TrainConfig(hidden=(8,), epochs=2, shm="on"), dirs), timeout_s=300)
+    for r in results:  # the same one-line error on every rank, naming the missing file
+        assert r["error"].startswith(f"rank 0: cannot open rank 1's outbox {dirs[0]}/mggcn-outbox-")
+        assert "the ranks do not share" in r["error"] and "\n" not in r["error"]
+    assert all(os.listdir(d) == [] for d in dirs)
+
+
+def test_a_peer_file_of_another_job_is_refused_by_its_header(tmp_path):
+    from mggcn.distributed.shm import HEADER_BYTES, ShmUnavailable, _header, _map_outbox
+
+    path = tmp_path / "box"
+    path.write_bytes(_header(b"x" * 16, 1, HEADER_BYTES + 64) + bytes(HEADER_BYTES + 64 - len(_header(b"", 0, 0))))
+    with pytest.raises(ShmUnavailable, match="is not rank 1's outbox of this job"):
+        _map_outbox(str(path), b"y" * 16, 1, HEADER_BYTES + 64, 16, torch.float32)  # another nonce
+    with pytest.raises(ShmUnavailable, match="is not rank 0's outbox of this job"):
+        _map_outbox(str(path), b"x" * 16, 0, HEADER_BYTES + 64, 16, torch.float32)  # another rank
+    box = _map_outbox(str(path), b"x" * 16, 1, HEADER_BYTES + 64, 16, torch.float32)
+    assert box.shape == (16,) and box.abs().sum() == 0
+    with pytest.raises(ShmUnavailable, match="cannot open rank 1's outbox"):
+        _map_outbox(str(tmp_path / "missing"), b"x" * 16, 1, HEADER_BYTES + 64, 16, torch.float32)
+    assert not (tmp_path / "missing").exists()  # a reader never creates a peer's outbox
+
+
+def test_shm_on_across_hosts_is_one_line_on_every_rank():
+    for r in run_workers(workers.other_host_outboxes_worker, 2, ("on",), timeout_s=120):
+        assert r["error"] == "--shm on needs every rank on one host and on the CPU"
+    for r in run_workers(workers.other_host_outboxes_worker, 2, ("auto",), timeout_s=120):
+        assert r == {"boxes": None, "transport": "gloo"}

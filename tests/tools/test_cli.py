@@ -155,10 +155,137 @@ def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     assert not metrics.exists()
     out = run_cli(*common, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "comm broadcast (gloo, no shared memory: rank 0: cannot create" in out.stdout
+    assert "comm broadcast (gloo):" in out.stdout
+    warning = [line for line in out.stderr.splitlines() if "warning" in line]
+    assert len(warning) == 1 and warning[0].startswith("mggcn: warning: --shm auto: no shared memory (rank 0: "
+                                                       "cannot create") and "broadcasting through gloo" in warning[0]
     monkeypatch.delenv("MGGCN_SHM_DIR")
     out = run_cli(*common, timeout=120)
     assert out.returncode == 0 and "comm broadcast (shared memory)" in out.stdout, out.stderr
+
+
+def _spawned_workers(proc):
+    import psutil
+
+    return [c for c in psutil.Process(proc.pid).children(recursive=True)
+            if "spawn_main" in " ".join(c.cmdline())]
+
+
+def test_an_interrupt_before_the_first_epoch_exits_130_with_a_plain_message(tmp_path):
+    import signal
+    import time
+
+    from cli_util import popen_cli
+
+    metrics = tmp_path / "m.jsonl"
+    proc = popen_cli("train", "synthetic:n=3000,features=16", "--nprocs", "2", "--epochs", "5", "--quiet",
+                     "--metrics", str(metrics))
+    try:
+        deadline = time.monotonic() + 120
+        while len(_spawned_workers(proc)) < 2:  # the workers exist, and are still importing: no epoch yet
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not metrics.exists()  # it was before the first epoch
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["mggcn: interrupted: rank 0 was stopped by SIGTERM before it could stop "
+                                        "by itself"] or err.strip().startswith("mggcn: interrupted"), err
+    assert "Traceback" not in err and "killed by signal" not in err
+
+
+def test_sigterm_during_prepare_leaves_no_partial_directory(tmp_path):
+    import signal
+    import time
+
+    from cli_util import popen_cli
+
+    out_dir = tmp_path / "big"
+    proc = popen_cli("prepare", "synthetic:n=400000,features=16", str(out_dir), "--quiet")
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.startswith(".big.partial-") for p in tmp_path.iterdir()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "mggcn prepare: interrupted"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_on_a_terminal_ends_without_a_leaked_semaphore_warning(tmp_path):
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()  # stdout is a terminal: the progress bar is drawn
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=600,features=8", "--nprocs", "2",
+                             "--epochs", "3", "--hidden", "8"], stdin=slave, stdout=slave, stderr=slave,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    os.close(slave)
+    output = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the terminal's last writer is gone
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=240)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = output.decode(errors="replace")
+    assert proc.returncode == 0, text
+    assert "3/3" in text  # the bar was there
+    assert "leaked semaphore" not in text and "resource_tracker" not in text, text
+
+
+def test_every_output_follows_the_umask(tmp_path):
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-m", "mggcn", *args], capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: os.umask(0o027))
+        assert out.returncode == 0, out.stderr
+
+    run("prepare", "synthetic:n=300,features=8", str(tmp_path / "prepared"), "--quiet")
+    run("train", str(tmp_path / "prepared"), "--hidden", "8", "--epochs", "2", "--quiet",
+        "--metrics", str(tmp_path / "m.jsonl"), "--save-model", str(tmp_path / "model.pt"),
+        "--save-predictions", str(tmp_path / "pred.npy"), "--checkpoint-dir", str(tmp_path / "ck"),
+        "--checkpoint-every", "1")
+    modes = {}
+    for root, dirs, files in os.walk(tmp_path):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            modes[os.path.relpath(path, tmp_path)] = stat.S_IMODE(os.stat(path).st_mode)
+    expected_files = {"m.jsonl", "model.pt", "model.pt.json", "pred.npy", "ck/ckpt-000001.pt", "ck/ckpt-000002.pt"}
+    assert expected_files <= set(modes) and any(p.startswith("prepared/") for p in modes)
+    for path, mode in modes.items():  # what open() and mkdir() give under umask 027, for every output alike
+        assert mode == (0o750 if os.path.isdir(tmp_path / path) else 0o640), (path, oct(mode))
 
 
 def test_train_and_predict_graphsage_and_gin_from_the_command_line(tmp_path):

@@ -133,3 +133,20 @@ def test_tensorboard_not_installed_is_said_and_training_goes_on(tmp_path, monkey
                  str(tmp_path / "tb"), "--save-model", str(model)]) == 0
     assert "tensorboard is not installed (pip install tensorboard); skipping" in capsys.readouterr().err
     assert model.exists()
+
+
+@pytest.mark.parametrize("record, args", [
+    ({"epoch": 1, "loss": 0.5}, ["--epoch", "3"]),  # no such traced epoch
+    ({"epoch": 1, "loss": 0.5, "timeline": [[["spmm", "a", 1]]]}, []),  # a timeline that cannot be drawn
+])
+def test_a_metrics_file_that_cannot_be_drawn_leaves_no_out_directory(tmp_path, capsys, record, args):
+    metrics = tmp_path / "bad.jsonl"
+    metrics.write_text(json.dumps(record) + "\n")
+    out = tmp_path / "plots"
+    assert main(["report", str(metrics), "--out", str(out), *args]) == 2
+    assert capsys.readouterr().err.startswith("mggcn report: error: ")
+    assert not out.exists()
+    existing = tmp_path / "existing"  # a directory that was there stays, with nothing half-written in it
+    existing.mkdir()
+    assert main(["report", str(metrics), "--out", str(existing), *args]) == 2
+    assert existing.is_dir() and list(existing.iterdir()) == []

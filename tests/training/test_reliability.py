@@ -48,7 +48,7 @@ def test_killed_worker_fails_the_job_naming_the_rank(tmp_path):
                      "--timeout", "30", "--trace-epoch", "0")
     try:
         _wait_for_epochs(metrics, 2, proc)
-        children = [c for c in _workers_of(proc) if "resource_tracker" not in " ".join(c.cmdline())]
+        children = [c for c in _workers_of(proc) if "spawn_main" in " ".join(c.cmdline())]  # the ranks only
         assert len(children) == 3
         start = time.monotonic()
         children[1].send_signal(signal.SIGKILL)  # rank 1, mid-epoch
@@ -199,3 +199,33 @@ def test_same_seed_same_numbers(tmp_path):
         assert out.returncode == 0, out.stderr
         runs.append(_losses(metrics))
     assert runs[0] == runs[1]
+
+
+def test_resume_knows_the_dataset_by_content_not_by_path(tmp_path):
+    from mggcn.data.synthetic import parse_spec
+
+    graph = parse_spec("synthetic:n=400,features=8")
+    valid = tmp_path / "valid"
+    valid.mkdir()
+    np.savetxt(valid / "edges.txt", graph.edge_index.T, fmt="%d")
+    np.save(valid / "x.npy", graph.x)
+    np.save(valid / "y.npy", graph.y)
+    (tmp_path / "v").symlink_to(valid)  # the same files, spelled v/ instead of valid/
+
+    def job(edges, epochs, resume):
+        return TrainJob(dataset=str(edges), fmt="edgelist", read_options={"features": str(edges.parent / "x.npy"),
+                                                                          "labels": str(edges.parent / "y.npy")},
+                        config=TrainConfig(hidden=(8,), epochs=epochs, seed=2, trace_epoch=0), quiet=True,
+                        checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2, resume=resume)
+
+    run_train_job(job(valid / "edges.txt", 2, False))
+    resumed = run_train_job(job(tmp_path / "v" / "edges.txt", 4, True))
+    assert resumed.resumed_from.endswith("ckpt-000002.pt") and len(resumed.history) == 4
+    # other content of the same sizes (one edge moved) is another dataset, whatever the path
+    edges = graph.edge_index.T.copy()
+    edges[0, 1] = (edges[0, 1] + 1) % graph.num_nodes
+    np.savetxt(valid / "edges.txt", edges, fmt="%d")
+    from mggcn.training.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="another dataset .*fingerprint"):
+        run_train_job(job(valid / "edges.txt", 6, True))

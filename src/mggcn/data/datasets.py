@@ -14,9 +14,11 @@ gives each rank only its rows.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Protocol
 
+import numpy as np
 import scipy.sparse as sp
 
 from mggcn.config import DEFAULT_DATASET
@@ -51,6 +53,22 @@ class InMemoryDataset:
         self.name, self.num_nodes, self.num_edges = graph.name, graph.num_nodes, graph.num_edges
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
         self._adj_hat: dict[str, sp.csr_matrix] = {}
+        self._fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the content (edges, features, labels, splits; not where they were read from): a checkpoint
+        refuses another dataset, and accepts this one however its path is spelled. Hashed once, when asked."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256()
+            g = self.graph
+            for name, array in [("edge_index", g.edge_index), ("x", g.x), ("y", g.y),
+                                *sorted((f"mask:{k}", v) for k, v in g.masks.items())]:
+                array = np.ascontiguousarray(array)
+                digest.update(f"{name} {array.dtype.str} {array.shape}\n".encode())
+                digest.update(memoryview(array).cast("B"))
+            self._fingerprint = digest.hexdigest()[:16]
+        return self._fingerprint
 
     def partition(self, num_parts: int, seed: int, ordering: str) -> Partition:
         if ordering == "metis":

@@ -11,12 +11,15 @@ none of this is used: each process is already a rank.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import multiprocessing.connection
 import os
 import pickle
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +29,8 @@ from typing import Any
 
 from mggcn.distributed.context import shutdown
 
-__all__ = ["WorkerError", "run_workers", "exit_now"]
+__all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "die_with_parent", "refuse_unguarded_script",
+           "UNGUARDED_EXIT"]
 
 
 class WorkerError(RuntimeError):
@@ -37,18 +41,24 @@ class WorkerError(RuntimeError):
         self.rank, self.detail = rank, detail
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker if the launcher dies (even by SIGKILL), so none is left orphaned."""
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this process when its parent dies (even by SIGKILL), so that no worker is left
+    orphaned: mggcn's launcher, or torchrun's agent, whose workers would otherwise train on alone, and their peers
+    on other nodes never notice. Elsewhere a no-op."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.prctl(1, signal.SIGKILL) != 0:  # 1 = PR_SET_PDEATHSIG
+            return
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() == 1:  # the parent died before the request: it will never fire
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple) -> None:
-    _die_with_parent()
+    die_with_parent()
     os.environ.update({
         "RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs),
         "MGGCN_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
@@ -60,8 +70,12 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
             pickle.dump(result, f)
         os.replace(os.path.join(workdir, f"result.{rank}.tmp"), os.path.join(workdir, f"result.{rank}"))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent, KeyboardInterrupt included
-        with open(os.path.join(workdir, f"error.{rank}"), "w") as f:
-            f.write(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+        when = time.time()
+        summary = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever the message holds
+        tmp = os.path.join(workdir, f"error.{rank}.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"time": when, "error": summary, "detail": traceback.format_exc()}, f)
+        os.replace(tmp, os.path.join(workdir, f"error.{rank}"))
         os._exit(1)  # skip atexit handlers that could block on a broken process group
     exit_now(0)
 
@@ -84,6 +98,7 @@ def _describe_exit(code: int) -> str:
 
 
 def _stop(procs: list[mp.process.BaseProcess], grace_s: float = 3.0) -> None:
+    procs = [p for p in procs if p.pid is not None]  # started ones only (a failed start leaves the rest unstarted)
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -97,36 +112,46 @@ def _stop(procs: list[mp.process.BaseProcess], grace_s: float = 3.0) -> None:
 
 
 def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s: float | None = None,
-                grace_s: float = 60.0) -> list[Any]:
+                grace_s: float = 60.0, settle_s: float = 5.0) -> list[Any]:
     """Run ``fn(*args)`` in ``nprocs`` spawned processes (ranks 0..P-1) and return their results in rank order.
 
     ``fn`` must be importable (a module-level function); it joins the job with
-    :func:`mggcn.distributed.context.init_distributed`, which reads the environment set here. Raises :class:`WorkerError` when a
-    rank raises, dies or, with ``timeout_s``, has not finished in time.
+    :func:`mggcn.distributed.context.init_distributed`, which reads the environment set here. Raises
+    :class:`WorkerError` when a rank raises, dies or, with ``timeout_s``, has not finished in time.
+
+    When a rank fails, its peers usually fail next on the broken connection; the others get ``settle_s`` seconds
+    to end by themselves, and the error reported is the root cause (:func:`_root_cause`): the earliest failure
+    that is not a peer's lost connection.
 
     On Ctrl-C or SIGTERM the workers get SIGTERM and ``grace_s`` seconds to stop by themselves (mggcn's workers
     finish their epoch and save a checkpoint); the results are then returned as usual. A second Ctrl-C, or the
-    grace running out, stops them at once.
+    grace running out, stops them at once. Workers that the signal ends before they could stop by themselves (it
+    came before training started) raise :class:`JobInterrupted`.
+
+    The private directory of the job is removed when this returns, and, by a small watcher process, when the
+    launcher is killed (a killed launcher's workers die with it: :func:`die_with_parent`).
     """
+    refuse_unguarded_script()
     workdir = tempfile.mkdtemp(prefix="mggcn-job-")
+    cleaner = _start_cleaner(workdir)
     context = mp.get_context("spawn")
     procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args), name=f"mggcn-rank{rank}")
              for rank in range(nprocs)]
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     previous = _raise_on_sigterm()
+    interrupted = None
     try:
         for p in procs:
             p.start()
         running = dict(enumerate(procs))
-        interrupted = False
         while running:
             try:
-                _wait_for_any(running, deadline, timeout_s, procs, workdir)
-            except KeyboardInterrupt:
-                if interrupted:
+                _wait_for_any(running, deadline, timeout_s, procs, workdir, settle_s, interrupted)
+            except KeyboardInterrupt as stop:
+                if interrupted is not None:
                     raise
                 # Ctrl-C or SIGTERM: ask the workers to stop (they finish the epoch and checkpoint), give them time
-                interrupted = True
+                interrupted = signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT
                 for p in running.values():
                     if p.is_alive():
                         os.kill(p.pid, signal.SIGTERM)
@@ -135,62 +160,153 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         results = []
         for rank in range(nprocs):
             with open(os.path.join(workdir, f"result.{rank}"), "rb") as f:
-                results.append(pickle.load(f))
+                results.append(pickle.load(f))  # written by our own worker into our private directory
         return results
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         _stop(procs)
         shutil.rmtree(workdir, ignore_errors=True)
+        _stop_cleaner(cleaner)
+
+
+# Exit status of a spawned worker whose bootstrap re-ran the launching script's top level (no __main__ guard).
+UNGUARDED_EXIT = 3
+
+
+def refuse_unguarded_script() -> None:
+    """In a worker that is still importing the launching script (a script that calls mggcn at its top level,
+    without ``if __name__ == "__main__":``), end the worker at once, quietly, with :data:`UNGUARDED_EXIT`: the
+    launcher then says what to do, once, instead of every worker starting a job of its own and failing with
+    multiprocessing's traceback."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        exit_now(UNGUARDED_EXIT)
+
+
+_CLEANER = """import os, shutil, sys
+sys.stdin.buffer.read()  # returns when the launcher closes its end, or dies (the kernel closes it then)
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
+
+
+def _start_cleaner(workdir: str) -> subprocess.Popen | None:
+    """A watcher that removes ``workdir`` once the launcher is gone, however it ends (kill -9 included): it waits
+    for the end of a pipe only the launcher holds."""
+    try:
+        return subprocess.Popen([sys.executable, "-S", "-c", _CLEANER, workdir], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None  # the directory is removed on any ordinary exit all the same
+
+
+def _stop_cleaner(cleaner: subprocess.Popen | None) -> None:
+    if cleaner is not None:
+        cleaner.stdin.close()
+        try:
+            cleaner.wait(10)
+        except subprocess.TimeoutExpired:
+            cleaner.kill()
+            cleaner.wait()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, in the launcher: it means what Ctrl-C means."""
 
 
 def _raise_on_sigterm():
-    """In the launcher, SIGTERM means what Ctrl-C means."""
+    """In the launcher, SIGTERM means what Ctrl-C means (raises :class:`_Terminated`)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        raise _Terminated
 
     return signal.signal(signal.SIGTERM, handler)
 
 
-def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None, procs, workdir: str) -> None:
+def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None, procs, workdir: str,
+                  settle_s: float, interrupted: signal.Signals | None) -> None:
     """Wait until some worker ends; drop the finished ones from ``running``; raise on failure or timeout."""
     wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
     ready = multiprocessing.connection.wait([p.sentinel for p in running.values()], timeout=wait_s)
     if not ready:
         ranks = ", ".join(str(r) for r in sorted(running))
         raise WorkerError(min(running), f"did not finish within {timeout_s:g} s (still running: ranks {ranks})")
-    failed = []
+    failed = _reap(running, ready, workdir)
+    if not failed:
+        return
+    # the peers of a failed rank fail next on the lost connection: let them end and report, then pick the cause
+    settle = time.monotonic() + settle_s
+    while running and time.monotonic() < settle:
+        ready = multiprocessing.connection.wait([p.sentinel for p in running.values()],
+                                                timeout=max(0.0, settle - time.monotonic()))
+        failed.update(_reap(running, ready, workdir))
+    if all(_interrupted_by(f, interrupted) for f in failed.values()):
+        sig = interrupted or signal.SIGINT  # Ctrl-C reached the workers (they share the terminal) first
+        raise JobInterrupted(min(failed), f"was stopped by {sig.name} before it could stop by itself")
+    raise _root_cause(failed)
+
+
+def _reap(running: dict, ready: list, workdir: str) -> dict[int, _Failure]:
+    """Join the ``ready`` workers, drop them from ``running``; their failures by rank."""
+    failed = {}
     for rank, p in list(running.items()):
         if p.sentinel in ready:
             p.join()
             del running[rank]
             if p.exitcode != 0:
-                failed.append(rank)
-    if failed:
-        raise _first_failure(failed, procs, workdir)
+                failed[rank] = _Failure.of(rank, p.exitcode, workdir)
+    return failed
 
 
-def _first_failure(ranks: list[int], procs: list[mp.process.BaseProcess], workdir: str) -> WorkerError:
-    """The root cause among ranks that ended together: a peer of a failed rank fails next, on the broken
-    connection, so the earliest error report (or a death by signal, which writes none) wins."""
+class JobInterrupted(WorkerError):
+    """Ctrl-C or SIGTERM ended a worker before it could stop by itself (before training began)."""
 
-    def when(rank: int) -> float:
+
+# What a rank reports when a PEER failed: a lost connection (gloo, NCCL, the store) or a collective timeout.
+_PEER_LOST = re.compile(
+    r"connection (reset|closed|refused)|closed by peer|broken pipe|socket (closed|timeout)|timed out|"
+    r"DistNetworkError|DistBackendError|ncclRemoteError|communicator was aborted",
+    re.IGNORECASE)
+
+
+class _Failure:
+    """One rank's failure: when, what (its error report, or the signal or status it died of), and whether it only
+    says that a peer went away."""
+
+    def __init__(self, rank: int, when: float, message: str, detail: str = "", peer_lost: bool = False) -> None:
+        self.rank, self.when, self.message, self.detail, self.peer_lost = rank, when, message, detail, peer_lost
+
+    @classmethod
+    def of(cls, rank: int, exitcode: int, workdir: str) -> _Failure:
         path = os.path.join(workdir, f"error.{rank}")
-        return os.path.getmtime(path) if os.path.exists(path) else float("-inf")
+        try:
+            with open(path) as f:
+                report = json.load(f)
+            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"],
+                       bool(_PEER_LOST.search(report["error"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if exitcode == UNGUARDED_EXIT:
+            return cls(rank, time.time(), "exited before joining the job: it re-ran the top level of the script "
+                       "that started it; put the call to mggcn under `if __name__ == \"__main__\":` (workers are "
+                       "spawned processes, as with torch.multiprocessing)")
+        return cls(rank, time.time(), _describe_exit(exitcode))
 
-    rank = min(ranks, key=lambda r: (when(r), r))
-    return _failure(rank, procs[rank].exitcode or 1, workdir)
+
+def _interrupted_by(failure: _Failure, sig: signal.Signals | None) -> bool:
+    """Whether ``failure`` is a worker ended by the interrupt: Ctrl-C (KeyboardInterrupt) or, once the launcher
+    was interrupted (``sig``), the SIGTERM it forwarded or the signal itself."""
+    if failure.message.startswith("failed: KeyboardInterrupt"):
+        return True
+    return sig is not None and failure.message in (_describe_exit(-sig), _describe_exit(-signal.SIGTERM))
 
 
-def _failure(rank: int, exitcode: int, workdir: str) -> WorkerError:
-    path = os.path.join(workdir, f"error.{rank}")
-    if os.path.exists(path):
-        with open(path) as f:
-            text = f.read()
-        return WorkerError(rank, f"failed: {text.splitlines()[0]}", detail=text)
-    return WorkerError(rank, _describe_exit(exitcode))
+def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
+    """The failure to report among ranks that failed together: the earliest one that is not a lost connection to
+    a peer (a death by signal writes no report: it counts from when the launcher saw it), else the earliest."""
+    causes = [f for f in failed.values() if not f.peer_lost] or list(failed.values())
+    first = min(causes, key=lambda f: (f.when, f.rank))
+    return WorkerError(first.rank, first.message, first.detail)

@@ -13,8 +13,12 @@ multiplies, the last reads of call k's outboxes. The tokens go through gloo, so 
 before every receiver's read.
 
 The files are unlinked as soon as every rank has mapped them: nothing is left in ``/dev/shm`` when a rank dies, and
-the memory goes back to the system with the last mapping. Their pages are reserved when they are created
-(``posix_fallocate``), so a too small ``/dev/shm`` fails there with a clear error, never with a SIGBUS mid-epoch.
+the memory goes back to the system with the last mapping. Each file starts with a header (the job's nonce and the
+owner's rank) that every peer checks before using it, and a peer's file is only opened, never created: ranks that
+do not see the same files (two containers, a private ``/dev/shm``) find out when the job starts and fall back to
+gloo (``--shm auto``) or stop (``--shm on``), instead of multiplying zeros. Their pages are reserved when they are
+created (``posix_fallocate``), so a too small ``/dev/shm`` fails there with a clear error, never with a SIGBUS
+mid-epoch.
 
 Memory: the outboxes take the place of gloo's two receive buffers, the same 2·m·d per rank. A rank's RSS also counts
 the pages of the other ranks' outboxes it reads; :meth:`SharedOutboxes.peer_resident_bytes` says how many (the
@@ -23,8 +27,10 @@ bench subtracts them: they are counted where they are owned).
 
 from __future__ import annotations
 
+import mmap
 import os
 import socket
+import struct
 import uuid
 
 import torch
@@ -64,6 +70,40 @@ def _agree(ctx: DistContext, error: str | None) -> str | None:
     return None if not errors else f"rank {errors[0][0]}: {errors[0][1]}"
 
 
+HEADER_BYTES = 4096  # an outbox file's header: a page, so that the rows after it stay page-aligned
+_MAGIC = b"mggcn-outbox-v1\n"
+_HEADER = struct.Struct(f"<{len(_MAGIC)}s16sqq")  # magic, the job's nonce, the owner's rank, the file's size
+
+
+def _header(nonce: bytes, rank: int, size: int) -> bytes:
+    return _HEADER.pack(_MAGIC, nonce, rank, size)
+
+
+def _map_outbox(path: str, nonce: bytes, rank: int, size: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """``rank``'s outbox at ``path``, mapped shared, after checking that its header is this job's and ``rank``'s.
+    Opens the file without creating it: a missing outbox is an error, never an empty file of zeros."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError as e:
+        raise ShmUnavailable(f"cannot open rank {rank}'s outbox {path}: {e.strerror} (the ranks do not share "
+                             f"{os.path.dirname(path)}: a private /dev/shm, or MGGCN_SHM_DIR differs)") from None
+    try:
+        header = os.pread(fd, _HEADER.size, 0)
+        found = _HEADER.unpack(header) if len(header) == _HEADER.size else None
+        if found is None or found[0] != _MAGIC or found[1] != nonce or found[2] != rank or found[3] != size:
+            raise ShmUnavailable(f"{path} is not rank {rank}'s outbox of this job (its header names another job, "
+                                 "rank or size: the ranks do not see the same files)")
+        if os.fstat(fd).st_size != size:
+            raise ShmUnavailable(f"{path}: {os.fstat(fd).st_size} bytes, expected {size}")
+        area = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as e:
+        raise ShmUnavailable(f"cannot map rank {rank}'s outbox {path}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    # the tensor keeps the mapping alive; the mapping outlives the file, which is unlinked once all have mapped it
+    return torch.frombuffer(area, dtype=dtype, count=numel, offset=HEADER_BYTES)
+
+
 class SharedOutboxes:
     """Every rank's two outboxes of ``rows × width`` elements, mapped in this process; build with :meth:`create`.
 
@@ -82,31 +122,38 @@ class SharedOutboxes:
     def create(cls, ctx: DistContext, rows: int, width: int, dtype: torch.dtype,
                directory: str | None = None) -> SharedOutboxes:
         """Create, size and map every rank's outboxes (collective; every rank on this host, see :func:`one_host`)
-        in ``directory`` (default ``$MGGCN_SHM_DIR`` or :data:`SHM_DIR`). Raises :class:`ShmUnavailable` on every
-        rank, naming the rank and the file, when any rank cannot; nothing is left in ``directory`` then."""
+        in ``directory`` (default ``$MGGCN_SHM_DIR`` or :data:`SHM_DIR`), and prove that the ranks share them:
+        each rank reads every peer's header (:data:`HEADER_BYTES` before its rows: the job's nonce, drawn by rank 0,
+        and the owner's rank). A peer's file is only ever opened, never created, so ranks that do not see the same
+        directory (a private ``/dev/shm``, another ``MGGCN_SHM_DIR``) fail here instead of multiplying zeros.
+
+        Raises :class:`ShmUnavailable` on every rank, naming the rank and the file, when any rank cannot create,
+        find or verify an outbox; nothing is left in ``directory`` then."""
         directory = directory or os.environ.get("MGGCN_SHM_DIR") or SHM_DIR
-        prefix = all_gather_objects(ctx, f"mggcn-outbox-{uuid.uuid4().hex[:12]}")[0]
+        nonce = all_gather_objects(ctx, uuid.uuid4().bytes)[0]  # rank 0's: the job's
+        prefix = f"mggcn-outbox-{nonce.hex()[:12]}"
         paths = [os.path.join(directory, f"{prefix}-{r}") for r in range(ctx.world_size)]
-        numel = 2 * rows * width
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        numel = max(2 * rows * width, 1)
+        size = HEADER_BYTES + numel * torch.empty((), dtype=dtype).element_size()
         mine, error = paths[ctx.rank], None
         try:
             fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.posix_fallocate(fd, 0, max(nbytes, 1))
+                os.posix_fallocate(fd, 0, size)
+                os.pwrite(fd, _header(nonce, ctx.rank, size), 0)
             finally:
                 os.close(fd)
         except OSError as e:
-            error = (f"cannot create {nbytes / 2**20:.0f} MiB of shared memory in {mine}: {e.strerror} "
+            error = (f"cannot create {size / 2**20:.0f} MiB of shared memory in {mine}: {e.strerror} "
                      "(set MGGCN_SHM_DIR to a larger tmpfs, or --shm off)")
         maps: list[torch.Tensor] = []
         try:
             error = _agree(ctx, error)
             if error is None:
                 try:
-                    maps = [torch.from_file(p, shared=True, size=max(numel, 1), dtype=dtype) for p in paths]
-                except RuntimeError as e:
-                    error = f"cannot map the outboxes in {directory}: {str(e).splitlines()[0]}"
+                    maps = [_map_outbox(p, nonce, r, size, numel, dtype) for r, p in enumerate(paths)]
+                except ShmUnavailable as e:
+                    error = str(e)
                 error = _agree(ctx, error)
         finally:
             if os.path.exists(mine):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -200,15 +201,25 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
     ``epoch`` picks the traced epoch to draw (default: the first). Returns the paths written.
     """
     records = read_metrics(metrics)
-    os.makedirs(out_dir, exist_ok=True)
+    # every figure is drawn before anything is written: a file that cannot be drawn leaves no directory behind
     figures = [("curves.png", plot_curves(records)[0]), ("phases.png", plot_phases(records)[0])]
     if epoch is not None or any(r.get("timeline") for r in records):
         figures.append(("timeline.png", plot_timeline(traced_epoch(records, epoch))[0]))
+    created = not os.path.isdir(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
     written = []
-    for name, fig in figures:
-        path = os.path.join(out_dir, name)
-        fig.savefig(path)
-        written.append(path)
+    try:
+        for name, fig in figures:
+            path = os.path.join(out_dir, name)
+            fig.savefig(path)
+            written.append(path)
+    except BaseException:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        else:
+            for path in written:
+                os.unlink(path)
+        raise
     return written
 
 

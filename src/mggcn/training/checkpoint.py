@@ -3,8 +3,10 @@ layer sizes), written atomically.
 
 A checkpoint file is ``ckpt-EEEEEE.pt`` in the checkpoint directory: one line ``mggcn-checkpoint <sha256>`` and then
 the ``torch.save`` payload, so a truncated or corrupted file is recognised and skipped on resume (the previous one
-is used). Files are written to a temporary name and renamed, so a crash during a write leaves the previous
-checkpoint intact; the newest ``keep`` files are kept.
+is used). The payload holds only tensors, numbers, strings, lists and dicts, and is read with
+``torch.load(weights_only=True)``: a file that asks the unpickler for anything else (code) is refused, unrun.
+Files are written to a temporary name and renamed, so a crash during a write leaves the previous checkpoint intact;
+the newest ``keep`` files are kept.
 
 Weights and Adam state are replicated (identical on every rank), so rank 0 alone writes, and a checkpoint resumes at
 any number of ranks. Dropout masks are drawn from a seed derived from (seed, epoch, rank), so no generator state
@@ -18,6 +20,7 @@ import hashlib
 import io
 import os
 import re
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -94,18 +97,46 @@ def load(path: str) -> dict:
         raise CheckpointError(f"{path}: not an mggcn checkpoint")
     if hashlib.sha256(payload).hexdigest().encode() != header[len(_MAGIC):].strip():
         raise CheckpointError(f"{path}: corrupt (checksum mismatch; truncated or overwritten)")
-    state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+    try:
+        # weights_only: tensors, numbers, strings and containers only; a pickle that names any other class or
+        # function (a crafted __reduce__) is refused before anything in it runs. The checksum is no defence
+        # against such a file: whoever writes the payload writes its header too.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on an unusual pickle protocol: the error below says it
+            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - the unpickler raises many kinds on a bad or crafted payload
+        raise CheckpointError(f"{path}: refused: not plain tensors and data ({_unpickling_reason(err)})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("epoch"), int):
+        raise CheckpointError(f"{path}: not an mggcn checkpoint (no epoch)")
     if state.get("format", 0) > FORMAT_VERSION:
         raise CheckpointError(f"{path}: written by a newer mggcn (format {state['format']}); upgrade mggcn")
     return state
 
 
+def _unpickling_reason(err: Exception) -> str:
+    """What torch's weights-only unpickler refused, in a few words (its message wraps that in advice to load the
+    file with ``weights_only=False``, which is exactly what must not be done with a file of unknown origin)."""
+    text = str(err)
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it calls {found.group(1)}"
+    found = re.search(r"Unsupported operand (\d+)", text)
+    if found:
+        return f"unsupported pickle operation {found.group(1)}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if first and "weights_only" not in first.lower() and len(first) < 200 else type(err).__name__
+
+
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",
                      train_eps: bool = False) -> None:
     """Refuse to resume against another dataset, another model (``--model``; a checkpoint without one is a GCN's)
-    or another model shape."""
+    or another model shape. Datasets are compared by content where
+    both identities carry a ``fingerprint`` (sizes and a hash of the arrays), by name and sizes otherwise."""
     theirs = state.get("dataset", {})
+    by_content = "fingerprint" in theirs and "fingerprint" in dataset
     for key, value in dataset.items():
+        if key == "name" and by_content:
+            continue  # the same content read from another path (or spelled another way) is the same dataset
         if key in theirs and theirs[key] != value:
             raise CheckpointError(f"{path}: the checkpoint was trained on another dataset ({key} {theirs[key]!r}, "
                                   f"this one has {value!r})")

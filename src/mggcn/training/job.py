@@ -24,6 +24,7 @@ from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.context import available_cores, init_distributed, shutdown
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
+from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import TrainProgress
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch",
@@ -66,11 +67,13 @@ class JobResult:
     final: dict = field(default_factory=dict)  # accuracies of the returned weights in eval mode (TrainResult.final)
 
 
-def dataset_identity(dataset: Dataset) -> dict:
-    """What a checkpoint records of its dataset, to refuse resuming against another one."""
+def dataset_identity(dataset: Dataset, content: bool = True) -> dict:
+    """What a checkpoint records of its dataset, to refuse resuming against another one: its sizes and, with
+    ``content``, a fingerprint of its arrays (a prepared dataset's comes from its manifest; one in memory is hashed,
+    once), so that the same data read from another path resumes."""
     identity = {"name": str(dataset.name), "num_nodes": dataset.num_nodes, "num_edges": dataset.num_edges,
                 "num_features": dataset.num_features, "num_classes": dataset.num_classes}
-    fingerprint = getattr(dataset, "fingerprint", None)
+    fingerprint = getattr(dataset, "fingerprint", None) if content else None
     if fingerprint:
         identity["fingerprint"] = fingerprint
     return identity
@@ -202,7 +205,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     check_threads(job.threads)
     dataset = open_job_dataset(job)
     dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
-    find_resume(job, dataset)  # raises for a checkpoint of another dataset or model
+    find_resume(job, dataset, report=_silent)  # raises for another dataset or model; rank 0 says what it skips
     return dataset
 
 
@@ -213,6 +216,7 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp)
+        follow_umask(tmp)  # mkstemp made it private; an output gets the mode of any new file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -264,7 +268,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         cfg = job.config
         shard = shard_for(cfg, dataset, ctx)
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
-        identity = dataset_identity(dataset)
+        identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
         del dataset  # this rank keeps only its shard
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
@@ -293,6 +297,10 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
             if not balance_shown:  # every record carries the partition's balance; say it once
                 balance_shown = True
                 via = f" ({record['broadcast']})" if "broadcast" in record else ""
+                backend, _, why = record.get("broadcast", "").partition(", no shared memory: ")
+                if why:  # --shm auto could not use shared memory: one warning line, the partition line stays short
+                    _print_err(f"warning: --shm auto: no shared memory ({why}); broadcasting through {backend}")
+                    via = f" ({backend})"
                 progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
             progress.update(record)
             if job.metrics:

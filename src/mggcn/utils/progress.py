@@ -8,6 +8,7 @@ Without tqdm installed the lines are used on a terminal too.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import TextIO
 
@@ -41,6 +42,11 @@ class TrainProgress:
                 from tqdm import tqdm
             except ImportError:
                 return
+            if getattr(tqdm, "_lock", None) is None:
+                # tqdm's default lock holds a multiprocessing semaphore: a worker that ends with os._exit (as
+                # mggcn's do) never releases it, and the launcher's resource tracker warns of a leak at exit.
+                # One process writes the bar: a thread lock is enough.
+                tqdm.set_lock(threading.RLock())
             self._bar = tqdm(total=epochs, initial=min(done, epochs), unit="epoch", desc="train", file=self.stream,
                              dynamic_ncols=True, leave=True)
 

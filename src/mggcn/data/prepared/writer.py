@@ -47,6 +47,7 @@ from mggcn.data.prepared.edgesort import (
 )
 from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
 from mggcn.data.synthetic import GraphStream, parse_spec, stream_spec
+from mggcn.utils.outputs import follow_umask
 
 __all__ = ["prepare", "parse_memory", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CHUNK_EDGES", "STREAM_MIN_EDGES"]
 
@@ -229,6 +230,7 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1)
             f.write("\n")
+        follow_umask(tmp, directory=True)  # mkdtemp made it private; the dataset gets the mode of any new directory
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
             os.replace(out, old / out.name)

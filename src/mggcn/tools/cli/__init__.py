@@ -2,13 +2,16 @@
 
 Only the subcommand being run has its arguments built, and its modules imported: ``mggcn --help`` and
 ``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.data.graph.GraphError`, ``ValueError``) become one
-line on stderr and exit status 2; a non-finite loss exits 1; a signal that stops training exits 130.
+line on stderr and exit status 2; a non-finite loss exits 1; a signal (Ctrl-C, SIGTERM) exits 130 (training first
+finishes its epoch and checkpoints).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from types import ModuleType
 
 from mggcn import __version__
@@ -55,11 +58,30 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command or "").parse_args(argv)
+    previous = _interrupt_on_sigterm()
     try:
         return COMMANDS[args.command].run(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside training (which stops by itself at an epoch's end)
+        print(f"mggcn {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (GraphError, ValueError) as err:  # bad input or options, CheckpointError included
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 2
     except FloatingPointError as err:  # NonFiniteLoss
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt_on_sigterm():
+    """SIGTERM means what Ctrl-C means (outputs being written are removed, as on any error); the previous
+    handler, or None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)

@@ -11,7 +11,8 @@ from mggcn.data.graph import GraphError
 from mggcn.utils.units import parse_bytes
 
 __all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
-           "add_reader_options", "read_options", "under_torchrun", "exit_status", "HelpFormatter", "FORMAT_HELP"]
+           "add_reader_options", "read_options", "under_torchrun", "join_as_rank", "rank_zero", "exit_status",
+           "HelpFormatter", "FORMAT_HELP"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -141,6 +142,19 @@ def under_torchrun() -> bool:
     """This process is one rank of a torchrun (or other launcher's) job, not a command that starts workers."""
     return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
                                                    and "MGGCN_INIT_METHOD" not in os.environ)
+
+
+def join_as_rank() -> None:
+    """Under torchrun: this process dies with its agent (a killed agent must not leave its workers training on,
+    unnoticed by the other nodes). Collective failures then end every node within the collective timeout."""
+    from mggcn.distributed.launch import die_with_parent
+
+    die_with_parent()
+
+
+def rank_zero() -> bool:
+    """Whether this process speaks for the job: rank 0 under torchrun, and any command that is not a rank."""
+    return os.environ.get("RANK", "0") == "0" or not under_torchrun()
 
 
 def exit_status(result) -> int:

@@ -7,7 +7,7 @@ import os
 import sys
 
 from mggcn.config import ACTIVATIONS, DEVICES, MODELS, NORMS
-from mggcn.tools.cli.common import add_dataset_options, positive_int, read_options, under_torchrun
+from mggcn.tools.cli.common import add_dataset_options, join_as_rank, positive_int, read_options, under_torchrun
 
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import WorkerError, run_workers
+    from mggcn.distributed.launch import JobInterrupted, WorkerError, run_workers
     from mggcn.training.predict import PredictJob, check_predict, run_predict_job
 
     reader_options = read_options(args)
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
                      threads=args.threads,
                      timeout_s=args.timeout)
     if under_torchrun():
+        join_as_rank()
         num_nodes = check_predict(job, int(os.environ["WORLD_SIZE"])).num_nodes
         run_predict_job(job)
         if int(os.environ.get("RANK", "0")) == 0:
@@ -65,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     del dataset
     try:
         run_workers(run_predict_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
+    except JobInterrupted as err:
+        print(f"mggcn: interrupted: {err}", file=sys.stderr)
+        return 130
     except WorkerError as err:
         if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
             raise BrokenPipeError from None

@@ -26,7 +26,9 @@ from mggcn.tools.cli.common import (
     byte_size,
     exit_status,
     hidden_sizes,
+    join_as_rank,
     positive_int,
+    rank_zero,
     read_options,
     under_torchrun,
 )
@@ -148,7 +150,7 @@ def _finish_train(args: argparse.Namespace, result) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import WorkerError, run_workers
+    from mggcn.distributed.launch import JobInterrupted, WorkerError, run_workers
     from mggcn.training.job import TrainJob, check_job, run_train_job
 
     if args.dataset is None:
@@ -174,8 +176,17 @@ def run(args: argparse.Namespace) -> int:
         world = int(os.environ["WORLD_SIZE"])
         if args.nprocs is not None and args.nprocs != world:
             raise GraphError(f"--nprocs {args.nprocs} disagrees with torchrun's world size {world}; drop --nprocs")
+        join_as_rank()
         check_job(job, world)
-        return _finish_train(args, run_train_job(job))
+        from mggcn.distributed.shm import ShmUnavailable
+
+        try:
+            result = run_train_job(job)
+        except ShmUnavailable as err:  # every rank has the same error: rank 0 says it, in one line
+            if rank_zero():
+                print(f"mggcn train: error: {err}", file=sys.stderr, flush=True)
+            return 2
+        return _finish_train(args, result)
     _check_tensorboard(args)
     nprocs = args.nprocs or 1
     if args.device != "cpu":
@@ -195,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
     del dataset
     try:
         results = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
+    except JobInterrupted as err:  # a signal before training began: nothing to stop cleanly, nothing saved
+        print(f"mggcn: interrupted: {err}", file=sys.stderr)
+        return 130
     except WorkerError as err:
         if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
             raise BrokenPipeError from None
