@@ -12,7 +12,7 @@ import mggcn
 from mggcn.data.synthetic import parse_spec
 from mggcn.tools.cli import main
 from mggcn.training.job import TrainJob, run_train_job
-from mggcn.training.predict import load_model
+from mggcn.training.outputs import load_model
 from mggcn.training.trainer import TrainConfig
 from reference import adj_hat, random_graph
 
@@ -104,5 +104,5 @@ def test_bad_arguments_are_named():
         mggcn.adjacency_operator(np.zeros((3, 4), dtype=np.int64), 5)
     with pytest.raises(mggcn.GraphError, match="\\[0, 5\\)"):
         mggcn.adjacency_operator(np.array([[0, 1], [1, 5]]), 5)
-    with pytest.raises(mggcn.GraphError, match="--hidden"):
+    with pytest.raises(mggcn.ConfigError, match="hidden sizes must be positive"):
         mggcn.train("builtin:karate", hidden=(0,))

@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
+    "ConfigError": "mggcn.utils.errors",
     "Graph": "mggcn.data.graph",
     "GraphError": "mggcn.data.graph",
     "SPLITS": "mggcn.data.graph",
@@ -35,14 +36,15 @@ _EXPORTS = {
     "train": "mggcn.api",
 }
 
-__all__ = ["GCN", "GCNLayer", "Graph", "GraphError", "SPLITS", "TrainConfig", "TrainedModel", "adjacency_operator",
-           "train"]
+__all__ = ["ConfigError", "GCN", "GCNLayer", "Graph", "GraphError", "SPLITS", "TrainConfig", "TrainedModel",
+           "adjacency_operator", "train"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
     from mggcn.data.graph import SPLITS, Graph, GraphError
     from mggcn.nn.model import GCN, GCNLayer
     from mggcn.training.trainer import TrainConfig
+    from mggcn.utils.errors import ConfigError
 
 
 def __getattr__(name: str) -> Any:

@@ -28,13 +28,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from mggcn.data.graph import Graph, GraphError
-from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import csr_to_torch
+from mggcn.data.datasets import Dataset, as_dataset
+from mggcn.data.graph import GraphError
+from mggcn.distributed.launch import launch
 from mggcn.distributed.spmm import StagedSpMM, local_adj
+from mggcn.distributed.tiled import csr_to_torch
 from mggcn.nn.model import GCN
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
+from mggcn.training.outputs import save_model
 from mggcn.training.trainer import TrainConfig, build_model
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
@@ -73,23 +75,8 @@ class TrainedModel:
 
     def save(self, path: str) -> None:
         """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``), for ``mggcn predict``."""
-        from mggcn.training.predict import save_model
-
         save_model(path, self.state_dict, self.config, self.dataset, epochs=len(self.history),
                    best_epoch=self.best_epoch)
-
-
-def as_dataset(dataset: Any) -> str | Graph:
-    """A dataset spec or path (``str`` or ``os.PathLike``), a :class:`Graph`, or a PyG ``Data`` (converted)."""
-    if isinstance(dataset, (str, Graph)):
-        return dataset
-    if isinstance(dataset, os.PathLike):
-        return os.fspath(dataset)
-    if hasattr(dataset, "edge_index"):
-        from mggcn.data.formats import from_pyg
-
-        return from_pyg(dataset)
-    raise TypeError(f"dataset must be a spec string, a path, a mggcn.Graph or a PyG Data, got {type(dataset).__name__}")
 
 
 def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[int] = (128,), epochs: int = 100,
@@ -126,13 +113,13 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         job_options.setdefault("save_predictions", os.path.join(tmp, "predictions.npy"))
         job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
                        **job_options)
-        checked = check_job(job, nprocs)
-        identity = dataset_identity(checked)
-        if nprocs == 1:
-            result = run_train_job(job, checked)
-        else:
-            del checked
-            result = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, job.timeout_s))[0]
+        identity: dict = {}
+
+        def note_identity(dataset: Dataset, _: int) -> None:
+            identity.update(dataset_identity(dataset))
+
+        result = launch(run_train_job, job, check_job, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
+                        on_checked=note_identity)
         predictions = result.predictions
     model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)

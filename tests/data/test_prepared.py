@@ -35,13 +35,14 @@ from test_formats import (
 import workers
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
-from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.data.graph import SPLITS, ConfigError, Graph
 from mggcn.data.prepared.edgesort import EdgeSorter, Progress
 from mggcn.data.prepared.reader import PreparedDataset, nnz_per_rank
 from mggcn.data.prepared.writer import parse_memory, prepare
 from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.tools.cli import main as cli_main
 from mggcn.training.job import TrainJob, run_train_job
 from mggcn.training.trainer import TrainConfig
@@ -72,7 +73,8 @@ def assert_trains_the_same(tmp_path: Path, prepared: Path, graph: Graph) -> None
     for norm in ("sym", "mean"):
         part = make_partition(graph.num_nodes, 3, seed=1)
         for rank in range(3):
-            assert workers.shards_equal(ds.shard(part, rank, norm), build_shard(graph, part, rank, norm)), (norm, rank)
+            same = workers.shards_equal(build_shard(ds, part, rank, norm), build_shard(graph, part, rank, norm))
+            assert same, (norm, rank)
     got, got_pred = _train(tmp_path, ds, "prepared")
     want, want_pred = _train(tmp_path, InMemoryDataset(graph), "memory")
     exact = dict(rtol=0, atol=0)
@@ -148,7 +150,7 @@ def test_pyg_data_and_graph_and_edge_options(tmp_path, src):  # noqa: F811
         ds = PreparedDataset(out, verify=True)
         part = make_partition(src.num_nodes, 2, seed=4)
         for rank in range(2):
-            assert workers.shards_equal(ds.shard(part, rank, "sym"), build_shard(ref, part, rank, "sym"))
+            assert workers.shards_equal(build_shard(ds, part, rank, "sym"), build_shard(ref, part, rank, "sym"))
 
 
 def test_generated_specs(tmp_path, monkeypatch):
@@ -384,7 +386,7 @@ def test_progress_plain_when_not_a_terminal_and_silent_when_off(tmp_path, capsys
 def test_parse_memory():
     assert parse_memory("2G") == 2 << 30 and parse_memory("512m") == 512 << 20 and parse_memory("1.5GiB") == 3 << 29
     for bad in ("lots", "12", "-1G"):
-        with pytest.raises(GraphError, match="--memory-limit"):
+        with pytest.raises(ConfigError, match="memory_limit"):
             parse_memory(bad)
 
 

@@ -14,7 +14,8 @@ from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.exchange import SparseExchangeSpMM
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from reference import adj_hat, random_graph
 
 N, D = 37, 5

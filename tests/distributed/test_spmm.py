@@ -7,7 +7,8 @@ import torch
 import workers
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
 from reference import adj_hat, random_graph
 

@@ -4,7 +4,8 @@ import torch
 from torch_geometric.nn import GCNConv
 from torch_geometric.nn.models import GCN as PygGCN
 
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.model import GCN, GCNLayer, aggregate_first
 from reference import random_graph

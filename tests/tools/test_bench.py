@@ -12,7 +12,8 @@ import torch
 import workers
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.model import GCN
 from mggcn.tools import bench

@@ -111,6 +111,7 @@ def test_gcn_beats_mlp_on_the_builtin_graph():
     from mggcn.data.datasets import InMemoryDataset
     from mggcn.data.graph import Graph
     from mggcn.distributed.context import DistContext
+    from mggcn.distributed.sharding import build_shard, partition_dataset
     from mggcn.training.trainer import TrainConfig, train_shard
 
     graph = parse_spec("synthetic:n=4000")
@@ -120,7 +121,7 @@ def test_gcn_beats_mlp_on_the_builtin_graph():
     acc = {}
     for name, g in (("gcn", graph), ("mlp", no_edges)):
         ds = InMemoryDataset(g)
-        shard = ds.shard(ds.partition(1, 0, "random"), 0, "sym")
+        shard = build_shard(ds, partition_dataset(ds, 1, 0, "random"), 0, "sym")
         acc[name] = train_shard(DistContext(), shard, cfg).history[-1]["test_acc"]
     print(f"test accuracy: GCN {acc['gcn']:.3f}, MLP {acc['mlp']:.3f}")
     assert acc["gcn"] > 0.9

@@ -70,7 +70,8 @@ def test_accuracies_are_global_fractions():
     losses, history, state = results[0][0]
     model = GCN(cfg.dims(graph.num_features, graph.num_classes)[:1] + [16, graph.num_classes], seed=1)
     # the accuracy of epoch 1 is that of the initial weights, computed on one process here
-    from mggcn.distributed.partition import build_shard, make_partition
+    from mggcn.distributed.partition import make_partition
+    from mggcn.distributed.sharding import build_shard
     from mggcn.distributed.spmm import local_adj
 
     shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, "sym")

@@ -1,7 +1,7 @@
 """Distributed state, in one small frozen dataclass passed explicitly, and the few collectives mggcn uses.
 
 Everything device-specific lives here: which backend (gloo on CPU, NCCL on CUDA), which device a rank drives, how
-many CPU threads it may use, and how the host allocator returns memory. Library code never calls
+many CPU threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold). Library code never calls
 ``dist.get_rank()``; it receives a :class:`DistContext`.
 A world of size 1 needs no process group: every collective below is then the identity.
 """
@@ -16,17 +16,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mggcn.data.graph import ConfigError
+from mggcn.utils.system import MMAP_THRESHOLD, enter_rank, leave_rank, set_mmap_threshold
+
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "MMAP_THRESHOLD",
            "set_mmap_threshold"]
-
-# Host allocations above this many bytes come from the system and go back to it when freed (glibc's
-# M_MMAP_THRESHOLD). glibc's own threshold starts at 128 KiB and rises to the size of every large block freed, up to
-# 32 MiB: after loading a graph, the tensors of an epoch then come from the heap, and what is freed stays there,
-# resident, 20-40% above the live tensors. An epoch of mggcn allocates nothing large (the workspace), so a fixed
-# threshold costs no page faults while training and keeps the memory what the plan says.
-MMAP_THRESHOLD = 1 << 20
-
 
 @dataclass(frozen=True)
 class DistContext:
@@ -57,23 +52,10 @@ def resolve_device(kind: str) -> str:
     if kind == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if kind not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be cpu, cuda or auto, got '{kind}'")
+        raise ConfigError(f"device must be cpu, cuda or auto, got '{kind}'", "device")
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is visible to PyTorch")
+        raise ConfigError("device cuda: no CUDA device is visible to PyTorch", "device")
     return kind
-
-
-def set_mmap_threshold(nbytes: int | None) -> bool:
-    """Fix glibc's ``M_MMAP_THRESHOLD`` at ``nbytes`` (see :data:`MMAP_THRESHOLD`); ``None`` or 0 leaves glibc's
-    dynamic threshold. False where the C library is not glibc."""
-    if not nbytes:
-        return False
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, int(nbytes)))  # -3 = M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
 
 
 def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int | None = None,
@@ -83,15 +65,16 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     Without those variables this is a single-process run. ``MGGCN_INIT_METHOD`` (set by mggcn's own launcher)
     overrides the rendezvous, which otherwise is torchrun's ``env://``. Each rank uses ``cores / local ranks``
     threads unless ``threads`` says otherwise, so that local workers don't fight over cores. ``mmap_threshold``:
-    :func:`set_mmap_threshold` for this process (``None``: glibc's default).
+    the host allocator's (:data:`mggcn.utils.system.MMAP_THRESHOLD`; ``None``: glibc's default), set only in a
+    process mggcn owns. What this changes in the process (:func:`mggcn.utils.system.enter_rank`) is undone by
+    :func:`shutdown` where the process is the caller's.
     """
     device = resolve_device(device)
-    set_mmap_threshold(mmap_threshold)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
-    torch.set_num_threads(threads or max(1, available_cores() // max(1, local_world)))
+    enter_rank(threads or max(1, available_cores() // max(1, local_world)), mmap_threshold)
 
     if device == "cuda":
         torch.cuda.set_device(local_rank)
@@ -109,11 +92,15 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
 
 def shutdown(clean: bool = True) -> None:
     """Leave the process group. After a clean run all ranks meet first: gloo aborts a process that tears its
-    group down while a peer still talks to it. After a failure no barrier (the peers may be gone)."""
-    if dist.is_available() and dist.is_initialized():
-        if clean:
-            dist.barrier()
-        dist.destroy_process_group()
+    group down while a peer still talks to it. After a failure no barrier (the peers may be gone). Then the
+    process settings of :func:`init_distributed` are undone where the process is the caller's."""
+    try:
+        if dist.is_available() and dist.is_initialized():
+            if clean:
+                dist.barrier()
+            dist.destroy_process_group()
+    finally:
+        leave_rank()
 
 
 def all_reduce_sum(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:

@@ -39,13 +39,8 @@ import torch
 import torch.distributed as dist
 
 from mggcn.distributed.context import DistContext
-from mggcn.distributed.spmm import (  # the autograd wrapper only calls op.run
-    _Accumulator,
-    _StagedSpMMFunction,
-    local_spmm,
-)
+from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm
 from mggcn.distributed.tiled import TiledCSR
-from mggcn.nn.workspace import OutSpec, Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
@@ -87,7 +82,7 @@ class ExchangePlan:
         self.dense_pairs = sum(dense)
 
 
-class SparseExchangeSpMM:
+class SparseExchangeSpMM(SpMMOperator):
     """``C_i = Σ_j Â[i, j] · B_j`` across ranks, moving only referenced rows; same interface as ``StagedSpMM``.
 
     Construction is collective (every rank must build it, in the same order with the other collectives).
@@ -118,10 +113,6 @@ class SparseExchangeSpMM:
         if ctx.world_size > 1:
             self.plans = (ExchangePlan(ctx, adj, mode, dense_fraction), ExchangePlan(ctx, adj_t, mode, dense_fraction))
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
-        """As :meth:`mggcn.distributed.spmm.StagedSpMM.__call__`."""
-        return _StagedSpMMFunction.apply(b, self, out, grad_ws)
 
     def _views(self, plan: ExchangePlan, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Send and receive buffers at this width, shared by both directions and grown to the largest seen."""
@@ -159,7 +150,7 @@ class SparseExchangeSpMM:
         if not self.overlap:
             with self.timer("comm_wait"):
                 work.wait()
-        out = _Accumulator(torch.empty_like(b) if out is None else out, self.timer)
+        out = BlockAccumulator(torch.empty_like(b) if out is None else out, self.timer)
         rank = self.ctx.rank
         if not plan.empty[rank]:
             out.add(plan.blocks[rank], b)

@@ -24,9 +24,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from mggcn.data.graph import ConfigError
 from mggcn.distributed.context import shutdown
+from mggcn.utils.system import die_with_parent, own_process, sigterm_as_interrupt
 
-__all__ = ["WorkerError", "run_workers", "exit_now"]
+__all__ = ["WorkerError", "run_workers", "exit_now", "launch", "under_torchrun"]
 
 
 class WorkerError(RuntimeError):
@@ -37,18 +39,9 @@ class WorkerError(RuntimeError):
         self.rank, self.detail = rank, detail
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker if the launcher dies (even by SIGKILL), so none is left orphaned."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple) -> None:
-    _die_with_parent()
+    own_process()  # the settings a rank makes (threads, allocator) stay in this process
+    die_with_parent()
     os.environ.update({
         "RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs),
         "MGGCN_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
@@ -113,7 +106,12 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args), name=f"mggcn-rank{rank}")
              for rank in range(nprocs)]
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    previous = _raise_on_sigterm()
+    with sigterm_as_interrupt():
+        return _run(procs, nprocs, workdir, deadline, timeout_s, grace_s)
+
+
+def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout_s: float | None,
+         grace_s: float) -> list[Any]:
     try:
         for p in procs:
             p.start()
@@ -138,23 +136,8 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
                 results.append(pickle.load(f))
         return results
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         _stop(procs)
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _raise_on_sigterm():
-    """In the launcher, SIGTERM means what Ctrl-C means."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)
 
 
 def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None, procs, workdir: str) -> None:
@@ -194,3 +177,43 @@ def _failure(rank: int, exitcode: int, workdir: str) -> WorkerError:
             text = f.read()
         return WorkerError(rank, f"failed: {text.splitlines()[0]}", detail=text)
     return WorkerError(rank, _describe_exit(exitcode))
+
+
+def under_torchrun() -> bool:
+    """Whether this process is a rank torchrun started (not one of mggcn's own workers)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
+                                                   and "MGGCN_INIT_METHOD" not in os.environ)
+
+
+def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], nprocs: int | None = None,
+           grace_s: float = 60.0, torchrun: bool = True, on_checked: Callable[[Any, int], None] | None = None) -> Any:
+    """Run the job function ``fn`` on every rank: the one dispatch of ``mggcn train``, ``mggcn predict`` and the API.
+
+    ``check(job, P)`` runs first, in this process, and returns the dataset it opened (so bad input stops the job
+    before any worker starts); ``on_checked(dataset, P)`` then may report it. Then:
+
+    * under torchrun (``torchrun=True``): this process is one rank; ``fn(job)``, with P torchrun's world size
+      (``nprocs``, when given, must agree);
+    * ``nprocs`` 1 (or None): ``fn(job, dataset)`` in this process, reusing the checked dataset;
+    * ``nprocs`` P > 1: ``fn(job)`` on P spawned workers (:func:`run_workers`).
+
+    Returns this process's result (under torchrun) or rank 0's. Raises :class:`WorkerError` when a worker fails.
+    """
+    if torchrun and under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if nprocs is not None and nprocs != world:
+            raise ConfigError(f"nprocs {nprocs} disagrees with torchrun's world size {world}; leave it out",
+                              "nprocs")
+        dataset = check(job, world)
+        if on_checked is not None:
+            on_checked(dataset, world)
+        del dataset
+        return fn(job)
+    nprocs = nprocs or 1
+    dataset = check(job, nprocs)
+    if on_checked is not None:
+        on_checked(dataset, nprocs)
+    if nprocs == 1:
+        return fn(job, dataset)
+    del dataset
+    return run_workers(fn, nprocs, (job,), grace_s=grace_s)[0]

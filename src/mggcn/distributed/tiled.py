@@ -27,6 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from mggcn.utils.system import SPARSE_WARNINGS
+
 __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "TiledCSR", "tile_columns", "max_tiles", "num_tiles",
            "index_bytes", "csr_to_torch"]
 
@@ -34,10 +36,6 @@ __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "TiledCSR", "tile_columns", "max_
 TILE_BYTES = 4 << 20
 MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
 MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
-
-# torch warns on every CSR construction that the layout is beta; it is the layout MG-GCN is built on.
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
 def index_bytes(nnz: int, size: int) -> int:
@@ -51,7 +49,10 @@ def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torc
     crow = torch.from_numpy(np.ascontiguousarray(mat.indptr, dtype=idx))
     col = torch.from_numpy(np.ascontiguousarray(mat.indices, dtype=idx))
     val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
-    return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
+    with warnings.catch_warnings():  # torch calls the CSR layout beta on every construction: it is MG-GCN's layout
+        for message in SPARSE_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
 
 
 def tile_columns(width: int, rows: int, block_nnz: int, device: torch.device | str = "cpu", local_ranks: int = 1,

@@ -38,9 +38,11 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mggcn.nn.workspace import OutSpec, Workspace
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "Workspace", "aggregate_first", "activate"]
+__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "Workspace", "aggregate_first", "activate", "dropout",
+           "spmm_widths"]
 
 ORDERS = ("auto", "aggregate-first", "transform-first")
 ACTIVATIONS = ("relu", "leaky_relu")
@@ -55,6 +57,45 @@ def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> 
     if first:
         return d_in <= 2 * d_out
     return d_in < d_out
+
+
+def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
+    """The width of every SpMM an epoch runs (forward and backward), for sizing buffers and counting traffic."""
+    widths = []
+    for i in range(len(dims) - 1):
+        agg = aggregate_first(dims[i], dims[i + 1], i == 0, order)
+        if i == 0 and agg:
+            widths += [] if caches_input else [dims[0]]
+        else:
+            width = dims[i] if agg else dims[i + 1]
+            widths += [width, width]
+    return widths
+
+
+class _Dropout(torch.autograd.Function):
+    """Dropout whose mask comes from ``generator``, never from torch's global RNG. The same bits as
+    ``F.dropout`` after ``torch.manual_seed`` with the generator's seed (the mask is ``bernoulli(1 - p) / (1 - p)``,
+    drawn and applied the same way); like it, backward keeps only a bool mask."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+        noise = torch.empty_like(h).bernoulli_(1 - p, generator=generator)
+        noise.div_(1 - p)
+        ctx.p = p
+        ctx.save_for_backward(noise != 0)
+        return h * noise
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return grad * keep.to(grad.dtype).div_(1 - ctx.p), None, None
+
+
+def dropout(h: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Zero each entry of ``h`` with probability ``p`` and scale the rest by ``1 / (1 - p)``, drawing the mask
+    from ``generator`` (on ``h``'s device)."""
+    return _Dropout.apply(h, p, generator)
 
 
 class _TimedLinear(torch.autograd.Function):
@@ -149,7 +190,7 @@ class GCNLayer(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True) -> None:
         super().__init__()
         if order not in ORDERS:
-            raise ValueError(f"--order must be one of {', '.join(ORDERS)}, got '{order}'")
+            raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got '{order}'", "order")
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first
@@ -202,7 +243,7 @@ class GCN(nn.Module):
         if len(dims) < 2:
             raise ValueError("a GCN needs at least input and output dimensions")
         if activation not in ACTIVATIONS:
-            raise ValueError(f"--activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'")
+            raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'", "activation")
         self.dims = list(dims)
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
         self.convs = nn.ModuleList(
@@ -211,6 +252,23 @@ class GCN(nn.Module):
         generator = torch.Generator().manual_seed(seed)
         for conv in self.convs:
             glorot_(conv.lin.weight, generator)
+        self.seed = seed
+        self._dropout_generator: torch.Generator | None = None
+
+    def seed_dropout(self, seed: int) -> None:
+        """Draw the following dropout masks from a generator seeded with ``seed`` (the trainer: once per epoch and
+        rank). Until the first call, masks come from a generator seeded with the initialization seed."""
+        device = self.convs[0].lin.weight.device
+        if self._dropout_generator is None or self._dropout_generator.device != device:
+            self._dropout_generator = torch.Generator(device=device)
+        self._dropout_generator.manual_seed(seed)
+
+    def _drop(self, h: torch.Tensor, p: float) -> torch.Tensor:
+        if not (p and self.training):
+            return h
+        if self._dropout_generator is None or self._dropout_generator.device != h.device:
+            self.seed_dropout(self.seed)
+        return dropout(h, p, self._dropout_generator)
 
     @property
     def caches_input_aggregation(self) -> bool:
@@ -225,11 +283,11 @@ class GCN(nn.Module):
         forward) instead of a new tensor, so that an epoch allocates nothing of their size."""
         if x_aggregated is not None and not self.caches_input_aggregation:
             raise ValueError("x_aggregated cannot be used with input dropout")
-        h = F.dropout(x, self.input_dropout, self.training) if self.input_dropout else x
+        h = self._drop(x, self.input_dropout)
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            if i > 0 and self.dropout:
-                h = F.dropout(h, self.dropout, self.training)
+            if i > 0:
+                h = self._drop(h, self.dropout)
             h = conv(h, adj, timer, h_aggregated=x_aggregated if i == 0 else None, workspace=self.workspace,
                      key=str(i), output_in_workspace=i < last or logits_in_workspace)
             if i < last:

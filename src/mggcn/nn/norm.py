@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from mggcn.utils.errors import ConfigError
+
 __all__ = ["NORMS", "adjacency", "entry_values", "normalize"]
 
 NORMS = ("sym", "mean")
@@ -38,7 +40,7 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
         norm: ``"sym"`` or ``"mean"``.
     """
     if norm not in NORMS:
-        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
+        raise ConfigError(f"norm must be one of {', '.join(NORMS)}, got '{norm}'", "norm")
     n = adj.shape[0]
     adj = adj.tocsr(copy=True)
     adj.setdiag(0)
@@ -60,7 +62,7 @@ def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarr
     :func:`normalize` on the whole graph.
     """
     if norm not in NORMS:
-        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
+        raise ConfigError(f"norm must be one of {', '.join(NORMS)}, got '{norm}'", "norm")
     count = np.asarray(count).astype(np.float64)
     if norm == "sym":
         values = (1.0 / np.sqrt(np.asarray(deg_target, dtype=np.float64))) * count

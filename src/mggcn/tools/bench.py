@@ -675,7 +675,7 @@ def format_table(report: dict) -> str:
 
 
 def write_report(report: dict, path: str) -> None:
-    from mggcn.training.job import atomic_write
+    from mggcn.training.outputs import atomic_write
 
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from mggcn.distributed.tiled import index_bytes
+from mggcn.nn.model import spmm_widths
 from mggcn.tools.plan import FLOAT
-from mggcn.training.trainer import spmm_widths
 
 __all__ = ["Machine", "EpochWork", "measure_machine", "mggcn_work", "pyg_work", "epoch_floor"]
 

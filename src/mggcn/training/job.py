@@ -2,16 +2,13 @@
 
 :func:`check_job` runs first, in the launching process, so that bad input stops the job before any worker starts;
 :func:`run_train_job` is the worker: join the process group, load this rank's shard, train, write the outputs.
-Outputs are written whole or not at all (a temporary file renamed into place), by rank 0.
+Outputs are written whole or not at all (:mod:`mggcn.training.outputs`), by rank 0.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,13 +16,16 @@ import numpy as np
 import torch
 
 from mggcn.data.datasets import DEFAULT_DATASET, Dataset, open_dataset
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import ConfigError, Graph
 from mggcn.distributed.context import MMAP_THRESHOLD, init_distributed, shutdown
+from mggcn.distributed.sharding import partition_dataset
 from mggcn.training.checkpoint import Checkpointer, check_compatible
+from mggcn.training.outputs import check_output, save_model, save_predictions
 from mggcn.training.trainer import TrainConfig, format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import TrainProgress
+from mggcn.utils.system import StopOnSignal
 
-__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
+__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class TrainJob:
     device: str = "cpu"
     threads: int | None = None
     timeout_s: float = 60.0
-    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: see mggcn.distributed.context.MMAP_THRESHOLD (None: glibc's)
+    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: mggcn.utils.system.MMAP_THRESHOLD (None: glibc's)
     metrics: str | None = None
     save_model: str | None = None
     save_predictions: str | None = None
@@ -94,94 +94,31 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     return found
 
 
-class _StopOnSignal:
-    """SIGINT/SIGTERM ask training to stop at the end of the epoch (all ranks agree through the all-reduce)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.previous: dict[int, object] = {}
-
-    def __enter__(self) -> _StopOnSignal:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        self.requested = True
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
-def check_output(option: str, path: str | None) -> None:
-    if path is None:
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise GraphError(f"{option} {path}: the directory {parent} does not exist")
-    if os.path.isdir(path):
-        raise GraphError(f"{option} {path}: is a directory")
-
-
 def open_job_dataset(job: TrainJob) -> Dataset:
     return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options)
 
 
 def check_job(job: TrainJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
-    for option, path in (("--metrics", job.metrics), ("--save-model", job.save_model),
-                         ("--save-predictions", job.save_predictions)):
+    for option, path in (("metrics", job.metrics), ("save_model", job.save_model),
+                         ("save_predictions", job.save_predictions)):
         check_output(option, path)
     cfg = job.config
     if cfg.epochs < 0:
-        raise GraphError(f"--epochs must be at least 0, got {cfg.epochs}")
+        raise ConfigError(f"epochs must be at least 0, got {cfg.epochs}", "epochs")
     if any(h < 1 for h in cfg.hidden):
-        raise GraphError(f"--hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}")
-    for option, p in (("--dropout", cfg.dropout), ("--input-dropout", cfg.input_dropout)):
+        raise ConfigError(f"hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}", "hidden")
+    for option, p in (("dropout", cfg.dropout), ("input_dropout", cfg.input_dropout)):
         if not 0.0 <= p < 1.0:
-            raise GraphError(f"{option} must be in [0, 1), got {p}")
+            raise ConfigError(f"{option} must be in [0, 1), got {p}", option)
     if job.resume and not job.checkpoint_dir:
-        raise GraphError("--resume needs --checkpoint-dir")
+        raise ConfigError("resume needs a checkpoint_dir", "resume")
     if job.checkpoint_every < 0:
-        raise GraphError(f"--checkpoint-every must be at least 0, got {job.checkpoint_every}")
+        raise ConfigError(f"checkpoint_every must be at least 0, got {job.checkpoint_every}", "checkpoint_every")
     dataset = open_job_dataset(job)
-    dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
+    partition_dataset(dataset, nprocs, cfg.seed, cfg.partition)  # raises for P > n
     find_resume(job, dataset)  # raises for a checkpoint of another dataset or model
     return dataset
-
-
-def atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file."""
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def save_predictions(path: str, predictions: np.ndarray) -> None:
-    """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
-    if path.endswith(".npy"):
-        atomic_write(path, lambda tmp: np.save(tmp, predictions))
-        return
-
-    def write_csv(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            f.write("vertex,prediction\n")
-            np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
-
-    atomic_write(path, write_csv)
 
 
 def format_epoch(record: dict) -> str:
@@ -235,7 +172,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
 
         checkpointer = Checkpointer(job.checkpoint_dir, job.checkpoint_every) if job.checkpoint_dir else None
         try:
-            with _StopOnSignal() as stop:
+            with StopOnSignal() as stop:
                 result = train_shard(ctx, shard, cfg, on_epoch, checkpointer=checkpointer,
                                      checkpoint_meta={"dataset": identity},
                                      resume=resume[0] if resume else None, stop_requested=lambda: stop.requested)
@@ -250,8 +187,6 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
             predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
         if ctx.is_main:
             if job.save_model:
-                from mggcn.training.predict import save_model  # it imports this module
-
                 save_model(job.save_model, result.state_dict, cfg, identity, epochs=len(result.history),
                            best_epoch=result.best_epoch)
             if job.save_predictions:

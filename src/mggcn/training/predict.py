@@ -1,11 +1,8 @@
 """Using a trained model: class predictions, probabilities or a layer's embeddings for every vertex, in the
 ORIGINAL vertex ids, on one process or on P ranks with the trainer's partition and staged SpMM.
 
-The model file is what ``mggcn train --save-model FILE`` writes: a state dict under PyG's names
-(``convs.{l}.lin.weight`` [d_out, d_in], ``convs.{l}.bias`` [d_out]), from whose shapes the layer sizes follow, and
-a sidecar ``FILE.json`` with what the shapes do not tell (activation, normalization) and the dataset it was trained
-on. Without the sidecar (e.g. weights from PyG), ``norm`` and ``activation`` must be given or default to the
-trainer's defaults.
+The model file is what ``mggcn train --save-model FILE`` writes (:mod:`mggcn.training.outputs`, which reads it back
+with :func:`~mggcn.training.outputs.load_model`).
 
 Launch::
 
@@ -18,121 +15,27 @@ Legend: m = rows of this rank, n = vertices, d = output width, L = layers.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from mggcn.data.datasets import Dataset, open_dataset
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.datasets import Dataset, as_dataset, open_dataset
+from mggcn.data.graph import ConfigError, Graph, GraphError
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
-from mggcn.distributed.launch import run_workers
+from mggcn.distributed.launch import launch
+from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.spmm import StagedSpMM
-from mggcn.nn.model import ACTIVATIONS, GCN, activate
-from mggcn.nn.norm import NORMS
-from mggcn.training.job import atomic_write, check_output, save_predictions
+from mggcn.nn.model import GCN, activate
+from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.trainer import TrainConfig, gather_original, shard_tile_columns
 
-__all__ = ["OUTPUTS", "PredictJob", "model_dims", "save_model", "load_model", "gather_original", "layer_output",
-           "check_predict", "predict_on_rank", "run_predict_job", "predict"]
+__all__ = ["OUTPUTS", "PredictJob", "gather_original", "layer_output", "check_predict", "predict_on_rank",
+           "run_predict_job", "predict"]
 
 OUTPUTS = ("classes", "proba", "embeddings")
-CARD_FORMAT = "mggcn-model"
-CARD_VERSION = 1
 _DEFAULTS = TrainConfig()
-
-
-def sidecar_path(path: str) -> str:
-    return path + ".json"
-
-
-def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
-    """``[d_0, ..., d_L]`` from the shapes of ``convs.{l}.lin.weight`` (layers numbered 0..L-1 without gaps)."""
-    dims: list[int] = []
-    layer = 0
-    while f"convs.{layer}.lin.weight" in state_dict:
-        d_out, d_in = state_dict[f"convs.{layer}.lin.weight"].shape
-        if dims and dims[-1] != d_in:
-            raise GraphError(f"{source}: layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
-        dims = dims or [int(d_in)]
-        dims.append(int(d_out))
-        layer += 1
-    if not layer:
-        raise GraphError(f"{source}: not a GCN state dict (no convs.0.lin.weight); "
-                         "give a file written by `mggcn train --save-model`")
-    return dims
-
-
-def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConfig, dataset: dict,
-               **extra: Any) -> None:
-    """Write the weights to ``path`` and the sidecar ``path.json`` (dims, activation, norm, dataset identity)."""
-    card = {"format": CARD_FORMAT, "version": CARD_VERSION, "dims": model_dims(state_dict, path),
-            "activation": config.activation, "norm": config.norm, "dataset": dataset, **extra}
-    atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
-
-    def write_card(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            json.dump(card, f, indent=1)
-            f.write("\n")
-
-    atomic_write(sidecar_path(path), write_card)
-
-
-def _read_card(path: str) -> dict | None:
-    card_path = sidecar_path(path)
-    if not os.path.exists(card_path):
-        return None
-    try:
-        with open(card_path) as f:
-            card = json.load(f)
-    except (OSError, ValueError) as err:
-        raise GraphError(f"{card_path}: unreadable model description ({err})") from None
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-        raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
-    return card
-
-
-def load_model(path: str, norm: str | None = None, activation: str | None = None,
-               note: bool = True) -> tuple[GCN, dict]:
-    """The model of ``path`` on CPU in eval mode, and its description (``dims``, ``activation``, ``norm``, ...).
-
-    ``norm`` and ``activation`` are used where the sidecar ``path.json`` is missing (``note``: say on stderr which
-    defaults stand in for missing ones); where it is present they must agree with it (a model is only right with
-    the normalization and activation it was trained with).
-    """
-    if not os.path.isfile(path):
-        raise GraphError(f"{path}: no such model file")
-    try:
-        state_dict = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
-        raise GraphError(f"{path}: not a model file ({type(err).__name__}: {err})") from None
-    if not isinstance(state_dict, dict):
-        raise GraphError(f"{path}: not a state dict")
-    dims = model_dims(state_dict, path)
-    card = _read_card(path)
-    if card is None:
-        card = {"dims": dims, "activation": activation or _DEFAULTS.activation, "norm": norm or _DEFAULTS.norm}
-        if note and (norm is None or activation is None):
-            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming --norm {card['norm']} "
-                  f"--activation {card['activation']}", file=sys.stderr, flush=True)
-    else:
-        if card.get("dims") != dims:
-            raise GraphError(f"{sidecar_path(path)} describes layers {card.get('dims')} but {path} has {dims}")
-        for option, given in (("norm", norm), ("activation", activation)):
-            if given is not None and given != card.get(option):
-                raise GraphError(f"--{option} {given}: the model was trained with --{option} {card.get(option)} "
-                                 f"({sidecar_path(path)}); drop --{option}")
-    if card["norm"] not in NORMS or card["activation"] not in ACTIVATIONS:
-        raise GraphError(f"{path}: unknown norm '{card['norm']}' or activation '{card['activation']}'")
-    model = GCN(dims, activation=card["activation"])
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
-    if missing or unexpected:
-        raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a GCN of layers {dims}")
-    return model.eval(), card
 
 
 @torch.no_grad()
@@ -151,7 +54,7 @@ def layer_output(model: GCN, x: torch.Tensor, adj, layer: int | None = None) -> 
 
 def _check_layer(layer: int | None, num_layers: int) -> int:
     if layer is None or not 1 <= layer <= num_layers:
-        raise GraphError(f"--embeddings {layer}: the model has layers 1..{num_layers}")
+        raise ConfigError(f"layer {layer}: the model has layers 1..{num_layers}", "layer")
     return layer
 
 
@@ -186,8 +89,8 @@ def _open(job: PredictJob) -> Dataset:
 def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: output path, model, dataset against the model, P."""
     if job.output not in OUTPUTS:
-        raise GraphError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'")
-    check_output("--out", job.out)
+        raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'", "output")
+    check_output("out", job.out)
     model, _ = load_model(job.model, job.norm, job.activation)
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))
@@ -195,7 +98,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if dataset.num_features != model.dims[0]:
         raise GraphError(f"{job.model} takes {model.dims[0]} features per vertex; {dataset.name} has "
                          f"{dataset.num_features}")
-    dataset.partition(nprocs, 0, "random")  # raises for P > n
+    partition_dataset(dataset, nprocs, 0, "random")  # raises for P > n
     return dataset
 
 
@@ -205,10 +108,10 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     if dataset is None:
         dataset = _open(job)
     model, card = load_model(job.model, job.norm, job.activation, note=False)  # check_predict said it
-    part = dataset.partition(ctx.world_size, 0, "random")
+    part = partition_dataset(dataset, ctx.world_size, 0, "random")
     widths = [conv.lin.in_features if conv.aggregate_first else conv.lin.out_features for conv in model.convs]
     tiles = shard_tile_columns(_DEFAULTS, dataset, ctx, max(widths))
-    shard = dataset.shard(part, ctx.rank, card["norm"], tile_cols=tiles).to(ctx.device)
+    shard = build_shard(dataset, part, ctx.rank, card["norm"], tile_cols=tiles).to(ctx.device)
     del dataset
     model.to(ctx.device)
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t)
@@ -236,25 +139,6 @@ def run_predict_job(job: PredictJob, dataset: Dataset | None = None) -> np.ndarr
     return out if job.out is None else None
 
 
-def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
-    """``.npy`` as is; otherwise CSV with a ``vertex`` column: ``vertex,prediction`` for classes,
-    ``vertex,{column}0,{column}1,...`` for a matrix."""
-    if values.ndim == 1:
-        save_predictions(path, values)
-        return
-    if path.endswith(".npy"):
-        atomic_write(path, lambda tmp: np.save(tmp, values))
-        return
-
-    def write_csv(tmp: str) -> None:
-        header = ",".join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
-        table = np.concatenate([np.arange(values.shape[0])[:, None], values], axis=1)
-        fmt = ["%d"] + ["%.7g"] * values.shape[1]
-        np.savetxt(tmp, table, fmt=fmt, delimiter=",", header=header, comments="")
-
-    atomic_write(path, write_csv)
-
-
 def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str = "classes",
             layer: int | None = None, **options: Any) -> np.ndarray:
     """Outputs of the saved ``model`` for every vertex of ``dataset``, in original vertex order.
@@ -267,11 +151,5 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
         layer: for ``embeddings``, the layer 1..L whose output is returned.
         options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``device``, ``read_options``, ...).
     """
-    from mggcn.api import as_dataset
-
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
-    checked = check_predict(job, nprocs)
-    if nprocs == 1:
-        return run_predict_job(job, checked)
-    del checked
-    return run_workers(run_predict_job, nprocs, (job,), grace_s=max(60.0, job.timeout_s))[0]
+    return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False)

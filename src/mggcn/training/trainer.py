@@ -30,11 +30,12 @@ from mggcn.distributed.context import (
 )
 from mggcn.distributed.exchange import SparseExchangeSpMM
 from mggcn.distributed.partition import Shard
+from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.shm import host_outboxes
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.distributed.tiled import tile_columns
 from mggcn.nn.loss import MaskedCrossEntropy
-from mggcn.nn.model import GCN, aggregate_first
+from mggcn.nn.model import GCN, spmm_widths
 from mggcn.utils.timing import PHASES, PhaseTimer
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
@@ -92,19 +93,6 @@ class NonFiniteLoss(FloatingPointError):
     """The loss became NaN or inf; the message names the epoch and the first layer with non-finite output."""
 
 
-def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
-    """The width of every SpMM an epoch runs (forward and backward), for sizing buffers and counting traffic."""
-    widths = []
-    for i in range(len(dims) - 1):
-        agg = aggregate_first(dims[i], dims[i + 1], i == 0, order)
-        if i == 0 and agg:
-            widths += [] if caches_input else [dims[0]]
-        else:
-            width = dims[i] if agg else dims[i + 1]
-            widths += [width, width]
-    return widths
-
-
 def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
                        nprocs: int, device: torch.device | str, local_ranks: int, width: int | None = None) -> int | None:
     """Columns per tile of a rank's blocks (:func:`mggcn.distributed.tiled.tile_columns`) for SpMMs of ``width`` (default: the
@@ -127,8 +115,8 @@ def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int |
 def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
     """This rank's shard of ``dataset`` as ``cfg`` trains it: partitioned by ``cfg.partition`` and ``cfg.seed``,
     its blocks tiled for ``cfg``'s SpMMs (:func:`shard_tile_columns`)."""
-    part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
-    return dataset.shard(part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
+    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+    return build_shard(dataset, part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
 
 
 def build_model(cfg: TrainConfig, num_features: int, num_classes: int, device: torch.device | str = "cpu") -> GCN:
@@ -212,7 +200,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
                 **(checkpoint_meta or {})}
 
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
-        torch.manual_seed(epoch_seed(cfg.seed, epoch, ctx.rank))
+        model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
         timer.reset(trace=epoch == cfg.trace_epoch)
         moved = (adj.sent_bytes, adj.recv_bytes)
         start = time.perf_counter()

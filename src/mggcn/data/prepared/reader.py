@@ -24,11 +24,11 @@ Checksums are the sha256 of each array's data bytes (after the ``.npy`` header),
 checks the cheap things always (every file there, of the size its header and the manifest say, CSR end points);
 ``verify=True`` also checks the checksums and every value.
 
-A rank's shard (:meth:`PreparedDataset.shard`) reads, by memory map: its rows of both CSRs, the degree of those rows
-and of their neighbours, and its rows of features, labels and split; it equals, entry for entry and bit for bit,
-what :func:`mggcn.distributed.partition.build_shard` cuts from the whole graph in memory.
+These arrays are the :data:`mggcn.data.datasets.ROW_ARRAYS` every dataset holds: a rank's shard
+(:func:`mggcn.distributed.sharding.build_shard`) reads, by memory map, only its rows of both CSRs, the degree of
+those rows and of their neighbours, and its rows of features, labels and split.
 
-This module does not import torch until a shard is built (the writer runs under tight memory limits).
+This module does not import torch (the writer runs under tight memory limits).
 
 Legend: n = vertices, E = edges, F = features, m = rows of a rank, P = ranks.
 """
@@ -38,15 +38,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from mggcn.data.graph import SPLITS, GraphError
 from mggcn.data.prepared.edgesort import index_dtype
-
-if TYPE_CHECKING:
-    from mggcn.distributed.partition import Partition, Shard
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "BALANCE_PARTS", "PreparedDataset", "is_prepared", "nnz_per_rank",
            "describe"]
@@ -56,7 +53,6 @@ MANIFEST = "manifest.json"
 FORMAT_NAME = "mggcn-prepared"
 BALANCE_PARTS = (1, 2, 4, 8)
 _VERIFY_ROWS = 1 << 22  # rows (or edges) checked per step by verify
-_SHARD_CHUNK_EDGES = 1 << 20  # edges a rank reads at a time while building its shard
 
 
 def is_prepared(path: Any) -> bool:
@@ -120,16 +116,6 @@ def _sha256(arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _gather(indices: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The CSR rows starting at ``starts`` (``counts`` long), concatenated, read from the memory map ``indices``."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-    offsets += np.arange(total, dtype=np.int64)
-    return np.asarray(indices[offsets]).astype(np.int64, copy=False)
-
-
 class PreparedDataset:
     """A prepared dataset directory, implementing :class:`mggcn.data.datasets.Dataset`.
 
@@ -141,9 +127,6 @@ class PreparedDataset:
     Raises:
         GraphError: naming the file and what is wrong (missing, truncated, wrong shape, checksum mismatch, a manifest
             from a newer format version, ...).
-
-    ``last_shard_reads`` records what the last :meth:`shard` read from the files: ``rows``, ``edges`` (CSR entries
-    of both views) and ``bytes`` (all arrays it gathered from the memory maps).
     """
 
     def __init__(self, path: Any, verify: bool = False) -> None:
@@ -154,7 +137,6 @@ class PreparedDataset:
         self.num_features, self.num_classes = m["num_features"], m["num_classes"]
         self.symmetric = bool(m.get("symmetric", False))
         self.split_sizes = {s: int(m["split_sizes"].get(s, -1)) for s in SPLITS}
-        self.last_shard_reads: dict[str, int] = {}
         n, e, f = self.num_nodes, self.num_edges, self.num_features
         ids = index_dtype(n)
         expected = {"in_indptr": (np.int64, (n + 1,)), "in_indices": (ids, (e,)), "degree": (np.int64, (n,)),
@@ -233,137 +215,6 @@ class PreparedDataset:
                 counts[s] += int(found[k + 1])
         if counts != self.split_sizes:
             raise _err(self._file("split"), f"split sizes {counts} differ from the manifest's {self.split_sizes}")
-
-    # ------------------------------------------------------------------------------------------- Dataset API
-
-    def partition(self, num_parts: int, seed: int, ordering: str) -> Partition:
-        """The renumbering for ``num_parts`` ranks. ``metis`` reads the whole in-edge CSR (every rank, the same
-        result): unlike the shards, it needs the whole graph in memory, ~12 bytes per edge while METIS runs."""
-        from mggcn.distributed.partition import make_partition
-
-        if ordering == "metis":
-            from mggcn.distributed.metis import metis_partition
-
-            indptr = np.asarray(self.arrays["in_indptr"])
-            targets = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(indptr))
-            sources = np.asarray(self.arrays["in_indices"]).astype(np.int64)
-            return metis_partition(targets, sources, self.num_nodes, num_parts, seed)
-        return make_partition(self.num_nodes, num_parts, seed, ordering)
-
-    def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard:
-        """Rank ``rank``'s :class:`~mggcn.distributed.partition.Shard`, reading only its rows (and its rows' edges);
-        ``tile_cols`` as in :func:`mggcn.distributed.partition.build_shard`."""
-        import torch
-
-        from mggcn.nn.norm import NORMS
-
-        if norm not in NORMS:
-            raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
-        if part.num_nodes != self.num_nodes:
-            raise GraphError(f"{self.path}: a partition of {part.num_nodes} vertices for {self.num_nodes}")
-        reads = {"rows": 0, "edges": 0, "bytes": 0}
-        first = part.rows(rank).start
-        orig = part.order[part.rows(rank)]
-        local = np.flatnonzero(orig >= 0)
-        ids = orig[local]
-        reads["rows"] = int(ids.size)
-        m = orig.shape[0]
-        degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
-        degree[local] = self.arrays["degree"][ids]
-        reads["bytes"] += 8 * ids.size
-        if self.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
-            row, col, (values, values_t) = self._entries("in", part, first, local, ids, degree, norm, reads,
-                                                       both=True)
-            adj, adj_t = (self._blocks(row, col, values, part, tile_cols),
-                          self._blocks(row, col, values_t, part, tile_cols))
-            del row, col, values, values_t
-        else:
-            row, col, (values,) = self._entries("in", part, first, local, ids, degree, norm, reads)
-            adj = self._blocks(row, col, values, part, tile_cols)
-            del row, col, values
-            row, col, (values,) = self._entries("out", part, first, local, ids, degree, norm, reads)
-            adj_t = self._blocks(row, col, values, part, tile_cols)
-            del row, col, values
-
-        x = np.zeros((m, self.num_features), dtype=np.float32)
-        y = np.full(m, -1, dtype=np.int64)
-        codes = np.full(m, -1, dtype=np.int8)
-        for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
-            rows = np.asarray(self.arrays[name][ids])
-            out[local] = rows
-            reads["bytes"] += rows.nbytes
-        self.last_shard_reads = reads
-        masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}
-        from mggcn.distributed.partition import Shard
-
-        return Shard(rank=rank, partition=part, adj=adj, adj_t=adj_t, x=torch.from_numpy(x),
-                     y=torch.from_numpy(y), masks=masks, num_classes=self.num_classes,
-                     split_sizes=dict(self.split_sizes))
-
-    def _entries(self, view: str, part: Partition, first_row: int, local: np.ndarray, ids: np.ndarray,
-                 degree: np.ndarray, norm: str, reads: dict[str, int],
-                 both: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
-        """The entries ``(row, col, [values])`` of this rank's rows of Â (``view="in"``) or of Âᵀ (``"out"``):
-        rows local (local row i is new id ``first_row + i``), columns in new ids, the unit diagonal included;
-        ``both`` adds the values of Âᵀ at the same entries (a symmetric graph).
-
-        As :func:`mggcn.nn.norm.normalize` builds Â: self loops dropped for one unit loop, parallel edges summed into
-        one entry, values from :func:`mggcn.nn.norm.entry_values` with the stored degrees (``Â[t, s]``: t is the row
-        of Â, the column of Âᵀ). The rows are read :data:`_SHARD_CHUNK_EDGES` edges at a time, so temporaries stay
-        small; the result is preallocated at its upper bound (stored edges + diagonal).
-        """
-        from mggcn.nn.norm import entry_values
-
-        indptr, indices = self.arrays[f"{view}_indptr"], self.arrays[f"{view}_indices"]
-        starts = np.asarray(indptr[ids])
-        counts = np.asarray(indptr[ids + 1]) - starts
-        reads["bytes"] += 2 * counts.nbytes
-        ends = np.cumsum(counts)
-        n_pad = part.padded_nodes
-        bound = int(counts.sum()) + ids.size
-        ids_dtype = np.int32 if n_pad < 2**31 else np.int64
-        row, col = np.empty(bound, dtype=ids_dtype), np.empty(bound, dtype=ids_dtype)
-        values = [np.empty(bound, dtype=np.float32) for _ in range(1 + both)]
-        filled, begin = 0, 0
-        while begin < ids.size:
-            done = int(ends[begin - 1]) if begin else 0
-            end = max(begin + 1, int(np.searchsorted(ends, done + _SHARD_CHUNK_EDGES, side="right")))
-            nbr = _gather(indices, starts[begin:end], counts[begin:end])
-            reads["edges"] += nbr.size
-            reads["bytes"] += nbr.nbytes
-            keep = nbr != np.repeat(ids[begin:end], counts[begin:end])
-            key = np.repeat(local[begin:end], counts[begin:end])[keep] * n_pad + part.position[nbr[keep]]
-            del nbr, keep
-            key, mult = np.unique(key, return_counts=True)
-            diag = local[begin:end]
-            r = np.concatenate([key // n_pad, diag])
-            c = np.concatenate([key % n_pad, first_row + diag])
-            del key
-            deg_nbr = np.asarray(self.arrays["degree"][part.order[c[:mult.size]]])
-            reads["bytes"] += deg_nbr.nbytes
-            mult = np.concatenate([mult, np.ones(diag.size, dtype=mult.dtype)])
-            here, there = degree[r], np.concatenate([deg_nbr, degree[diag]])
-            k = r.size
-            row[filled:filled + k], col[filled:filled + k] = r, c
-            # Â[t, s] with t = here for rows of Â, t = there for rows of Âᵀ
-            orders = [(here, there)] if view == "in" else [(there, here)]
-            if both:
-                orders.append((there, here))
-            for out, (deg_t, deg_s) in zip(values, orders):
-                out[filled:filled + k] = entry_values(mult, deg_t, deg_s if norm == "sym" else None, norm)
-            filled += k
-            begin = end
-        return row[:filled], col[:filled], [v[:filled] for v in values]
-
-    def _blocks(self, row: np.ndarray, col: np.ndarray, values: np.ndarray, part: Partition,
-                tile_cols: int | None) -> list:
-        """The P column blocks (:class:`~mggcn.distributed.tiled.TiledCSR`, ``m × m``) of the rows given as COO entries."""
-        import scipy.sparse as sp
-
-        from mggcn.distributed.partition import to_blocks
-
-        block = sp.coo_matrix((values, (row, col)), shape=(part.rows_per_part, part.padded_nodes))
-        return to_blocks(block, part.num_parts, tile_cols)
 
     @property
     def fingerprint(self) -> str:

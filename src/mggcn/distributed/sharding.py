@@ -1,0 +1,176 @@
+"""A dataset's partition and each rank's shard: the one place that cuts shards, for every kind of dataset.
+
+A dataset (:class:`mggcn.data.datasets.Dataset`: a graph in memory, or a directory ``mggcn prepare`` wrote) holds
+the graph as arrays indexed by original vertex id (:data:`mggcn.data.datasets.ROW_ARRAYS`). :func:`build_shard`
+reads from them only what rank ``rank`` needs: its rows of both CSRs, the degree of those rows and of their
+neighbours, and its rows of features, labels and split. From a prepared dataset these are memory-mapped reads, so a
+rank's host memory grows with its share of the graph, not with the whole graph.
+
+Â is built as :func:`mggcn.nn.norm.normalize` builds it, entry for entry and bit for bit: self loops dropped for one
+unit loop, parallel edges summed into one entry, values from :func:`mggcn.nn.norm.entry_values` with the stored
+degrees (``Â[t, s]``: t is the row of Â, the column of Âᵀ). The rows are read :data:`SHARD_CHUNK_EDGES` edges at a
+time, so temporaries stay small.
+
+Legend: n = vertices, m = rows of a rank, P = ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from mggcn.data.datasets import Dataset, InMemoryDataset
+from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
+from mggcn.distributed.metis import metis_partition
+from mggcn.distributed.partition import Partition, Shard, make_partition, to_blocks
+from mggcn.distributed.tiled import TiledCSR
+from mggcn.nn.norm import NORMS, entry_values
+
+__all__ = ["SHARD_CHUNK_EDGES", "build_shard", "partition_dataset"]
+
+SHARD_CHUNK_EDGES = 1 << 20  # edges a rank reads at a time while building its shard
+
+
+def partition_dataset(dataset: Dataset | Graph, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
+    """The renumbering of ``dataset``'s vertices for ``num_parts`` ranks (:mod:`mggcn.distributed.partition`).
+
+    ``metis`` reads the whole in-edge CSR (every rank computes the same result): unlike the shards, it needs the
+    whole graph in memory, ~12 bytes per edge while METIS runs.
+    """
+    if isinstance(dataset, Graph):
+        dataset = InMemoryDataset(dataset)
+    if ordering == "metis":
+        indptr = np.asarray(dataset.arrays["in_indptr"])
+        targets = np.repeat(np.arange(dataset.num_nodes, dtype=np.int64), np.diff(indptr))
+        sources = np.asarray(dataset.arrays["in_indices"]).astype(np.int64)
+        return metis_partition(targets, sources, dataset.num_nodes, num_parts, seed)  # rows of Â are targets
+    return make_partition(dataset.num_nodes, num_parts, seed, ordering)
+
+
+def _gather(indices: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The CSR rows starting at ``starts`` (``counts`` long), concatenated, read from ``indices`` (maybe a memory map)."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    offsets += np.arange(total, dtype=np.int64)
+    return np.asarray(indices[offsets]).astype(np.int64, copy=False)
+
+
+def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local: np.ndarray, ids: np.ndarray,
+             degree: np.ndarray, norm: str, reads: dict[str, int],
+             both: bool = False) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The entries ``(row, col, [values])`` of this rank's rows of Â (``view="in"``) or of Âᵀ (``"out"``): rows local
+    (local row i is new id ``first_row + i``), columns in new ids, the unit diagonal included; ``both`` adds the
+    values of Âᵀ at the same entries (a symmetric A). Preallocated at the upper bound (stored edges + diagonal)."""
+    arrays = dataset.arrays
+    indptr, indices = arrays[f"{view}_indptr"], arrays[f"{view}_indices"]
+    starts = np.asarray(indptr[ids])
+    counts = np.asarray(indptr[ids + 1]) - starts
+    reads["bytes"] += 2 * counts.nbytes
+    ends = np.cumsum(counts)
+    n_pad = part.padded_nodes
+    bound = int(counts.sum()) + ids.size
+    ids_dtype = np.int32 if n_pad < 2**31 else np.int64
+    row, col = np.empty(bound, dtype=ids_dtype), np.empty(bound, dtype=ids_dtype)
+    values = [np.empty(bound, dtype=np.float32) for _ in range(1 + both)]
+    filled, begin = 0, 0
+    while begin < ids.size:
+        done = int(ends[begin - 1]) if begin else 0
+        end = max(begin + 1, int(np.searchsorted(ends, done + SHARD_CHUNK_EDGES, side="right")))
+        nbr = _gather(indices, starts[begin:end], counts[begin:end])
+        reads["edges"] += nbr.size
+        reads["bytes"] += nbr.nbytes
+        keep = nbr != np.repeat(ids[begin:end], counts[begin:end])
+        key = np.repeat(local[begin:end], counts[begin:end])[keep] * n_pad + part.position[nbr[keep]]
+        del nbr, keep
+        key, mult = np.unique(key, return_counts=True)
+        diag = local[begin:end]
+        r = np.concatenate([key // n_pad, diag])
+        c = np.concatenate([key % n_pad, first_row + diag])
+        del key
+        deg_nbr = np.asarray(arrays["degree"][part.order[c[:mult.size]]])
+        reads["bytes"] += deg_nbr.nbytes
+        mult = np.concatenate([mult, np.ones(diag.size, dtype=mult.dtype)])
+        here, there = degree[r], np.concatenate([deg_nbr, degree[diag]])
+        k = r.size
+        row[filled:filled + k], col[filled:filled + k] = r, c
+        # Â[t, s] with t = here for rows of Â, t = there for rows of Âᵀ
+        orders = [(here, there)] if view == "in" else [(there, here)]
+        if both:
+            orders.append((there, here))
+        for out, (deg_t, deg_s) in zip(values, orders, strict=True):
+            out[filled:filled + k] = entry_values(mult, deg_t, deg_s if norm == "sym" else None, norm)
+        filled += k
+        begin = end
+    return row[:filled], col[:filled], [v[:filled] for v in values]
+
+
+def _blocks(row: np.ndarray, col: np.ndarray, values: np.ndarray, part: Partition,
+            tile_cols: int | None) -> list[TiledCSR]:
+    """The P column blocks (``m × m``) of the rows given as COO entries."""
+    block = sp.coo_matrix((values, (row, col)), shape=(part.rows_per_part, part.padded_nodes))
+    return to_blocks(block, part.num_parts, tile_cols)
+
+
+def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str = "sym",
+                tile_cols: int | None = None, reads: dict[str, Any] | None = None) -> Shard:
+    """Rank ``rank``'s :class:`~mggcn.distributed.partition.Shard` of ``dataset``, reading only its rows.
+
+    Args:
+        dataset: a :class:`~mggcn.data.datasets.Dataset`, or a :class:`~mggcn.data.graph.Graph` in memory.
+        part: the renumbering (:func:`partition_dataset`).
+        rank: whose rows.
+        norm: ``"sym"`` or ``"mean"`` (:mod:`mggcn.nn.norm`).
+        tile_cols: columns per tile of the blocks (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled).
+        reads: if given, filled with what the shard read: ``rows``, ``edges`` (CSR entries of both views) and
+            ``bytes`` (all it gathered from the arrays).
+
+    When Â = Âᵀ on this rank's rows (a symmetric A with the ``sym`` norm), the backward blocks ARE the forward blocks.
+    """
+    if isinstance(dataset, Graph):
+        dataset = InMemoryDataset(dataset)
+    if norm not in NORMS:
+        raise ConfigError(f"norm must be one of {', '.join(NORMS)}, got '{norm}'", "norm")
+    if part.num_nodes != dataset.num_nodes:
+        raise GraphError(f"{dataset.name}: a partition of {part.num_nodes} vertices for {dataset.num_nodes}")
+    arrays = dataset.arrays
+    counted = {"rows": 0, "edges": 0, "bytes": 0}
+    first = part.rows(rank).start
+    orig = part.order[part.rows(rank)]
+    local = np.flatnonzero(orig >= 0)
+    ids = orig[local]
+    counted["rows"] = int(ids.size)
+    m = orig.shape[0]
+    degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
+    degree[local] = arrays["degree"][ids]
+    counted["bytes"] += 8 * ids.size
+    if dataset.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
+        row, col, (values, values_t) = _entries(dataset, "in", part, first, local, ids, degree, norm, counted,
+                                                both=True)
+        adj = _blocks(row, col, values, part, tile_cols)
+        adj_t = adj if np.array_equal(values, values_t) else _blocks(row, col, values_t, part, tile_cols)
+        del row, col, values, values_t
+    else:
+        row, col, (values,) = _entries(dataset, "in", part, first, local, ids, degree, norm, counted)
+        adj = _blocks(row, col, values, part, tile_cols)
+        del row, col, values
+        row, col, (values,) = _entries(dataset, "out", part, first, local, ids, degree, norm, counted)
+        adj_t = _blocks(row, col, values, part, tile_cols)
+        del row, col, values
+
+    x = np.zeros((m, dataset.num_features), dtype=np.float32)
+    y = np.full(m, -1, dtype=np.int64)
+    codes = np.full(m, -1, dtype=np.int8)
+    for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
+        rows = np.asarray(arrays[name][ids])
+        out[local] = rows
+        counted["bytes"] += rows.nbytes
+    if reads is not None:
+        reads.update(counted)
+    masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}
+    return Shard(rank=rank, partition=part, adj=adj, adj_t=adj_t, x=torch.from_numpy(x), y=torch.from_numpy(y),
+                 masks=masks, num_classes=dataset.num_classes, split_sizes=dict(dataset.split_sizes))

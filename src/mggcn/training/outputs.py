@@ -1,0 +1,189 @@
+"""What a job writes and reads back: predictions, model files, and the one atomic writer they all go through.
+
+Files are written whole or not at all: :func:`atomic_write` writes a temporary file next to the target and renames
+it into place, so a reader (or a crash) never sees half a file.
+
+The model file is what ``mggcn train --save-model FILE`` writes: a state dict under PyG's names
+(``convs.{l}.lin.weight`` [d_out, d_in], ``convs.{l}.bias`` [d_out]), from whose shapes the layer sizes follow, and
+a sidecar ``FILE.json`` with what the shapes do not tell (activation, normalization) and the dataset it was trained
+on. Without the sidecar (e.g. weights from PyG), ``norm`` and ``activation`` must be given or default to the
+trainer's defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from mggcn.data.graph import ConfigError, GraphError
+from mggcn.nn.model import ACTIVATIONS, GCN
+from mggcn.nn.norm import NORMS
+from mggcn.training.trainer import TrainConfig
+
+__all__ = ["CARD_FORMAT", "atomic_write", "check_output", "load_model", "model_dims", "save_model", "save_output",
+           "save_predictions", "sidecar_path"]
+
+CARD_FORMAT = "mggcn-model"
+CARD_VERSION = 1
+_DEFAULTS = TrainConfig()
+
+
+def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) -> None:
+    """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file.
+
+    ``sync``: flush ``tmp`` to the disk before the rename, so that after a crash ``path`` holds either the old or
+    the new content, never a torn one (checkpoints).
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    try:
+        write(tmp)
+        if sync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def check_output(option: str, path: str | None) -> None:
+    """Raise :class:`ConfigError` (naming ``option``, e.g. ``save_model``) unless a file can be written at ``path``."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{option} {path}: the directory {parent} does not exist", option)
+    if os.path.isdir(path):
+        raise ConfigError(f"{option} {path}: is a directory", option)
+
+
+def save_predictions(path: str, predictions: np.ndarray) -> None:
+    """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
+    if path.endswith(".npy"):
+        atomic_write(path, lambda tmp: np.save(tmp, predictions))
+        return
+
+    def write_csv(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write("vertex,prediction\n")
+            np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
+
+    atomic_write(path, write_csv)
+
+
+def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
+    """``.npy`` as is; otherwise CSV with a ``vertex`` column: ``vertex,prediction`` for classes,
+    ``vertex,{column}0,{column}1,...`` for a matrix."""
+    if values.ndim == 1:
+        save_predictions(path, values)
+        return
+    if path.endswith(".npy"):
+        atomic_write(path, lambda tmp: np.save(tmp, values))
+        return
+
+    def write_csv(tmp: str) -> None:
+        header = ",".join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
+        table = np.concatenate([np.arange(values.shape[0])[:, None], values], axis=1)
+        fmt = ["%d"] + ["%.7g"] * values.shape[1]
+        np.savetxt(tmp, table, fmt=fmt, delimiter=",", header=header, comments="")
+
+    atomic_write(path, write_csv)
+
+
+def sidecar_path(path: str) -> str:
+    return path + ".json"
+
+
+def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
+    """``[d_0, ..., d_L]`` from the shapes of ``convs.{l}.lin.weight`` (layers numbered 0..L-1 without gaps)."""
+    dims: list[int] = []
+    layer = 0
+    while f"convs.{layer}.lin.weight" in state_dict:
+        d_out, d_in = state_dict[f"convs.{layer}.lin.weight"].shape
+        if dims and dims[-1] != d_in:
+            raise GraphError(f"{source}: layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
+        dims = dims or [int(d_in)]
+        dims.append(int(d_out))
+        layer += 1
+    if not layer:
+        raise GraphError(f"{source}: not a GCN state dict (no convs.0.lin.weight); "
+                         "give a file written by `mggcn train --save-model`")
+    return dims
+
+
+def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConfig, dataset: dict,
+               **extra: Any) -> None:
+    """Write the weights to ``path`` and the sidecar ``path.json`` (dims, activation, norm, dataset identity)."""
+    card = {"format": CARD_FORMAT, "version": CARD_VERSION, "dims": model_dims(state_dict, path),
+            "activation": config.activation, "norm": config.norm, "dataset": dataset, **extra}
+    atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
+
+    def write_card(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(card, f, indent=1)
+            f.write("\n")
+
+    atomic_write(sidecar_path(path), write_card)
+
+
+def _read_card(path: str) -> dict | None:
+    card_path = sidecar_path(path)
+    if not os.path.exists(card_path):
+        return None
+    try:
+        with open(card_path) as f:
+            card = json.load(f)
+    except (OSError, ValueError) as err:
+        raise GraphError(f"{card_path}: unreadable model description ({err})") from None
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
+    return card
+
+
+def load_model(path: str, norm: str | None = None, activation: str | None = None,
+               note: bool = True) -> tuple[GCN, dict]:
+    """The model of ``path`` on CPU in eval mode, and its description (``dims``, ``activation``, ``norm``, ...).
+
+    ``norm`` and ``activation`` are used where the sidecar ``path.json`` is missing (``note``: say on stderr which
+    defaults stand in for missing ones); where it is present they must agree with it (a model is only right with
+    the normalization and activation it was trained with).
+    """
+    if not os.path.isfile(path):
+        raise GraphError(f"{path}: no such model file")
+    try:
+        state_dict = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
+        raise GraphError(f"{path}: not a model file ({type(err).__name__}: {err})") from None
+    if not isinstance(state_dict, dict):
+        raise GraphError(f"{path}: not a state dict")
+    dims = model_dims(state_dict, path)
+    card = _read_card(path)
+    if card is None:
+        card = {"dims": dims, "activation": activation or _DEFAULTS.activation, "norm": norm or _DEFAULTS.norm}
+        if note and (norm is None or activation is None):
+            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming --norm {card['norm']} "
+                  f"--activation {card['activation']}", file=sys.stderr, flush=True)
+    else:
+        if card.get("dims") != dims:
+            raise GraphError(f"{sidecar_path(path)} describes layers {card.get('dims')} but {path} has {dims}")
+        for option, given in (("norm", norm), ("activation", activation)):
+            if given is not None and given != card.get(option):
+                raise ConfigError(f"{option} {given}: the model was trained with {option} {card.get(option)} "
+                                  f"({sidecar_path(path)}); leave {option} unset", option)
+    if card["norm"] not in NORMS or card["activation"] not in ACTIVATIONS:
+        raise GraphError(f"{path}: unknown norm '{card['norm']}' or activation '{card['activation']}'")
+    model = GCN(dims, activation=card["activation"])
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    if missing or unexpected:
+        raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a GCN of layers {dims}")
+    return model.eval(), card
