@@ -36,7 +36,7 @@ import workers
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
 from mggcn.data.graph import SPLITS, ConfigError, Graph
-from mggcn.data.prepared.edgesort import EdgeSorter, Progress
+from mggcn.data.prepared.edgesort import EdgeSorter
 from mggcn.data.prepared.reader import PreparedDataset, nnz_per_rank
 from mggcn.data.prepared.writer import parse_memory, prepare
 from mggcn.data.synthetic import parse_spec
@@ -46,6 +46,7 @@ from mggcn.distributed.sharding import build_shard
 from mggcn.tools.cli import main as cli_main
 from mggcn.training.job import TrainJob, run_train_job
 from mggcn.training.trainer import TrainConfig
+from mggcn.utils.progress import Progress
 from reference import random_graph
 
 CFG = TrainConfig(hidden=(8,), epochs=2, seed=3)
@@ -378,7 +379,7 @@ def test_progress_plain_when_not_a_terminal_and_silent_when_off(tmp_path, capsys
         def flush(self):
             pass
 
-    with Progress(True, stream=Tty()).step("x", 10) as step:
+    with Progress(stream=Tty()).step("x", 10) as step:
         step.update(10)
     assert any("\r" in t for t in lines)  # a tqdm bar
 

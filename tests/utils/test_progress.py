@@ -7,7 +7,7 @@ import pytest
 
 from mggcn.training.job import TrainJob, format_epoch, run_train_job
 from mggcn.training.trainer import TrainConfig
-from mggcn.utils.progress import TrainProgress
+from mggcn.utils.progress import epoch_progress
 
 
 class _Terminal(io.StringIO):
@@ -21,7 +21,7 @@ def _record(epoch: int) -> dict:
 
 
 def _show(stream, epochs=5, **kwargs) -> str:
-    with TrainProgress(epochs, format_epoch, stream=stream, **kwargs) as progress:
+    with epoch_progress(epochs, format_epoch, stream=stream, **kwargs) as progress:
         for epoch in range(1, epochs + 1):
             progress.update(_record(epoch))
     return stream.getvalue()
@@ -48,7 +48,7 @@ def test_quiet_shows_nothing():
 def test_resumed_run_starts_the_bar_where_it_left_off():
     pytest.importorskip("tqdm")
     stream = _Terminal()
-    with TrainProgress(10, format_epoch, done=7, stream=stream) as progress:
+    with epoch_progress(10, format_epoch, done=7, stream=stream) as progress:
         assert progress.shows_bar
         progress.update(_record(8))
     assert "8/10" in stream.getvalue()

@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from mggcn.training.outputs import atomic_write
+
 __all__ = ["CheckpointError", "Checkpointer", "check_compatible"]
 
 _MAGIC = b"mggcn-checkpoint "
@@ -55,13 +57,13 @@ class Checkpointer:
         torch.save({**state, "format": FORMAT_VERSION}, buffer)
         payload = buffer.getvalue()
         path = self.path(state["epoch"])
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+                f.write(payload)
+
+        atomic_write(path, write, sync=True)
         for old in self.files()[self.keep:]:
             os.unlink(old)
         return path

@@ -22,7 +22,7 @@ from mggcn.distributed.sharding import partition_dataset
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, save_model, save_predictions
 from mggcn.training.trainer import TrainConfig, format_balance, predict_shard, shard_for, train_shard
-from mggcn.utils.progress import TrainProgress
+from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch"]
@@ -153,7 +153,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
                 metrics_file.write(json.dumps(record) + "\n")
             metrics_file.flush()
 
-        progress = TrainProgress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
+        progress = epoch_progress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
                                  quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
 
         balance_shown = False

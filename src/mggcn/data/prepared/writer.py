@@ -25,6 +25,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -42,11 +43,11 @@ from mggcn.data.prepared.edgesort import (
     EdgeSorter,
     EdgeSpill,
     NpyWriter,
-    Progress,
 )
 from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
 from mggcn.data.synthetic import GENERATED_PREFIXES, GraphStream, is_generated, parse_spec, stream_spec
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.progress import Progress
 from mggcn.utils.units import parse_bytes
 
 __all__ = ["prepare", "parse_memory", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CHUNK_EDGES", "STREAM_MIN_EDGES"]
@@ -213,7 +214,7 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
     budget = DEFAULT_MEMORY_LIMIT if memory_limit is None else parse_memory(memory_limit)
     chunk = max(1 << 10, min(chunk_edges, budget // CHUNK_BYTES_PER_EDGE))
-    report = Progress(progress)
+    report = Progress(quiet=not progress, prefix="mggcn prepare", stream=sys.stderr)
     src = _open_source(source, fmt, read_options)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
