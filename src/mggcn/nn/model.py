@@ -183,15 +183,22 @@ class GCNLayer(nn.Module):
         first: the layer reads the input features (no input gradient needed).
         order: ``auto`` (the policy of the module docstring), ``aggregate-first`` or ``transform-first``.
         bias: add a learnable bias (default True).
+        generator: initialize ``W`` with PyG's ``glorot`` from this generator (:class:`GCN` does); None: as
+            ``torch.nn.Linear`` does, from torch's global RNG.
 
     Shapes: ``h`` [m, d_in] -> [m, d_out].
     """
 
-    def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True) -> None:
+    def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True,
+                 generator: torch.Generator | None = None) -> None:
         super().__init__()
         if order not in ORDERS:
             raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got '{order}'", "order")
-        self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        if generator is None:
+            self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        else:  # no default initialization drawn (from the global RNG) only to be overwritten
+            self.lin = nn.Linear(in_dim, out_dim, bias=False, device="meta").to_empty(device="cpu")
+            glorot_(self.lin.weight, generator)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
@@ -246,12 +253,11 @@ class GCN(nn.Module):
             raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'", "activation")
         self.dims = list(dims)
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
+        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
         self.convs = nn.ModuleList(
-            GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias) for i in range(len(dims) - 1))
+            GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
+            for i in range(len(dims) - 1))
         self.workspace = Workspace() if reuse_buffers else None
-        generator = torch.Generator().manual_seed(seed)
-        for conv in self.convs:
-            glorot_(conv.lin.weight, generator)
         self.seed = seed
         self._dropout_generator: torch.Generator | None = None
 
