@@ -110,4 +110,4 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int]) -> 
                                   f"this one has {value!r})")
     if state.get("dims") != list(dims):
         raise CheckpointError(f"{path}: the checkpoint's model has layer sizes {state.get('dims')}, this run "
-                              f"{list(dims)} (check --hidden)")
+                              f"{list(dims)} (check the hidden layer sizes)")
