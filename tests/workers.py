@@ -8,12 +8,13 @@ import time
 import numpy as np
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.spmm import StagedSpMM
-from mggcn.training.trainer import TrainConfig, train_shard
+from mggcn.training.trainer import train_shard
 
 
 def rows_of(global_new: torch.Tensor, part, rank: int) -> torch.Tensor:

@@ -3,14 +3,25 @@
 Python API: ``mggcn.train(...)`` returns a ``TrainedModel``; the layers run on their own in one process as
 ``GCN`` / ``GCNLayer`` with ``adjacency_operator``. See ``mggcn.api``.
 
-The package is laid out by layer, lowest first:
+The package is laid out by layer, lowest first; a module imports only from its own layer and the ones below it
+(imports inside functions included), and no two modules import each other, even through others
+(tests/test_layout.py checks both from the source):
 
-- ``mggcn.utils``        timing, progress, units, the process settings a worker changes
-- ``mggcn.data``         the graph, dataset specs, synthetic and built-in graphs, file formats, prepared datasets
-- ``mggcn.nn``           normalization, layers and the order policy, the loss, the buffer workspace
-- ``mggcn.distributed``  the distributed context, partitioning, the staged SpMM and its transports, launching
-- ``mggcn.training``     the trainer, checkpoints, the train and predict jobs and their outputs
-- ``mggcn.tools``        the command line, bench, plan, roofline, report
+- ``mggcn.config``       every training option, its default and its allowed values (no torch)
+- ``mggcn.utils``        errors (ConfigError), units, timing, progress, and ``system``: the one module that changes
+                         the process (allocator, threads, warning filters, signal handlers), only for a rank
+- ``mggcn.data``         the graph, dataset specs and the arrays a rank reads its rows of, synthetic and built-in
+                         graphs, file formats, prepared datasets (no torch)
+- ``mggcn.nn``           normalization, layers and the order policy (with the SpMM widths it implies), dropout from
+                         a seeded generator, the loss, the buffer workspace
+- ``mggcn.distributed``  the distributed context, partitioning (+ METIS) and the one shard builder, the SpMM
+                         operators (staged broadcast, sparse exchange; shared-memory transport), launching
+- ``mggcn.training``     the trainer, checkpoints, the train and predict jobs, their outputs (the one atomic writer)
+- ``mggcn.tools``        the command line (one module per command), bench, plan, roofline, report
+- ``mggcn.api``          ``mggcn.train`` and the layers on their own
+
+Library code raises typed errors with plain messages (:class:`~mggcn.data.graph.GraphError` for data,
+:class:`~mggcn.utils.errors.ConfigError` for settings); only the command line names flags and chooses exit codes.
 
 Importing ``mggcn`` loads no torch: the names below are resolved on first use.
 """
@@ -30,7 +41,7 @@ _EXPORTS = {
     "SPLITS": "mggcn.data.graph",
     "GCN": "mggcn.nn.model",
     "GCNLayer": "mggcn.nn.model",
-    "TrainConfig": "mggcn.training.trainer",
+    "TrainConfig": "mggcn.config",
     "TrainedModel": "mggcn.api",
     "adjacency_operator": "mggcn.api",
     "train": "mggcn.api",
@@ -41,9 +52,9 @@ __all__ = ["ConfigError", "GCN", "GCNLayer", "Graph", "GraphError", "SPLITS", "T
 
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
+    from mggcn.config import TrainConfig
     from mggcn.data.graph import SPLITS, Graph, GraphError
     from mggcn.nn.model import GCN, GCNLayer
-    from mggcn.training.trainer import TrainConfig
     from mggcn.utils.errors import ConfigError
 
 

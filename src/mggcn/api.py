@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset
 from mggcn.data.graph import GraphError
 from mggcn.distributed.launch import launch
@@ -37,7 +38,7 @@ from mggcn.nn.model import GCN
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
 from mggcn.training.outputs import save_model
-from mggcn.training.trainer import TrainConfig, build_model
+from mggcn.training.trainer import build_model
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 

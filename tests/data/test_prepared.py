@@ -33,6 +33,7 @@ from test_formats import (
 )
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
 from mggcn.data.graph import SPLITS, ConfigError, Graph
@@ -45,7 +46,6 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.tools.cli import main as cli_main
 from mggcn.training.job import TrainJob, run_train_job
-from mggcn.training.trainer import TrainConfig
 from mggcn.utils.progress import Progress
 from reference import random_graph
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.launch import run_workers
@@ -12,7 +13,6 @@ from mggcn.distributed.metis import metis_partition, partition_from_parts
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import partition_dataset
 from mggcn.nn.model import GCN
-from mggcn.training.trainer import TrainConfig
 from mggcn.utils.errors import ConfigError
 from reference import gcn_losses, random_graph
 

@@ -7,13 +7,13 @@ import scipy.sparse as sp
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.nn.model import GCN
 from mggcn.nn.norm import adjacency, normalize
-from mggcn.training.trainer import TrainConfig
 from mggcn.utils.errors import ConfigError
 from reference import adj_hat, gcn_losses, random_graph
 

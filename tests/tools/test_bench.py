@@ -10,16 +10,16 @@ import pytest
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
-from mggcn.nn.model import GCN
 from mggcn.tools import bench
 from mggcn.tools.cli import main
-from mggcn.training.trainer import TrainConfig, train_shard
-from reference import gcn_losses, random_graph
+from mggcn.training.trainer import train_shard
+from reference import random_graph
 
 OPTIONS = bench.options_from(small=True, nprocs=(1, 2), partitions=("random-local",), epochs=2, warmup=1, repeats=2,
                              compare_tiles=(0,), compare_shm=True)

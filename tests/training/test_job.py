@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
+from mggcn.config import TrainConfig
 from mggcn.training.job import TrainJob, check_job, dataset_identity, format_epoch, run_train_job
-from mggcn.training.trainer import TrainConfig
 from mggcn.utils.errors import ConfigError
 
 KARATE = "builtin:karate"

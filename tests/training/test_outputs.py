@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.nn.model import GCN
 from mggcn.training.outputs import atomic_write, check_output, load_model, save_model, save_output, save_predictions
-from mggcn.training.trainer import TrainConfig
 from mggcn.utils.errors import ConfigError
 
 

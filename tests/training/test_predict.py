@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
+from mggcn.config import TrainConfig
 from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
@@ -16,7 +17,6 @@ from mggcn.tools.cli import main
 from mggcn.training.job import TrainJob, run_train_job
 from mggcn.training.outputs import load_model
 from mggcn.training.predict import PredictJob, predict, predict_on_rank
-from mggcn.training.trainer import TrainConfig
 from mggcn.utils.errors import ConfigError
 
 HIDDEN = (16, 8)

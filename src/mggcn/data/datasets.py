@@ -20,13 +20,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mggcn.config import DEFAULT_DATASET
 from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
 from mggcn.data.synthetic import GENERATED_PREFIXES, is_generated
 
 __all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "ROW_ARRAYS", "Dataset", "InMemoryDataset", "graph_arrays",
            "is_generated", "load_graph", "open_dataset"]
-
-DEFAULT_DATASET = "synthetic"
 
 # The arrays a dataset holds (n vertices, E edges, F features; original ids), the layout of a prepared directory:
 ROW_ARRAYS = {

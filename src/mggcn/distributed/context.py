@@ -16,8 +16,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mggcn.config import MMAP_THRESHOLD
 from mggcn.data.graph import ConfigError
-from mggcn.utils.system import MMAP_THRESHOLD, enter_rank, leave_rank, set_mmap_threshold
+from mggcn.utils.system import enter_rank, leave_rank, set_mmap_threshold
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "MMAP_THRESHOLD",
@@ -65,7 +66,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     Without those variables this is a single-process run. ``MGGCN_INIT_METHOD`` (set by mggcn's own launcher)
     overrides the rendezvous, which otherwise is torchrun's ``env://``. Each rank uses ``cores / local ranks``
     threads unless ``threads`` says otherwise, so that local workers don't fight over cores. ``mmap_threshold``:
-    the host allocator's (:data:`mggcn.utils.system.MMAP_THRESHOLD`; ``None``: glibc's default), set only in a
+    the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's default), set only in a
     process mggcn owns. What this changes in the process (:func:`mggcn.utils.system.enter_rank`) is undone by
     :func:`shutdown` where the process is the caller's.
     """

@@ -38,6 +38,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from mggcn.config import COMM_MODES
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm
 from mggcn.distributed.tiled import TiledCSR
@@ -45,7 +46,6 @@ from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
 
-COMM_MODES = ("broadcast", "sparse", "auto")
 DENSE_FRACTION = 0.8
 
 

@@ -28,12 +28,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from mggcn.config import ORDERINGS
 from mggcn.data.graph import ConfigError
 from mggcn.distributed.tiled import TiledCSR, csr_to_torch
 
 __all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks"]
-
-ORDERINGS = ("random", "none", "random-local", "metis")  # metis: mggcn.distributed.metis, which needs the graph
 
 
 @dataclass(frozen=True)

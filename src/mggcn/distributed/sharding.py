@@ -22,12 +22,13 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from mggcn.config import NORMS
 from mggcn.data.datasets import Dataset, InMemoryDataset
 from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
 from mggcn.distributed.metis import metis_partition
 from mggcn.distributed.partition import Partition, Shard, make_partition, to_blocks
 from mggcn.distributed.tiled import TiledCSR
-from mggcn.nn.norm import NORMS, entry_values
+from mggcn.nn.norm import entry_values
 
 __all__ = ["SHARD_CHUNK_EDGES", "build_shard", "partition_dataset"]
 

@@ -30,12 +30,12 @@ import uuid
 import torch
 import torch.distributed as dist
 
+from mggcn.config import SHM_MODES
 from mggcn.distributed.context import DistContext, all_gather_objects
 from mggcn.utils.errors import ConfigError
 
 __all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "host_outboxes", "one_host"]
 
-SHM_MODES = ("auto", "on", "off")
 SHM_DIR = "/dev/shm"  # MGGCN_SHM_DIR overrides it (e.g. a container whose /dev/shm is 64 MB)
 
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from mggcn.config import NORMS
 from mggcn.utils.errors import ConfigError
 
 __all__ = ["NORMS", "adjacency", "entry_values", "normalize"]
-
-NORMS = ("sym", "mean")
-
 
 def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:
     """``A[target, source]`` = number of edges ``source -> target``, as float32 CSR of shape ``[n, n]``."""

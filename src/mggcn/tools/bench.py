@@ -64,13 +64,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import numpy as np
 import torch
 
+from mggcn.config import MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.graph import SPLITS, Graph
-from mggcn.distributed.context import MMAP_THRESHOLD, available_cores, init_distributed
+from mggcn.distributed.context import available_cores, init_distributed
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
-from mggcn.training.trainer import TrainConfig, build_model, shard_for, train_shard
+from mggcn.training.trainer import build_model, shard_for, train_shard
 from mggcn.utils.timing import PHASES
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",

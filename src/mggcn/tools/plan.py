@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 
 from mggcn.distributed.tiled import index_bytes, num_tiles
 from mggcn.nn.model import aggregate_first, spmm_widths
-from mggcn.utils.units import format_bytes, parse_bytes
+from mggcn.utils.units import format_bytes
 
 __all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak",
-           "parse_bytes", "format_bytes", "format_plan"]
+           "format_plan"]
 
 FLOAT = 4
 INT64 = 8

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mggcn.data.datasets import DEFAULT_DATASET, Dataset, open_dataset
+from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
+from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
-from mggcn.distributed.context import MMAP_THRESHOLD, init_distributed, shutdown
+from mggcn.distributed.context import init_distributed, shutdown
 from mggcn.distributed.sharding import partition_dataset
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, save_model, save_predictions
-from mggcn.training.trainer import TrainConfig, format_balance, predict_shard, shard_for, train_shard
+from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal
 
@@ -41,7 +42,7 @@ class TrainJob:
     device: str = "cpu"
     threads: int | None = None
     timeout_s: float = 60.0
-    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: mggcn.utils.system.MMAP_THRESHOLD (None: glibc's)
+    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: mggcn.config.MMAP_THRESHOLD (None: glibc's)
     metrics: str | None = None
     save_model: str | None = None
     save_predictions: str | None = None

@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
 from mggcn.data.graph import ConfigError, GraphError
-from mggcn.nn.model import ACTIVATIONS, GCN
-from mggcn.nn.norm import NORMS
-from mggcn.training.trainer import TrainConfig
+from mggcn.nn.model import GCN
 
 __all__ = ["CARD_FORMAT", "atomic_write", "check_output", "load_model", "model_dims", "save_model", "save_output",
            "save_predictions", "sidecar_path"]

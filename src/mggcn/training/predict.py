@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph, GraphError
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
@@ -29,7 +30,7 @@ from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import GCN, activate
 from mggcn.training.outputs import check_output, load_model, save_output
-from mggcn.training.trainer import TrainConfig, gather_original, shard_tile_columns
+from mggcn.training.trainer import gather_original, shard_tile_columns
 
 __all__ = ["OUTPUTS", "PredictJob", "gather_original", "layer_output", "check_predict", "predict_on_rank",
            "run_predict_job", "predict"]

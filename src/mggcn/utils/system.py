@@ -20,16 +20,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "die_with_parent", "enter_rank", "leave_rank",
-           "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
-           "sigterm_as_interrupt"]
-
-# Host allocations above this many bytes come from the system and go back to it when freed (glibc's
+# MMAP_THRESHOLD: host allocations above this many bytes come from the system and go back to it when freed (glibc's
 # M_MMAP_THRESHOLD). glibc's own threshold starts at 128 KiB and rises to the size of every large block freed, up to
 # 32 MiB: after loading a graph, the tensors of an epoch then come from the heap, and what is freed stays there,
 # resident, 20-40% above the live tensors. An epoch of mggcn allocates nothing large (the workspace), so a fixed
 # threshold costs no page faults while training and keeps the memory what the plan says.
-MMAP_THRESHOLD = 1 << 20
+from mggcn.config import MMAP_THRESHOLD
+
+__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "die_with_parent", "enter_rank", "leave_rank",
+           "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
+           "sigterm_as_interrupt"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")

@@ -13,11 +13,12 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB"
           "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
 
 
-def parse_bytes(text: str | int, option: str = "size") -> int:
+def parse_bytes(text: str | int, option: str | None = None) -> int:
     """``"80G"``, ``"141GiB"``, ``"512m"``, ``"1e9"``, ``65536`` -> bytes (K, M, G, T are powers of 1024).
 
     Raises:
-        ConfigError: naming ``option``, for text that is not a size or a negative one.
+        ConfigError: (a ValueError) quoting ``text``, and naming ``option`` when given, for text that is not a
+            size or a negative one.
     """
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
@@ -29,10 +30,14 @@ def parse_bytes(text: str | int, option: str = "size") -> int:
         except ValueError:
             value = None
         if value is None:
-            raise ConfigError(f"{option}: expected a size such as 512M or 80G, got '{text}'", option)
+            raise ConfigError(f"{_named(option)}expected a size such as 80G or 512M, got '{text}'", option)
     if value < 0:
-        raise ConfigError(f"{option}: expected a size of at least 0, got '{text}'", option)
+        raise ConfigError(f"{_named(option)}expected a size of at least 0, got '{text}'", option)
     return value
+
+
+def _named(option: str | None) -> str:
+    return f"{option}: " if option else ""
 
 
 def format_bytes(n: float) -> str:

@@ -1,0 +1,69 @@
+"""``mggcn bench``: mggcn at several P against PyG, on one graph, in one run (see :mod:`mggcn.tools.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from mggcn.config import SHM_MODES
+from mggcn.tools.cli.common import byte_size, byte_sizes, hidden_sizes, int_list, orderings, positive_int
+
+HELP = "mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv, in one run"
+
+
+def description() -> str:
+    from mggcn.tools import bench
+
+    return bench.__doc__
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from mggcn.tools import bench
+
+    d = bench.BenchOptions()
+    p.add_argument("--small", action="store_true", help="a tiny graph and model that run in seconds")
+    p.add_argument("--nodes", type=positive_int, help=f"vertices (default {d.nodes:,})")
+    p.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
+    p.add_argument("--features", type=positive_int, help=f"default {d.features}")
+    p.add_argument("--classes", type=positive_int, help=f"default {d.classes}")
+    p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
+    p.add_argument("--epochs", type=positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
+    p.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
+    p.add_argument("--repeats", type=positive_int,
+                   help="rounds over the mggcn configurations, interleaved; each row reports the median round "
+                        f"(default {d.repeats})")
+    p.add_argument("--threads", type=positive_int, help="CPU threads per configuration (default: the cores)")
+    p.add_argument("--nprocs", type=int_list, help="process counts to run (default 1,2)")
+    p.add_argument("--partition", dest="partitions", type=orderings,
+                   help="orderings, the first being the main one (default random-local,random)")
+    p.add_argument("--ids", choices=("clustered", "random"), help="vertex ids of the graph (default clustered)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default cpu")
+    p.add_argument("--no-pyg", dest="pyg", action="store_false", default=None, help="skip the PyG baseline")
+    p.add_argument("--pyg-adj", choices=bench.PYG_ADJ, help="what PyG's GCNConv is given (default csr)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--graph-cache", help="an .npz holding the graph: reused when it exists, written when not")
+    p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
+    p.add_argument("--mmap-threshold", type=byte_size,
+                   help="one glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M (0: glibc's dynamic one); "
+                        "default: mggcn 1M, PyG glibc's")
+    p.add_argument("--tile-bytes", type=byte_size,
+                   help="mggcn's --tile-bytes for every mggcn configuration (0: untiled)")
+    p.add_argument("--compare-tiles", type=byte_sizes,
+                   help="more --tile-bytes values, e.g. 0,1M: each also runs at P = 1 for every --partition")
+    p.add_argument("--shm", choices=SHM_MODES, help="mggcn's --shm for every mggcn configuration (default auto)")
+    p.add_argument("--compare-shm", action="store_true", default=None,
+                   help="also run P > 1 through gloo's broadcast (--shm off), overlap on and off, in the same rounds")
+    p.add_argument("--out", help="write the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mggcn.tools.bench import format_table, options_from, run_bench, write_report
+
+    keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
+            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
+            "tile_bytes", "compare_tiles", "shm", "compare_shm")
+    opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
+    report = run_bench(opts, log=lambda line: print(line, flush=True))
+    print(format_table(report))
+    if args.out:
+        write_report(report, args.out)
+    return 0
