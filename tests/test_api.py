@@ -1,4 +1,5 @@
-"""The Python API: ``mggcn.training.trainer`` is the CLI's job, in this process or on P workers; the layers work alone."""
+"""The Python API: ``mggcn.training.trainer`` is the CLI's job, in this process or on P workers; the layers work
+alone."""
 
 import json
 

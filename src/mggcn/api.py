@@ -55,7 +55,7 @@ class TrainedModel:
         model: the trained :class:`~mggcn.nn.model.GCN`, on CPU, in eval mode (with patience: the best epoch's weights).
         history: one record per epoch (keys as in ``--metrics``).
         predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids.
-        config: the :class:`~mggcn.training.trainer.TrainConfig` it was trained with.
+        config: the :class:`~mggcn.config.TrainConfig` it was trained with.
         dataset: the identity of the dataset (name, sizes).
         stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
         best_epoch: with patience, the epoch whose weights were kept.
@@ -91,10 +91,10 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
         device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.
-        options: any :class:`~mggcn.training.trainer.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``, ``norm``,
-            ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
-            ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
-            ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``.
+        options: any :class:`~mggcn.config.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``,
+            ``norm``, ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field
+            (``fmt``, ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...),
+            and ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``.
 
     Returns:
         a :class:`TrainedModel`.

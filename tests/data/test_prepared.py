@@ -1,5 +1,5 @@
-"""Tests for prepared datasets: ``mggcn prepare`` (mggcn.data.prepared.writer, mggcn.data.prepared.edgesort) and reading them back
-(mggcn.data.prepared.reader), per format, at P = 1..4, out of core under a hard memory cap, and on bad input.
+"""Tests for prepared datasets: ``mggcn prepare`` (mggcn.data.prepared.writer, mggcn.data.prepared.edgesort) and reading
+them back (mggcn.data.prepared.reader), per format, at P = 1..4, out of core under a hard memory cap, and on bad input.
 
 The claim checked throughout: a rank's shard read from a prepared directory equals, bit for bit, the shard
 ``build_shard`` cuts from the same graph in memory; so training from either gives the same numbers.
@@ -179,6 +179,7 @@ def test_generated_specs(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------------ P-way
 
 
+@pytest.mark.slow
 def test_p_1_to_4_from_one_directory_same_curve_and_each_rank_reads_its_share(tmp_path):
     """One spawn of 4 ranks trains at P = 1, 2, 3, 4 (P < 4 on the sub-group of ranks 0..P-1).
 
@@ -270,6 +271,7 @@ def _write_fixed_width_edges(path: Path, num_edges: int, seed: int, chunk: int =
             f.write(line.tobytes())
 
 
+@pytest.mark.slow
 def test_out_of_core_under_a_hard_memory_cap(tmp_path):
     """Prepare an edge list larger than the whole address space the process is allowed.
 

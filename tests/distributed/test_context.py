@@ -1,4 +1,4 @@
-"""The host allocator policy of mggcn's ranks (mggcn.distributed.context.set_mmap_threshold), in fresh processes."""
+"""The host allocator policy of mggcn's ranks (mggcn.utils.system.set_mmap_threshold), in fresh processes."""
 
 import workers
 from mggcn.config import MMAP_THRESHOLD

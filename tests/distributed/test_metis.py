@@ -1,5 +1,5 @@
-"""``--partition metis`` (mggcn.distributed.metis): equal row blocks from unequal parts, balance and cut, the same order on
-every rank, and training with the sparse exchange equal to the plain single-process GCN."""
+"""``--partition metis`` (mggcn.distributed.metis): equal row blocks from unequal parts, balance and cut, the same order
+on every rank, and training with the sparse exchange equal to the plain single-process GCN."""
 
 import numpy as np
 import pytest

@@ -39,6 +39,7 @@ def test_train_two_workers_writes_metrics_model_and_predictions(tmp_path):
     np.testing.assert_array_equal(table[:, 1], expected)
 
 
+@pytest.mark.slow
 def test_predictions_do_not_depend_on_the_number_of_workers(tmp_path):
     paths = []
     for p in (1, 3):
@@ -129,6 +130,7 @@ def test_gcn_beats_mlp_on_the_builtin_graph():
     assert acc["gcn"] - acc["mlp"] > 0.3
 
 
+@pytest.mark.slow
 def test_torchrun_runs_the_same_job(tmp_path):
     import subprocess
     import sys
@@ -144,6 +146,7 @@ def test_torchrun_runs_the_same_job(tmp_path):
     assert losses[0] == losses[1]
 
 
+@pytest.mark.slow
 def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     """--shm on where /dev/shm cannot be used fails with one line and writes nothing; auto falls back to gloo."""
     monkeypatch.setenv("MGGCN_SHM_DIR", str(tmp_path / "missing"))

@@ -5,7 +5,8 @@
 * ``synthetic[:key=value,...]`` — the built-in community graph (the default dataset), ``rmat:...``,
   ``builtin:karate``, ``builtin:digits`` — generated, or read from data shipped inside packages, no file needed;
 * a file or directory in a known layout, with ``--format`` (see :mod:`mggcn.data.formats`), read whole;
-* a directory written by ``mggcn prepare`` (:mod:`mggcn.data.prepared.reader`), from which each rank reads only its rows.
+* a directory written by ``mggcn prepare`` (:mod:`mggcn.data.prepared.reader`), from which each rank reads only its
+rows.
 
 A :class:`Dataset` tells the launcher its sizes (checked before any worker starts) and holds the graph as arrays
 that a rank reads only its rows of: :func:`mggcn.distributed.sharding.build_shard` cuts each rank's shard from them,

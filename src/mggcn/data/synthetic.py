@@ -542,7 +542,8 @@ def digits_graph(k: int = 10, seed: int = 0) -> Graph:
     ei = _symmetrize(src, nbr.reshape(-1).astype(np.int64), n)
     masks = _random_split(n, DEFAULT_SPLIT, np.random.default_rng(seed), y=y)
     name = "builtin:digits" if k == 10 else f"builtin:digits:k={k}"
-    return Graph(n, ei, x, y, masks, num_classes=10, name=name, meta=dict(generator="digits", k=k, seed=seed)).validate()
+    meta = dict(generator="digits", k=k, seed=seed)
+    return Graph(n, ei, x, y, masks, num_classes=10, name=name, meta=meta).validate()
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Distributed state, in one small frozen dataclass passed explicitly, and the few collectives mggcn uses.
 
 Everything device-specific lives here: which backend (gloo on CPU, NCCL on CUDA), which device a rank drives, how
-many CPU threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold). Library code never calls
-``dist.get_rank()``; it receives a :class:`DistContext`.
-A world of size 1 needs no process group: every collective below is then the identity.
+many CPU threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold). Library code
+never calls ``dist.get_rank()``; it receives a :class:`DistContext`. A world of size 1 needs no process group: every
+collective below is then the identity.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ while it is in flight, then the off-diagonal blocks. ``overlap=False`` waits for
 
 Accounting: ``sent_bytes`` / ``recv_bytes`` grow by the sizes of what each call hands to the collective for, and
 receives from, the other ranks (the all-to-all's split sizes × width × element size). The construction's index
-exchange is not counted. :class:`mggcn.distributed.spmm.StagedSpMM` counts the same way (a broadcast root is counted as sending
-its rows to each of the P − 1 others).
+exchange is not counted. :class:`mggcn.distributed.spmm.StagedSpMM` counts the same way (a broadcast root is counted as
+sending its rows to each of the P − 1 others).
 
 Memory: a send and a receive buffer of ``Σ_j k`` rows each at the widest width seen (the broadcast version keeps
 2·m rows), plus the compacted copies of the sparse off-diagonal blocks (at most the nonzeros of the originals).
@@ -74,7 +74,7 @@ class ExchangePlan:
         self.send_rows = their_counts.tolist()
         device = blocks[0].device
         self.send_index: list[torch.Tensor | None] = []
-        for i, chunk in enumerate(torch.split(their_index, self.send_rows)):
+        for chunk in torch.split(their_index, self.send_rows):
             full = chunk.numel() == m and bool(torch.equal(chunk, torch.arange(m)))
             self.send_index.append(None if full else chunk.to(device))
         self.blocks = [b if (j == rank or dense[j]) else b.compact(needed[j]) for j, b in enumerate(blocks)]
@@ -134,7 +134,7 @@ class SparseExchangeSpMM(SpMMOperator):
         send, recv = self._views(plan, b)
         with self.timer("spmm"):  # packing is memory traffic of the SpMM's kind
             offset = 0
-            for i, (index, rows) in enumerate(zip(plan.send_index, plan.send_rows)):
+            for index, rows in zip(plan.send_index, plan.send_rows):
                 if rows:
                     if index is None:
                         send[offset: offset + rows].copy_(b)

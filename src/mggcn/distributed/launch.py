@@ -94,8 +94,8 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     """Run ``fn(*args)`` in ``nprocs`` spawned processes (ranks 0..P-1) and return their results in rank order.
 
     ``fn`` must be importable (a module-level function); it joins the job with
-    :func:`mggcn.distributed.context.init_distributed`, which reads the environment set here. Raises :class:`WorkerError` when a
-    rank raises, dies or, with ``timeout_s``, has not finished in time.
+    :func:`mggcn.distributed.context.init_distributed`, which reads the environment set here. Raises
+    :class:`WorkerError` when a rank raises, dies or, with ``timeout_s``, has not finished in time.
 
     On Ctrl-C or SIGTERM the workers get SIGTERM and ``grace_s`` seconds to stop by themselves (mggcn's workers
     finish their epoch and save a checkpoint); the results are then returned as usual. A second Ctrl-C, or the

@@ -52,7 +52,7 @@ def partition_dataset(dataset: Dataset | Graph, num_parts: int, seed: int = 0, o
 
 
 def _gather(indices: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The CSR rows starting at ``starts`` (``counts`` long), concatenated, read from ``indices`` (maybe a memory map)."""
+    """The CSR rows starting at ``starts`` (``counts`` long), concatenated, read from ``indices`` (a memory map)."""
     total = int(counts.sum())
     if total == 0:
         return np.empty(0, dtype=np.int64)

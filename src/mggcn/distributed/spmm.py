@@ -12,8 +12,8 @@ already queued on the compute stream when a collective is issued, and ``work.wai
 wait for the broadcast, so the GPU overlaps the two without host synchronization. ``overlap=False`` runs each stage's
 broadcast to completion before its multiply (CAGNET's 1D scheme), to measure what the overlap buys.
 
-CPU ranks of one host can broadcast through shared memory instead (:mod:`mggcn.distributed.shm`): stage j's root copies its rows
-into its outbox and broadcasts a token; the others multiply out of that outbox. The stages, their order and the
+CPU ranks of one host can broadcast through shared memory instead (:mod:`mggcn.distributed.shm`): stage j's root copies
+its rows into its outbox and broadcasts a token; the others multiply out of that outbox. The stages, their order and the
 overlap are the same; only what a stage moves changes.
 
 Legend: m = rows per rank, d = width of B.

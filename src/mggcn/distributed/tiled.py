@@ -180,7 +180,7 @@ class TiledCSR:
     def to_scipy(self) -> sp.csr_matrix:
         """The whole block as one scipy CSR (tests, checks)."""
         parts = []
-        for tile, (start, cols) in zip(self.tiles, self.spans()):
+        for tile, (start, _) in zip(self.tiles, self.spans()):
             t = sp.csr_matrix((tile.values().cpu().numpy(), tile.col_indices().cpu().numpy() + start,
                                tile.crow_indices().cpu().numpy()), shape=(self.rows, self.width))
             parts.append(t)

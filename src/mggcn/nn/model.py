@@ -1,8 +1,8 @@
 """The GCN as plain single-device PyTorch; distribution enters only through the ``adj`` operator it is given.
 
 Layer l computes ``H_{l+1} = σ(Â · H_l · W_lᵀ + b_l)``; ``adj`` is a callable ``H -> Â·H`` (a
-:class:`~mggcn.distributed.spmm.StagedSpMM`, across ranks or in one process) that takes two keywords: ``out``, a workspace
-buffer for its result, and ``grad_ws``, the workspace whose gradient buffers receive its backward's result.
+:class:`~mggcn.distributed.spmm.StagedSpMM`, across ranks or in one process) that takes two keywords: ``out``, a
+workspace buffer for its result, and ``grad_ws``, the workspace whose gradient buffers receive its backward's result.
 
 Order policy (it decides the SpMM width, hence the communication volume): each layer multiplies by W before
 aggregating — ``Â·(H·Wᵀ)`` — or after — ``(Â·H)·Wᵀ`` — whichever makes its SpMMs narrower, counting forward and

@@ -13,8 +13,8 @@ configurations K times, round after round in the same order, and reports each on
 line gives the ratio off/on of every round, so a slow spell that hits one round hits both sides of its ratio. On CPU
 with P > 1 the bench also measures a 16 MiB broadcast between two ranks: its rate and how busy it keeps the cores,
 the room that overlapping communication with computation has on this machine. Ranks on one CPU host broadcast
-through shared memory by default (:mod:`mggcn.distributed.shm`); ``--compare-shm`` runs P > 1 through gloo's broadcast too.
-A rank's peak RSS then leaves out the pages of the other ranks' outboxes it reads (``peer_shm`` in the JSON): their
+through shared memory by default (:mod:`mggcn.distributed.shm`); ``--compare-shm`` runs P > 1 through gloo's broadcast
+too. A rank's peak RSS then leaves out the pages of the other ranks' outboxes it reads (``peer_shm`` in the JSON): their
 owners count them.
 
 Memory: a process's peak RSS is its ``VmHWM`` (``/proc/self/status``; ``ru_maxrss`` where there is no /proc —
@@ -30,9 +30,9 @@ does) into a ``torch.sparse_csr`` tensor with int32 indices (``--pyg-adj csr``);
 torch-sparse (not installed); PyG's ``EdgeIndex`` was 5-10× slower than the CSR and took 23 GB on the default graph.
 
 Allocator: each configuration runs as it does by default. mggcn's ranks fix glibc's mmap threshold at 1 MiB
-(:data:`mggcn.distributed.context.MMAP_THRESHOLD`: freed blocks go back to the system at once; an mggcn epoch allocates nothing
-large, so this costs it no page faults); PyG runs under glibc's dynamic threshold, which keeps freed blocks of up to
-32 MiB in the heap and reuses them without page faults (PyG allocates its activations anew every epoch), at the
+(:data:`mggcn.config.MMAP_THRESHOLD`: freed blocks go back to the system at once; an mggcn epoch allocates
+nothing large, so this costs it no page faults); PyG runs under glibc's dynamic threshold, which keeps freed blocks of
+up to 32 MiB in the heap and reuses them without page faults (PyG allocates its activations anew every epoch), at the
 price of RSS above the live tensors. ``--mmap-threshold SIZE`` sets one threshold for every configuration (0: glibc's
 dynamic one everywhere), to compare like with like.
 
@@ -381,7 +381,8 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
                         "optimizer": t3 - t2})
     memory = probe.done()
     return {"rank": 0, "history": history, "memory": memory, "setup_s": setup_s, "nodes": num_nodes,
-            "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj, "machine": _measure_after(ctx, threads, opts)}
+            "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj,
+            "machine": _measure_after(ctx, threads, opts)}
 
 
 def _pyg_adjacency(graph: Graph, kind: str, device: torch.device):

@@ -67,10 +67,11 @@ class NonFiniteLoss(FloatingPointError):
 
 
 def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
-                       nprocs: int, device: torch.device | str, local_ranks: int, width: int | None = None) -> int | None:
-    """Columns per tile of a rank's blocks (:func:`mggcn.distributed.tiled.tile_columns`) for SpMMs of ``width`` (default: the
-    widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the ``local_ranks``
-    of one machine share its cache."""
+                       nprocs: int, device: torch.device | str, local_ranks: int,
+                       width: int | None = None) -> int | None:
+    """Columns per tile of a rank's blocks (:func:`mggcn.distributed.tiled.tile_columns`) for SpMMs of ``width``
+    (default: the widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the
+    ``local_ranks`` of one machine share its cache."""
     if width is None:
         dims = cfg.dims(num_features, num_classes)
         width = max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
@@ -119,7 +120,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     Args:
         on_epoch: called on every rank with each epoch's record (keys ``epoch, loss, train_acc, val_acc,
             test_acc, epoch_s``, one key per phase (max over ranks), ``other``; ``timeline`` on the traced epoch).
-        checkpointer: a :class:`~mggcn.training.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop request.
+        checkpointer: a :class:`~mggcn.training.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop
+            request.
         checkpoint_meta: extra entries for every checkpoint (the dataset's identity).
         resume: a checkpoint's contents: training continues after its epoch.
         stop_requested: polled once per epoch on every rank; when any rank says yes, all stop after that epoch

@@ -1,8 +1,9 @@
 """The prepared dataset: a directory of ``.npy`` arrays that each rank memory-maps, reading only its own rows.
 
-``mggcn prepare`` (:func:`mggcn.data.prepared.writer.prepare`) writes it once from any source; ``mggcn train DIR --nprocs P`` then
-works for every P from the same directory, and a rank's host memory grows with its share of the graph, not with the
-whole graph. Layout, format version :data:`FORMAT_VERSION` (n vertices, E edges, F features; ids are original ids):
+``mggcn prepare`` (:func:`mggcn.data.prepared.writer.prepare`) writes it once from any source; ``mggcn train DIR
+--nprocs P`` then works for every P from the same directory, and a rank's host memory grows with its share of the graph,
+not with the whole graph. Layout, format version :data:`FORMAT_VERSION` (n vertices, E edges, F features; ids are
+original ids):
 
 ================  =================  ================================================================================
 file              dtype, shape       content
@@ -87,9 +88,10 @@ def _read_manifest(path: Path) -> dict:
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise _err(file, f"line {exc.lineno}: invalid JSON ({exc.msg}); the directory is damaged, prepare it again")
+        raise _err(file, f"line {exc.lineno}: invalid JSON ({exc.msg}); the directory is damaged, prepare it "
+                         "again") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise _err(file, f"unreadable ({exc})")
+        raise _err(file, f"unreadable ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise _err(file, f"not a manifest of a prepared mggcn dataset (no \"format\": \"{FORMAT_NAME}\")")
     version = manifest.get("format_version")

@@ -1,4 +1,5 @@
-"""``mggcn prepare``: write any graph mggcn reads as a prepared dataset directory (:mod:`mggcn.data.prepared.reader`), once.
+"""``mggcn prepare``: write any graph mggcn reads, once, as a prepared dataset directory
+(:mod:`mggcn.data.prepared.reader`).
 
 Sources:
 
@@ -11,9 +12,9 @@ Sources:
 * a :class:`~mggcn.data.graph.Graph`, or a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and the three masks.
 
 Out of core: edges pass through in chunks into bucket files on disk, which are then sorted one at a time
-(:mod:`mggcn.data.prepared.edgesort`), so the memory needed is set by ``memory_limit``, not by the edge count; only per-vertex
-arrays (O(n·F) for features read from a file or generated) are held whole. Everything is written to a temporary
-sibling directory, renamed to ``out_dir`` at the end: a failure never leaves a half-written ``out_dir``.
+(:mod:`mggcn.data.prepared.edgesort`), so the memory needed is set by ``memory_limit``, not by the edge count; only
+per-vertex arrays (O(n·F) for features read from a file or generated) are held whole. Everything is written to a
+temporary sibling directory, renamed to ``out_dir`` at the end: a failure never leaves a half-written ``out_dir``.
 
 This module never imports torch (a process preparing a big graph under a tight memory limit cannot afford it).
 """
@@ -60,7 +61,7 @@ _VERTEX_CHUNK_BYTES = 64 << 20
 
 
 def parse_memory(text: str | int) -> int:
-    """``"2G"``, ``"512M"``, ``"1.5g"``, ``"65536"`` -> bytes (:func:`mggcn.utils.units.parse_bytes`), at least 1 MiB."""
+    """``"2G"``, ``"512M"``, ``"1.5g"``, ``"65536"`` -> bytes (:func:`~mggcn.utils.units.parse_bytes`), >= 1 MiB."""
     value = parse_bytes(text, "memory_limit")
     if value < 1 << 20:
         raise ConfigError(f"memory_limit: {value} bytes is below the 1 MiB minimum", "memory_limit")

@@ -3,7 +3,8 @@
 Only the subcommand being run has its arguments built, and its modules imported: ``mggcn --help`` and
 ``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.data.graph.GraphError`,
 :class:`~mggcn.utils.errors.ConfigError` and other ``ValueError`` s) become one line on stderr, a setting named by
-its flag (:func:`~mggcn.tools.cli.common.flag_message`), and exit status 2; a non-finite loss exits 1; a signal that stops training exits 130.
+its flag (:func:`~mggcn.tools.cli.common.flag_message`), and exit status 2; a non-finite loss exits 1; a signal that
+stops training exits 130.
 """
 
 from __future__ import annotations
