@@ -163,3 +163,15 @@ def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     monkeypatch.delenv("MGGCN_SHM_DIR")
     out = run_cli(*common, timeout=120)
     assert out.returncode == 0 and "comm broadcast (shared memory)" in out.stdout, out.stderr
+
+
+def test_library_settings_are_named_by_their_flags():
+    from mggcn.tools.cli.common import flag_message
+    from mggcn.utils.errors import ConfigError
+
+    size = ConfigError("memory_limit: expected a size", "memory_limit")
+    assert flag_message(size) == "--memory-limit: expected a size"
+    layer = ConfigError("layer 4: the model has layers 1..2", "layer")
+    assert flag_message(layer) == "--embeddings 4: the model has layers 1..2"
+    assert flag_message(ConfigError("x.txt: give its format", "format")) == "x.txt: give its format (--format)"
+    assert flag_message(ValueError("x.txt: no such file")) == "x.txt: no such file"

@@ -18,7 +18,7 @@ KARATE = "builtin:karate"
     (TrainJob(KARATE, TrainConfig(hidden=(4, 0))), "hidden", "hidden sizes must be positive, got 4,0"),
     (TrainJob(KARATE, TrainConfig(dropout=1.0)), "dropout", "dropout must be in \\[0, 1\\), got 1.0"),
     (TrainJob(KARATE, TrainConfig(input_dropout=-0.1)), "input_dropout", "input_dropout must be in"),
-    (TrainJob(KARATE, resume=True), "resume", "resume needs a checkpoint_dir"),
+    (TrainJob(KARATE, resume=True), "resume", "resume needs a checkpoint directory"),
     (TrainJob(KARATE, checkpoint_dir="ck", checkpoint_every=-2), "checkpoint_every", "at least 0, got -2"),
     (TrainJob(KARATE, metrics="/no/such/dir/m.jsonl"), "metrics", "the directory /no/such/dir does not exist"),
     (TrainJob(KARATE, config=TrainConfig(partition="diagonal")), "partition", "partition must be one of"),

@@ -1,4 +1,4 @@
-"""What a job writes (mggcn.training.outputs): whole files or none, predictions as .npy or CSV, and model files."""
+"""What a job writes (mggcn.training.outputs): predictions as .npy or CSV, and model files."""
 
 import json
 
@@ -8,24 +8,8 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.nn.model import GCN
-from mggcn.training.outputs import atomic_write, check_output, load_model, save_model, save_output, save_predictions
+from mggcn.training.outputs import check_output, load_model, save_model, save_output, save_predictions
 from mggcn.utils.errors import ConfigError
-
-
-def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
-    path = tmp_path / "out.txt"
-    path.write_text("old")
-
-    def fail(tmp):
-        with open(tmp, "w") as f:
-            f.write("half")
-        raise RuntimeError("disk full")
-
-    with pytest.raises(RuntimeError, match="disk full"):
-        atomic_write(str(path), fail)
-    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
-    atomic_write(str(path), lambda tmp: open(tmp, "w").write("new"), sync=True)
-    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
 
 
 def test_check_output_names_the_option(tmp_path):

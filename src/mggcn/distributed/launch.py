@@ -26,6 +26,7 @@ from typing import Any
 
 from mggcn.data.graph import ConfigError
 from mggcn.distributed.context import shutdown
+from mggcn.utils.files import atomic_write
 from mggcn.utils.system import die_with_parent, own_process, sigterm_as_interrupt
 
 __all__ = ["WorkerError", "run_workers", "exit_now", "launch", "under_torchrun"]
@@ -49,14 +50,17 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
     try:
         result = fn(*args)
         shutdown(clean=True)
-        with open(os.path.join(workdir, f"result.{rank}.tmp"), "wb") as f:
-            pickle.dump(result, f)
-        os.replace(os.path.join(workdir, f"result.{rank}.tmp"), os.path.join(workdir, f"result.{rank}"))
+        atomic_write(os.path.join(workdir, f"result.{rank}"), lambda tmp: _pickle_to(tmp, result))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent, KeyboardInterrupt included
         with open(os.path.join(workdir, f"error.{rank}"), "w") as f:
             f.write(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
         os._exit(1)  # skip atexit handlers that could block on a broken process group
     exit_now(0)
+
+
+def _pickle_to(path: str, obj: Any) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(obj, f)
 
 
 def exit_now(status: int) -> None:

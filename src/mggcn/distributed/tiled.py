@@ -20,7 +20,6 @@ Legend: m = rows of the block, w = its columns, d = width of B, T = tiles.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,7 +27,7 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.config import TILE_BYTES
-from mggcn.utils.system import SPARSE_WARNINGS
+from mggcn.utils.system import sparse_warnings_silenced
 
 __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "TiledCSR", "tile_columns", "max_tiles", "num_tiles",
            "index_bytes", "csr_to_torch"]
@@ -50,9 +49,7 @@ def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torc
     crow = torch.from_numpy(np.ascontiguousarray(mat.indptr, dtype=idx))
     col = torch.from_numpy(np.ascontiguousarray(mat.indices, dtype=idx))
     val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
-    with warnings.catch_warnings():  # torch calls the CSR layout beta on every construction: it is MG-GCN's layout
-        for message in SPARSE_WARNINGS:
-            warnings.filterwarnings("ignore", message=message)
+    with sparse_warnings_silenced():  # torch calls the CSR layout beta on every construction: it is MG-GCN's layout
         return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
 
 

@@ -72,6 +72,8 @@ from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.training.trainer import build_model, shard_for, train_shard
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.system import torch_threads
 from mggcn.utils.timing import PHASES
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",
@@ -213,7 +215,7 @@ def bench_graph(opts: BenchOptions) -> Graph:
     from mggcn.data.synthetic import community_graph
 
     if opts.ids not in ("clustered", "random"):
-        raise ValueError(f"--ids must be clustered or random, got '{opts.ids}'")
+        raise ConfigError(f"ids must be clustered or random, got '{opts.ids}'", "ids")
     graph = community_graph(opts.nodes, opts.classes, opts.features, opts.degree, seed=opts.seed)
     graph.meta = {}
     if opts.ids == "random":
@@ -256,14 +258,10 @@ def machine_worker(opts: BenchOptions, threads: int) -> Machine:
 
 def _measure(device: torch.device, threads: int, opts: BenchOptions, repeats: int = 5) -> Machine:
     """The machine's copy bandwidth and GEMM rate with ``threads`` threads (then this process's threads again)."""
-    own = torch.get_num_threads()
-    torch.set_num_threads(threads)
     scale = (4, 2) if device.type == "cuda" else (1, 1)
-    try:
+    with torch_threads(threads):
         return measure_machine(device.type, copy_bytes=opts.probe_copy * scale[0], gemm_size=opts.probe_gemm * scale[1],
                                repeats=repeats)
-    finally:
-        torch.set_num_threads(own)
 
 
 def _measure_after(ctx, threads: int, opts: BenchOptions) -> dict:
@@ -394,7 +392,7 @@ def _pyg_adjacency(graph: Graph, kind: str, device: torch.device):
     if kind == "edge_index":
         return edge_index.to(device), None
     if kind not in PYG_ADJ:
-        raise ValueError(f"--pyg-adj must be one of {', '.join(PYG_ADJ)}, got '{kind}'")
+        raise ConfigError(f"pyg_adj must be one of {', '.join(PYG_ADJ)}, got '{kind}'", "pyg_adj")
     edge_index, weight = gcn_norm(edge_index, None, graph.num_nodes, add_self_loops=True)
     adj_t = to_torch_csr_tensor(edge_index.flip(0), weight, (graph.num_nodes, graph.num_nodes))
     del edge_index, weight
@@ -677,7 +675,7 @@ def format_table(report: dict) -> str:
 
 
 def write_report(report: dict, path: str) -> None:
-    from mggcn.training.outputs import atomic_write
+    from mggcn.utils.files import atomic_write
 
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:

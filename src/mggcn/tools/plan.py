@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 from mggcn.distributed.tiled import index_bytes, num_tiles
 from mggcn.nn.model import aggregate_first, spmm_widths
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 
 __all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak",
@@ -215,7 +216,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
             GPUs).
     """
     if nprocs < 1 or num_nodes < nprocs:
-        raise ValueError(f"--nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}")
+        raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
     dims = [features, *hidden, classes]
     m = -(-num_nodes // nprocs)
     nnz_rank = -(-(edges + num_nodes) // nprocs) if rank_nnz is None else rank_nnz

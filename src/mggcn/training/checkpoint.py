@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from mggcn.training.outputs import atomic_write
+from mggcn.utils.files import atomic_write
 
 __all__ = ["CheckpointError", "Checkpointer", "check_compatible"]
 

@@ -113,7 +113,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         if not 0.0 <= p < 1.0:
             raise ConfigError(f"{option} must be in [0, 1), got {p}", option)
     if job.resume and not job.checkpoint_dir:
-        raise ConfigError("resume needs a checkpoint_dir", "resume")
+        raise ConfigError("resume needs a checkpoint directory", "resume")
     if job.checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be at least 0, got {job.checkpoint_every}", "checkpoint_every")
     dataset = open_job_dataset(job)

@@ -1,7 +1,7 @@
 """What a job writes and reads back: predictions, model files, and the one atomic writer they all go through.
 
-Files are written whole or not at all: :func:`atomic_write` writes a temporary file next to the target and renames
-it into place, so a reader (or a crash) never sees half a file.
+Files are written whole or not at all: :func:`mggcn.utils.files.atomic_write` writes a temporary file next to the
+target and renames it into place, so a reader (or a crash) never sees half a file.
 
 The model file is what ``mggcn train --save-model FILE`` writes: a state dict under PyG's names
 (``convs.{l}.lin.weight`` [d_out, d_in], ``convs.{l}.bias`` [d_out]), from whose shapes the layer sizes follow, and
@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +23,7 @@ import torch
 from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
 from mggcn.data.graph import ConfigError, GraphError
 from mggcn.nn.model import GCN
+from mggcn.utils.files import atomic_write
 
 __all__ = ["CARD_FORMAT", "atomic_write", "check_output", "load_model", "model_dims", "save_model", "save_output",
            "save_predictions", "sidecar_path"]
@@ -32,27 +31,6 @@ __all__ = ["CARD_FORMAT", "atomic_write", "check_output", "load_model", "model_d
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1
 _DEFAULTS = TrainConfig()
-
-
-def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) -> None:
-    """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file.
-
-    ``sync``: flush ``tmp`` to the disk before the rename, so that after a crash ``path`` holds either the old or
-    the new content, never a torn one (checkpoints).
-    """
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        if sync:
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def check_output(option: str, path: str | None) -> None:

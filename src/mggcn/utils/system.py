@@ -29,7 +29,7 @@ from mggcn.config import MMAP_THRESHOLD
 
 __all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "die_with_parent", "enter_rank", "leave_rank",
            "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
-           "sigterm_as_interrupt"]
+           "sigterm_as_interrupt", "sparse_warnings_silenced", "torch_threads"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -91,6 +91,14 @@ def quiet_sparse_warnings() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
+@contextmanager
+def sparse_warnings_silenced() -> Iterator[None]:
+    """Silence torch's :data:`SPARSE_WARNINGS` in the ``with`` block only (the filters are restored after it)."""
+    with warnings.catch_warnings():
+        quiet_sparse_warnings()
+        yield
+
+
 def enter_rank(threads: int, mmap_threshold: int | None = MMAP_THRESHOLD) -> None:
     """Set what a rank runs with: ``threads`` torch threads, the sparse warnings silenced, and (in a process mggcn
     owns) the allocator's ``mmap_threshold`` (None: glibc's). Elsewhere the previous thread count and warning
@@ -116,6 +124,19 @@ def leave_rank() -> None:
 
     torch.set_num_threads(saved["threads"])
     saved["filters"].__exit__(None, None, None)
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch uses ``threads`` threads in the ``with`` block, and as many as before after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class StopOnSignal:

@@ -16,6 +16,7 @@ from types import ModuleType
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli import bench, info, plan, predict, prepare, report, train
 from mggcn.tools.cli.common import flag_message
+from mggcn.utils.system import own_process
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -50,6 +51,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``mggcn ARGV``; without ``argv`` this process is the ``mggcn`` program (``sys.argv``), and the process
+    settings a rank makes in it stay (:func:`mggcn.utils.system.own_process`). With ``argv`` (a caller's process, as in
+    tests) they are undone after training."""
+    if argv is None:
+        own_process()
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command or "").parse_args(argv)

@@ -97,9 +97,13 @@ FLAGS = {"layer": "--embeddings"}  # library options whose flag has another name
 
 def flag_message(err: Exception) -> str:
     """A library error as the command line says it: a :class:`~mggcn.utils.errors.ConfigError` that starts with its
-    option's library name (``nprocs 5 is larger ...``) names the flag instead (``--nprocs 5 is larger ...``)."""
+    option's library name (``nprocs 5 is larger ...``) names the flag instead (``--nprocs 5 is larger ...``); one
+    that names it otherwise gets the flag at its end (``... give its format (--format)``)."""
     text = str(err)
-    option = getattr(err, "option", None) if isinstance(err, ConfigError) else None
-    if option and text.startswith(option):
-        return FLAGS.get(option, "--" + option.replace("_", "-")) + text[len(option):]
-    return text
+    option = err.option if isinstance(err, ConfigError) else None
+    if not option:
+        return text
+    flag = FLAGS.get(option, "--" + option.replace("_", "-"))
+    if text.startswith(option):
+        return flag + text[len(option):]
+    return f"{text} ({flag})"
