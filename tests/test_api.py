@@ -45,6 +45,7 @@ def test_train_in_process_is_the_training_job(tmp_path):
     assert result.stopped is None and result.config.hidden == (8,) and result.dataset["num_nodes"] == 40
 
 
+@pytest.mark.slow
 def test_train_on_two_workers_equals_the_cli(tmp_path):
     """The API on a PyG Data and the CLI on the same built-in graph: the same job, bit for bit."""
     metrics, model, preds = tmp_path / "m.jsonl", tmp_path / "model.pt", tmp_path / "p.npy"
