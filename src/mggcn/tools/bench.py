@@ -492,20 +492,40 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
     return row
 
 
-def run_bench(opts: BenchOptions, log=print) -> dict:
-    """Run every configuration; the report (also what ``--out`` writes)."""
+def run_bench(opts: BenchOptions, log=print, out: str | None = None) -> dict:
+    """Run every configuration; the report (also what ``--out`` writes).
+
+    With ``out``, the report is written there after the graph, after every configuration and at the end, whatever
+    happens: a configuration that fails is listed in ``failed`` with its error and the others still run; a step
+    that stops the bench (the graph cannot be made, Ctrl-C) is named in ``error`` before the exception goes on.
+    ``complete`` says whether every step ran.
+    """
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
-    load_before = os.getloadavg()
-    rows, failed, graph, machine, comm = _run_all(opts, threads, gpus, log)
-    report = {"options": {**asdict(opts), "threads": threads}, "graph": graph, "machine": machine.as_dict(),
-              "broadcast": comm, "rows": rows, "failed": failed,
-              "load_average": {"before": load_before, "after": os.getloadavg()}}
-    _add_ratios(report)
+    report = {"options": {**asdict(opts), "threads": threads}, "graph": None, "machine": None, "broadcast": None,
+              "rows": [], "failed": [], "load_average": {"before": os.getloadavg(), "after": None},
+              "complete": False}
+
+    def save() -> None:
+        report["load_average"]["after"] = os.getloadavg()
+        _add_ratios(report)
+        if out:
+            write_report(report, out)
+
+    try:
+        _run_all(opts, threads, gpus, log, report, save)
+        report["complete"] = True
+    except BaseException as err:  # the report says where it stopped; the error goes on to the caller
+        report["error"] = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        save()
     return report
 
 
-def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, list, dict, Machine, dict | None]:
+def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, save) -> None:
+    """Every step of the bench, into ``report``; ``save()`` after each."""
+    rows, failed = report["rows"], report["failed"]
     with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
         path = opts.graph_cache or os.path.join(tmp, "graph.npz")
         start = time.perf_counter()
@@ -513,12 +533,19 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
             graph = run_workers(_info_worker, 1, (path,), timeout_s=opts.timeout_s)[0]
         else:
             graph = run_workers(generate_worker, 1, (opts, path), timeout_s=opts.timeout_s)[0]
+        report["graph"] = graph
         log(f"graph: {graph['nodes']:,} vertices, {graph['nnz']:,} nonzeros of Â, {graph['features']} features, "
             f"{graph['classes']} classes ({time.perf_counter() - start:.0f} s)")
-        machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
-        log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
-            f"({machine.threads} threads)")
-        rows, failed = [], []
+        save()
+        try:
+            machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
+            report["machine"] = machine.as_dict()
+            log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
+                f"({machine.threads} threads)")
+        except WorkerError as err:  # the configurations measure the machine again after their epochs
+            failed.append({"name": "machine probe", "kind": "probe", "error": str(err)})
+            log(f"  machine probe: FAILED: {err}")
+        save()
         runs = _runs(opts, gpus)
         # round 1 runs every configuration; later rounds the mggcn ones again, in the same order, so that a slow
         # spell of a shared machine falls on every configuration alike
@@ -531,8 +558,10 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
                 try:
                     results = _run_one(run, opts, path, threads)
                 except WorkerError as err:  # e.g. out of memory: that is a result too
-                    failed.append({"name": run.name, "error": str(err)})
+                    failed.append({"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "round": number,
+                                   "error": str(err)})
                     log(f"  {run.name}: FAILED: {err}")
+                    save()
                     continue
                 run.results = run.results or results
                 run.histories.append(results[0]["history"])
@@ -540,13 +569,18 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
                 run.round_s.append(_median(results[0]["history"], "epoch_s", opts.warmup))
                 label = f" (round {number})" if len(rounds) > 1 else ""
                 log(f"  {run.name}{label}: {run.round_s[-1]:.3f} s/epoch ({time.perf_counter() - start:.0f} s)")
-        rows = [_summarize(run, opts, graph) for run in runs if run.results]
-        comm = None
+                rows[:] = [_summarize(r, opts, graph) for r in runs if r.results]
+                save()
         if opts.device == "cpu" and max(opts.nprocs) > 1:
-            comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
-            busy = "" if comm["busy"] is None else f", cores {100 * comm['busy']:.0f}% busy"
-            log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
-    return rows, failed, graph, machine, comm
+            try:
+                comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
+            except WorkerError as err:
+                failed.append({"name": "loopback broadcast", "kind": "probe", "error": str(err)})
+                log(f"  loopback broadcast: FAILED: {err}")
+            else:
+                report["broadcast"] = comm
+                busy = "" if comm["busy"] is None else f", cores {100 * comm['busy']:.0f}% busy"
+                log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
 
 
 def _run_one(run: _Run, opts: BenchOptions, path: str, threads: int) -> list:
@@ -622,6 +656,26 @@ def _fmt(value, spec: str) -> str:
     return format(value, spec)
 
 
+def _graph_line(g: dict | None) -> str:
+    return "graph not made" if g is None else f"graph {g['nodes']:,} vertices, {g['nnz']:,} nonzeros of Â"
+
+
+def _machine_line(m: dict | None, after: list[dict]) -> str:
+    """The rates measured at the start, and their range over the configurations (those that finished)."""
+    start = "machine not measured at the start" if m is None else \
+        f"machine {m['bandwidth'] / 1e9:.1f} GB/s copy, {m['gemm_rate'] / 1e9:.0f} GFLOP/s GEMM at the start"
+    if not after:
+        return start
+    bw, gemm = [r["bandwidth"] / 1e9 for r in after], [r["gemm_rate"] / 1e9 for r in after]
+    return (f"{start} ({min(bw):.1f}-{max(bw):.1f} GB/s, {min(gemm):.0f}-{max(gemm):.0f} GFLOP/s after the "
+            "configurations)")
+
+
+def _load(report: dict, when: str) -> str:
+    value = report["load_average"].get(when)
+    return "-" if not value else f"{value[0]:.1f}"
+
+
 def format_table(report: dict) -> str:
     """The table ``mggcn bench`` prints."""
     mib = 2**20
@@ -641,16 +695,13 @@ def format_table(report: dict) -> str:
             + f"{_fmt(r['test_acc'], '6.3f')}{_fmt(r['peak'] / mib, '9.0f')}{_fmt(r['net'] / mib, '8.0f')}"
             f"{_fmt(r['net_vs_pyg'], '6.2f')}{_fmt(r.get('predicted', 0) / mib or None, '9.0f')}"
             f"{_fmt(r.get('measured_over_predicted'), '9.2f')}")
-    g, m = report["graph"], report["machine"]
+    if not report["rows"]:
+        lines.append("(no configuration finished)")
+    g, m = report.get("graph"), report.get("machine")
     lines.append("")
-    rates = [r["machine"] for r in report["rows"]]
-    lines.append(f"graph {g['nodes']:,} vertices, {g['nnz']:,} nonzeros of Â; machine {m['bandwidth'] / 1e9:.1f} GB/s "
-                 f"copy, {m['gemm_rate'] / 1e9:.0f} GFLOP/s GEMM at the start ("
-                 f"{min(r['bandwidth'] for r in rates) / 1e9:.1f}-{max(r['bandwidth'] for r in rates) / 1e9:.1f} GB/s, "
-                 f"{min(r['gemm_rate'] for r in rates) / 1e9:.0f}-{max(r['gemm_rate'] for r in rates) / 1e9:.0f} "
-                 f"GFLOP/s after the configurations), {report['options']['threads']} threads per configuration; "
-                 f"load average before/after {report['load_average']['before'][0]:.1f}/"
-                 f"{report['load_average']['after'][0]:.1f}")
+    lines.append(f"{_graph_line(g)}; {_machine_line(m, [r['machine'] for r in report['rows']])}, "
+                 f"{report['options']['threads']} threads per configuration; load average before/after "
+                 f"{_load(report, 'before')}/{_load(report, 'after')}")
     lines.append("epoch s: median after the warm-up (max over ranks), the median round; phases: medians; floor: SpMM "
                  "bytes (a row per nonzero) / bandwidth + GEMM flops / rate, with the rates measured right after the "
                  "configuration's epochs; peak: training-phase peak RSS (max over ranks); net = peak - RSS before "
@@ -662,6 +713,8 @@ def format_table(report: dict) -> str:
                      f"{p['optimizer']:.3f} s")
     for f in report.get("failed", []):
         lines.append(f"{f['name']}: FAILED: {f['error']}")
+    if report.get("error"):
+        lines.append(f"the bench stopped early: {report['error']}")
     for n, o in report.get("overlap", {}).items():
         pairs = o.get("speedup_rounds", [])
         spread = (f", {len(pairs)} rounds: {min(pairs):.2f}x to {max(pairs):.2f}x" if len(pairs) > 1 else "")

@@ -291,7 +291,8 @@ def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.
         model(x, adj, x_aggregated=x_agg)
     for h in hooks:
         h.remove()
-    bad = torch.tensor([next((i for i, ok in enumerate(outputs) if not ok), len(outputs))], dtype=torch.float64)
+    bad = torch.tensor([next((i for i, ok in enumerate(outputs) if not ok), len(outputs))], dtype=torch.float64,
+                       device=ctx.device)  # NCCL takes no CPU tensor
     first = int(all_reduce_min(ctx, bad).item())
     where = f"; first non-finite output: layer {first}" if first < len(outputs) else ""
     kept = ""

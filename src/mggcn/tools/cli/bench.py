@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from mggcn.config import SHM_MODES
 from mggcn.tools.cli.common import byte_size, byte_sizes, hidden_sizes, int_list, orderings, positive_int
@@ -56,14 +57,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.tools.bench import format_table, options_from, run_bench, write_report
+    from mggcn.distributed.launch import WorkerError
+    from mggcn.tools.bench import format_table, options_from, run_bench
 
     keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
             "tile_bytes", "compare_tiles", "shm", "compare_shm")
     opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
-    report = run_bench(opts, log=lambda line: print(line, flush=True))
+    try:  # with --out, the report is written as it grows and before the table is printed
+        report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out)
+    except WorkerError as err:  # a step every configuration needs (the graph) failed: the report names it
+        saved = f" (the report so far: {args.out})" if args.out else ""
+        print(f"mggcn bench: error: {err}{saved}", file=sys.stderr)
+        return 1
     print(format_table(report))
-    if args.out:
-        write_report(report, args.out)
+    # PyG running out of memory is a result; an mggcn configuration that fails, or none finishing, is not
+    failed = [f["name"] for f in report["failed"] if f.get("kind") == "mggcn"]
+    if failed or not report["rows"]:
+        print(f"mggcn bench: failed: {', '.join(failed) or 'every configuration'}", file=sys.stderr)
+        return 1
     return 0
