@@ -43,19 +43,19 @@ def test_train_in_the_callers_process_leaves_it_as_it_was(monkeypatch):
     assert calls == []  # glibc cannot report its threshold, so none is set where it could not be put back
 
 
-def test_enter_and_leave_rank_restore_threads_and_filters_unless_the_process_is_owned(monkeypatch):
+def test_a_rank_in_the_callers_process_is_undone_unless_the_process_is_owned(monkeypatch):
     torch.set_num_threads(1)
     filters = list(warnings.filters)
-    system.enter_rank(2, mmap_threshold=None)
-    assert torch.get_num_threads() == 2
-    assert any(f[1] is not None and f[1].pattern.startswith("Sparse CSR tensor") for f in warnings.filters)
-    system.leave_rank()
+    with system.caller_settings_kept():
+        system.enter_rank(2, mmap_threshold=None)
+        assert torch.get_num_threads() == 2
+        assert any(f[1] is not None and f[1].pattern.startswith("Sparse CSR tensor") for f in warnings.filters)
     assert torch.get_num_threads() == 1 and list(warnings.filters) == filters
 
     monkeypatch.setattr(system._State, "owned", True)  # a launched worker: the settings stay
     try:
-        system.enter_rank(2, mmap_threshold=None)
-        system.leave_rank()
+        with system.caller_settings_kept():
+            system.enter_rank(2, mmap_threshold=None)
         assert torch.get_num_threads() == 2
     finally:
         warnings.filters[:] = filters

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from mggcn.config import MMAP_THRESHOLD
 from mggcn.data.graph import ConfigError
-from mggcn.utils.system import enter_rank, leave_rank, set_mmap_threshold
+from mggcn.utils.system import enter_rank, set_mmap_threshold
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "MMAP_THRESHOLD",
@@ -67,8 +67,8 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     overrides the rendezvous, which otherwise is torchrun's ``env://``. Each rank uses ``cores / local ranks``
     threads unless ``threads`` says otherwise, so that local workers don't fight over cores. ``mmap_threshold``:
     the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's default), set only in a
-    process mggcn owns. What this changes in the process (:func:`mggcn.utils.system.enter_rank`) is undone by
-    :func:`shutdown` where the process is the caller's.
+    process mggcn owns (:func:`mggcn.utils.system.enter_rank`; a job run in the caller's process puts the rest back
+    on return: :func:`mggcn.utils.system.caller_settings_kept`).
     """
     device = resolve_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -93,15 +93,11 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
 
 def shutdown(clean: bool = True) -> None:
     """Leave the process group. After a clean run all ranks meet first: gloo aborts a process that tears its
-    group down while a peer still talks to it. After a failure no barrier (the peers may be gone). Then the
-    process settings of :func:`init_distributed` are undone where the process is the caller's."""
-    try:
-        if dist.is_available() and dist.is_initialized():
-            if clean:
-                dist.barrier()
-            dist.destroy_process_group()
-    finally:
-        leave_rank()
+    group down while a peer still talks to it. After a failure no barrier (the peers may be gone)."""
+    if dist.is_available() and dist.is_initialized():
+        if clean:
+            dist.barrier()
+        dist.destroy_process_group()
 
 
 def all_reduce_sum(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:

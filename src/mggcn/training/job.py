@@ -24,7 +24,7 @@ from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, save_model, save_predictions
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import epoch_progress
-from mggcn.utils.system import StopOnSignal
+from mggcn.utils.system import StopOnSignal, caller_settings_kept
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch"]
 
@@ -129,7 +129,13 @@ def format_epoch(record: dict) -> str:
 
 
 def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
-    """The body of every rank. ``dataset`` skips opening it again (in-process use)."""
+    """The body of every rank. ``dataset`` skips opening it again (in-process use). In the caller's process the
+    thread count and warning filters are as they were on return (:func:`mggcn.utils.system.caller_settings_kept`)."""
+    with caller_settings_kept():
+        return _train_on_rank(job, dataset)
+
+
+def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
     ctx = init_distributed(job.device, job.timeout_s, job.threads, job.mmap_threshold)
     try:
         if dataset is None:

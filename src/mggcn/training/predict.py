@@ -31,6 +31,7 @@ from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import GCN, activate
 from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.trainer import gather_original, shard_tile_columns
+from mggcn.utils.system import caller_settings_kept
 
 __all__ = ["OUTPUTS", "PredictJob", "gather_original", "layer_output", "check_predict", "predict_on_rank",
            "run_predict_job", "predict"]
@@ -129,14 +130,16 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
 
 def run_predict_job(job: PredictJob, dataset: Dataset | None = None) -> np.ndarray | None:
     """The body of every rank: join the job, predict, leave. Returns the outputs on rank 0 when ``job.out`` is
-    ``None`` (otherwise they are written there and not carried back)."""
-    ctx = init_distributed(job.device, job.timeout_s, job.threads)
-    try:
-        out = predict_on_rank(ctx, job, dataset)
-    except BaseException:
-        shutdown(clean=False)
-        raise
-    shutdown(clean=True)
+    ``None`` (otherwise they are written there and not carried back). In the caller's process the thread count
+    and warning filters are as they were on return (:func:`mggcn.utils.system.caller_settings_kept`)."""
+    with caller_settings_kept():
+        ctx = init_distributed(job.device, job.timeout_s, job.threads)
+        try:
+            out = predict_on_rank(ctx, job, dataset)
+        except BaseException:
+            shutdown(clean=False)
+            raise
+        shutdown(clean=True)
     return out if job.out is None else None
 
 

@@ -3,10 +3,11 @@ warning filters, signal handlers.
 
 A rank sets these for itself (:func:`enter_rank`, from :func:`mggcn.distributed.context.init_distributed`) and
 they stay only in a process mggcn owns: a worker its launcher started, or the ``mggcn`` command itself
-(:func:`own_process`). When training runs in the caller's process (``mggcn.train(..., nprocs=1)`` in a notebook),
-:func:`leave_rank` puts back the thread count and the warning filters, and the allocator is left as it was: glibc
-cannot report its mmap threshold, so a threshold set there could not be undone. Signal handlers are installed for
-the length of a ``with`` block (:class:`StopOnSignal`, :func:`sigterm_as_interrupt`) and restored after it.
+(:func:`own_process`). When a job runs in the caller's process (``mggcn.train(..., nprocs=1)`` in a notebook), it
+runs inside :func:`caller_settings_kept`, which puts back the thread count and the warning filters on return; the
+allocator is left as it was there: glibc cannot report its mmap threshold, so a threshold set could not be undone.
+Signal handlers are installed for the length of a ``with`` block (:class:`StopOnSignal`, :func:`sigterm_as_interrupt`)
+and restored after it.
 
 Importing this module loads no torch.
 """
@@ -27,7 +28,7 @@ from typing import Any
 # threshold costs no page faults while training and keeps the memory what the plan says.
 from mggcn.config import MMAP_THRESHOLD
 
-__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "die_with_parent", "enter_rank", "leave_rank",
+__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "die_with_parent", "caller_settings_kept", "enter_rank",
            "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
            "sigterm_as_interrupt", "sparse_warnings_silenced", "torch_threads"]
 
@@ -41,7 +42,6 @@ _PR_SET_PDEATHSIG = 1
 class _State:
     owned = False  # this process belongs to mggcn: a launched worker, or the mggcn command
     mmap_threshold: int | None = None  # what this module set (None: glibc's own, dynamic threshold)
-    saved: dict[str, Any] | None = None  # what enter_rank changed in a process mggcn does not own
 
 
 def own_process() -> None:
@@ -100,30 +100,31 @@ def sparse_warnings_silenced() -> Iterator[None]:
 
 
 def enter_rank(threads: int, mmap_threshold: int | None = MMAP_THRESHOLD) -> None:
-    """Set what a rank runs with: ``threads`` torch threads, the sparse warnings silenced, and (in a process mggcn
-    owns) the allocator's ``mmap_threshold`` (None: glibc's). Elsewhere the previous thread count and warning
-    filters are kept for :func:`leave_rank`."""
+    """Set what a rank runs with: ``threads`` torch threads, the sparse warnings silenced, and, in a process mggcn
+    owns, the allocator's ``mmap_threshold`` (None: glibc's)."""
     import torch
 
-    if not _State.owned and _State.saved is None:
-        filters = warnings.catch_warnings()  # saves the filters; its __exit__ puts them back
-        filters.__enter__()
-        _State.saved = {"threads": torch.get_num_threads(), "filters": filters}
     if _State.owned:
         set_mmap_threshold(mmap_threshold)
     torch.set_num_threads(threads)
     quiet_sparse_warnings()
 
 
-def leave_rank() -> None:
-    """Undo :func:`enter_rank` in a process mggcn does not own; nothing in one it owns."""
-    saved, _State.saved = _State.saved, None
-    if saved is None:
+@contextmanager
+def caller_settings_kept() -> Iterator[None]:
+    """In a process mggcn does not own, the thread count and the warning filters are put back as they were when the
+    ``with`` block ends (the jobs run inside one); in a process it owns, nothing is put back."""
+    if _State.owned:
+        yield
         return
     import torch
 
-    torch.set_num_threads(saved["threads"])
-    saved["filters"].__exit__(None, None, None)
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():  # puts the filters back on exit
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @contextmanager
