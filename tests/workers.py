@@ -244,6 +244,14 @@ def host_outboxes_worker(mode):
     return None if boxes is None else type(boxes).__name__, transport
 
 
+def final_accuracy_worker(graph, cfg: TrainConfig):
+    """Train; return the run's final accuracies and weights."""
+    ctx = init_distributed("cpu", timeout_s=60)
+    part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+    result = train_shard(ctx, build_shard(graph, part, ctx.rank, cfg.norm), cfg)
+    return result.final, result.state_dict
+
+
 def collective_devices_worker(graph, nan_graph, configs):
     """The GPU path's collectives, rehearsed on gloo (tests/host_tensors.py): every tensor handed to a collective must
     be on ``ctx.device``, none made on the host. Runs the sparse and auto exchange SpMMs (forward and backward), the

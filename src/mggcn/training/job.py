@@ -26,7 +26,7 @@ from mggcn.training.trainer import format_balance, predict_shard, shard_for, tra
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
 
-__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch"]
+__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class JobResult:
     best_epoch: int | None = None
     checkpoint: str | None = None
     resumed_from: str | None = None
+    final: dict = field(default_factory=dict)  # accuracies of the returned weights in eval mode (TrainResult.final)
 
 
 def dataset_identity(dataset: Dataset) -> dict:
@@ -126,6 +127,21 @@ def format_epoch(record: dict) -> str:
     return (f"epoch {record['epoch']:4d} | loss {record['loss']:.4f} | train {record['train_acc']:.4f} "
             f"val {record['val_acc']:.4f} test {record['test_acc']:.4f} | {record['epoch_s']:.3f} s "
             f"(spmm {record['spmm']:.3f}, wait {record['comm_wait']:.3f}, gemm {record['gemm']:.3f})")
+
+
+def format_final(history: list[dict], final: dict, kept_epoch: int | None = None) -> str:
+    """The last line of a run: the accuracies of the trained model (eval mode), then the epoch of the best validation
+    accuracy and that epoch's test accuracy (an epoch's record is measured before its update).
+
+    ``kept_epoch``: the epoch whose weights the run keeps (``--patience``); default the weights after the last update.
+    """
+    weights = f"weights of epoch {kept_epoch}" if kept_epoch is not None else f"after epoch {len(history)}"
+    line = (f"mggcn: trained model ({weights}, eval mode): train {final['train_acc']:.4f} val {final['val_acc']:.4f} "
+            f"test {final['test_acc']:.4f}")
+    if history:
+        best = max(history, key=lambda r: r["val_acc"])  # the first of equals
+        line += f" | best validation {best['val_acc']:.4f} at epoch {best['epoch']} (test {best['test_acc']:.4f})"
+    return line
 
 
 def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
@@ -205,8 +221,10 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
             elif result.stopped == "early":
                 print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
                       f"{result.best_epoch}", flush=True)
+            print(format_final(result.history, result.final, result.best_epoch if cfg.patience > 0 else None),
+                  flush=True)
         outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
-                            result.checkpoint, resume[1] if resume else None)
+                            result.checkpoint, resume[1] if resume else None, result.final)
     except BaseException:
         shutdown(clean=False)
         raise

@@ -171,11 +171,8 @@ def _open_source(source: Any, fmt: str | None, read_options: dict[str, Any]) -> 
     if fmt is None:
         raise ConfigError(f"{text}: not a generated dataset ({', '.join(GENERATED_PREFIXES)}); give the format "
                           f"of the file, one of {', '.join(formats.FORMATS)}", "format")
-    if fmt not in formats.FORMATS:
-        raise GraphError(f"{text}: unknown format {fmt!r}; known formats: {', '.join(formats.FORMATS)}")
+    formats.check_path(text, fmt)
     path = Path(text)
-    if not path.exists():
-        raise GraphError(f"{text}: no such file or directory")
     built["source"] = str(path.resolve())
     if fmt == "edgelist":
         return _edgelist_source(path, dict(read_options), built)

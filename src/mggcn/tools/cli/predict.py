@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from mggcn.config import ACTIVATIONS, DEVICES, NORMS
@@ -11,7 +12,9 @@ from mggcn.tools.cli.common import add_dataset_options, positive_int, read_optio
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
                "vertex ids, on one process or --nprocs workers. MODEL is a file written by `mggcn train "
-               "--save-model`; its sidecar MODEL.json gives the normalization and activation.")
+               "--save-model`; its sidecar MODEL.json gives the normalization and activation.\n\nexamples:\n"
+               "  mggcn predict model.pt mygraph --out predictions.csv --nprocs 2\n"
+               "  mggcn predict model.pt mygraph --out proba.npy --proba")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,9 +46,22 @@ def run(args: argparse.Namespace) -> int:
                      fmt=args.fmt, undirected=args.undirected, dedup=args.dedup, read_options=reader_options,
                      norm=args.norm, activation=args.activation, device=args.device, threads=args.threads,
                      timeout_s=args.timeout)
+    sizes: dict[str, int] = {}
+
+    def note_size(dataset, _: int) -> None:
+        sizes["num_nodes"] = dataset.num_nodes
+
     try:
-        launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout))
+        launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout), on_checked=note_size)
     except WorkerError as err:
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 says it
+        _say_written(args, sizes["num_nodes"])
     return 0
+
+
+def _say_written(args: argparse.Namespace, num_nodes: int) -> None:
+    what = ("the class probabilities" if args.proba else f"layer {args.embeddings}'s output" if args.embeddings
+            else "the predicted class")
+    print(f"mggcn: wrote {what} of each of {num_nodes} vertices to {args.out}", flush=True)
