@@ -31,7 +31,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mggcn.config import __version__  # noqa: F401  (no torch: options and defaults only)
 
 # public name -> module that defines it
 _EXPORTS = {

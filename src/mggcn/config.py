@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TrainConfig", "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "DEVICES",
-           "TILE_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
+__all__ = ["__version__", "TrainConfig", "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES",
+           "DEVICES", "TILE_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
+
+__version__ = "0.1.0"
 
 NORMS = ("sym", "mean")  # D^-1/2 (A+I) D^-1/2 (PyG GCNConv) or D^-1 (A+I) (the original MG-GCN)
 ORDERS = ("auto", "aggregate-first", "transform-first")  # per layer: (Â·H)·W, Â·(H·W), or the narrower SpMM

@@ -67,4 +67,5 @@ def test_training_job_shows_progress_on_stdout(monkeypatch, capsys, terminal):
     else:
         lines = text.splitlines()
         assert lines[0].startswith("mggcn: partition random, comm broadcast: nonzeros max/mean")
-        assert [line.split("|")[0].strip() for line in lines[1:]] == ["epoch    2", "epoch    4", "epoch    5"]
+        assert [line.split("|")[0].strip() for line in lines[1:-1]] == ["epoch    2", "epoch    4", "epoch    5"]
+        assert lines[-1].startswith("mggcn: trained model (after epoch 5, eval mode)")  # the run's last line

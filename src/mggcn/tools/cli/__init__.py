@@ -13,7 +13,7 @@ import argparse
 import sys
 from types import ModuleType
 
-from mggcn import __version__
+from mggcn.config import __version__
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli import bench, info, plan, predict, prepare, report, train
 from mggcn.tools.cli.common import HelpFormatter, flag_message
