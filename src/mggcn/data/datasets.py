@@ -58,6 +58,10 @@ class Dataset(Protocol):
     split_sizes: dict[str, int]
     arrays: dict[str, np.ndarray]
 
+    def source(self, array: str) -> str:
+        """Where ``array`` comes from (a file of a prepared dataset), for the errors that name it."""
+        ...
+
 
 def _csr(keys: np.ndarray, values: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indptr, indices)``: the ``values`` grouped by ``keys``, each group in increasing order."""
@@ -107,6 +111,9 @@ class InMemoryDataset:
     @property
     def symmetric(self) -> bool:
         return self._built()[1]
+
+    def source(self, array: str) -> str:
+        return f"{self.name} ({array})"
 
 
 def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,

@@ -51,6 +51,48 @@ def partition_dataset(dataset: Dataset | Graph, num_parts: int, seed: int = 0, o
     return make_partition(dataset.num_nodes, num_parts, seed, ordering)
 
 
+def _err(dataset: Dataset, array: str, msg: str) -> GraphError:
+    return GraphError(" ".join(f"{dataset.source(array)}: {msg}".split()))
+
+
+def _check_rows(dataset: Dataset, ids: np.ndarray, degree: np.ndarray, x: np.ndarray, y: np.ndarray,
+                codes: np.ndarray) -> None:
+    """The vertex data of the rows a rank loads, checked (together, the ranks check every row once): a damaged
+    prepared dataset is named by its file instead of training on garbage."""
+    bad = (y < -1) | (y >= dataset.num_classes)
+    if bad.any():
+        raise _err(dataset, "labels", f"label {int(y[np.argmax(bad)])} of vertex {int(ids[np.argmax(bad)])} is out "
+                                      f"of range [-1, {dataset.num_classes}) (num_classes of manifest.json)")
+    bad = ~np.isin(codes, (-1, 0, 1, 2))
+    if bad.any():
+        raise _err(dataset, "split", f"split code {int(codes[np.argmax(bad)])} of vertex "
+                                     f"{int(ids[np.argmax(bad)])} is not one of 0, 1, 2, -1")
+    bad = (codes >= 0) & (y < 0)
+    if bad.any():
+        raise _err(dataset, "split", f"vertex {int(ids[np.argmax(bad)])} is in a split but has no label")
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise _err(dataset, "features", f"the features of vertex {int(ids[np.argmax(bad)])} contain NaN or inf")
+    bad = degree < 1
+    if bad.any():
+        raise _err(dataset, "degree", f"degree {int(degree[np.argmax(bad)])} of vertex {int(ids[np.argmax(bad)])} "
+                                      "is below 1 (the self loop counts one)")
+
+
+def _check_symmetric_block(dataset: Dataset, diagonal: list, m: int) -> None:
+    """A symmetric dataset lets a rank use its rows of A as its rows of Aᵀ: check it where a rank can, on its
+    diagonal block (i, i), which must equal its transpose (with P = 1, the whole graph; with P > 1, the edges among
+    its own rows, so an asymmetric graph is caught unless every asymmetric edge crosses ranks)."""
+    if not diagonal:
+        return
+    r, c, mult = (np.concatenate([d[k] for d in diagonal]) for k in range(3))
+    fwd, bwd = r.astype(np.int64) * m + c, c.astype(np.int64) * m + r
+    o_f, o_b = np.argsort(fwd, kind="stable"), np.argsort(bwd, kind="stable")
+    if not (np.array_equal(fwd[o_f], bwd[o_b]) and np.array_equal(mult[o_f], mult[o_b])):
+        raise _err(dataset, "manifest", "says \"symmetric\": true but the edges of in_indices are not "
+                                        "symmetric: prepare the dataset again")
+
+
 def _gather(indices: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The CSR rows starting at ``starts`` (``counts`` long), concatenated, read from ``indices`` (a memory map)."""
     total = int(counts.sum())
@@ -72,6 +114,13 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
     starts = np.asarray(indptr[ids])
     counts = np.asarray(indptr[ids + 1]) - starts
     reads["bytes"] += 2 * counts.nbytes
+    bad = (counts < 0) | (starts < 0) | (starts + counts > dataset.num_edges)
+    if bad.any():
+        v = int(ids[np.argmax(bad)])
+        raise _err(dataset, f"{view}_indptr", f"corrupt row offsets: row {v} runs from {int(indptr[v])} to "
+                                              f"{int(indptr[v + 1])}, outside [0, E = {dataset.num_edges}]")
+    n_nodes = dataset.num_nodes
+    diagonal = []  # both: the entries of the diagonal block, (local row, local column, multiplicity)
     ends = np.cumsum(counts)
     n_pad = part.padded_nodes
     bound = int(counts.sum()) + ids.size
@@ -85,7 +134,18 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
         nbr = _gather(indices, starts[begin:end], counts[begin:end])
         reads["edges"] += nbr.size
         reads["bytes"] += nbr.nbytes
+        if nbr.size and (int(nbr.min()) < 0 or int(nbr.max()) >= n_nodes):
+            bad_id = int(nbr.min()) if int(nbr.min()) < 0 else int(nbr.max())
+            raise _err(dataset, f"{view}_indices", f"vertex id {bad_id} is out of range [0, {n_nodes})")
         keep = nbr != np.repeat(ids[begin:end], counts[begin:end])
+        if view == "in":  # the stored degree is what normalizes: it must count these edges
+            kept = np.bincount(np.repeat(np.arange(end - begin), counts[begin:end])[keep], minlength=end - begin)
+            wrong = kept + 1 != degree[local[begin:end]]
+            if wrong.any():
+                k = int(np.argmax(wrong))
+                raise _err(dataset, "degree", f"degree {int(degree[local[begin + k]])} of vertex {int(ids[begin + k])}"
+                                              f", which has {int(kept[k])} in-edges besides self loops (expected that "
+                                              "plus one)")
         key = np.repeat(local[begin:end], counts[begin:end])[keep] * n_pad + part.position[nbr[keep]]
         del nbr, keep
         key, mult = np.unique(key, return_counts=True)
@@ -93,7 +153,14 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
         r = np.concatenate([key // n_pad, diag])
         c = np.concatenate([key % n_pad, first_row + diag])
         del key
+        if both:
+            own = (c[:mult.size] >= first_row) & (c[:mult.size] < first_row + part.rows_per_part)
+            diagonal.append((r[:mult.size][own], c[:mult.size][own] - first_row, mult[own]))
         deg_nbr = np.asarray(arrays["degree"][part.order[c[:mult.size]]])
+        if deg_nbr.size and int(deg_nbr.min()) < 1:  # its own rank says more; this one must not divide by it
+            v = int(part.order[c[:mult.size]][np.argmax(deg_nbr < 1)])
+            raise _err(dataset, "degree", f"degree {int(deg_nbr.min())} of vertex {v} is below 1 (the self loop "
+                                          "counts one)")
         reads["bytes"] += deg_nbr.nbytes
         mult = np.concatenate([mult, np.ones(diag.size, dtype=mult.dtype)])
         here, there = degree[r], np.concatenate([deg_nbr, degree[diag]])
@@ -107,6 +174,8 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
             out[filled:filled + k] = entry_values(mult, deg_t, deg_s if norm == "sym" else None, norm)
         filled += k
         begin = end
+    if both:
+        _check_symmetric_block(dataset, diagonal, part.rows_per_part)
     return row[:filled], col[:filled], [v[:filled] for v in values]
 
 
@@ -149,6 +218,14 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
     degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
     degree[local] = arrays["degree"][ids]
     counted["bytes"] += 8 * ids.size
+    x = np.zeros((m, dataset.num_features), dtype=np.float32)
+    y = np.full(m, -1, dtype=np.int64)
+    codes = np.full(m, -1, dtype=np.int8)
+    for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
+        rows = np.asarray(arrays[name][ids])
+        out[local] = rows
+        counted["bytes"] += rows.nbytes
+    _check_rows(dataset, ids, degree[local], x[local], y[local], codes[local])
     if dataset.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
         row, col, (values, values_t) = _entries(dataset, "in", part, first, local, ids, degree, norm, counted,
                                                 both=True)
@@ -162,14 +239,6 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
         row, col, (values,) = _entries(dataset, "out", part, first, local, ids, degree, norm, counted)
         adj_t = _blocks(row, col, values, part, tile_cols)
         del row, col, values
-
-    x = np.zeros((m, dataset.num_features), dtype=np.float32)
-    y = np.full(m, -1, dtype=np.int64)
-    codes = np.full(m, -1, dtype=np.int8)
-    for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
-        rows = np.asarray(arrays[name][ids])
-        out[local] = rows
-        counted["bytes"] += rows.nbytes
     if reads is not None:
         reads.update(counted)
     masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}

@@ -8,6 +8,7 @@ Outputs are written whole or not at all (:mod:`mggcn.training.outputs`), by rank
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +19,10 @@ import torch
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
-from mggcn.distributed.context import init_distributed, shutdown
+from mggcn.distributed.context import available_cores, init_distributed, shutdown
 from mggcn.distributed.sharding import partition_dataset
 from mggcn.training.checkpoint import Checkpointer, check_compatible
-from mggcn.training.outputs import check_output, save_model, save_predictions
+from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
@@ -96,6 +97,35 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     return found
 
 
+def check_checkpoint_dir(path: str | None) -> None:
+    """``checkpoint_dir``: a directory that takes files, or a path where one can be made (its nearest existing
+    ancestor takes a new directory)."""
+    if path is None:
+        return
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ConfigError(f"checkpoint_dir {path}: exists and is not a directory", "checkpoint_dir")
+        check_writable("checkpoint_dir", path, path)
+        return
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ConfigError(f"checkpoint_dir {path}: {ancestor} is not a directory", "checkpoint_dir")
+    check_writable("checkpoint_dir", path, ancestor)
+
+
+def check_threads(threads: int | None) -> None:
+    """``threads`` at most the cores this process may run on: more only oversubscribes them, and a thread pool
+    told to start 10^5 threads crashes the process."""
+    if threads is None:
+        return
+    cores = available_cores()
+    if not 1 <= threads <= cores:
+        raise ConfigError(f"threads {threads}: must be between 1 and the {cores} core(s) this process may use",
+                          "threads")
+
+
 def open_job_dataset(job: TrainJob) -> Dataset:
     return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options)
 
@@ -117,6 +147,8 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         raise ConfigError("resume needs a checkpoint directory", "resume")
     if job.checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be at least 0, got {job.checkpoint_every}", "checkpoint_every")
+    check_checkpoint_dir(job.checkpoint_dir)
+    check_threads(job.threads)
     dataset = open_job_dataset(job)
     partition_dataset(dataset, nprocs, cfg.seed, cfg.partition)  # raises for P > n
     find_resume(job, dataset)  # raises for a checkpoint of another dataset or model

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,8 @@ from mggcn.data.graph import ConfigError, GraphError
 from mggcn.nn.model import GCN
 from mggcn.utils.files import atomic_write
 
-__all__ = ["CARD_FORMAT", "atomic_write", "check_output", "load_model", "model_dims", "save_model", "save_output",
-           "save_predictions", "sidecar_path"]
+__all__ = ["CARD_FORMAT", "atomic_write", "check_output", "check_writable", "load_model", "model_dims", "save_model",
+           "save_output", "save_predictions", "sidecar_path"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1
@@ -34,7 +35,8 @@ _DEFAULTS = TrainConfig()
 
 
 def check_output(option: str, path: str | None) -> None:
-    """Raise :class:`ConfigError` (naming ``option``, e.g. ``save_model``) unless a file can be written at ``path``."""
+    """Raise :class:`ConfigError` (naming ``option``, e.g. ``save_model``) unless a file can be written at ``path``:
+    its directory exists and takes a new file, and it is not a directory."""
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -42,6 +44,17 @@ def check_output(option: str, path: str | None) -> None:
         raise ConfigError(f"{option} {path}: the directory {parent} does not exist", option)
     if os.path.isdir(path):
         raise ConfigError(f"{option} {path}: is a directory", option)
+    check_writable(option, path, parent)
+
+
+def check_writable(option: str, path: str, directory: str) -> None:
+    """``directory`` takes a new file (tried, not guessed from permission bits, which root ignores)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".mggcn-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(f"{option} {path}: cannot write in {directory} ({err.strerror})", option) from None
 
 
 def save_predictions(path: str, predictions: np.ndarray) -> None:
@@ -118,10 +131,12 @@ def _read_card(path: str) -> dict | None:
     if not os.path.exists(card_path):
         return None
     try:
-        with open(card_path) as f:
+        with open(card_path, encoding="utf-8") as f:
             card = json.load(f)
-    except (OSError, ValueError) as err:
-        raise GraphError(f"{card_path}: unreadable model description ({err})") from None
+    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise GraphError(f"{card_path}: unreadable model description ({' '.join(str(err).split())[:100]})") from None
+    except RecursionError:  # nesting deeper than the parser's recursion
+        raise GraphError(f"{card_path}: unreadable model description (JSON nested too deep)") from None
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
         raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
     return card
@@ -157,8 +172,11 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             if given is not None and given != card.get(option):
                 raise ConfigError(f"{option} {given}: the model was trained with {option} {card.get(option)} "
                                   f"({sidecar_path(path)}); leave {option} unset", option)
-    if card["norm"] not in NORMS or card["activation"] not in ACTIVATIONS:
-        raise GraphError(f"{path}: unknown norm '{card['norm']}' or activation '{card['activation']}'")
+    for key, known in (("norm", NORMS), ("activation", ACTIVATIONS)):
+        if card.get(key) not in known:
+            where = sidecar_path(path) if os.path.exists(sidecar_path(path)) else path
+            what = f"{key} {card[key]!r} is not" if key in card else f"no {key!r}, which must be"
+            raise GraphError(f"{where}: {what} one of {', '.join(known)}")
     model = GCN(dims, activation=card["activation"])
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:

@@ -29,6 +29,7 @@ from mggcn.distributed.launch import launch
 from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import GCN, activate
+from mggcn.training.job import check_threads
 from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.trainer import gather_original, shard_tile_columns
 from mggcn.utils.system import caller_settings_kept
@@ -93,6 +94,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if job.output not in OUTPUTS:
         raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'", "output")
     check_output("out", job.out)
+    check_threads(job.threads)
     model, _ = load_model(job.model, job.norm, job.activation)
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))

@@ -21,9 +21,14 @@ labels.npy        int64 [n]          ``-1`` = unlabelled
 split.npy         int8 [n]           0 train, 1 val, 2 test, -1 none
 ================  =================  ================================================================================
 
-Checksums are the sha256 of each array's data bytes (after the ``.npy`` header), computed while writing. Opening
-checks the cheap things always (every file there, of the size its header and the manifest say, CSR end points);
-``verify=True`` also checks the checksums and every value.
+Checksums are the sha256 of each array's data bytes (after the ``.npy`` header), computed while writing. Nothing in
+the directory is trusted, but only the cheap things are checked always: opening checks every manifest field (typed,
+in range, array paths relative and inside the directory), every file there of the size its header and the manifest
+say, the CSR end points, and the split sizes against the split codes (one byte per vertex); building a rank's shard
+checks what that rank reads (its rows' labels, split codes, features, degrees against their in-edges, row offsets
+and neighbour ids, and under ``"symmetric": true`` that its diagonal block equals its transpose), so that together
+the ranks check every row. ``verify=True`` (``mggcn info --verify``) also checks the checksums, every value, and a
+symmetric claim over every edge.
 
 These arrays are the :data:`mggcn.data.datasets.ROW_ARRAYS` every dataset holds: a rank's shard
 (:func:`mggcn.distributed.sharding.build_shard`) reads, by memory map, only its rows of both CSRs, the degree of
@@ -88,25 +93,67 @@ def _read_manifest(path: Path) -> dict:
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise _err(file, f"line {exc.lineno}: invalid JSON ({exc.msg}); the directory is damaged, prepare it "
-                         "again") from None
+        raise _err(file, f"line {exc.lineno}: invalid JSON ({exc.msg}); the directory is damaged, prepare it again") \
+            from None
+    except RecursionError:
+        raise _err(file, "invalid JSON (nested too deep); the directory is damaged, prepare it again") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _err(file, f"unreadable ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise _err(file, f"not a manifest of a prepared mggcn dataset (no \"format\": \"{FORMAT_NAME}\")")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+    if not _is_int(version) or version < 1:
         raise _err(file, f"format_version {version!r} is not a positive integer")
     if version > FORMAT_VERSION:
         raise _err(file, f"format version {version} is newer than this mggcn reads (up to {FORMAT_VERSION}); "
                          "upgrade mggcn, or prepare the dataset again with this version")
-    for key in ("num_nodes", "num_edges", "num_features", "num_classes"):
-        value = manifest.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise _err(file, f"{key} {value!r} is not a non-negative integer")
-    if not isinstance(manifest.get("arrays"), dict) or not isinstance(manifest.get("split_sizes"), dict):
-        raise _err(file, "no \"arrays\" or \"split_sizes\" record")
+    _check_manifest(file, manifest)
     return manifest
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_manifest(file: Path, m: dict) -> None:
+    """Every field the reader and ``mggcn info`` use: typed and in range, before anything trusts it."""
+    for key, low in (("num_nodes", 1), ("num_edges", 0), ("num_features", 1), ("num_classes", 1)):
+        if not _is_int(m.get(key)) or m[key] < low:
+            raise _err(file, f"{key} {m.get(key)!r} is not an integer of at least {low}")
+    n = m["num_nodes"]
+    if m["num_classes"] > n:
+        raise _err(file, f"num_classes {m['num_classes']} exceeds the {n} vertices")
+    for key in ("self_loops", "nnz_hat", "num_labelled"):
+        if key in m and (not _is_int(m[key]) or m[key] < 0):
+            raise _err(file, f"{key} {m[key]!r} is not a non-negative integer")
+    for key, kind in (("symmetric", bool), ("name", str), ("built", dict)):
+        if key in m and not isinstance(m[key], kind):
+            raise _err(file, f"{key} {m[key]!r} is not a JSON {'boolean' if kind is bool else kind.__name__}")
+    sizes = m.get("split_sizes")
+    if not isinstance(sizes, dict) or not all(_is_int(sizes.get(s)) and 0 <= sizes[s] <= n for s in SPLITS):
+        raise _err(file, f"split_sizes {sizes!r} are not integers in [0, {n}] for {', '.join(SPLITS)}")
+    if sum(sizes[s] for s in SPLITS) > n:
+        raise _err(file, f"split_sizes {sizes} add up to more than the {n} vertices")
+    arrays = m.get("arrays")
+    if not isinstance(arrays, dict):
+        raise _err(file, "no \"arrays\" record")
+    for name, record in arrays.items():
+        if not isinstance(record, dict) or not isinstance(record.get("file"), str):
+            raise _err(file, f"the record of the array {name!r} has no \"file\"")
+        rel = Path(record["file"])
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise _err(file, f"the array {name!r} is at {record['file']!r}: array files must be named relative to "
+                             "the directory and inside it")
+        if "sha256" in record and not isinstance(record["sha256"], str):
+            raise _err(file, f"the checksum of the array {name!r} is not a string")
+    balance = m.get("balance", {})
+    ok = isinstance(balance, dict) and all(
+        isinstance(p, str) and p.isdigit() and int(p) >= 1 and isinstance(r, dict)
+        and all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) and r[k] >= 0
+                for k in ("adj_max", "adj_t_max", "mean"))
+        for p, r in balance.items())
+    if not ok:
+        raise _err(file, "the \"balance\" record is not {P: {adj_max, adj_t_max, mean}} with numbers")
 
 
 def _sha256(arr: np.ndarray) -> str:
@@ -118,13 +165,22 @@ def _sha256(arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def _pair_hash(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A 64-bit mix (splitmix64's finalizer) of the pairs ``(a, b)``; sums of it compare multisets of pairs."""
+    with np.errstate(over="ignore"):
+        z = a * np.uint64(0x9E3779B97F4A7C15) + b * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
 class PreparedDataset:
     """A prepared dataset directory, implementing :class:`mggcn.data.datasets.Dataset`.
 
     Args:
         path: the directory ``mggcn prepare`` wrote.
         verify: also check the sha256 of every array and every value (reads everything once); by default only the
-            cheap checks run (files present, sizes, CSR end points).
+            cheap checks run (manifest fields, files present, sizes, CSR end points, split sizes).
 
     Raises:
         GraphError: naming the file and what is wrong (missing, truncated, wrong shape, checksum mismatch, a manifest
@@ -137,8 +193,8 @@ class PreparedDataset:
         self.name = str(m.get("name") or self.path)
         self.num_nodes, self.num_edges = m["num_nodes"], m["num_edges"]
         self.num_features, self.num_classes = m["num_features"], m["num_classes"]
-        self.symmetric = bool(m.get("symmetric", False))
-        self.split_sizes = {s: int(m["split_sizes"].get(s, -1)) for s in SPLITS}
+        self.symmetric = m.get("symmetric", False)
+        self.split_sizes = {s: m["split_sizes"][s] for s in SPLITS}
         n, e, f = self.num_nodes, self.num_edges, self.num_features
         ids = index_dtype(n)
         expected = {"in_indptr": (np.int64, (n + 1,)), "in_indices": (ids, (e,)), "degree": (np.int64, (n,)),
@@ -153,6 +209,7 @@ class PreparedDataset:
             if int(indptr[0]) != 0 or int(indptr[-1]) != e:
                 raise _err(self._file(f"{view}_indptr"), f"corrupt row offsets: they run from {int(indptr[0])} to "
                                                          f"{int(indptr[-1])}, not from 0 to E = {e}")
+        self._check_split_sizes()
         if verify:
             self.verify()
 
@@ -160,9 +217,30 @@ class PreparedDataset:
 
     def _file(self, name: str) -> Path:
         record = self.manifest["arrays"].get(name)
-        if not isinstance(record, dict) or not isinstance(record.get("file"), str):
+        if record is None:
             raise _err(self.path / MANIFEST, f"no record of the array '{name}'")
-        return self.path / record["file"]
+        file = self.path / record["file"]  # relative, without '..' (_check_manifest)
+        if not file.resolve().is_relative_to(self.path.resolve()):
+            raise _err(file, f"a link to {file.resolve()}, outside the dataset directory {self.path}")
+        return file
+
+    def _check_split_sizes(self) -> None:
+        """The split sizes divide the loss and the accuracies: count them (one byte per vertex, each code checked)
+        instead of trusting the manifest."""
+        counts = {s: 0 for s in SPLITS}
+        codes = self.arrays["split"]
+        for b in range(0, self.num_nodes, _VERIFY_ROWS):
+            chunk = np.asarray(codes[b:b + _VERIFY_ROWS]).astype(np.int64)
+            bad = (chunk < -1) | (chunk > 2)
+            if bad.any():
+                raise _err(self._file("split"), f"split code {int(chunk[np.argmax(bad)])} of vertex "
+                                                f"{b + int(np.argmax(bad))} is not one of 0, 1, 2, -1")
+            found = np.bincount(chunk + 1, minlength=4)
+            for k, s in enumerate(SPLITS):
+                counts[s] += int(found[k + 1])
+        if counts != self.split_sizes:
+            raise _err(self.path / MANIFEST, f"split_sizes {self.split_sizes} differ from what "
+                                             f"{self._file('split').name} holds: {counts}")
 
     def _open(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         file = self._file(name)
@@ -210,13 +288,27 @@ class PreparedDataset:
                 raise _err(self._file("split"), "a vertex in a split has no label")
             if (self.arrays["degree"][rows] < 1).any():
                 raise _err(self._file("degree"), "a degree below 1 (the self loop counts one)")
-        counts = {s: 0 for s in SPLITS}
-        for b in range(0, n, step):
-            found = np.bincount(self.arrays["split"][b:b + step].astype(np.int64) + 1, minlength=4)
-            for k, s in enumerate(SPLITS):
-                counts[s] += int(found[k + 1])
-        if counts != self.split_sizes:
-            raise _err(self._file("split"), f"split sizes {counts} differ from the manifest's {self.split_sizes}")
+        if self.symmetric:
+            self._verify_symmetric()
+
+    def _verify_symmetric(self) -> None:
+        """A ``"symmetric": true`` claim, checked over every edge: the multiset of pairs ``(t, s)`` equals that of
+        ``(s, t)``, compared by a sum of 64-bit hashes of the pairs (order-free, so it streams)."""
+        indptr, indices, step = self.arrays["in_indptr"], self.arrays["in_indices"], _VERIFY_ROWS
+        forward = backward = np.uint64(0)
+        for b in range(0, self.num_nodes, step):
+            ptr = np.asarray(indptr[b:b + step + 1])
+            targets = np.repeat(np.arange(b, b + ptr.shape[0] - 1, dtype=np.uint64), np.diff(ptr))
+            sources = np.asarray(indices[int(ptr[0]):int(ptr[-1])]).astype(np.uint64)
+            forward += _pair_hash(targets, sources).sum(dtype=np.uint64)
+            backward += _pair_hash(sources, targets).sum(dtype=np.uint64)
+        if forward != backward:
+            raise _err(self.path / MANIFEST, "says \"symmetric\": true but the edges of in_indices are not "
+                                             "symmetric: prepare the dataset again")
+
+    def source(self, array: str) -> str:
+        """The file of ``array`` (``manifest`` for the manifest), for the errors that name it."""
+        return str(self.path / MANIFEST if array == "manifest" else self._file(array))
 
     @property
     def fingerprint(self) -> str:

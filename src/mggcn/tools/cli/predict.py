@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout), on_checked=note_size)
     except WorkerError as err:
+        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+            raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 says it

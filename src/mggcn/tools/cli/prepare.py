@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="planetoid: divide each feature row by its sum, as PyG's NormalizeFeatures "
                         "(default: as stored)")
     p.add_argument("--num-nodes", type=positive_int, default=None,
-                   help="edgelist: vertex count (default: largest id + 1)")
+                   help="edgelist: vertex count (default: the rows of --features/--labels, else largest id + 1)")
     p.add_argument("--memory-limit", default=None,
                    help="memory for edge chunks and sorting, e.g. 512M or 2G (default 2G); vertex arrays come on top")
     p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")

@@ -185,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         result = launch(run_train_job, job, check_job, args.nprocs, grace_s=max(60.0, args.timeout),
                         on_checked=announce)
     except WorkerError as err:
+        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+            raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
     return _finish_train(args, result)
