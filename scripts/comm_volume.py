@@ -21,6 +21,7 @@ from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset, load_graph
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
+from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.training.trainer import shard_tile_columns, train_shard
 
 DEFAULT_RUNS = "random:broadcast,random:sparse,random:auto,metis:broadcast,metis:sparse,metis:auto"
@@ -30,9 +31,9 @@ def volume_worker(graph, cfg: TrainConfig) -> dict:
     ctx = init_distributed("cpu", timeout_s=600)
     dataset = InMemoryDataset(graph)
     start = time.perf_counter()
-    part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
+    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
     partition_s = time.perf_counter() - start
-    shard = dataset.shard(part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
+    shard = build_shard(dataset, part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
     history = train_shard(ctx, shard, cfg).history
     return {"history": history, "partition_s": partition_s}
 

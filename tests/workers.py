@@ -10,7 +10,8 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.distributed.context import init_distributed
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.training.trainer import train_shard
@@ -119,9 +120,10 @@ def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
             continue
         sub = dataclasses.replace(ctx, world_size=p, group=groups[p])
         dataset = PreparedDataset(path)
-        part = dataset.partition(p, cfg.seed, cfg.partition)
+        part = partition_dataset(dataset, p, cfg.seed, cfg.partition)
         tracemalloc.start()
-        shard = dataset.shard(part, ctx.rank, cfg.operator)
+        reads = {}
+        shard = build_shard(dataset, part, ctx.rank, cfg.operator, reads=reads)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         held = sum(b.nbytes for b in shard.adj + shard.adj_t)
@@ -129,7 +131,7 @@ def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
         same = shards_equal(shard, build_shard(graph, part, ctx.rank, cfg.operator))
         result = train_shard(sub, shard, cfg)
         out[p] = {"losses": [r["loss"] for r in result.history], "state": result.state_dict, "same": same,
-                  "reads": dict(dataset.last_shard_reads), "peak": peak, "held": held}
+                  "reads": reads, "peak": peak, "held": held}
     return out
 
 
@@ -183,8 +185,8 @@ def dataset_train_worker(cases):
     out = []
     for graph, cfg in cases:
         dataset = InMemoryDataset(graph)
-        part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
-        result = train_shard(ctx, dataset.shard(part, ctx.rank, cfg.operator), cfg)
+        part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+        result = train_shard(ctx, build_shard(dataset, part, ctx.rank, cfg.operator), cfg)
         out.append((part.order, result.history, result.state_dict))
     return ctx.rank, out
 

@@ -3,14 +3,25 @@
 Python API: ``mggcn.train(...)`` returns a ``TrainedModel``; the layers run on their own in one process as
 ``GCN`` / ``GCNLayer`` (``GraphSAGE``, ``GIN``) with ``adjacency_operator``. See ``mggcn.api``.
 
-The package is laid out by layer, lowest first:
+The package is laid out by layer, lowest first; a module imports only from its own layer and the ones below it
+(imports inside functions included), and no two modules import each other, even through others
+(tests/test_layout.py checks both from the source):
 
-- ``mggcn.utils``        timing, progress, units, the process settings a worker changes
-- ``mggcn.data``         the graph, dataset specs, synthetic and built-in graphs, file formats, prepared datasets
-- ``mggcn.nn``           normalization, layers and the order policy, the loss, the buffer workspace
-- ``mggcn.distributed``  the distributed context, partitioning, the staged SpMM and its transports, launching
-- ``mggcn.training``     the trainer, checkpoints, the train and predict jobs and their outputs
-- ``mggcn.tools``        the command line, bench, plan, roofline, report
+- ``mggcn.config``       every training option, its default and its allowed values (no torch)
+- ``mggcn.utils``        errors (ConfigError), units, timing, progress, and ``system``: the one module that changes
+                         the process (allocator, threads, warning filters, signal handlers), only for a rank
+- ``mggcn.data``         the graph, dataset specs and the arrays a rank reads its rows of, synthetic and built-in
+                         graphs, file formats, prepared datasets (no torch)
+- ``mggcn.nn``           normalization, the models (GCN, GraphSAGE, GIN), their layers and the order policy (with the
+                         SpMM widths it implies), dropout from a seeded generator, the loss, the buffer workspace
+- ``mggcn.distributed``  the distributed context, partitioning (+ METIS) and the one shard builder, the SpMM
+                         operators (staged broadcast, sparse exchange; shared-memory transport), launching
+- ``mggcn.training``     the trainer, checkpoints, the train and predict jobs, their outputs (the one atomic writer)
+- ``mggcn.tools``        the command line (one module per command), bench, plan, roofline, report
+- ``mggcn.api``          ``mggcn.train`` and the layers on their own
+
+Library code raises typed errors with plain messages (:class:`~mggcn.data.graph.GraphError` for data,
+:class:`~mggcn.utils.errors.ConfigError` for settings); only the command line names flags and chooses exit codes.
 
 Importing ``mggcn`` loads no torch: the names below are resolved on first use.
 """
@@ -20,10 +31,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mggcn.config import __version__  # noqa: F401  (no torch: options and defaults only)
 
 # public name -> module that defines it
 _EXPORTS = {
+    "ConfigError": "mggcn.utils.errors",
     "Graph": "mggcn.data.graph",
     "GraphError": "mggcn.data.graph",
     "SPLITS": "mggcn.data.graph",
@@ -37,8 +49,8 @@ _EXPORTS = {
     "train": "mggcn.api",
 }
 
-__all__ = ["GCN", "GCNLayer", "GIN", "Graph", "GraphError", "GraphSAGE", "SPLITS", "TrainConfig", "TrainedModel",
-           "adjacency_operator", "train"]
+__all__ = ["ConfigError", "GCN", "GCNLayer", "GIN", "Graph", "GraphError", "GraphSAGE", "SPLITS", "TrainConfig",
+           "TrainedModel", "adjacency_operator", "train"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
@@ -47,6 +59,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mggcn.nn.gin import GIN
     from mggcn.nn.model import GCN, GCNLayer
     from mggcn.nn.sage import GraphSAGE
+    from mggcn.utils.errors import ConfigError
 
 
 def __getattr__(name: str) -> Any:

@@ -29,13 +29,15 @@ import numpy as np
 import torch
 
 from mggcn.config import TrainConfig
-from mggcn.data.graph import Graph, GraphError
-from mggcn.distributed.launch import refuse_unguarded_script, run_workers
-from mggcn.distributed.partition import csr_to_torch
+from mggcn.data.datasets import Dataset, as_dataset
+from mggcn.data.graph import GraphError
+from mggcn.distributed.launch import launch, refuse_unguarded_script
 from mggcn.distributed.spmm import StagedSpMM, local_adj
+from mggcn.distributed.tiled import csr_to_torch
 from mggcn.nn.model import LayerStack
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
+from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
@@ -54,7 +56,7 @@ class TrainedModel:
             :class:`~mggcn.nn.gin.GIN`), on CPU, in eval mode (with patience: the best epoch's weights).
         history: one record per epoch (keys as in ``--metrics``).
         predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids.
-        config: the :class:`~mggcn.training.trainer.TrainConfig` it was trained with.
+        config: the :class:`~mggcn.config.TrainConfig` it was trained with.
         dataset: the identity of the dataset (name, sizes).
         stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
         best_epoch: with patience, the epoch whose weights were kept.
@@ -78,23 +80,8 @@ class TrainedModel:
 
     def save(self, path: str) -> None:
         """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``), for ``mggcn predict``."""
-        from mggcn.training.predict import save_model
-
         save_model(path, self.state_dict, self.config, self.dataset, epochs=len(self.history),
                    best_epoch=self.best_epoch)
-
-
-def as_dataset(dataset: Any) -> str | Graph:
-    """A dataset spec or path (``str`` or ``os.PathLike``), a :class:`Graph`, or a PyG ``Data`` (converted)."""
-    if isinstance(dataset, (str, Graph)):
-        return dataset
-    if isinstance(dataset, os.PathLike):
-        return os.fspath(dataset)
-    if hasattr(dataset, "edge_index"):
-        from mggcn.data.formats import from_pyg
-
-        return from_pyg(dataset)
-    raise TypeError(f"dataset must be a spec string, a path, a mggcn.Graph or a PyG Data, got {type(dataset).__name__}")
 
 
 def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[int] = (128,), epochs: int = 100,
@@ -109,7 +96,7 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
         device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.
-        options: any :class:`~mggcn.training.trainer.TrainConfig` field (``model``, ``gin_train_eps``, ``lr``,
+        options: any :class:`~mggcn.config.TrainConfig` field (``model``, ``gin_train_eps``, ``lr``,
             ``weight_decay``, ``dropout``, ``norm``,
             ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
             ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
@@ -137,13 +124,13 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         job_options.setdefault("save_predictions", os.path.join(tmp, "predictions.npy"))
         job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
                        **job_options)
-        checked = check_job(job, nprocs)
-        identity = dataset_identity(checked)
-        if nprocs == 1:
-            result = run_train_job(job, checked)
-        else:
-            del checked
-            result = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, job.timeout_s))[0]
+        identity: dict = {}
+
+        def note_identity(dataset: Dataset, _: int) -> None:
+            identity.update(dataset_identity(dataset))
+
+        result = launch(run_train_job, job, check_job, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
+                        on_checked=note_identity)
         predictions = result.predictions
     model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)

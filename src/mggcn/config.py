@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TrainConfig", "MODELS", "OPERATORS", "operator_for",
+__all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "operator_for",
            "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "DEVICES",
            "TILE_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
+
+__version__ = "0.1.0"
 
 MODELS = ("gcn", "sage", "gin")  # mggcn.nn.models: GCN, GraphSAGE (mean, root weight), GIN (2-layer MLP)
 NORMS = ("sym", "mean")  # the GCN's: D^-1/2 (A+I) D^-1/2 (PyG GCNConv) or D^-1 (A+I) (the original MG-GCN)

@@ -733,6 +733,7 @@ def test_each_rank_checks_the_rows_it_loads(tmp_path, nprocs):
     from mggcn.data.graph import GraphError
     from mggcn.data.prepared.reader import PreparedDataset
     from mggcn.distributed.partition import make_partition
+    from mggcn.distributed.sharding import build_shard
 
     intact = PreparedDataset(_prepared(tmp_path, "intact"))
     part = make_partition(N, nprocs, seed=5)
@@ -750,14 +751,14 @@ def test_each_rank_checks_the_rows_it_loads(tmp_path, nprocs):
         ds = PreparedDataset(root)
         for rank in range(nprocs):
             try:
-                shard = ds.shard(part, rank, "sym")
+                shard = build_shard(ds, part, rank, "sym")
             except GraphError as err:
                 assert f"{name}.npy" in str(err) and "\n" not in str(err), err
                 # a degree is also read by the ranks of its vertex's neighbours; the rest only by its owner
                 assert rank == owner[vertex] or name == "degree", (name, rank)
                 continue
             assert rank != owner[vertex], f"rank {rank} accepted the bad {name}"
-            assert workers.shards_equal(shard, intact.shard(part, rank, "sym")), (name, rank)
+            assert workers.shards_equal(shard, build_shard(intact, part, rank, "sym")), (name, rank)
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
@@ -768,6 +769,7 @@ def test_a_false_symmetric_claim_is_refused(tmp_path, nprocs):
     from mggcn.data.graph import GraphError
     from mggcn.data.prepared.reader import PreparedDataset
     from mggcn.distributed.partition import make_partition
+    from mggcn.distributed.sharding import build_shard
 
     root = _prepared(tmp_path, "directed")
     (root / "out_indptr.npy").unlink()
@@ -777,13 +779,13 @@ def test_a_false_symmetric_claim_is_refused(tmp_path, nprocs):
     ds = PreparedDataset(root)
     for rank in range(nprocs):
         with pytest.raises(GraphError, match="symmetric"):
-            ds.shard(part, rank, "sym")
+            build_shard(ds, part, rank, "sym")
     with pytest.raises(GraphError, match="symmetric"):
         PreparedDataset(root, verify=True)
     sym = PreparedDataset(_prepared(tmp_path, "undirected", undirected=True), verify=True)
     assert sym.symmetric
     for rank in range(nprocs):
-        sym.shard(part, rank, "sym")
+        build_shard(sym, part, rank, "sym")
 
 
 def test_in_memory_graphs_are_bounded_too():

@@ -1,5 +1,5 @@
-"""Tests for prepared datasets: ``mggcn prepare`` (mggcn.data.prepared.writer, mggcn.data.prepared.edgesort) and reading them back
-(mggcn.data.prepared.reader), per format, at P = 1..4, out of core under a hard memory cap, and on bad input.
+"""Tests for prepared datasets: ``mggcn prepare`` (mggcn.data.prepared.writer, mggcn.data.prepared.edgesort) and reading
+them back (mggcn.data.prepared.reader), per format, at P = 1..4, out of core under a hard memory cap, and on bad input.
 
 The claim checked throughout: a rank's shard read from a prepared directory equals, bit for bit, the shard
 ``build_shard`` cuts from the same graph in memory; so training from either gives the same numbers.
@@ -36,15 +36,17 @@ import workers
 from mggcn.config import TrainConfig
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
-from mggcn.data.graph import SPLITS, Graph, GraphError
-from mggcn.data.prepared.edgesort import EdgeSorter, Progress
+from mggcn.data.graph import SPLITS, ConfigError, Graph
+from mggcn.data.prepared.edgesort import EdgeSorter
 from mggcn.data.prepared.reader import PreparedDataset, nnz_per_rank
 from mggcn.data.prepared.writer import parse_memory, prepare
 from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.tools.cli import main as cli_main
 from mggcn.training.job import TrainJob, run_train_job
+from mggcn.utils.progress import Progress
 from reference import random_graph
 
 CFG = TrainConfig(hidden=(8,), epochs=2, seed=3)
@@ -72,7 +74,8 @@ def assert_trains_the_same(tmp_path: Path, prepared: Path, graph: Graph) -> None
     for norm in ("sym", "mean", "in-mean", "sum"):  # the GCN's, GraphSAGE's and GIN's Â
         part = make_partition(graph.num_nodes, 3, seed=1)
         for rank in range(3):
-            assert workers.shards_equal(ds.shard(part, rank, norm), build_shard(graph, part, rank, norm)), (norm, rank)
+            same = workers.shards_equal(build_shard(ds, part, rank, norm), build_shard(graph, part, rank, norm))
+            assert same, (norm, rank)
     got, got_pred = _train(tmp_path, ds, "prepared")
     want, want_pred = _train(tmp_path, InMemoryDataset(graph), "memory")
     exact = dict(rtol=0, atol=0)
@@ -148,7 +151,7 @@ def test_pyg_data_and_graph_and_edge_options(tmp_path, src):  # noqa: F811
         ds = PreparedDataset(out, verify=True)
         part = make_partition(src.num_nodes, 2, seed=4)
         for rank in range(2):
-            assert workers.shards_equal(ds.shard(part, rank, "sym"), build_shard(ref, part, rank, "sym"))
+            assert workers.shards_equal(build_shard(ds, part, rank, "sym"), build_shard(ref, part, rank, "sym"))
 
 
 def test_generated_specs(tmp_path, monkeypatch):
@@ -176,6 +179,7 @@ def test_generated_specs(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------------ P-way
 
 
+@pytest.mark.slow
 def test_p_1_to_4_from_one_directory_same_curve_and_each_rank_reads_its_share(tmp_path):
     """One spawn of 4 ranks trains at P = 1, 2, 3, 4 (P < 4 on the sub-group of ranks 0..P-1).
 
@@ -267,6 +271,7 @@ def _write_fixed_width_edges(path: Path, num_edges: int, seed: int, chunk: int =
             f.write(line.tobytes())
 
 
+@pytest.mark.slow
 def test_out_of_core_under_a_hard_memory_cap(tmp_path):
     """Prepare an edge list larger than the whole address space the process is allowed.
 
@@ -376,7 +381,7 @@ def test_progress_plain_when_not_a_terminal_and_silent_when_off(tmp_path, capsys
         def flush(self):
             pass
 
-    with Progress(True, stream=Tty()).step("x", 10) as step:
+    with Progress(stream=Tty()).step("x", 10) as step:
         step.update(10)
     assert any("\r" in t for t in lines)  # a tqdm bar
 
@@ -384,7 +389,7 @@ def test_progress_plain_when_not_a_terminal_and_silent_when_off(tmp_path, capsys
 def test_parse_memory():
     assert parse_memory("2G") == 2 << 30 and parse_memory("512m") == 512 << 20 and parse_memory("1.5GiB") == 3 << 29
     for bad in ("lots", "12", "-1G"):
-        with pytest.raises(GraphError, match="--memory-limit"):
+        with pytest.raises(ConfigError, match="memory_limit"):
             parse_memory(bad)
 
 

@@ -11,8 +11,8 @@ import torch
 
 import workers
 from host_tensors import HostTracker, check_collectives, on_host
+from mggcn.config import TrainConfig
 from mggcn.distributed.launch import run_workers
-from mggcn.training.trainer import TrainConfig
 from reference import random_graph
 
 

@@ -1,4 +1,4 @@
-"""The host allocator policy of mggcn's ranks (mggcn.distributed.context.set_mmap_threshold), in fresh processes."""
+"""The host allocator policy of mggcn's ranks (mggcn.utils.system.set_mmap_threshold), in fresh processes."""
 
 import workers
 from mggcn.config import MMAP_THRESHOLD
@@ -24,6 +24,6 @@ def test_a_thread_count_above_the_cores_is_refused_before_torch_hears_of_it():
 
     before = torch.get_num_threads()
     for threads in (available_cores() + 1, 100000, 0):
-        with pytest.raises(ValueError, match=f"--threads {threads}: must be between 1 and"):
+        with pytest.raises(ValueError, match=f"threads {threads}: must be between 1 and"):
             init_distributed("cpu", threads=threads)
     assert torch.get_num_threads() == before

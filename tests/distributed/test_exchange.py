@@ -1,4 +1,5 @@
-"""The sparsity-aware SpMM (mggcn.distributed.exchange) against the unsharded Â·B and Âᵀ·G and against the broadcast SpMM.
+"""The sparsity-aware SpMM (mggcn.distributed.exchange) against the unsharded Â·B and Âᵀ·G and against the broadcast
+SpMM.
 
 One spawn per P runs every case: a directed graph (Âᵀ's pattern differs from Â's) in both norms, a graph without
 edges (every off-diagonal block empty), and a directed path in the original order (each rank needs rows of its
@@ -14,7 +15,8 @@ from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.exchange import SparseExchangeSpMM
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from reference import adj_hat, random_graph
 
 N, D = 37, 5
@@ -53,7 +55,8 @@ def _rows_needed(a: torch.Tensor, part, nprocs: int) -> np.ndarray:
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
 def test_sparse_and_auto_equal_broadcast_and_unsharded(nprocs):
     directed = random_graph(N, 150, directed=True, seed=nprocs)
-    cases = [(directed, "sym", make_partition(N, nprocs, 7), None), (directed, "mean", make_partition(N, nprocs, 8), None),
+    cases = [(directed, "sym", make_partition(N, nprocs, 7), None),
+             (directed, "mean", make_partition(N, nprocs, 8), None),
              (random_graph(N, 0, seed=3), "sym", make_partition(N, nprocs, 9), None),
              (_path_graph(N), "mean", make_partition(N, nprocs, 0, "none"), None),
              (directed, "sym", make_partition(N, nprocs, 7), 3)]  # column tiles: compacted tile by tile

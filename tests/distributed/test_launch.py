@@ -32,6 +32,7 @@ def test_a_failing_rank_fails_the_job_and_is_named(mode, expected):
     assert mp.active_children() == []
 
 
+@pytest.mark.slow
 def test_a_hanging_rank_is_stopped_at_the_timeout():
     with pytest.raises(WorkerError) as info:
         run_workers(workers.failing_worker, 2, (1, "hang"), timeout_s=15)

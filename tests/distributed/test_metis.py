@@ -1,5 +1,5 @@
-"""``--partition metis`` (mggcn.distributed.metis): equal row blocks from unequal parts, balance and cut, the same order on
-every rank, and training with the sparse exchange equal to the plain single-process GCN."""
+"""``--partition metis`` (mggcn.distributed.metis): equal row blocks from unequal parts, balance and cut, the same order
+on every rank, and training with the sparse exchange equal to the plain single-process GCN."""
 
 import numpy as np
 import pytest
@@ -7,12 +7,13 @@ import pytest
 import workers
 from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset
-from mggcn.data.graph import GraphError
 from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.metis import metis_partition, partition_from_parts
 from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import partition_dataset
 from mggcn.nn.model import GCN
+from mggcn.utils.errors import ConfigError
 from reference import gcn_losses, random_graph
 
 pytest.importorskip("pymetis")
@@ -45,8 +46,8 @@ def test_balanced_lower_cut_and_deterministic():
     graph = parse_spec(COMMUNITY)
     src, dst = graph.edge_index
     dataset = InMemoryDataset(graph)
-    metis = dataset.partition(4, 0, "metis")
-    assert np.array_equal(metis.order, dataset.partition(4, 0, "metis").order)  # same input, same seed
+    metis = partition_dataset(dataset, 4, 0, "metis")
+    assert np.array_equal(metis.order, partition_dataset(dataset, 4, 0, "metis").order)  # same input, same seed
 
     def cut_and_nnz(part):
         rank = part.position // part.rows_per_part
@@ -60,9 +61,9 @@ def test_balanced_lower_cut_and_deterministic():
 
 
 def test_make_partition_refuses_metis_without_the_graph():
-    with pytest.raises(GraphError, match="needs the graph"):
+    with pytest.raises(ConfigError, match="needs the graph"):
         make_partition(10, 2, 0, "metis")
-    with pytest.raises(GraphError, match="larger than"):
+    with pytest.raises(ConfigError, match="larger than"):
         metis_partition(np.array([0]), np.array([1]), 2, 3)
 
 
@@ -72,7 +73,8 @@ def test_prepared_dataset_gives_the_same_metis_order(tmp_path):
 
     graph = random_graph(50, 200, seed=2)
     prepared = PreparedDataset(prepare(graph, tmp_path / "p", progress=False))
-    assert np.array_equal(prepared.partition(3, 1, "metis").order, InMemoryDataset(graph).partition(3, 1, "metis").order)
+    assert np.array_equal(partition_dataset(prepared, 3, 1, "metis").order,
+                          partition_dataset(InMemoryDataset(graph), 3, 1, "metis").order)
 
 
 def test_training_with_metis_and_sparse_exchange_equals_reference():
@@ -86,7 +88,8 @@ def test_training_with_metis_and_sparse_exchange_equals_reference():
     results = [r[1] for r in sorted(run_workers(workers.dataset_train_worker, 3, (cases,), timeout_s=180))]
     for k, (g, cfg) in enumerate(cases):
         orders = [r[k][0] for r in results]
-        assert all(np.array_equal(o, InMemoryDataset(g).partition(3, cfg.seed, cfg.partition).order) for o in orders)
+        want = partition_dataset(InMemoryDataset(g), 3, cfg.seed, cfg.partition).order
+        assert all(np.array_equal(o, want) for o in orders)
         model = GCN(cfg.dims(g.num_features, g.num_classes), seed=cfg.seed)
         ref = gcn_losses(g, [(c.lin.weight, c.bias) for c in model.convs], cfg.epochs, cfg.lr, cfg.weight_decay,
                          cfg.norm, cfg.activation)

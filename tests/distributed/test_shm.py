@@ -48,7 +48,7 @@ def test_modes(monkeypatch, tmp_path):
     for boxes, transport in run_workers(workers.host_outboxes_worker, 2, ("auto",), timeout_s=120):
         assert boxes is None and transport.startswith("gloo, no shared memory: rank 0: cannot create")
     assert host_outboxes(DistContext(), "on", 8, 4, torch.float32) == (None, "one rank")  # nothing to broadcast
-    with pytest.raises(ValueError, match="--shm must be one of auto, on, off, got 'yes'"):
+    with pytest.raises(ValueError, match="shm must be one of auto, on, off, got 'yes'"):
         host_outboxes(DistContext(), "yes", 8, 4, torch.float32)
 
 

@@ -7,8 +7,9 @@ import torch
 import workers
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
-from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM, _Accumulator
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
+from mggcn.distributed.spmm import BlockAccumulator, BroadcastBuffers, StagedSpMM
 from reference import adj_hat, random_graph
 
 N = 37  # not divisible by 2, 3 or 4
@@ -76,14 +77,14 @@ def test_outputs_filled_with_nan_are_overwritten(device, tile_cols):
     # the sum over column blocks (what every rank of the broadcast and the exchange SpMMs does): the first writes
     halves = [build_shard(graph, make_partition(N, 2, 0, "none"), rank, "sym", tile_cols=tile_cols)
               for rank in range(2)]
-    top = _Accumulator(torch.full((halves[0].adj[0].rows, 4), float("nan"), device=device), op.timer)
+    top = BlockAccumulator(torch.full((halves[0].adj[0].rows, 4), float("nan"), device=device), op.timer)
     m = halves[0].adj[0].rows
     padded = torch.cat([b, torch.zeros(2 * m - N, 4)])
     for j, block in enumerate(halves[0].adj):
         top.add(block.to(device), padded[j * m:(j + 1) * m].to(device))
     torch.testing.assert_close(top.result().cpu(), (a @ b)[:m], rtol=1e-5, atol=1e-6)
     # no block at all: zeros, not the NaN the buffer held
-    assert torch.equal(_Accumulator(torch.full((m, 4), float("nan"), device=device), op.timer).result().cpu(),
+    assert torch.equal(BlockAccumulator(torch.full((m, 4), float("nan"), device=device), op.timer).result().cpu(),
                        torch.zeros(m, 4))
 
 

@@ -4,9 +4,10 @@ import torch
 from torch_geometric.nn import GCNConv
 from torch_geometric.nn.models import GCN as PygGCN
 
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
-from mggcn.nn.model import GCN, GCNLayer, aggregate_first
+from mggcn.nn.model import GCN, GCNLayer, aggregate_first, dropout
 from reference import random_graph
 
 
@@ -102,3 +103,30 @@ def test_same_seed_same_weights():
     w = a.convs[0].lin.weight
     bound = np.sqrt(6 / (5 + 8))
     assert w.abs().max() <= bound and w.abs().max() > bound / 2  # Glorot range
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_from_a_generator_equals_torch_dropout_seeded_alike(p):
+    """The same masks and gradients as ``F.dropout`` after ``torch.manual_seed(s)``, without touching that RNG."""
+    x = torch.randn(37, 11, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    g = torch.randn(37, 11, generator=torch.Generator().manual_seed(1))
+    state = torch.get_rng_state()
+    got = dropout(x, p, torch.Generator().manual_seed(7))
+    got.backward(g)
+    got_grad, x.grad = x.grad, None
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(7)
+    want = torch.nn.functional.dropout(x, p, training=True)
+    want.backward(g)
+    assert torch.equal(got, want) and torch.equal(got_grad, x.grad)
+    torch.set_rng_state(state)
+
+
+def test_gcn_leaves_the_global_rng_alone():
+    state = torch.get_rng_state()
+    model = GCN([6, 5, 3], dropout=0.5, input_dropout=0.3, seed=3, reuse_buffers=False).train()
+    model.seed_dropout(11)
+    first = model(torch.ones(4, 6), lambda h, **_: h)
+    model.seed_dropout(11)
+    assert torch.equal(model(torch.ones(4, 6), lambda h, **_: h), first)  # the same seed, the same masks
+    assert torch.equal(torch.get_rng_state(), state)

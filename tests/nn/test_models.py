@@ -12,7 +12,8 @@ from torch_geometric.nn.models import GraphSAGE as PygGraphSAGE
 
 import workers
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.gin import GIN, GINLayer
 from mggcn.nn.models import MODELS, make_model

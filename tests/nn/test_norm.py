@@ -36,5 +36,5 @@ def test_sym_by_hand():
 
 
 def test_unknown_norm_is_refused():
-    with pytest.raises(ValueError, match="--norm must be one of sym, mean"):
+    with pytest.raises(ValueError, match="norm must be one of sym, mean"):
         normalize(adjacency(_edges(), 5), "both")

@@ -39,6 +39,7 @@ def test_train_two_workers_writes_metrics_model_and_predictions(tmp_path):
     np.testing.assert_array_equal(table[:, 1], expected)
 
 
+@pytest.mark.slow
 def test_predictions_do_not_depend_on_the_number_of_workers(tmp_path):
     paths = []
     for p in (1, 3):
@@ -112,6 +113,7 @@ def test_gcn_beats_mlp_on_the_builtin_graph():
     from mggcn.data.datasets import InMemoryDataset
     from mggcn.data.graph import Graph
     from mggcn.distributed.context import DistContext
+    from mggcn.distributed.sharding import build_shard, partition_dataset
     from mggcn.training.trainer import train_shard
 
     graph = parse_spec("synthetic:n=4000")
@@ -121,13 +123,14 @@ def test_gcn_beats_mlp_on_the_builtin_graph():
     acc = {}
     for name, g in (("gcn", graph), ("mlp", no_edges)):
         ds = InMemoryDataset(g)
-        shard = ds.shard(ds.partition(1, 0, "random"), 0, "sym")
+        shard = build_shard(ds, partition_dataset(ds, 1, 0, "random"), 0, "sym")
         acc[name] = train_shard(DistContext(), shard, cfg).history[-1]["test_acc"]
     print(f"test accuracy: GCN {acc['gcn']:.3f}, MLP {acc['mlp']:.3f}")
     assert acc["gcn"] > 0.9
     assert acc["gcn"] - acc["mlp"] > 0.3
 
 
+@pytest.mark.slow
 def test_torchrun_runs_the_same_job(tmp_path):
     import subprocess
     import sys
@@ -143,6 +146,7 @@ def test_torchrun_runs_the_same_job(tmp_path):
     assert losses[0] == losses[1]
 
 
+@pytest.mark.slow
 def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     """--shm on where /dev/shm cannot be used fails with one line and writes nothing; auto falls back to gloo."""
     monkeypatch.setenv("MGGCN_SHM_DIR", str(tmp_path / "missing"))
@@ -309,9 +313,21 @@ def test_train_and_predict_graphsage_and_gin_from_the_command_line(tmp_path):
         expected = pyg.eval()(torch.from_numpy(graph.x), torch.from_numpy(graph.edge_index)).argmax(1).numpy()
         np.testing.assert_array_equal(np.load(preds), expected)
     for args, message in ((["train", "builtin:karate", "--model", "sage", "--gin-train-eps"],
-                           "--gin-train-eps is for --model gin, not sage"),
+                           "--gin-train-eps is for model gin, not sage"),
                           (["predict", str(tmp_path / "sage.pt"), "builtin:karate", "--out", str(tmp_path / "x.npy"),
                             "--model", "gin"], "holds a sage model")):
         out = run_cli(*args)
         assert out.returncode == 2, (out.stdout, out.stderr)
         assert message in out.stderr.strip().splitlines()[-1] and "Traceback" not in out.stderr
+
+
+def test_library_settings_are_named_by_their_flags():
+    from mggcn.tools.cli.common import flag_message
+    from mggcn.utils.errors import ConfigError
+
+    size = ConfigError("memory_limit: expected a size", "memory_limit")
+    assert flag_message(size) == "--memory-limit: expected a size"
+    layer = ConfigError("layer 4: the model has layers 1..2", "layer")
+    assert flag_message(layer) == "--embeddings 4: the model has layers 1..2"
+    assert flag_message(ConfigError("x.txt: give its format", "format")) == "x.txt: give its format (--format)"
+    assert flag_message(ValueError("x.txt: no such file")) == "x.txt: no such file"

@@ -1,5 +1,5 @@
-"""The per-rank memory formula (mggcn.tools.plan) against a hand computation, a real shard, the model's workspace and the
-bytes the profiler sees allocated; what autograd keeps; the planner's command."""
+"""The per-rank memory formula (mggcn.tools.plan) against a hand computation, a real shard, the model's workspace and
+the bytes the profiler sees allocated; what autograd keeps; the planner's command."""
 
 import math
 
@@ -10,7 +10,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from mggcn.config import TILE_BYTES, TrainConfig
 from mggcn.distributed.context import DistContext
-from mggcn.distributed.partition import build_shard, make_partition
+from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import BroadcastBuffers, local_adj
 from mggcn.nn.model import GCN
 from mggcn.tools.cli import main
@@ -213,7 +214,7 @@ def test_plan_command_on_cpu_counts_the_column_tiles(capsys):
 
     def adjacency(*extra):
         assert main(["plan", *sizes, *extra]) == 0
-        line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("adjacency A "))
+        line = next(t for t in capsys.readouterr().out.splitlines() if t.strip().startswith("adjacency A "))
         return line.split()[-2:]
 
     # 200k rows, 101 nonzeros per row, widest SpMM 40: tiles of TILE_BYTES / (4 * 40) columns, 8 per block

@@ -69,7 +69,7 @@ def test_phase_bars_stack_the_phases_of_each_epoch():
     for bar in bars:
         epoch = round(bar.get_x() + bar.get_width() / 2)
         tops[epoch] = max(tops.get(epoch, 0.0), bar.get_y() + bar.get_height())
-    for e, r in enumerate(records, 1):
+    for e in range(1, len(records) + 1):
         assert tops[e] == pytest.approx(1e3 * sum(series[p][e - 1] for p in STACKED))
 
 

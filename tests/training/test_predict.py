@@ -16,7 +16,9 @@ from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
 from mggcn.tools.cli import main
 from mggcn.training.job import TrainJob, run_train_job
-from mggcn.training.predict import PredictJob, load_model, predict, predict_on_rank
+from mggcn.training.outputs import load_model
+from mggcn.training.predict import PredictJob, predict, predict_on_rank
+from mggcn.utils.errors import ConfigError
 
 HIDDEN = (16, 8)
 
@@ -102,7 +104,7 @@ def test_sidecar_settles_norm_and_activation(trained, tmp_path, capsys):
     card = json.loads(open(path + ".json").read())
     assert card["dims"] == [34, *HIDDEN, 2] and card["activation"] == "leaky_relu" and card["norm"] == "sym"
     assert card["dataset"]["name"] == "builtin:karate" and card["epochs"] == 15
-    with pytest.raises(GraphError, match="trained with --activation leaky_relu"):
+    with pytest.raises(ConfigError, match="trained with activation leaky_relu"):
         load_model(path, activation="relu")
     # without the sidecar: the flags, or the defaults with a note
     bare = str(tmp_path / "bare.pt")

@@ -42,6 +42,7 @@ def _workers_of(proc):
     return sorted(psutil.Process(proc.pid).children(recursive=True), key=lambda p: p.create_time())
 
 
+@pytest.mark.slow
 def test_killed_worker_fails_the_job_naming_the_rank(tmp_path):
     metrics = tmp_path / "m.jsonl"
     proc = popen_cli("train", SPEC, "--nprocs", "3", "--epochs", "100000", "--metrics", str(metrics),
@@ -143,6 +144,7 @@ def test_gin_resumes_exactly_and_refuses_another_eps(tmp_path):
         run_train_job(job(4, resume=True, train_eps=False))
 
 
+@pytest.mark.slow
 def test_resume_with_another_number_of_workers(tmp_path):
     metrics = tmp_path / "m.jsonl"
     common = ["train", SPEC, "--hidden", "16", "--seed", "1", "--checkpoint-dir", str(tmp_path / "ck"),
@@ -190,6 +192,7 @@ def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers(tmp_path):
     runs = []
     for k in range(2):

@@ -7,7 +7,7 @@ import pytest
 
 from mggcn.config import TrainConfig
 from mggcn.training.job import TrainJob, format_epoch, run_train_job
-from mggcn.utils.progress import TrainProgress
+from mggcn.utils.progress import epoch_progress
 
 
 class _Terminal(io.StringIO):
@@ -21,7 +21,7 @@ def _record(epoch: int) -> dict:
 
 
 def _show(stream, epochs=5, **kwargs) -> str:
-    with TrainProgress(epochs, format_epoch, stream=stream, **kwargs) as progress:
+    with epoch_progress(epochs, format_epoch, stream=stream, **kwargs) as progress:
         for epoch in range(1, epochs + 1):
             progress.update(_record(epoch))
     return stream.getvalue()
@@ -48,7 +48,7 @@ def test_quiet_shows_nothing():
 def test_resumed_run_starts_the_bar_where_it_left_off():
     pytest.importorskip("tqdm")
     stream = _Terminal()
-    with TrainProgress(10, format_epoch, done=7, stream=stream) as progress:
+    with epoch_progress(10, format_epoch, done=7, stream=stream) as progress:
         assert progress.shows_bar
         progress.update(_record(8))
     assert "8/10" in stream.getvalue()
@@ -67,4 +67,5 @@ def test_training_job_shows_progress_on_stdout(monkeypatch, capsys, terminal):
     else:
         lines = text.splitlines()
         assert lines[0].startswith("mggcn: partition random, comm broadcast: nonzeros max/mean")
-        assert [line.split("|")[0].strip() for line in lines[1:]] == ["epoch    2", "epoch    4", "epoch    5"]
+        assert [line.split("|")[0].strip() for line in lines[1:-1]] == ["epoch    2", "epoch    4", "epoch    5"]
+        assert lines[-1].startswith("mggcn: trained model (after epoch 5, eval mode)")  # the run's last line

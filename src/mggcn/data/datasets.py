@@ -5,11 +5,13 @@
 * ``synthetic[:key=value,...]`` — the built-in community graph (the default dataset), ``rmat:...``,
   ``builtin:karate``, ``builtin:digits`` — generated, or read from data shipped inside packages, no file needed;
 * a file or directory in a known layout, with ``--format`` (see :mod:`mggcn.data.formats`), read whole;
-* a directory written by ``mggcn prepare`` (:mod:`mggcn.data.prepared.reader`), from which each rank reads only its rows.
+* a directory written by ``mggcn prepare`` (:mod:`mggcn.data.prepared.reader`), from which each rank reads only its
+rows.
 
-A :class:`Dataset` tells the launcher its sizes (checked before any worker starts) and gives each rank its
-:class:`~mggcn.distributed.partition.Shard`. :class:`InMemoryDataset` starts from a whole :class:`Graph`; a dataset prepared on disk
-gives each rank only its rows.
+A :class:`Dataset` tells the launcher its sizes (checked before any worker starts) and holds the graph as arrays
+that a rank reads only its rows of: :func:`mggcn.distributed.sharding.build_shard` cuts each rank's shard from them,
+the same way for every dataset. :class:`InMemoryDataset` builds them from a whole :class:`Graph`; a dataset prepared
+on disk (:class:`mggcn.data.prepared.reader.PreparedDataset`) memory-maps them, so a rank reads only its share.
 """
 
 from __future__ import annotations
@@ -19,40 +21,84 @@ import os
 from typing import Any, Protocol
 
 import numpy as np
-import scipy.sparse as sp
 
 from mggcn.config import DEFAULT_DATASET
-from mggcn.data.graph import Graph, GraphError
-from mggcn.distributed.partition import Partition, Shard, build_shard, make_partition
-from mggcn.nn.norm import adjacency, normalize
+from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
+from mggcn.data.synthetic import GENERATED_PREFIXES, is_generated
 
-__all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "Dataset", "InMemoryDataset", "load_graph", "open_dataset"]
+__all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "ROW_ARRAYS", "Dataset", "InMemoryDataset", "graph_arrays",
+           "is_generated", "load_graph", "open_dataset"]
 
-GENERATED_PREFIXES = ("synthetic", "rmat", "builtin")
+# The arrays a dataset holds (n vertices, E edges, F features; original ids), the layout of a prepared directory:
+ROW_ARRAYS = {
+    "in_indptr": "int64 [n+1]: CSR of A by target (in-edges)",
+    "in_indices": "int32|int64 [E]: the sources of each target's in-edges, parallel edges repeated, self loops kept",
+    "out_indptr": "int64 [n+1]: CSR of A by source (rows of Aᵀ); the in_ arrays themselves when A is symmetric",
+    "out_indices": "int32|int64 [E]: the targets of each source's out-edges",
+    "degree": "int64 [n]: in-edges other than self loops plus one, the row sums of A + I",
+    "features": "float32 [n, F]",
+    "labels": "int64 [n]: -1 = unlabelled",
+    "split": "int8 [n]: 0 train, 1 val, 2 test, -1 none",
+}
 
 
 class Dataset(Protocol):
-    """What the trainer needs of a dataset."""
+    """What the trainer needs of a dataset: its sizes, and the :data:`ROW_ARRAYS` a rank reads its rows of.
+
+    ``arrays`` maps each name of :data:`ROW_ARRAYS` to an array (or a read-only memory map) indexed by original
+    vertex id; ``symmetric`` says that A = Aᵀ (the ``out_`` arrays are then the ``in_`` arrays); ``split_sizes``
+    counts the vertices of each split in the whole graph.
+    """
 
     name: str
     num_nodes: int
     num_edges: int
     num_features: int
     num_classes: int
+    symmetric: bool
+    split_sizes: dict[str, int]
+    arrays: dict[str, np.ndarray]
 
-    def partition(self, num_parts: int, seed: int, ordering: str) -> Partition: ...
+    def source(self, array: str) -> str:
+        """Where ``array`` comes from (a file of a prepared dataset), for the errors that name it."""
+        ...
 
-    def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard: ...
+
+def _csr(keys: np.ndarray, values: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, indices)``: the ``values`` grouped by ``keys``, each group in increasing order."""
+    order = np.lexsort((values, keys))
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=num_nodes), out=indptr[1:])
+    return indptr, values[order]
+
+
+def graph_arrays(graph: Graph) -> tuple[dict[str, np.ndarray], bool]:
+    """The :data:`ROW_ARRAYS` of an in-memory graph, and whether A = Aᵀ (same edges both ways, multiplicity too)."""
+    n = graph.num_nodes
+    src, dst = graph.edge_index
+    in_indptr, in_indices = _csr(dst, src, n)
+    out_indptr, out_indices = _csr(src, dst, n)
+    symmetric = bool(np.array_equal(in_indptr, out_indptr) and np.array_equal(in_indices, out_indices))
+    split = np.full(n, -1, dtype=np.int8)
+    for code, s in enumerate(SPLITS):
+        split[graph.masks[s]] = code
+    arrays = {"in_indptr": in_indptr, "in_indices": in_indices,
+              "out_indptr": in_indptr if symmetric else out_indptr,
+              "out_indices": in_indices if symmetric else out_indices,
+              "degree": np.bincount(dst[src != dst], minlength=n).astype(np.int64) + 1,
+              "features": graph.x, "labels": graph.y, "split": split}
+    return arrays, symmetric
 
 
 class InMemoryDataset:
-    """A whole :class:`Graph` in memory; each rank cuts its shard out of it (Â is normalized once and cached)."""
+    """A whole :class:`Graph` in memory, implementing :class:`Dataset` (its arrays are built on first use)."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.name, self.num_nodes, self.num_edges = graph.name, graph.num_nodes, graph.num_edges
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
-        self._adj_hat: dict[str, sp.csr_matrix] = {}
+        self.split_sizes = {s: int(graph.masks[s].sum()) for s in SPLITS}
+        self._arrays: tuple[dict[str, np.ndarray], bool] | None = None
         self._fingerprint: str | None = None
 
     @property
@@ -70,22 +116,21 @@ class InMemoryDataset:
             self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
 
-    def partition(self, num_parts: int, seed: int, ordering: str) -> Partition:
-        if ordering == "metis":
-            from mggcn.distributed.metis import metis_partition
+    def _built(self) -> tuple[dict[str, np.ndarray], bool]:
+        if self._arrays is None:
+            self._arrays = graph_arrays(self.graph)
+        return self._arrays
 
-            ei = self.graph.edge_index
-            return metis_partition(ei[1], ei[0], self.num_nodes, num_parts, seed)  # rows of Â are targets
-        return make_partition(self.num_nodes, num_parts, seed, ordering)
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self._built()[0]
 
-    def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard:
-        if norm not in self._adj_hat:
-            self._adj_hat[norm] = normalize(adjacency(self.graph.edge_index, self.num_nodes), norm)
-        return build_shard(self.graph, part, rank, norm, adj_hat=self._adj_hat[norm], tile_cols=tile_cols)
+    @property
+    def symmetric(self) -> bool:
+        return self._built()[1]
 
-
-def is_generated(spec: str) -> bool:
-    return spec.split(":", 1)[0] in GENERATED_PREFIXES
+    def source(self, array: str) -> str:
+        return f"{self.name} ({array})"
 
 
 def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,
@@ -138,8 +183,21 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
 
     if fmt == "prepared" or (fmt is None and is_prepared(spec)):
         if undirected or dedup or read_options:
-            given = ["--undirected"] * undirected + ["--dedup"] * dedup + [f"--{k}" for k in (read_options or {})]
-            raise GraphError(f"{spec}: {', '.join(given)} cannot change a prepared dataset; "
-                             "pass them to `mggcn prepare` instead")
+            given = ["undirected"] * undirected + ["dedup"] * dedup + list(read_options or {})
+            raise ConfigError(f"{spec}: {', '.join(given)} cannot change a prepared dataset; "
+                              "give them when preparing it instead", given[0])
         return PreparedDataset(spec)
     return InMemoryDataset(load_graph(spec, fmt, undirected, dedup, read_options))
+
+
+def as_dataset(dataset: Any) -> str | Graph:
+    """A dataset spec or path (``str`` or ``os.PathLike``), a :class:`Graph`, or a PyG ``Data`` (converted)."""
+    if isinstance(dataset, (str, Graph)):
+        return dataset
+    if isinstance(dataset, os.PathLike):
+        return os.fspath(dataset)
+    if hasattr(dataset, "edge_index"):
+        from mggcn.data.formats import from_pyg
+
+        return from_pyg(dataset)
+    raise TypeError(f"dataset must be a spec string, a path, a mggcn.Graph or a PyG Data, got {type(dataset).__name__}")

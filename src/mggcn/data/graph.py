@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Graph", "GraphError", "SPLITS"]
+from mggcn.utils.errors import ConfigError
+
+__all__ = ["ConfigError", "Graph", "GraphError", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 

@@ -38,6 +38,8 @@ __all__ = [
     "digits_graph",
     "parse_spec",
     "SPEC_PREFIXES",
+    "GENERATED_PREFIXES",
+    "is_generated",
     "RMAT_BLOCK",
 ]
 
@@ -540,7 +542,8 @@ def digits_graph(k: int = 10, seed: int = 0) -> Graph:
     ei = _symmetrize(src, nbr.reshape(-1).astype(np.int64), n)
     masks = _random_split(n, DEFAULT_SPLIT, np.random.default_rng(seed), y=y)
     name = "builtin:digits" if k == 10 else f"builtin:digits:k={k}"
-    return Graph(n, ei, x, y, masks, num_classes=10, name=name, meta=dict(generator="digits", k=k, seed=seed)).validate()
+    meta = dict(generator="digits", k=k, seed=seed)
+    return Graph(n, ei, x, y, masks, num_classes=10, name=name, meta=meta).validate()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -608,7 +611,16 @@ _RMAT_KEYS: dict[str, tuple[str, _Parser]] = {
 _DIGITS_KEYS: dict[str, tuple[str, _Parser]] = {"k": ("k", _pos_int), "seed": ("seed", _nonneg_int)}
 _KARATE_KEYS: dict[str, tuple[str, _Parser]] = {"seed": ("seed", _nonneg_int)}
 
-SPEC_PREFIXES = ("synthetic", "rmat", "builtin:karate", "builtin:digits")
+# The one list of dataset specs that need no file: their first words, and the full forms an error lists.
+BUILTINS = ("karate", "digits")
+GENERATED_PREFIXES = ("synthetic", "rmat", "builtin")
+SPEC_PREFIXES = ("synthetic", "rmat") + tuple(f"builtin:{name}" for name in BUILTINS)
+
+
+def is_generated(spec: str) -> bool:
+    """Whether ``spec`` names a generated or built-in dataset (``synthetic...``, ``rmat...``, ``builtin:...``)."""
+    return spec.strip().split(":", 1)[0] in GENERATED_PREFIXES
+
 
 
 def _options(spec: str, text: str, keys: dict[str, tuple[str, _Parser]]) -> dict[str, object]:
@@ -687,9 +699,9 @@ def parse_spec(spec: str) -> Graph:
         g = rmat_graph(**_rmat_options(spec, rest, max_scale=24))
     elif head == "builtin":
         name, _, opts = rest.partition(":")
-        if name == "karate":
+        if name == BUILTINS[0]:
             g = karate_graph(**_options(spec, opts, _KARATE_KEYS))
-        elif name == "digits":
+        elif name == BUILTINS[1]:
             kw = _options(spec, opts, _DIGITS_KEYS)
             if kw.get("k", 10) >= 1797:
                 raise GraphError(f"{spec}: k must be below the 1797 vertices")

@@ -1,9 +1,9 @@
 """Distributed state, in one small frozen dataclass passed explicitly, and the few collectives mggcn uses.
 
 Everything device-specific lives here: which backend (gloo on CPU, NCCL on CUDA), which device a rank drives, how
-many CPU threads it may use, and how the host allocator returns memory. Library code never calls
-``dist.get_rank()``; it receives a :class:`DistContext`.
-A world of size 1 needs no process group: every collective below is then the identity.
+many CPU threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold). Library code
+never calls ``dist.get_rank()``; it receives a :class:`DistContext`. A world of size 1 needs no process group: every
+collective below is then the identity.
 """
 
 from __future__ import annotations
@@ -17,17 +17,12 @@ import torch
 import torch.distributed as dist
 
 from mggcn.config import MMAP_THRESHOLD
+from mggcn.data.graph import ConfigError
+from mggcn.utils.system import enter_rank, set_mmap_threshold
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "MMAP_THRESHOLD",
            "set_mmap_threshold"]
-
-# Host allocations above this many bytes come from the system and go back to it when freed (glibc's
-# M_MMAP_THRESHOLD). glibc's own threshold starts at 128 KiB and rises to the size of every large block freed, up to
-# 32 MiB: after loading a graph, the tensors of an epoch then come from the heap, and what is freed stays there,
-# resident, 20-40% above the live tensors. An epoch of mggcn allocates nothing large (the workspace), so a fixed
-# threshold costs no page faults while training and keeps the memory what the plan says.
-
 
 @dataclass(frozen=True)
 class DistContext:
@@ -58,23 +53,10 @@ def resolve_device(kind: str) -> str:
     if kind == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if kind not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be cpu, cuda or auto, got '{kind}'")
+        raise ConfigError(f"device must be cpu, cuda or auto, got '{kind}'", "device")
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is visible to PyTorch")
+        raise ConfigError("device cuda: no CUDA device is visible to PyTorch", "device")
     return kind
-
-
-def set_mmap_threshold(nbytes: int | None) -> bool:
-    """Fix glibc's ``M_MMAP_THRESHOLD`` at ``nbytes`` (see :data:`MMAP_THRESHOLD`); ``None`` or 0 leaves glibc's
-    dynamic threshold. False where the C library is not glibc."""
-    if not nbytes:
-        return False
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, int(nbytes)))  # -3 = M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
 
 
 def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int | None = None,
@@ -84,10 +66,11 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     Without those variables this is a single-process run. ``MGGCN_INIT_METHOD`` (set by mggcn's own launcher)
     overrides the rendezvous, which otherwise is torchrun's ``env://``. Each rank uses ``cores / local ranks``
     threads unless ``threads`` says otherwise, so that local workers don't fight over cores. ``mmap_threshold``:
-    :func:`set_mmap_threshold` for this process (``None``: glibc's default).
+    the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's default), set only in a
+    process mggcn owns (:func:`mggcn.utils.system.enter_rank`; a job run in the caller's process puts the rest back
+    on return: :func:`mggcn.utils.system.caller_settings_kept`).
     """
     device = resolve_device(device)
-    set_mmap_threshold(mmap_threshold)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
@@ -96,8 +79,9 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     if threads is not None and not 1 <= threads <= cores:
         # Not clamped: a thread pool once told to start 10^5 threads crashes the process (SIGSEGV) at its next
         # parallel region, even after being told fewer again; refuse before torch hears of it.
-        raise ValueError(f"--threads {threads}: must be between 1 and the {cores} core(s) this process may use")
-    torch.set_num_threads(threads or max(1, cores // max(1, local_world)))
+        raise ConfigError(f"threads {threads}: must be between 1 and the {cores} core(s) this process may use",
+                          "threads")
+    enter_rank(threads or max(1, cores // max(1, local_world)), mmap_threshold)
 
     if device == "cuda":
         torch.cuda.set_device(local_rank)

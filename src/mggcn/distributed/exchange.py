@@ -22,8 +22,8 @@ while it is in flight, then the off-diagonal blocks. ``overlap=False`` waits for
 
 Accounting: ``sent_bytes`` / ``recv_bytes`` grow by the sizes of what each call hands to the collective for, and
 receives from, the other ranks (the all-to-all's split sizes × width × element size). The construction's index
-exchange is not counted. :class:`mggcn.distributed.spmm.StagedSpMM` counts the same way (a broadcast root is counted as sending
-its rows to each of the P − 1 others).
+exchange is not counted. :class:`mggcn.distributed.spmm.StagedSpMM` counts the same way (a broadcast root is counted as
+sending its rows to each of the P − 1 others).
 
 Memory: a send and a receive buffer of ``Σ_j k`` rows each at the widest width seen (the broadcast version keeps
 2·m rows), plus the compacted copies of the sparse off-diagonal blocks (at most the nonzeros of the originals).
@@ -40,13 +40,8 @@ import torch.distributed as dist
 
 from mggcn.config import COMM_MODES
 from mggcn.distributed.context import DistContext
-from mggcn.distributed.spmm import (  # the autograd wrapper only calls op.run
-    _Accumulator,
-    _StagedSpMMFunction,
-    local_spmm,
-)
+from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm
 from mggcn.distributed.tiled import TiledCSR
-from mggcn.nn.workspace import OutSpec, Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
@@ -88,7 +83,7 @@ class ExchangePlan:
         self.dense_pairs = sum(dense)
 
 
-class SparseExchangeSpMM:
+class SparseExchangeSpMM(SpMMOperator):
     """``C_i = Σ_j Â[i, j] · B_j`` across ranks, moving only referenced rows; same interface as ``StagedSpMM``.
 
     Construction is collective (every rank must build it, in the same order with the other collectives).
@@ -120,10 +115,6 @@ class SparseExchangeSpMM:
             self.plans = (ExchangePlan(ctx, adj, mode, dense_fraction), ExchangePlan(ctx, adj_t, mode, dense_fraction))
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
-        """As :meth:`mggcn.distributed.spmm.StagedSpMM.__call__`."""
-        return _StagedSpMMFunction.apply(b, self, out, grad_ws)
-
     def _views(self, plan: ExchangePlan, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Send and receive buffers at this width, shared by both directions and grown to the largest seen."""
         width = b.shape[1]
@@ -144,7 +135,7 @@ class SparseExchangeSpMM:
         send, recv = self._views(plan, b)
         with self.timer("spmm"):  # packing is memory traffic of the SpMM's kind
             offset = 0
-            for i, (index, rows) in enumerate(zip(plan.send_index, plan.send_rows)):
+            for index, rows in zip(plan.send_index, plan.send_rows):
                 if rows:
                     if index is None:
                         send[offset: offset + rows].copy_(b)
@@ -160,7 +151,7 @@ class SparseExchangeSpMM:
         if not self.overlap:
             with self.timer("comm_wait"):
                 work.wait()
-        out = _Accumulator(torch.empty_like(b) if out is None else out, self.timer)
+        out = BlockAccumulator(torch.empty_like(b) if out is None else out, self.timer)
         rank = self.ctx.rank
         if not plan.empty[rank]:
             out.add(plan.blocks[rank], b)

@@ -28,9 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 from mggcn.distributed.context import shutdown
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.files import atomic_write
+from mggcn.utils.system import Terminated, die_with_parent, own_process, sigterm_as_interrupt
 
-__all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "die_with_parent", "refuse_unguarded_script",
-           "UNGUARDED_EXIT"]
+__all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch", "under_torchrun",
+           "refuse_unguarded_script", "UNGUARDED_EXIT"]
 
 
 class WorkerError(RuntimeError):
@@ -41,23 +44,8 @@ class WorkerError(RuntimeError):
         self.rank, self.detail = rank, detail
 
 
-def die_with_parent() -> None:
-    """Linux: have the kernel kill this process when its parent dies (even by SIGKILL), so that no worker is left
-    orphaned: mggcn's launcher, or torchrun's agent, whose workers would otherwise train on alone, and their peers
-    on other nodes never notice. Elsewhere a no-op."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        if libc.prctl(1, signal.SIGKILL) != 0:  # 1 = PR_SET_PDEATHSIG
-            return
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before the request: it will never fire
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple) -> None:
+    own_process()  # the settings a rank makes (threads, allocator) stay in this process
     die_with_parent()
     os.environ.update({
         "RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs),
@@ -66,18 +54,23 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
     try:
         result = fn(*args)
         shutdown(clean=True)
-        with open(os.path.join(workdir, f"result.{rank}.tmp"), "wb") as f:
-            pickle.dump(result, f)
-        os.replace(os.path.join(workdir, f"result.{rank}.tmp"), os.path.join(workdir, f"result.{rank}"))
+        atomic_write(os.path.join(workdir, f"result.{rank}"), lambda tmp: _pickle_to(tmp, result))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent, KeyboardInterrupt included
-        when = time.time()
-        summary = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever the message holds
-        tmp = os.path.join(workdir, f"error.{rank}.tmp")
-        with open(tmp, "w") as f:
-            json.dump({"time": when, "error": summary, "detail": traceback.format_exc()}, f)
-        os.replace(tmp, os.path.join(workdir, f"error.{rank}"))
+        report = {"time": time.time(), "error": " ".join(f"{type(exc).__name__}: {exc}".split()),  # one line
+                  "detail": traceback.format_exc()}
+        atomic_write(os.path.join(workdir, f"error.{rank}"), lambda tmp: _json_to(tmp, report))
         os._exit(1)  # skip atexit handlers that could block on a broken process group
     exit_now(0)
+
+
+def _pickle_to(path: str, obj: Any) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(obj, f)
+
+
+def _json_to(path: str, obj: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f)
 
 
 def exit_now(status: int) -> None:
@@ -138,36 +131,40 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args), name=f"mggcn-rank{rank}")
              for rank in range(nprocs)]
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    previous = _raise_on_sigterm()
-    interrupted = None
     try:
-        for p in procs:
-            p.start()
-        running = dict(enumerate(procs))
-        while running:
-            try:
-                _wait_for_any(running, deadline, timeout_s, procs, workdir, settle_s, interrupted)
-            except KeyboardInterrupt as stop:
-                if interrupted is not None:
-                    raise
-                # Ctrl-C or SIGTERM: ask the workers to stop (they finish the epoch and checkpoint), give them time
-                interrupted = signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT
-                for p in running.values():
-                    if p.is_alive():
-                        os.kill(p.pid, signal.SIGTERM)
-                deadline = time.monotonic() + grace_s
-                timeout_s = grace_s
-        results = []
-        for rank in range(nprocs):
-            with open(os.path.join(workdir, f"result.{rank}"), "rb") as f:
-                results.append(pickle.load(f))  # written by our own worker into our private directory
-        return results
+        with sigterm_as_interrupt():  # the launcher's handler is back before the workers are stopped
+            return _run(procs, nprocs, workdir, deadline, timeout_s, grace_s, settle_s)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         _stop(procs)
         shutil.rmtree(workdir, ignore_errors=True)
         _stop_cleaner(cleaner)
+
+
+def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout_s: float | None,
+         grace_s: float, settle_s: float) -> list[Any]:
+    """Start the workers, wait for them (asking them to stop on Ctrl-C or SIGTERM), return their results."""
+    interrupted = None
+    for p in procs:
+        p.start()
+    running = dict(enumerate(procs))
+    while running:
+        try:
+            _wait_for_any(running, deadline, timeout_s, procs, workdir, settle_s, interrupted)
+        except KeyboardInterrupt as stop:
+            if interrupted is not None:
+                raise
+            # Ctrl-C or SIGTERM: ask the workers to stop (they finish the epoch and checkpoint), give them time
+            interrupted = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+            for p in running.values():
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            timeout_s = grace_s
+    results = []
+    for rank in range(nprocs):
+        with open(os.path.join(workdir, f"result.{rank}"), "rb") as f:
+            results.append(pickle.load(f))  # written by our own worker into our private directory
+    return results
 
 
 # Exit status of a spawned worker whose bootstrap re-ran the launching script's top level (no __main__ guard).
@@ -207,23 +204,6 @@ def _stop_cleaner(cleaner: subprocess.Popen | None) -> None:
         except subprocess.TimeoutExpired:
             cleaner.kill()
             cleaner.wait()
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, in the launcher: it means what Ctrl-C means."""
-
-
-def _raise_on_sigterm():
-    """In the launcher, SIGTERM means what Ctrl-C means (raises :class:`_Terminated`)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise _Terminated
-
-    return signal.signal(signal.SIGTERM, handler)
 
 
 def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None, procs, workdir: str,
@@ -310,3 +290,50 @@ def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
     causes = [f for f in failed.values() if not f.peer_lost] or list(failed.values())
     first = min(causes, key=lambda f: (f.when, f.rank))
     return WorkerError(first.rank, first.message, first.detail)
+
+
+def under_torchrun() -> bool:
+    """Whether this process is a rank torchrun (or another launcher) started, not one of mggcn's own workers nor a
+    command that starts workers."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
+                                                   and "MGGCN_INIT_METHOD" not in os.environ)
+
+
+def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], nprocs: int | None = None,
+           grace_s: float = 60.0, torchrun: bool = True, on_checked: Callable[[Any, int], None] | None = None) -> Any:
+    """Run the job function ``fn`` on every rank: the one dispatch of ``mggcn train``, ``mggcn predict`` and the API.
+
+    ``check(job, P)`` runs first, in this process, and returns the dataset it opened (so bad input stops the job
+    before any worker starts); ``on_checked(dataset, P)`` then may report it. Then:
+
+    * under torchrun (``torchrun=True``): this process is one rank; it dies with its agent
+      (:func:`~mggcn.utils.system.die_with_parent`: a killed agent must not leave its workers training on, unnoticed
+      by the other nodes), then ``fn(job)``, with P torchrun's world size (``nprocs``, when given, must agree);
+    * ``nprocs`` 1 (or None): ``fn(job, dataset)`` in this process, reusing the checked dataset;
+    * ``nprocs`` P > 1: ``fn(job)`` on P spawned workers (:func:`run_workers`); in a worker still importing an
+      unguarded script, nothing is checked: it ends at once (:func:`refuse_unguarded_script`).
+
+    Returns this process's result (under torchrun) or rank 0's. Raises :class:`WorkerError` when a worker fails
+    (:class:`JobInterrupted` when Ctrl-C or SIGTERM ended the workers before they could stop by themselves).
+    """
+    if torchrun and under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if nprocs is not None and nprocs != world:
+            raise ConfigError(f"nprocs {nprocs} disagrees with torchrun's world size {world}; leave it out",
+                              "nprocs")
+        die_with_parent()
+        dataset = check(job, world)
+        if on_checked is not None:
+            on_checked(dataset, world)
+        del dataset
+        return fn(job)
+    nprocs = nprocs or 1
+    if nprocs > 1:
+        refuse_unguarded_script()
+    dataset = check(job, nprocs)
+    if on_checked is not None:
+        on_checked(dataset, nprocs)
+    if nprocs == 1:
+        return fn(job, dataset)
+    del dataset
+    return run_workers(fn, nprocs, (job,), grace_s=grace_s)[0]

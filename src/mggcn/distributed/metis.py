@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from mggcn.data.graph import GraphError
+from mggcn.data.graph import ConfigError
 from mggcn.distributed.partition import Partition
 
 __all__ = ["UFACTOR", "metis_parts", "metis_partition", "partition_from_parts", "symmetric_pattern"]
@@ -44,8 +44,8 @@ def metis_parts(sym: sp.csr_matrix, weights: np.ndarray, num_parts: int, seed: i
     try:
         import pymetis
     except ImportError:
-        raise GraphError("--partition metis needs pymetis: pip install 'mggcn[metis]' (or pip install pymetis)") \
-            from None
+        raise ConfigError("partition metis needs pymetis: pip install 'mggcn[metis]' (or pip install pymetis)",
+                          "partition") from None
     if num_parts == 1:
         return np.zeros(sym.shape[0], dtype=np.int64)
     options = pymetis.Options()
@@ -83,7 +83,7 @@ def partition_from_parts(parts: np.ndarray, num_parts: int, weights: np.ndarray)
 def metis_partition(rows: np.ndarray, cols: np.ndarray, num_nodes: int, num_parts: int, seed: int = 0) -> Partition:
     """The METIS :class:`Partition` of the graph with nonzeros ``(rows, cols)`` of A (rows = targets)."""
     if num_parts > num_nodes:
-        raise GraphError(f"--nprocs {num_parts} is larger than the graph's {num_nodes} vertices")
+        raise ConfigError(f"nprocs {num_parts} is larger than the graph's {num_nodes} vertices", "nprocs")
     sym = symmetric_pattern(rows, cols, num_nodes)
     pattern = sp.csr_matrix((np.ones(rows.shape[0], dtype=np.int32), (rows, cols)), shape=(num_nodes, num_nodes))
     pattern.sum_duplicates()

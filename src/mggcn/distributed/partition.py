@@ -13,8 +13,9 @@ Orderings (``--partition``): ``random`` (the MG-GCN way), ``none`` (the original
 random permutation decides which part each vertex goes to (so the balance is that of ``random``), then each part
 lists its vertices in increasing original id. Where the original ids carry locality (crawl order, communities,
 an RCM order computed beforehand) the rows a block's nonzeros fetch are then close together again, which is what a
-CPU SpMM is bound by; the numbers are those of any other renumbering. ``metis`` (:mod:`mggcn.distributed.metis`) needs the
-graph, so datasets compute it (``Dataset.partition``); :func:`make_partition` only knows the vertex count.
+CPU SpMM is bound by; the numbers are those of any other renumbering. ``metis`` (:mod:`mggcn.distributed.metis`)
+needs the graph (:func:`mggcn.distributed.sharding.partition_dataset`); :func:`make_partition` only knows the vertex
+count. Each rank's :class:`Shard` is cut by :func:`mggcn.distributed.sharding.build_shard`.
 
 Legend: n = real vertices, m = rows per rank, F = features.
 """
@@ -28,14 +29,10 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.config import ORDERINGS
-from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.data.graph import ConfigError
 from mggcn.distributed.tiled import TiledCSR, csr_to_torch
-from mggcn.nn.norm import adjacency, normalize
 
-__all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks",
-           "build_shard"]
-
-
+__all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks"]
 
 
 @dataclass(frozen=True)
@@ -67,9 +64,9 @@ class Partition:
 def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
     """Renumber ``num_nodes`` vertices for ``num_parts`` ranks; see the module docstring."""
     if num_parts < 1:
-        raise GraphError(f"--nprocs must be at least 1, got {num_parts}")
+        raise ConfigError(f"nprocs must be at least 1, got {num_parts}", "nprocs")
     if num_parts > num_nodes:
-        raise GraphError(f"--nprocs {num_parts} is larger than the graph's {num_nodes} vertices")
+        raise ConfigError(f"nprocs {num_parts} is larger than the graph's {num_nodes} vertices", "nprocs")
     if ordering in ("random", "random-local"):
         real = np.random.default_rng(seed).permutation(num_nodes).astype(np.int64)
         if ordering == "random-local":
@@ -79,9 +76,10 @@ def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str 
     elif ordering == "none":
         real = np.arange(num_nodes, dtype=np.int64)
     elif ordering == "metis":
-        raise GraphError("--partition metis needs the graph: use Dataset.partition or mggcn.distributed.metis.metis_partition")
+        raise ConfigError("partition metis needs the graph: use mggcn.distributed.sharding.partition_dataset",
+                          "partition")
     else:
-        raise GraphError(f"--partition must be one of {', '.join(ORDERINGS)}, got '{ordering}'")
+        raise ConfigError(f"partition must be one of {', '.join(ORDERINGS)}, got '{ordering}'", "partition")
     padded = -(-num_nodes // num_parts) * num_parts
     order = np.concatenate([real, np.full(padded - num_nodes, -1, dtype=np.int64)])
     position = np.empty(num_nodes, dtype=np.int64)
@@ -106,18 +104,6 @@ def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]
 def to_blocks(block: sp.csr_matrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
     """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole)."""
     return [TiledCSR.from_scipy(b, tile_cols) for b in split_row_block(block, num_parts)]
-
-
-def _row_block(adj: sp.csr_matrix, part: Partition, rank: int) -> sp.csr_matrix:
-    """Rank ``rank``'s rows of the permuted, padded ``adj``, columns renumbered to new ids."""
-    orig = part.order[part.rows(rank)]
-    real = orig >= 0
-    rows = adj[orig[real]].tocsr()
-    counts = np.zeros(orig.shape[0], dtype=np.int64)
-    counts[real] = np.diff(rows.indptr)
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    cols = part.position[rows.indices]
-    return sp.csr_matrix((rows.data, cols, indptr), shape=(orig.shape[0], part.padded_nodes))
 
 
 @dataclass
@@ -156,33 +142,3 @@ class Shard:
         """Columns per tile of the blocks (None: whole blocks)."""
         cut = next((b for b in self.adj + self.adj_t if len(b.tiles) > 1), None)
         return None if cut is None else cut.spans()[0][1]
-
-
-def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
-                adj_hat: sp.csr_matrix | None = None, tile_cols: int | None = None) -> Shard:
-    """Rank ``rank``'s shard of an in-memory graph (the whole graph is read, only this rank's share is kept);
-    ``tile_cols``: columns per tile of the blocks (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled)."""
-    if adj_hat is None:
-        adj_hat = normalize(adjacency(graph.edge_index, graph.num_nodes), norm)
-    rows = part.rows(rank)
-    adj = to_blocks(_row_block(adj_hat, part, rank), part.num_parts, tile_cols)
-    transpose = adj_hat.T.tocsr()
-    # Â = Âᵀ (an undirected graph with the sym norm): the backward blocks ARE the forward blocks; share them
-    symmetric = transpose.nnz == adj_hat.nnz and (transpose != adj_hat).nnz == 0
-    adj_t = adj if symmetric else to_blocks(_row_block(transpose, part, rank), part.num_parts, tile_cols)
-
-    orig = part.order[rows]
-    real = orig >= 0
-    m = orig.shape[0]
-    x = np.zeros((m, graph.num_features), dtype=np.float32)
-    x[real] = graph.x[orig[real]]
-    y = np.full(m, -1, dtype=np.int64)
-    y[real] = graph.y[orig[real]]
-    masks = {}
-    for s in SPLITS:
-        mk = np.zeros(m, dtype=bool)
-        mk[real] = graph.masks[s][orig[real]]
-        masks[s] = torch.from_numpy(mk)
-    return Shard(rank=rank, partition=part, adj=adj, adj_t=adj_t,
-                 x=torch.from_numpy(x), y=torch.from_numpy(y), masks=masks, num_classes=graph.num_classes,
-                 split_sizes={s: int(graph.masks[s].sum()) for s in SPLITS})

@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 from mggcn.config import SHM_MODES
 from mggcn.distributed.context import DistContext, all_gather_objects
+from mggcn.utils.errors import ConfigError
 
 __all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "host_outboxes", "one_host"]
 
@@ -45,7 +46,7 @@ SHM_DIR = "/dev/shm"  # MGGCN_SHM_DIR overrides it (e.g. a container whose /dev/
 
 
 class ShmUnavailable(RuntimeError):
-    """Shared-memory broadcast was asked for (``--shm on``) but cannot be set up; the message says why."""
+    """Shared-memory broadcast was asked for (``shm="on"``) but cannot be set up; the message says why."""
 
 
 def _host_id() -> str:
@@ -214,7 +215,7 @@ def host_outboxes(ctx: DistContext, mode: str, rows: int, width: int,
     words say why); ``on``: shared memory or :class:`ShmUnavailable`; ``off``: gloo. A world of one needs neither.
     """
     if mode not in SHM_MODES:
-        raise ValueError(f"--shm must be one of {', '.join(SHM_MODES)}, got '{mode}'")
+        raise ConfigError(f"shm must be one of {', '.join(SHM_MODES)}, got '{mode}'", "shm")
     backend = "nccl" if ctx.device.type == "cuda" else "gloo"
     if ctx.world_size == 1:
         return None, "one rank"
@@ -222,7 +223,7 @@ def host_outboxes(ctx: DistContext, mode: str, rows: int, width: int,
         return None, backend
     if not one_host(ctx):
         if mode == "on":
-            raise ShmUnavailable("--shm on needs every rank on one host and on the CPU")
+            raise ShmUnavailable("shm on needs every rank on one host and on the CPU")
         return None, backend
     try:
         return SharedOutboxes.create(ctx, rows, width, dtype), "shared memory"

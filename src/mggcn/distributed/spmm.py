@@ -12,8 +12,8 @@ already queued on the compute stream when a collective is issued, and ``work.wai
 wait for the broadcast, so the GPU overlaps the two without host synchronization. ``overlap=False`` runs each stage's
 broadcast to completion before its multiply (CAGNET's 1D scheme), to measure what the overlap buys.
 
-CPU ranks of one host can broadcast through shared memory instead (:mod:`mggcn.distributed.shm`): stage j's root copies its rows
-into its outbox and broadcasts a token; the others multiply out of that outbox. The stages, their order and the
+CPU ranks of one host can broadcast through shared memory instead (:mod:`mggcn.distributed.shm`): stage j's root copies
+its rows into its outbox and broadcasts a token; the others multiply out of that outbox. The stages, their order and the
 overlap are the same; only what a stage moves changes.
 
 Legend: m = rows per rank, d = width of B.
@@ -33,7 +33,7 @@ from mggcn.distributed.tiled import TiledCSR
 from mggcn.nn.workspace import OutSpec, Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["BroadcastBuffers", "StagedSpMM", "local_adj", "local_spmm"]
+__all__ = ["BlockAccumulator", "BroadcastBuffers", "SpMMOperator", "StagedSpMM", "local_adj", "local_spmm"]
 
 
 class BroadcastBuffers:
@@ -68,8 +68,9 @@ def local_spmm(blocks: list[TiledCSR], b: torch.Tensor, timer: PhaseTimer = NULL
         return blocks[0].matmul(b, out)
 
 
-class _Accumulator:
-    """``out = Σ`` of the blocks' products in the order they come: the first one writes, the others add."""
+class BlockAccumulator:
+    """``out = Σ`` of the blocks' products in the order they come: the first one writes, the others add.
+    Every SpMM operator sums its stages through one."""
 
     def __init__(self, out: torch.Tensor, timer: PhaseTimer) -> None:
         self.out, self.timer, self.started = out, timer, False
@@ -83,7 +84,28 @@ class _Accumulator:
         return self.out if self.started else self.out.zero_()
 
 
-class StagedSpMM:
+class SpMMOperator:
+    """What every SpMM across ranks is: ``H -> Â·H`` on this rank's rows, with autograd, as :mod:`mggcn.nn.model`
+    calls it. A subclass implements :meth:`run` (one product with Â or Âᵀ, no autograd) and sets ``rows`` (m), and
+    counts in ``sent_bytes`` / ``recv_bytes`` what its transport moved. Implementations: :class:`StagedSpMM` (the
+    staged broadcast, through gloo/NCCL or shared memory) and
+    :class:`mggcn.distributed.exchange.SparseExchangeSpMM` (only the rows a block references)."""
+
+    rows: int
+    sent_bytes: int
+    recv_bytes: int
+
+    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
+        """``Â·b`` with autograd; ``out``: a workspace buffer for the result (None: a new tensor); ``grad_ws``:
+        the workspace whose gradient buffers receive ``Âᵀ·∂C`` in backward (None: a new tensor)."""
+        return _SpMMFunction.apply(b, self, out, grad_ws)
+
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``Â·b`` (or ``Âᵀ·b``) on this rank's rows ``b`` (m × d), into ``out`` (not ``b``) or a new tensor."""
+        raise NotImplementedError
+
+
+class StagedSpMM(SpMMOperator):
     """``C_i = Σ_j Â[i, j] · B_j`` across ranks; call it on the local rows ``B_i`` (m × d), get ``C_i``.
 
     Args:
@@ -112,11 +134,6 @@ class StagedSpMM:
         # bytes handed to / received from the broadcasts, the root counted as sending to each of the P - 1 others
         self.sent_bytes = self.recv_bytes = 0
 
-    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
-        """``Â·b`` with autograd; ``out``: a workspace buffer for the result (None: a new tensor); ``grad_ws``:
-        the workspace whose gradient buffers receive ``Âᵀ·∂C`` in backward (None: a new tensor)."""
-        return _StagedSpMMFunction.apply(b, self, out, grad_ws)
-
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
         """One staged SpMM with Â (or Âᵀ) on this rank's rows ``b``, into ``out`` (m × d, not ``b``) or a new
         tensor; no autograd."""
@@ -130,7 +147,7 @@ class StagedSpMM:
             call, shm.calls = shm.calls, shm.calls + 1
         elif self.buffers is None and self.outboxes is None:
             self.buffers = BroadcastBuffers(self.rows, b.shape[1], b.dtype, b.device)
-        out = _Accumulator(torch.empty_like(b) if out is None else out, self.timer)
+        out = BlockAccumulator(torch.empty_like(b) if out is None else out, self.timer)
         num_stages, rank = self.ctx.world_size, self.ctx.rank
 
         def receive_buffer(stage: int) -> torch.Tensor:
@@ -171,12 +188,12 @@ class StagedSpMM:
         return out.result()
 
 
-class _StagedSpMMFunction(torch.autograd.Function):
+class _SpMMFunction(torch.autograd.Function):
     """Keeps nothing for backward but the operator: ``∂B = Âᵀ·∂C`` needs only the blocks of Âᵀ. Results go to the
     workspace buffers given (``out`` forward, a gradient buffer of ``grad_ws`` backward) or to new tensors."""
 
     @staticmethod
-    def forward(ctx, b: torch.Tensor, op: StagedSpMM, out: OutSpec,  # type: ignore[override]
+    def forward(ctx, b: torch.Tensor, op: SpMMOperator, out: OutSpec,  # type: ignore[override]
                 grad_ws: Workspace | None) -> torch.Tensor:
         ctx.op, ctx.grad_ws = op, grad_ws
         dest = None if out is None else out[0].take(out[1], op.rows, b.shape[1], b)

@@ -20,7 +20,6 @@ Legend: m = rows of the block, w = its columns, d = width of B, T = tiles.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,17 +27,15 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.config import TILE_BYTES
+from mggcn.utils.system import sparse_warnings_silenced
 
 __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "TiledCSR", "tile_columns", "max_tiles", "num_tiles",
            "index_bytes", "csr_to_torch"]
 
-# Bytes of B one tile reads per machine: 2-4 MiB measured best among 1-8 MiB here (32 MiB L3, 1 MiB L2 per core).
+# TILE_BYTES, bytes of B one tile reads per machine: 2-4 MiB measured best among 1-8 MiB here (32 MiB L3, 1 MiB L2
+# per core).
 MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
 MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
-
-# torch warns on every CSR construction that the layout is beta; it is the layout MG-GCN is built on.
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
 def index_bytes(nnz: int, size: int) -> int:
@@ -52,7 +49,8 @@ def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torc
     crow = torch.from_numpy(np.ascontiguousarray(mat.indptr, dtype=idx))
     col = torch.from_numpy(np.ascontiguousarray(mat.indices, dtype=idx))
     val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
-    return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
+    with sparse_warnings_silenced():  # torch calls the CSR layout beta on every construction: it is MG-GCN's layout
+        return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
 
 
 def tile_columns(width: int, rows: int, block_nnz: int, device: torch.device | str = "cpu", local_ranks: int = 1,
@@ -179,7 +177,7 @@ class TiledCSR:
     def to_scipy(self) -> sp.csr_matrix:
         """The whole block as one scipy CSR (tests, checks)."""
         parts = []
-        for tile, (start, cols) in zip(self.tiles, self.spans()):
+        for tile, (start, _) in zip(self.tiles, self.spans()):
             t = sp.csr_matrix((tile.values().cpu().numpy(), tile.col_indices().cpu().numpy() + start,
                                tile.crow_indices().cpu().numpy()), shape=(self.rows, self.width))
             parts.append(t)

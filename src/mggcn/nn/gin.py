@@ -128,7 +128,7 @@ class GIN(LayerStack):
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,
                  reuse_buffers: bool = True) -> None:
-        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers)
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
         self.train_eps = train_eps
         self.convs.extend(GINLayer(dims[i], dims[i + 1], first=(i == 0), order=order, activation=activation,
                                    train_eps=train_eps) for i in range(len(dims) - 1))

@@ -1,8 +1,8 @@
 """The GCN as plain single-device PyTorch; distribution enters only through the ``adj`` operator it is given.
 
 Layer l computes ``H_{l+1} = σ(Â · H_l · W_lᵀ + b_l)``; ``adj`` is a callable ``H -> Â·H`` (a
-:class:`~mggcn.distributed.spmm.StagedSpMM`, across ranks or in one process) that takes two keywords: ``out``, a workspace
-buffer for its result, and ``grad_ws``, the workspace whose gradient buffers receive its backward's result.
+:class:`~mggcn.distributed.spmm.StagedSpMM`, across ranks or in one process) that takes two keywords: ``out``, a
+workspace buffer for its result, and ``grad_ws``, the workspace whose gradient buffers receive its backward's result.
 
 Order policy (it decides the SpMM width, hence the communication volume): each layer multiplies by W before
 aggregating — ``Â·(H·Wᵀ)`` — or after — ``(Â·H)·Wᵀ`` — whichever makes its SpMMs narrower, counting forward and
@@ -39,10 +39,11 @@ from torch.autograd.function import once_differentiable
 
 from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.nn.workspace import OutSpec, Workspace
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "activate",
-           "glorot_"]
+           "dropout", "glorot_", "spmm_widths"]
 
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=Workspace | None) -> Â·H (σ may overwrite it)
@@ -55,6 +56,45 @@ def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> 
     if first:
         return d_in <= 2 * d_out
     return d_in < d_out
+
+
+def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
+    """The width of every SpMM an epoch runs (forward and backward), for sizing buffers and counting traffic."""
+    widths = []
+    for i in range(len(dims) - 1):
+        agg = aggregate_first(dims[i], dims[i + 1], i == 0, order)
+        if i == 0 and agg:
+            widths += [] if caches_input else [dims[0]]
+        else:
+            width = dims[i] if agg else dims[i + 1]
+            widths += [width, width]
+    return widths
+
+
+class _Dropout(torch.autograd.Function):
+    """Dropout whose mask comes from ``generator``, never from torch's global RNG. The same bits as
+    ``F.dropout`` after ``torch.manual_seed`` with the generator's seed (the mask is ``bernoulli(1 - p) / (1 - p)``,
+    drawn and applied the same way); like it, backward keeps only a bool mask."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+        noise = torch.empty_like(h).bernoulli_(1 - p, generator=generator)
+        noise.div_(1 - p)
+        ctx.p = p
+        ctx.save_for_backward(noise != 0)
+        return h * noise
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return grad * keep.to(grad.dtype).div_(1 - ctx.p), None, None
+
+
+def dropout(h: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Zero each entry of ``h`` with probability ``p`` and scale the rest by ``1 / (1 - p)``, drawing the mask
+    from ``generator`` (on ``h``'s device)."""
+    return _Dropout.apply(h, p, generator)
 
 
 class _TimedLinear(torch.autograd.Function):
@@ -142,15 +182,22 @@ class GCNLayer(nn.Module):
         first: the layer reads the input features (no input gradient needed).
         order: ``auto`` (the policy of the module docstring), ``aggregate-first`` or ``transform-first``.
         bias: add a learnable bias (default True).
+        generator: initialize ``W`` with PyG's ``glorot`` from this generator (:class:`GCN` does); None: as
+            ``torch.nn.Linear`` does, from torch's global RNG.
 
     Shapes: ``h`` [m, d_in] -> [m, d_out].
     """
 
-    def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True) -> None:
+    def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True,
+                 generator: torch.Generator | None = None) -> None:
         super().__init__()
         if order not in ORDERS:
-            raise ValueError(f"--order must be one of {', '.join(ORDERS)}, got '{order}'")
-        self.lin = nn.Linear(in_dim, out_dim, bias=False)
+            raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got '{order}'", "order")
+        if generator is None:
+            self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        else:  # no default initialization drawn (from the global RNG) only to be overwritten
+            self.lin = nn.Linear(in_dim, out_dim, bias=False, device="meta").to_empty(device="cpu")
+            glorot_(self.lin.weight, generator)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
@@ -193,21 +240,40 @@ class LayerStack(nn.Module):
             are a new tensor unless :meth:`forward` is asked otherwise; a second forward before the backward of the
             first makes that backward raise (it would read overwritten activations), so set False to run several
             forward passes into one backward.
+        seed: the initialization seed; dropout masks come from a generator seeded with it until
+            :meth:`seed_dropout` is called (the trainer calls it once per epoch and rank).
     """
 
     kind = ""  # "gcn", "sage", "gin": the --model name
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, reuse_buffers: bool = True) -> None:
+                 input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int = 0) -> None:
         super().__init__()
         if len(dims) < 2:
             raise ValueError(f"a {type(self).__name__} needs at least input and output dimensions")
         if activation not in ACTIVATIONS:
-            raise ValueError(f"--activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'")
+            raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'", "activation")
         self.dims = list(dims)
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
         self.convs = nn.ModuleList()
         self.workspace = Workspace() if reuse_buffers else None
+        self.seed = seed
+        self._dropout_generator: torch.Generator | None = None
+
+    def seed_dropout(self, seed: int) -> None:
+        """Draw the following dropout masks from a generator seeded with ``seed`` (the trainer: once per epoch and
+        rank). Until the first call, masks come from a generator seeded with the initialization seed."""
+        device = next(self.parameters()).device
+        if self._dropout_generator is None or self._dropout_generator.device != device:
+            self._dropout_generator = torch.Generator(device=device)
+        self._dropout_generator.manual_seed(seed)
+
+    def _drop(self, h: torch.Tensor, p: float) -> torch.Tensor:
+        if not (p and self.training):
+            return h
+        if self._dropout_generator is None or self._dropout_generator.device != h.device:
+            self.seed_dropout(self.seed)
+        return dropout(h, p, self._dropout_generator)
 
     @property
     def caches_input_aggregation(self) -> bool:
@@ -222,11 +288,11 @@ class LayerStack(nn.Module):
         forward) instead of a new tensor, so that an epoch allocates nothing of their size."""
         if x_aggregated is not None and not self.caches_input_aggregation:
             raise ValueError("x_aggregated cannot be used with input dropout")
-        h = F.dropout(x, self.input_dropout, self.training) if self.input_dropout else x
+        h = self._drop(x, self.input_dropout)
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            if i > 0 and self.dropout:
-                h = F.dropout(h, self.dropout, self.training)
+            if i > 0:
+                h = self._drop(h, self.dropout)
             h = conv(h, adj, timer, h_aggregated=x_aggregated if i == 0 else None, workspace=self.workspace,
                      key=str(i), output_in_workspace=i < last or logits_in_workspace)
             if i < last:
@@ -254,12 +320,11 @@ class GCN(LayerStack):
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
                  reuse_buffers: bool = True) -> None:
-        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers)
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
+        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
         self.convs.extend(
-            GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias) for i in range(len(dims) - 1))
-        generator = torch.Generator().manual_seed(seed)
-        for conv in self.convs:
-            glorot_(conv.lin.weight, generator)
+            GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
+            for i in range(len(dims) - 1))
 
     def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights under PyG's names (``convs.{l}.lin.weight``, ``convs.{l}.bias``), detached, on CPU."""

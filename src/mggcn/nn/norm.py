@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mggcn.config import NORMS, OPERATORS, operator_for
+from mggcn.utils.errors import ConfigError
 
 __all__ = ["NORMS", "OPERATORS", "adds_self_loops", "adjacency", "entry_values", "normalize", "operator_for"]
 
@@ -38,7 +39,7 @@ def adds_self_loops(operator: str) -> bool:
 
 def _check(operator: str) -> None:
     if operator not in OPERATORS:
-        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{operator}'")
+        raise ConfigError(f"norm must be one of {', '.join(NORMS)}, got '{operator}'", "norm")
 
 
 def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:

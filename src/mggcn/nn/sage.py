@@ -102,7 +102,7 @@ class GraphSAGE(LayerStack):
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
                  reuse_buffers: bool = True) -> None:
-        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers)
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
         self.convs.extend(
             SAGELayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias) for i in range(len(dims) - 1))
         generator = torch.Generator().manual_seed(seed)

@@ -1,9 +1,9 @@
 """Tensors allocated once and reused every epoch: MG-GCN's per-layer and shared buffers, in PyTorch.
 
-The model (:mod:`mggcn.nn.model`), the SpMM (:mod:`mggcn.distributed.spmm`) and the loss (:mod:`mggcn.nn.loss`) put what they produce
-on named buffers of one :class:`Workspace` instead of new tensors, so that after the first epoch an epoch allocates
-nothing of its size: no page faults for fresh memory, no allocator holding freed blocks, and a memory peak that is
-the sum of the buffers (:mod:`mggcn.tools.plan` counts them).
+The model (:mod:`mggcn.nn.model`), the SpMM (:mod:`mggcn.distributed.spmm`) and the loss (:mod:`mggcn.nn.loss`) put what
+they produce on named buffers of one :class:`Workspace` instead of new tensors, so that after the first epoch an epoch
+allocates nothing of its size: no page faults for fresh memory, no allocator holding freed blocks, and a memory peak
+that is the sum of the buffers (:mod:`mggcn.tools.plan` counts them).
 """
 
 from __future__ import annotations

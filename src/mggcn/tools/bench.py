@@ -17,8 +17,8 @@ configurations K times, round after round in the same order, and reports each on
 line gives the ratio off/on of every round, so a slow spell that hits one round hits both sides of its ratio. On CPU
 with P > 1 the bench also measures a 16 MiB broadcast between two ranks: its rate and how busy it keeps the cores,
 the room that overlapping communication with computation has on this machine. Ranks on one CPU host broadcast
-through shared memory by default (:mod:`mggcn.distributed.shm`); ``--compare-shm`` runs P > 1 through gloo's broadcast too.
-A rank's peak RSS then leaves out the pages of the other ranks' outboxes it reads (``peer_shm`` in the JSON): their
+through shared memory by default (:mod:`mggcn.distributed.shm`); ``--compare-shm`` runs P > 1 through gloo's broadcast
+too. A rank's peak RSS then leaves out the pages of the other ranks' outboxes it reads (``peer_shm`` in the JSON): their
 owners count them.
 
 Memory: a process's peak RSS is its ``VmHWM`` (``/proc/self/status``; ``ru_maxrss`` where there is no /proc —
@@ -34,9 +34,9 @@ does) into a ``torch.sparse_csr`` tensor with int32 indices (``--pyg-adj csr``);
 torch-sparse (not installed); PyG's ``EdgeIndex`` was 5-10× slower than the CSR and took 23 GB on the default graph.
 
 Allocator: each configuration runs as it does by default. mggcn's ranks fix glibc's mmap threshold at 1 MiB
-(:data:`mggcn.distributed.context.MMAP_THRESHOLD`: freed blocks go back to the system at once; an mggcn epoch allocates nothing
-large, so this costs it no page faults); PyG runs under glibc's dynamic threshold, which keeps freed blocks of up to
-32 MiB in the heap and reuses them without page faults (PyG allocates its activations anew every epoch), at the
+(:data:`mggcn.config.MMAP_THRESHOLD`: freed blocks go back to the system at once; an mggcn epoch allocates
+nothing large, so this costs it no page faults); PyG runs under glibc's dynamic threshold, which keeps freed blocks of
+up to 32 MiB in the heap and reuses them without page faults (PyG allocates its activations anew every epoch), at the
 price of RSS above the live tensors. ``--mmap-threshold SIZE`` sets one threshold for every configuration (0: glibc's
 dynamic one everywhere), to compare like with like.
 
@@ -76,6 +76,8 @@ from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.training.trainer import build_model, shard_for, train_shard
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.system import torch_threads
 from mggcn.utils.timing import PHASES
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",
@@ -218,7 +220,7 @@ def bench_graph(opts: BenchOptions) -> Graph:
     from mggcn.data.synthetic import community_graph
 
     if opts.ids not in ("clustered", "random"):
-        raise ValueError(f"--ids must be clustered or random, got '{opts.ids}'")
+        raise ConfigError(f"ids must be clustered or random, got '{opts.ids}'", "ids")
     graph = community_graph(opts.nodes, opts.classes, opts.features, opts.degree, seed=opts.seed)
     graph.meta = {}
     if opts.ids == "random":
@@ -261,14 +263,10 @@ def machine_worker(opts: BenchOptions, threads: int) -> Machine:
 
 def _measure(device: torch.device, threads: int, opts: BenchOptions, repeats: int = 5) -> Machine:
     """The machine's copy bandwidth and GEMM rate with ``threads`` threads (then this process's threads again)."""
-    own = torch.get_num_threads()
-    torch.set_num_threads(threads)
     scale = (4, 2) if device.type == "cuda" else (1, 1)
-    try:
+    with torch_threads(threads):
         return measure_machine(device.type, copy_bytes=opts.probe_copy * scale[0], gemm_size=opts.probe_gemm * scale[1],
                                repeats=repeats)
-    finally:
-        torch.set_num_threads(own)
 
 
 def _measure_after(ctx, threads: int, opts: BenchOptions) -> dict:
@@ -398,7 +396,8 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
                         "optimizer": t3 - t2})
     memory = probe.done()
     return {"rank": 0, "history": history, "memory": memory, "setup_s": setup_s, "nodes": num_nodes,
-            "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj, "machine": _measure_after(ctx, threads, opts)}
+            "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj,
+            "machine": _measure_after(ctx, threads, opts)}
 
 
 def _pyg_raw_adjacency(graph: Graph, kind: str, device: torch.device):
@@ -426,7 +425,7 @@ def _pyg_adjacency(graph: Graph, kind: str, device: torch.device):
     if kind == "edge_index":
         return edge_index.to(device), None
     if kind not in PYG_ADJ:
-        raise ValueError(f"--pyg-adj must be one of {', '.join(PYG_ADJ)}, got '{kind}'")
+        raise ConfigError(f"pyg_adj must be one of {', '.join(PYG_ADJ)}, got '{kind}'", "pyg_adj")
     edge_index, weight = gcn_norm(edge_index, None, graph.num_nodes, add_self_loops=True)
     adj_t = to_torch_csr_tensor(edge_index.flip(0), weight, (graph.num_nodes, graph.num_nodes))
     del edge_index, weight
@@ -765,7 +764,7 @@ def format_table(report: dict) -> str:
 
 
 def write_report(report: dict, path: str) -> None:
-    from mggcn.training.job import atomic_write
+    from mggcn.utils.files import atomic_write
 
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:

@@ -9,23 +9,22 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
     Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F
     labels       y (int64), three split masks (bool), the row indices of each split (int64):  m · (8 + 3 + 8 · s)
     optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
-    buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (mggcn.distributed.shm),
+    buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (distributed.shm),
                  shared by every SpMM of the epoch:                                              2 · 4 · m · max(widths)
     activations  the peak over the epoch of what autograd keeps plus the gradients in flight (below)
 
 ``T`` is the number of CSR tiles of the P blocks: P without tiling (GPUs), ``P · ⌈m / tile_cols⌉`` on CPUs where
-each block is cut into column tiles (:func:`mggcn.distributed.tiled.tile_columns`; their row pointers cost at most 12.5% of the
-nonzeros' bytes).
-``widths`` are :func:`mggcn.training.trainer.spmm_widths` (the order policy decides them). Activations are the buffers of
-the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and reused by every later one: every
-layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an aggregate-first layer's GEMM keeps,
-two gradient buffers that every GEMM and SpMM of the backward pass use in turn (the loss's gradient is the first),
-and the loss's row maxima (float32) and argmax (int64); at the loss, two float32 vectors of row sums besides.
-:func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order
-policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (2h + 3C + 5)``: ``out 0`` (h), ``H·W`` and the logits (C
-each), the gradient buffers (h and C), 12 bytes per row for the loss and 8 for its row sums. Before the first
-epoch, Â·X at P > 1 receives its broadcasts in two temporaries of ``4 · m · F``: the activations part is the larger
-of the two peaks.
+each block is cut into column tiles (:func:`mggcn.distributed.tiled.tile_columns`; their row pointers cost at most 12.5%
+of the nonzeros' bytes). ``widths`` are :func:`mggcn.nn.model.spmm_widths` (the order policy decides them).
+Activations are the buffers of the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and
+reused by every later one: every layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an
+aggregate-first layer's GEMM keeps, two gradient buffers that every GEMM and SpMM of the backward pass use in turn (the
+loss's gradient is the first), and the loss's row maxima (float32) and argmax (int64); at the loss, two float32 vectors
+of row sums besides. :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X
+cached (the order policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (2h + 3C + 5)``: ``out 0`` (h), ``H·W`` and the
+logits (C each), the gradient buffers (h and C), 12 bytes per row for the loss and 8 for its row sums. Before the first
+epoch, Â·X at P > 1 receives its broadcasts in two temporaries of ``4 · m · F``: the activations part is the larger of
+the two peaks.
 
 MG-GCN's paper estimates ``4 · m · [d_0 + Σ_l max(d_l, d_l+1) + 3 · max_l min(d_l, d_l+1)] + 2 · 8 · nnz / P``:
 one buffer per layer for its output, reused for its gradient, and three shared ones. Ours differs in small ways:
@@ -50,8 +49,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mggcn.distributed.tiled import index_bytes, num_tiles
-from mggcn.nn.model import aggregate_first
-from mggcn.training.trainer import spmm_widths
+from mggcn.nn.model import aggregate_first, spmm_widths
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 
 __all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "num_parameters",
@@ -282,13 +281,14 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         train: fraction of the vertices in the training split; ``splits``: fraction in any split.
         rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``).
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
-        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled, as on GPUs).
+        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled, as on
+            GPUs).
         model: ``gcn``, ``sage`` or ``gin`` (``train_eps``: GIN's learnable ε): its parameters
             (:func:`num_parameters`) and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no
             self loops (``nnz = edges``).
     """
     if nprocs < 1 or num_nodes < nprocs:
-        raise ValueError(f"--nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}")
+        raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
     dims = [features, *hidden, classes]
     m = -(-num_nodes // nprocs)
     loops = num_nodes if model == "gcn" else 0
@@ -333,8 +333,6 @@ def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = Fa
     if model == "gin":
         return sum(a * b + b * b + 2 * b + int(train_eps) for a, b in pairs)
     return sum(a * b + b for a, b in pairs)
-
-
 
 
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:

@@ -7,11 +7,11 @@ the traffic a row-gathering kernel issues; caches may serve part of it, so :attr
 gives the compulsory traffic, each row of B read once (``4·n·d``), a floor no implementation can beat.
 GEMM ``[M×K]·[K×N]``: ``2·M·K·N`` flops; its time is the larger of flops / GEMM rate and bytes / bandwidth.
 
-Per epoch (:func:`mggcn.training.trainer.spmm_widths` gives the SpMMs under the order policy): for each layer the forward
-GEMM and ``∂W``, and ``∂H`` for every layer but the first. On a CPU the ranks of one machine share its cores and
+Per epoch (:func:`mggcn.nn.model.spmm_widths` gives the SpMMs under the order policy): for each layer the
+forward GEMM and ``∂W``, and ``∂H`` for every layer but the first. On a CPU the ranks of one machine share its cores and
 memory, so the floor of P ranks is the whole job's work over the machine; on GPUs each rank has its own device.
-Broadcast rows received over the machine's memory count as moved bytes there; on GPUs they travel on their own
-links and are not in the floor.
+Broadcast rows received over the machine's memory count as moved bytes there; on GPUs they travel on their own links and
+are not in the floor.
 
 Legend: n = vertices, m = rows per rank, ib = bytes per CSR index.
 """
@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from mggcn.distributed.tiled import index_bytes
+from mggcn.nn.model import spmm_widths
 from mggcn.tools.plan import FLOAT
-from mggcn.training.trainer import spmm_widths
 
 __all__ = ["Machine", "EpochWork", "measure_machine", "mggcn_work", "pyg_work", "epoch_floor"]
 

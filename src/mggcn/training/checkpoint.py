@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 import torch
 
+from mggcn.utils.files import atomic_write
+
 __all__ = ["CheckpointError", "Checkpointer", "check_compatible"]
 
 _MAGIC = b"mggcn-checkpoint "
@@ -59,13 +61,13 @@ class Checkpointer:
         torch.save({**state, "format": FORMAT_VERSION}, buffer)
         payload = buffer.getvalue()
         path = self.path(state["epoch"])
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
+                f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+                f.write(payload)
+
+        atomic_write(path, write, sync=True)
         for old in self.files()[self.keep:]:
             os.unlink(old)
         return path
@@ -149,4 +151,4 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
                               f"this run {'a learnable' if train_eps else 'a fixed'} one (check --gin-train-eps)")
     if state.get("dims") != list(dims):
         raise CheckpointError(f"{path}: the checkpoint's model has layer sizes {state.get('dims')}, this run "
-                              f"{list(dims)} (check --hidden)")
+                              f"{list(dims)} (check the hidden layer sizes)")

@@ -2,16 +2,14 @@
 
 :func:`check_job` runs first, in the launching process, so that bad input stops the job before any worker starts;
 :func:`run_train_job` is the worker: join the process group, load this rank's shard, train, write the outputs.
-Outputs are written whole or not at all (a temporary file renamed into place), by rank 0.
+Outputs are written whole or not at all (:mod:`mggcn.training.outputs`), by rank 0.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,15 +18,16 @@ import torch
 
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, MODELS, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import ConfigError, Graph
 from mggcn.distributed.context import available_cores, init_distributed, shutdown
+from mggcn.distributed.sharding import partition_dataset
 from mggcn.training.checkpoint import Checkpointer, check_compatible
+from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
-from mggcn.utils.outputs import follow_umask
-from mggcn.utils.progress import TrainProgress
+from mggcn.utils.progress import epoch_progress
+from mggcn.utils.system import StopOnSignal, caller_settings_kept
 
-__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch",
-           "format_final"]
+__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class TrainJob:
     device: str = "cpu"
     threads: int | None = None
     timeout_s: float = 60.0
-    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: see mggcn.distributed.context.MMAP_THRESHOLD (None: glibc's)
+    mmap_threshold: int | None = MMAP_THRESHOLD  # host allocator: mggcn.config.MMAP_THRESHOLD (None: glibc's)
     metrics: str | None = None
     save_model: str | None = None
     save_predictions: str | None = None
@@ -101,79 +100,33 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     return found
 
 
-class _StopOnSignal:
-    """SIGINT/SIGTERM ask training to stop at the end of the epoch (all ranks agree through the all-reduce)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.previous: dict[int, object] = {}
-
-    def __enter__(self) -> _StopOnSignal:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        self.requested = True
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
-def check_output(option: str, path: str | None) -> None:
-    """An output file ``path`` can be written: its directory exists and takes a new file (tried, not guessed from
-    permission bits, which root ignores), and it is not a directory."""
-    if path is None:
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise GraphError(f"{option} {path}: the directory {parent} does not exist")
-    if os.path.isdir(path):
-        raise GraphError(f"{option} {path}: is a directory")
-    _check_writable(option, path, parent)
-
-
-def _check_writable(option: str, path: str, directory: str) -> None:
-    try:
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".mggcn-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise GraphError(f"{option} {path}: cannot write in {directory} ({err.strerror})") from None
-
-
 def check_checkpoint_dir(path: str | None) -> None:
-    """``--checkpoint-dir``: a directory that takes files, or a path where one can be made (its nearest existing
+    """``checkpoint_dir``: a directory that takes files, or a path where one can be made (its nearest existing
     ancestor takes a new directory)."""
     if path is None:
         return
     if os.path.exists(path):
         if not os.path.isdir(path):
-            raise GraphError(f"--checkpoint-dir {path}: exists and is not a directory")
-        _check_writable("--checkpoint-dir", path, path)
+            raise ConfigError(f"checkpoint_dir {path}: exists and is not a directory", "checkpoint_dir")
+        check_writable("checkpoint_dir", path, path)
         return
     ancestor = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(ancestor):
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
-        raise GraphError(f"--checkpoint-dir {path}: {ancestor} is not a directory")
-    _check_writable("--checkpoint-dir", path, ancestor)
+        raise ConfigError(f"checkpoint_dir {path}: {ancestor} is not a directory", "checkpoint_dir")
+    check_writable("checkpoint_dir", path, ancestor)
 
 
 def check_threads(threads: int | None) -> None:
-    """``--threads`` at most the cores this process may run on: more only oversubscribes them, and a thread pool
+    """``threads`` at most the cores this process may run on: more only oversubscribes them, and a thread pool
     told to start 10^5 threads crashes the process."""
     if threads is None:
         return
     cores = available_cores()
     if not 1 <= threads <= cores:
-        raise GraphError(f"--threads {threads}: must be between 1 and the {cores} core(s) this process may use")
+        raise ConfigError(f"threads {threads}: must be between 1 and the {cores} core(s) this process may use",
+                          "threads")
 
 
 def open_job_dataset(job: TrainJob) -> Dataset:
@@ -182,60 +135,31 @@ def open_job_dataset(job: TrainJob) -> Dataset:
 
 def check_job(job: TrainJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
-    for option, path in (("--metrics", job.metrics), ("--save-model", job.save_model),
-                         ("--save-predictions", job.save_predictions)):
+    for option, path in (("metrics", job.metrics), ("save_model", job.save_model),
+                         ("save_predictions", job.save_predictions)):
         check_output(option, path)
     cfg = job.config
     if cfg.epochs < 0:
-        raise GraphError(f"--epochs must be at least 0, got {cfg.epochs}")
+        raise ConfigError(f"epochs must be at least 0, got {cfg.epochs}", "epochs")
     if cfg.model not in MODELS:
-        raise GraphError(f"--model must be one of {', '.join(MODELS)}, got '{cfg.model}'")
+        raise ConfigError(f"model must be one of {', '.join(MODELS)}, got '{cfg.model}'", "model")
     if cfg.gin_train_eps and cfg.model != "gin":
-        raise GraphError(f"--gin-train-eps is for --model gin, not {cfg.model}")
+        raise ConfigError(f"gin_train_eps is for model gin, not {cfg.model}", "gin_train_eps")
     if any(h < 1 for h in cfg.hidden):
-        raise GraphError(f"--hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}")
-    for option, p in (("--dropout", cfg.dropout), ("--input-dropout", cfg.input_dropout)):
+        raise ConfigError(f"hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}", "hidden")
+    for option, p in (("dropout", cfg.dropout), ("input_dropout", cfg.input_dropout)):
         if not 0.0 <= p < 1.0:
-            raise GraphError(f"{option} must be in [0, 1), got {p}")
+            raise ConfigError(f"{option} must be in [0, 1), got {p}", option)
     if job.resume and not job.checkpoint_dir:
-        raise GraphError("--resume needs --checkpoint-dir")
+        raise ConfigError("resume needs a checkpoint directory", "resume")
     if job.checkpoint_every < 0:
-        raise GraphError(f"--checkpoint-every must be at least 0, got {job.checkpoint_every}")
+        raise ConfigError(f"checkpoint_every must be at least 0, got {job.checkpoint_every}", "checkpoint_every")
     check_checkpoint_dir(job.checkpoint_dir)
     check_threads(job.threads)
     dataset = open_job_dataset(job)
-    dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
+    partition_dataset(dataset, nprocs, cfg.seed, cfg.partition)  # raises for P > n
     find_resume(job, dataset, report=_silent)  # raises for another dataset or model; rank 0 says what it skips
     return dataset
-
-
-def atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file."""
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        follow_umask(tmp)  # mkstemp made it private; an output gets the mode of any new file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def save_predictions(path: str, predictions: np.ndarray) -> None:
-    """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
-    if path.endswith(".npy"):
-        atomic_write(path, lambda tmp: np.save(tmp, predictions))
-        return
-
-    def write_csv(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            f.write("vertex,prediction\n")
-            np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
-
-    atomic_write(path, write_csv)
 
 
 def format_epoch(record: dict) -> str:
@@ -260,7 +184,13 @@ def format_final(history: list[dict], final: dict, kept_epoch: int | None = None
 
 
 def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
-    """The body of every rank. ``dataset`` skips opening it again (in-process use)."""
+    """The body of every rank. ``dataset`` skips opening it again (in-process use). In the caller's process the
+    thread count and warning filters are as they were on return (:func:`mggcn.utils.system.caller_settings_kept`)."""
+    with caller_settings_kept():
+        return _train_on_rank(job, dataset)
+
+
+def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
     ctx = init_distributed(job.device, job.timeout_s, job.threads, job.mmap_threshold)
     try:
         if dataset is None:
@@ -285,7 +215,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
                 metrics_file.write(json.dumps(record) + "\n")
             metrics_file.flush()
 
-        progress = TrainProgress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
+        progress = epoch_progress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
                                  quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
 
         balance_shown = False
@@ -308,7 +238,7 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
 
         checkpointer = Checkpointer(job.checkpoint_dir, job.checkpoint_every) if job.checkpoint_dir else None
         try:
-            with _StopOnSignal() as stop:
+            with StopOnSignal() as stop:
                 result = train_shard(ctx, shard, cfg, on_epoch, checkpointer=checkpointer,
                                      checkpoint_meta={"dataset": identity},
                                      resume=resume[0] if resume else None, stop_requested=lambda: stop.requested)
@@ -323,8 +253,6 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
             predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
         if ctx.is_main:
             if job.save_model:
-                from mggcn.training.predict import save_model  # it imports this module
-
                 save_model(job.save_model, result.state_dict, cfg, identity, epochs=len(result.history),
                            best_epoch=result.best_epoch)
             if job.save_predictions:

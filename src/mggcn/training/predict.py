@@ -1,12 +1,8 @@
 """Using a trained model: class predictions, probabilities or a layer's embeddings for every vertex, in the
 ORIGINAL vertex ids, on one process or on P ranks with the trainer's partition and staged SpMM.
 
-The model file is what ``mggcn train --save-model FILE`` writes: a state dict under the names of PyG's ``GCN``,
-``GraphSAGE`` or ``GIN`` (``convs.{l}.lin.weight``, ``convs.{l}.lin_l.weight`` or ``convs.{l}.nn.lins.0.weight``
-[d_out, d_in], ...), from whose names the model follows and from whose shapes the layer sizes, and a sidecar
-``FILE.json`` with the model (``gcn``, ``sage``, ``gin``), what the shapes do not tell (activation, normalization)
-and the dataset it was trained on. Without the sidecar (e.g. weights from PyG), ``norm`` and ``activation`` must be
-given or default to the trainer's defaults.
+The model file is what ``mggcn train --save-model FILE`` writes, a GCN, GraphSAGE or GIN (:mod:`mggcn.training.outputs`,
+which reads it back with :func:`~mggcn.training.outputs.load_model`).
 
 Launch::
 
@@ -19,155 +15,30 @@ Legend: m = rows of this rank, n = vertices, d = output width, L = layers.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from mggcn.config import ACTIVATIONS, MODELS, NORMS, TrainConfig
-from mggcn.data.datasets import Dataset, open_dataset
-from mggcn.data.graph import Graph, GraphError
+from mggcn.config import TrainConfig, operator_for
+from mggcn.data.datasets import Dataset, as_dataset, open_dataset
+from mggcn.data.graph import ConfigError, Graph, GraphError
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
-from mggcn.distributed.launch import run_workers
+from mggcn.distributed.launch import launch
+from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import LayerStack, activate
-from mggcn.nn.models import make_model
-from mggcn.nn.norm import operator_for
-from mggcn.training.job import atomic_write, check_output, check_threads, save_predictions
+from mggcn.training.job import check_threads
+from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.trainer import gather_original, shard_tile_columns
+from mggcn.utils.system import caller_settings_kept
 
-__all__ = ["OUTPUTS", "PredictJob", "model_dims", "model_kind", "save_model", "load_model", "gather_original",
-           "layer_output", "check_predict", "predict_on_rank", "run_predict_job", "predict"]
+__all__ = ["OUTPUTS", "PredictJob", "gather_original", "layer_output", "check_predict", "predict_on_rank",
+           "run_predict_job", "predict"]
 
 OUTPUTS = ("classes", "proba", "embeddings")
-CARD_FORMAT = "mggcn-model"
-CARD_VERSION = 1
 _DEFAULTS = TrainConfig()
-
-
-def sidecar_path(path: str) -> str:
-    return path + ".json"
-
-
-# the weight [d_out, d_in] of layer l of each model, by which a state dict tells its model
-_LAYER_WEIGHT = {"gcn": "convs.{}.lin.weight", "sage": "convs.{}.lin_l.weight", "gin": "convs.{}.nn.lins.0.weight"}
-
-
-def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> str:
-    """``gcn``, ``sage`` or ``gin``: the model whose parameter names ``state_dict`` has."""
-    for kind, name in _LAYER_WEIGHT.items():
-        if name.format(0) in state_dict:
-            return kind
-    raise GraphError(f"{source}: not the state dict of a GCN, GraphSAGE or GIN (no convs.0.lin.weight, "
-                     "convs.0.lin_l.weight or convs.0.nn.lins.0.weight); give a file written by "
-                     "`mggcn train --save-model`")
-
-
-def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
-    """``[d_0, ..., d_L]`` from the shapes of each layer's first weight (layers numbered 0..L-1 without gaps)."""
-    dims: list[int] = []
-    layer = 0
-    weight = _LAYER_WEIGHT[model_kind(state_dict, source)]
-    while weight.format(layer) in state_dict:
-        d_out, d_in = state_dict[weight.format(layer)].shape
-        if dims and dims[-1] != d_in:
-            raise GraphError(f"{source}: layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
-        dims = dims or [int(d_in)]
-        dims.append(int(d_out))
-        layer += 1
-    return dims
-
-
-def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConfig, dataset: dict,
-               **extra: Any) -> None:
-    """Write the weights to ``path`` and the sidecar ``path.json`` (model, dims, activation, norm, dataset
-    identity)."""
-    card = {"format": CARD_FORMAT, "version": CARD_VERSION, "model": config.model,
-            "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
-            "dataset": dataset, **extra}
-    atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
-
-    def write_card(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            json.dump(card, f, indent=1)
-            f.write("\n")
-
-    atomic_write(sidecar_path(path), write_card)
-
-
-def _read_card(path: str) -> dict | None:
-    card_path = sidecar_path(path)
-    if not os.path.exists(card_path):
-        return None
-    try:
-        with open(card_path, encoding="utf-8") as f:
-            card = json.load(f)
-    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise GraphError(f"{card_path}: unreadable model description ({' '.join(str(err).split())[:100]})") from None
-    except RecursionError:  # nesting deeper than the parser's recursion
-        raise GraphError(f"{card_path}: unreadable model description (JSON nested too deep)") from None
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-        raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
-    return card
-
-
-def load_model(path: str, norm: str | None = None, activation: str | None = None,
-               note: bool = True, kind: str | None = None) -> tuple[LayerStack, dict]:
-    """The model of ``path`` on CPU in eval mode, and its description (``model``, ``dims``, ``activation``,
-    ``norm``, ...).
-
-    The model (``gcn``, ``sage``, ``gin``) is the one the parameter names say; ``kind`` (``--model``), when given,
-    must agree. ``norm`` and ``activation`` are used where the sidecar ``path.json`` is missing (``note``: say on
-    stderr which defaults stand in for missing ones); where it is present they must agree with it (a model is only
-    right with the normalization and activation it was trained with).
-    """
-    if not os.path.isfile(path):
-        raise GraphError(f"{path}: no such model file")
-    try:
-        state_dict = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
-        raise GraphError(f"{path}: not a model file ({type(err).__name__}: {err})") from None
-    if not isinstance(state_dict, dict):
-        raise GraphError(f"{path}: not a state dict")
-    found = model_kind(state_dict, path)
-    dims = model_dims(state_dict, path)
-    card = _read_card(path)
-    if kind is not None and kind != found:
-        raise GraphError(f"--model {kind}: {path} holds a {found} model; drop --model or give --model {found}")
-    if card is None:
-        card = {"model": found, "dims": dims, "activation": activation or _DEFAULTS.activation,
-                "norm": norm or _DEFAULTS.norm}
-        if note and (norm is None or activation is None):
-            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming --norm {card['norm']} "
-                  f"--activation {card['activation']}", file=sys.stderr, flush=True)
-    else:
-        if card.get("model", "gcn") != found:
-            raise GraphError(f"{sidecar_path(path)} describes a {card.get('model', 'gcn')} model but {path} holds "
-                             f"a {found} model")
-        card.setdefault("model", found)
-        if card.get("dims") != dims:
-            raise GraphError(f"{sidecar_path(path)} describes layers {card.get('dims')} but {path} has {dims}")
-        for option, given in (("norm", norm), ("activation", activation)):
-            if given is not None and given != card.get(option):
-                raise GraphError(f"--{option} {given}: the model was trained with --{option} {card.get(option)} "
-                                 f"({sidecar_path(path)}); drop --{option}")
-    for key, known in (("norm", NORMS), ("activation", ACTIVATIONS)):
-        if card.get(key) not in known:
-            where = sidecar_path(path) if os.path.exists(sidecar_path(path)) else path
-            what = f"{key} {card[key]!r} is not" if key in card else f"no {key!r}, which must be"
-            raise GraphError(f"{where}: {what} one of {', '.join(known)}")
-    if card.get("model") not in MODELS:
-        raise GraphError(f"{sidecar_path(path)}: model {card.get('model')!r} is not one of {', '.join(MODELS)}")
-    model = make_model(found, dims, activation=card["activation"])  # GIN: ε, learnt or not, is read as a value
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
-    if missing or unexpected:
-        raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a {found} of layers "
-                         f"{dims}")
-    return model.eval(), card
 
 
 @torch.no_grad()
@@ -186,7 +57,7 @@ def layer_output(model: LayerStack, x: torch.Tensor, adj, layer: int | None = No
 
 def _check_layer(layer: int | None, num_layers: int) -> int:
     if layer is None or not 1 <= layer <= num_layers:
-        raise GraphError(f"--embeddings {layer}: the model has layers 1..{num_layers}")
+        raise ConfigError(f"layer {layer}: the model has layers 1..{num_layers}", "layer")
     return layer
 
 
@@ -222,8 +93,8 @@ def _open(job: PredictJob) -> Dataset:
 def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: output path, model, dataset against the model, P."""
     if job.output not in OUTPUTS:
-        raise GraphError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'")
-    check_output("--out", job.out)
+        raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'", "output")
+    check_output("out", job.out)
     check_threads(job.threads)
     model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind)
     if job.output == "embeddings":
@@ -232,7 +103,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if dataset.num_features != model.dims[0]:
         raise GraphError(f"{job.model} takes {model.dims[0]} features per vertex; {dataset.name} has "
                          f"{dataset.num_features}")
-    dataset.partition(nprocs, 0, "random")  # raises for P > n
+    partition_dataset(dataset, nprocs, 0, "random")  # raises for P > n
     return dataset
 
 
@@ -242,10 +113,11 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     if dataset is None:
         dataset = _open(job)
     model, card = load_model(job.model, job.norm, job.activation, note=False)  # check_predict said it
-    part = dataset.partition(ctx.world_size, 0, "random")
+    part = partition_dataset(dataset, ctx.world_size, 0, "random")
     widths = [model.dims[i] if conv.aggregate_first else model.dims[i + 1] for i, conv in enumerate(model.convs)]
     tiles = shard_tile_columns(_DEFAULTS, dataset, ctx, max(widths))
-    shard = dataset.shard(part, ctx.rank, operator_for(card["model"], card["norm"]), tile_cols=tiles).to(ctx.device)
+    operator = operator_for(card["model"], card["norm"])  # the Â the model was trained with
+    shard = build_shard(dataset, part, ctx.rank, operator, tile_cols=tiles).to(ctx.device)
     del dataset
     model.to(ctx.device)
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t)
@@ -262,34 +134,17 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
 
 def run_predict_job(job: PredictJob, dataset: Dataset | None = None) -> np.ndarray | None:
     """The body of every rank: join the job, predict, leave. Returns the outputs on rank 0 when ``job.out`` is
-    ``None`` (otherwise they are written there and not carried back)."""
-    ctx = init_distributed(job.device, job.timeout_s, job.threads)
-    try:
-        out = predict_on_rank(ctx, job, dataset)
-    except BaseException:
-        shutdown(clean=False)
-        raise
-    shutdown(clean=True)
+    ``None`` (otherwise they are written there and not carried back). In the caller's process the thread count
+    and warning filters are as they were on return (:func:`mggcn.utils.system.caller_settings_kept`)."""
+    with caller_settings_kept():
+        ctx = init_distributed(job.device, job.timeout_s, job.threads)
+        try:
+            out = predict_on_rank(ctx, job, dataset)
+        except BaseException:
+            shutdown(clean=False)
+            raise
+        shutdown(clean=True)
     return out if job.out is None else None
-
-
-def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
-    """``.npy`` as is; otherwise CSV with a ``vertex`` column: ``vertex,prediction`` for classes,
-    ``vertex,{column}0,{column}1,...`` for a matrix."""
-    if values.ndim == 1:
-        save_predictions(path, values)
-        return
-    if path.endswith(".npy"):
-        atomic_write(path, lambda tmp: np.save(tmp, values))
-        return
-
-    def write_csv(tmp: str) -> None:
-        header = ",".join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
-        table = np.concatenate([np.arange(values.shape[0])[:, None], values], axis=1)
-        fmt = ["%d"] + ["%.7g"] * values.shape[1]
-        np.savetxt(tmp, table, fmt=fmt, delimiter=",", header=header, comments="")
-
-    atomic_write(path, write_csv)
 
 
 def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str = "classes",
@@ -305,11 +160,5 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
         options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``kind``, ``device``,
             ``read_options``, ...).
     """
-    from mggcn.api import as_dataset
-
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
-    checked = check_predict(job, nprocs)
-    if nprocs == 1:
-        return run_predict_job(job, checked)
-    del checked
-    return run_workers(run_predict_job, nprocs, (job,), grace_s=max(60.0, job.timeout_s))[0]
+    return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False)

@@ -31,11 +31,12 @@ from mggcn.distributed.context import (
 )
 from mggcn.distributed.exchange import SparseExchangeSpMM
 from mggcn.distributed.partition import Shard
+from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.shm import host_outboxes
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.distributed.tiled import tile_columns
 from mggcn.nn.loss import MaskedCrossEntropy
-from mggcn.nn.model import LayerStack, aggregate_first
+from mggcn.nn.model import LayerStack, spmm_widths
 from mggcn.nn.models import make_model
 from mggcn.utils.timing import PHASES, PhaseTimer
 
@@ -70,24 +71,12 @@ class NonFiniteLoss(FloatingPointError):
     """The loss became NaN or inf; the message names the epoch and the first layer with non-finite output."""
 
 
-def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
-    """The width of every SpMM an epoch runs (forward and backward), for sizing buffers and counting traffic."""
-    widths = []
-    for i in range(len(dims) - 1):
-        agg = aggregate_first(dims[i], dims[i + 1], i == 0, order)
-        if i == 0 and agg:
-            widths += [] if caches_input else [dims[0]]
-        else:
-            width = dims[i] if agg else dims[i + 1]
-            widths += [width, width]
-    return widths
-
-
 def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
-                       nprocs: int, device: torch.device | str, local_ranks: int, width: int | None = None) -> int | None:
-    """Columns per tile of a rank's blocks (:func:`mggcn.distributed.tiled.tile_columns`) for SpMMs of ``width`` (default: the
-    widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the ``local_ranks``
-    of one machine share its cache."""
+                       nprocs: int, device: torch.device | str, local_ranks: int,
+                       width: int | None = None) -> int | None:
+    """Columns per tile of a rank's blocks (:func:`mggcn.distributed.tiled.tile_columns`) for SpMMs of ``width``
+    (default: the widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the
+    ``local_ranks`` of one machine share its cache."""
     if width is None:
         dims = cfg.dims(num_features, num_classes)
         width = max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
@@ -105,8 +94,8 @@ def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int |
 def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
     """This rank's shard of ``dataset`` as ``cfg`` trains it: partitioned by ``cfg.partition`` and ``cfg.seed``,
     its blocks tiled for ``cfg``'s SpMMs (:func:`shard_tile_columns`)."""
-    part = dataset.partition(ctx.world_size, cfg.seed, cfg.partition)
-    return dataset.shard(part, ctx.rank, cfg.operator, shard_tile_columns(cfg, dataset, ctx))
+    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+    return build_shard(dataset, part, ctx.rank, cfg.operator, shard_tile_columns(cfg, dataset, ctx))
 
 
 def build_model(cfg: TrainConfig, num_features: int, num_classes: int,
@@ -138,7 +127,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     Args:
         on_epoch: called on every rank with each epoch's record (keys ``epoch, loss, train_acc, val_acc,
             test_acc, epoch_s``, one key per phase (max over ranks), ``other``; ``timeline`` on the traced epoch).
-        checkpointer: a :class:`~mggcn.training.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop request.
+        checkpointer: a :class:`~mggcn.training.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop
+            request.
         checkpoint_meta: extra entries for every checkpoint (the dataset's identity).
         resume: a checkpoint's contents: training continues after its epoch.
         stop_requested: polled once per epoch on every rank; when any rank says yes, all stop after that epoch
@@ -193,7 +183,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
                 **(checkpoint_meta or {})}
 
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
-        torch.manual_seed(epoch_seed(cfg.seed, epoch, ctx.rank))
+        model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
         timer.reset(trace=epoch == cfg.trace_epoch)
         moved = (adj.sent_bytes, adj.recv_bytes)
         start = time.perf_counter()
@@ -322,8 +312,8 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
 
 
 @torch.no_grad()
-def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor, x_agg: torch.Tensor | None, y: torch.Tensor,
-                     split_rows: dict[str, torch.Tensor], split_sizes: torch.Tensor) -> dict:
+def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor, x_agg: torch.Tensor | None,
+                     y: torch.Tensor, split_rows: dict[str, torch.Tensor], split_sizes: torch.Tensor) -> dict:
     """Global train/val/test accuracies of the model as it stands, in eval mode (one forward, one all-reduce)."""
     model.eval()
     correct = _correct_counts(model(x, adj, x_aggregated=x_agg).argmax(dim=1), y, split_rows).to(x.device)

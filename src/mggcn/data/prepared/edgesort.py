@@ -8,7 +8,6 @@
 * :class:`EdgeSpill` keeps a stream of edges on disk when the vertex count is only known at its end (an edge list
   without ``num_nodes``): the bucket ranges need ``n``.
 * :class:`NpyWriter` writes a ``.npy`` file row chunk by row chunk, hashing the data (sha256) as it goes.
-* :class:`Progress` is the progress report: a tqdm bar on a terminal, a plain line per step elsewhere.
 
 Nothing here imports torch: preparation runs in processes with little address space (see tests/data/test_prepared.py).
 
@@ -23,16 +22,16 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, TextIO
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["CHUNK_BYTES_PER_EDGE", "SORT_BYTES_PER_EDGE", "EdgeSorter", "EdgeSpill", "NpyWriter", "Progress",
+from mggcn.utils.progress import Progress
+
+__all__ = ["CHUNK_BYTES_PER_EDGE", "SORT_BYTES_PER_EDGE", "EdgeSorter", "EdgeSpill", "NpyWriter",
            "SortedCSR", "index_dtype"]
 
 # Peak bytes per edge, measured with tracemalloc (tests/data/test_prepared.py checks the bounds): an input chunk of k
@@ -48,58 +47,6 @@ def index_dtype(num_nodes: int) -> np.dtype:
 
 
 # ------------------------------------------------------------------------------------------------------ progress
-
-
-class Progress:
-    """Progress of the steps of a long job: a tqdm bar when ``stream`` is a terminal and tqdm is installed, else
-    one line per step when it ends (and every ``every_s`` seconds while it runs); nothing when not ``enabled``."""
-
-    def __init__(self, enabled: bool = True, prefix: str = "mggcn prepare", stream: TextIO | None = None,
-                 every_s: float = 30.0) -> None:
-        self.enabled, self.prefix, self.every_s = enabled, prefix, every_s
-        self.stream = stream if stream is not None else sys.stderr
-        self._tqdm = None
-        if enabled and getattr(self.stream, "isatty", lambda: False)():
-            try:
-                from tqdm import tqdm
-
-                self._tqdm = tqdm
-            except ImportError:
-                pass
-
-    def step(self, desc: str, total: int | None = None, unit: str = "edges") -> _Step:
-        return _Step(self, desc, total, unit)
-
-
-class _Step:
-    def __init__(self, progress: Progress, desc: str, total: int | None, unit: str) -> None:
-        self.progress, self.desc, self.total, self.unit = progress, desc, total, unit
-        self.done, self.start, self.last = 0, time.monotonic(), time.monotonic()
-        self.bar = None
-        if progress._tqdm is not None:
-            self.bar = progress._tqdm(total=total, desc=desc, unit=f" {unit}", unit_scale=True, leave=False,
-                                      file=progress.stream)
-
-    def update(self, count: int) -> None:
-        self.done += count
-        if self.bar is not None:
-            self.bar.update(count)
-        elif self.progress.enabled and time.monotonic() - self.last >= self.progress.every_s:
-            self.last = time.monotonic()
-            of = f" of {self.total:,}" if self.total else ""
-            self._line(f"{self.desc}: {self.done:,}{of} {self.unit} so far")
-
-    def __enter__(self) -> _Step:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.progress.enabled and exc[0] is None:
-            self._line(f"{self.desc}: {self.done:,} {self.unit} in {time.monotonic() - self.start:.1f} s")
-
-    def _line(self, text: str) -> None:
-        print(f"{self.progress.prefix}: {text}", file=self.progress.stream, flush=True)
 
 
 # ------------------------------------------------------------------------------------------------------ .npy output
@@ -258,7 +205,7 @@ class EdgeSorter:
         self.workdir, self.n = Path(workdir), num_nodes
         self.undirected, self.dedup = undirected, dedup
         self.bucket_edges = max(1, bucket_edges)
-        self.progress = progress or Progress(False)
+        self.progress = progress or Progress(quiet=True)
         self.dtype = index_dtype(num_nodes)
         emitted = num_edges * (2 if undirected else 1)
         # Planned at 80% of the bound: random fluctuation alone must not push a bucket over it (and into a re-split).

@@ -1,8 +1,9 @@
 """The prepared dataset: a directory of ``.npy`` arrays that each rank memory-maps, reading only its own rows.
 
-``mggcn prepare`` (:func:`mggcn.data.prepared.writer.prepare`) writes it once from any source; ``mggcn train DIR --nprocs P`` then
-works for every P from the same directory, and a rank's host memory grows with its share of the graph, not with the
-whole graph. Layout, format version :data:`FORMAT_VERSION` (n vertices, E edges, F features; ids are original ids):
+``mggcn prepare`` (:func:`mggcn.data.prepared.writer.prepare`) writes it once from any source; ``mggcn train DIR
+--nprocs P`` then works for every P from the same directory, and a rank's host memory grows with its share of the graph,
+not with the whole graph. Layout, format version :data:`FORMAT_VERSION` (n vertices, E edges, F features; ids are
+original ids):
 
 ================  =================  ================================================================================
 file              dtype, shape       content
@@ -29,11 +30,11 @@ and neighbour ids, and under ``"symmetric": true`` that its diagonal block equal
 the ranks check every row. ``verify=True`` (``mggcn info --verify``) also checks the checksums, every value, and a
 symmetric claim over every edge.
 
-A rank's shard (:meth:`PreparedDataset.shard`) reads, by memory map: its rows of both CSRs, the degree of those rows
-and of their neighbours, and its rows of features, labels and split; it equals, entry for entry and bit for bit,
-what :func:`mggcn.distributed.partition.build_shard` cuts from the whole graph in memory.
+These arrays are the :data:`mggcn.data.datasets.ROW_ARRAYS` every dataset holds: a rank's shard
+(:func:`mggcn.distributed.sharding.build_shard`) reads, by memory map, only its rows of both CSRs, the degree of
+those rows and of their neighbours, and its rows of features, labels and split.
 
-This module does not import torch until a shard is built (the writer runs under tight memory limits).
+This module does not import torch (the writer runs under tight memory limits).
 
 Legend: n = vertices, E = edges, F = features, m = rows of a rank, P = ranks.
 """
@@ -43,15 +44,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from mggcn.data.graph import SPLITS, GraphError
 from mggcn.data.prepared.edgesort import index_dtype
-
-if TYPE_CHECKING:
-    from mggcn.distributed.partition import Partition, Shard
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "BALANCE_PARTS", "PreparedDataset", "is_prepared", "nnz_per_rank",
            "describe"]
@@ -61,7 +59,6 @@ MANIFEST = "manifest.json"
 FORMAT_NAME = "mggcn-prepared"
 BALANCE_PARTS = (1, 2, 4, 8)
 _VERIFY_ROWS = 1 << 22  # rows (or edges) checked per step by verify
-_SHARD_CHUNK_EDGES = 1 << 20  # edges a rank reads at a time while building its shard
 
 
 def is_prepared(path: Any) -> bool:
@@ -168,16 +165,6 @@ def _sha256(arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _gather(indices: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The CSR rows starting at ``starts`` (``counts`` long), concatenated, read from the memory map ``indices``."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-    offsets += np.arange(total, dtype=np.int64)
-    return np.asarray(indices[offsets]).astype(np.int64, copy=False)
-
-
 def _pair_hash(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A 64-bit mix (splitmix64's finalizer) of the pairs ``(a, b)``; sums of it compare multisets of pairs."""
     with np.errstate(over="ignore"):
@@ -198,9 +185,6 @@ class PreparedDataset:
     Raises:
         GraphError: naming the file and what is wrong (missing, truncated, wrong shape, checksum mismatch, a manifest
             from a newer format version, ...).
-
-    ``last_shard_reads`` records what the last :meth:`shard` read from the files: ``rows``, ``edges`` (CSR entries
-    of both views) and ``bytes`` (all arrays it gathered from the memory maps).
     """
 
     def __init__(self, path: Any, verify: bool = False) -> None:
@@ -211,7 +195,6 @@ class PreparedDataset:
         self.num_features, self.num_classes = m["num_features"], m["num_classes"]
         self.symmetric = m.get("symmetric", False)
         self.split_sizes = {s: m["split_sizes"][s] for s in SPLITS}
-        self.last_shard_reads: dict[str, int] = {}
         n, e, f = self.num_nodes, self.num_edges, self.num_features
         ids = index_dtype(n)
         expected = {"in_indptr": (np.int64, (n + 1,)), "in_indices": (ids, (e,)), "degree": (np.int64, (n,)),
@@ -323,217 +306,9 @@ class PreparedDataset:
             raise _err(self.path / MANIFEST, "says \"symmetric\": true but the edges of in_indices are not "
                                              "symmetric: prepare the dataset again")
 
-    # ------------------------------------------------------------------------------------------- Dataset API
-
-    def partition(self, num_parts: int, seed: int, ordering: str) -> Partition:
-        """The renumbering for ``num_parts`` ranks. ``metis`` reads the whole in-edge CSR (every rank, the same
-        result): unlike the shards, it needs the whole graph in memory, ~12 bytes per edge while METIS runs."""
-        from mggcn.distributed.partition import make_partition
-
-        if ordering == "metis":
-            from mggcn.distributed.metis import metis_partition
-
-            indptr = np.asarray(self.arrays["in_indptr"])
-            targets = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(indptr))
-            sources = np.asarray(self.arrays["in_indices"]).astype(np.int64)
-            return metis_partition(targets, sources, self.num_nodes, num_parts, seed)
-        return make_partition(self.num_nodes, num_parts, seed, ordering)
-
-    def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard:
-        """Rank ``rank``'s :class:`~mggcn.distributed.partition.Shard`, reading only its rows (and its rows' edges);
-        ``tile_cols`` as in :func:`mggcn.distributed.partition.build_shard`."""
-        import torch
-
-        from mggcn.config import NORMS, OPERATORS
-        from mggcn.nn.norm import adds_self_loops
-
-        if norm not in OPERATORS:
-            raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
-        if part.num_nodes != self.num_nodes:
-            raise GraphError(f"{self.path}: a partition of {part.num_nodes} vertices for {self.num_nodes}")
-        reads = {"rows": 0, "edges": 0, "bytes": 0}
-        first = part.rows(rank).start
-        orig = part.order[part.rows(rank)]
-        local = np.flatnonzero(orig >= 0)
-        ids = orig[local]
-        reads["rows"] = int(ids.size)
-        m = orig.shape[0]
-        degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
-        degree[local] = self._degree(ids, norm)
-        reads["bytes"] += 8 * ids.size
-        x = np.zeros((m, self.num_features), dtype=np.float32)
-        y = np.full(m, -1, dtype=np.int64)
-        codes = np.full(m, -1, dtype=np.int8)
-        for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
-            rows = np.asarray(self.arrays[name][ids])
-            out[local] = rows
-            reads["bytes"] += rows.nbytes
-        stored = degree[local] if adds_self_loops(norm) else np.asarray(self.arrays["degree"][ids])
-        self._check_rows(ids, stored, x[local], y[local], codes[local])
-        if self.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
-            row, col, (values, values_t) = self._entries("in", part, first, local, ids, degree, norm, reads,
-                                                       both=True)
-            adj, adj_t = (self._blocks(row, col, values, part, tile_cols),
-                          self._blocks(row, col, values_t, part, tile_cols))
-            del row, col, values, values_t
-        else:
-            row, col, (values,) = self._entries("in", part, first, local, ids, degree, norm, reads)
-            adj = self._blocks(row, col, values, part, tile_cols)
-            del row, col, values
-            row, col, (values,) = self._entries("out", part, first, local, ids, degree, norm, reads)
-            adj_t = self._blocks(row, col, values, part, tile_cols)
-            del row, col, values
-        self.last_shard_reads = reads
-        masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}
-        from mggcn.distributed.partition import Shard
-
-        return Shard(rank=rank, partition=part, adj=adj, adj_t=adj_t, x=torch.from_numpy(x),
-                     y=torch.from_numpy(y), masks=masks, num_classes=self.num_classes,
-                     split_sizes=dict(self.split_sizes))
-
-    def _check_rows(self, ids: np.ndarray, degree: np.ndarray, x: np.ndarray, y: np.ndarray,
-                    codes: np.ndarray) -> None:
-        """The vertex data of the rows a rank loads, checked as :meth:`verify` checks all of it (together, the
-        ranks check every row once)."""
-        bad = (y < -1) | (y >= self.num_classes)
-        if bad.any():
-            v = int(ids[np.argmax(bad)])
-            raise _err(self._file("labels"), f"label {int(y[np.argmax(bad)])} of vertex {v} is out of range "
-                                             f"[-1, {self.num_classes}) (num_classes of {MANIFEST})")
-        bad = ~np.isin(codes, (-1, 0, 1, 2))
-        if bad.any():
-            raise _err(self._file("split"), f"split code {int(codes[np.argmax(bad)])} of vertex "
-                                            f"{int(ids[np.argmax(bad)])} is not one of 0, 1, 2, -1")
-        bad = (codes >= 0) & (y < 0)
-        if bad.any():
-            raise _err(self._file("split"), f"vertex {int(ids[np.argmax(bad)])} is in a split but has no label")
-        bad = ~np.isfinite(x).all(axis=1)
-        if bad.any():
-            raise _err(self._file("features"), f"the features of vertex {int(ids[np.argmax(bad)])} contain NaN or inf")
-        bad = degree < 1
-        if bad.any():
-            raise _err(self._file("degree"), f"degree {int(degree[np.argmax(bad)])} of vertex "
-                                             f"{int(ids[np.argmax(bad)])} is below 1 (the self loop counts one)")
-
-    def _entries(self, view: str, part: Partition, first_row: int, local: np.ndarray, ids: np.ndarray,
-                 degree: np.ndarray, norm: str, reads: dict[str, int],
-                 both: bool = False) -> tuple[np.ndarray, np.ndarray, list]:
-        """The entries ``(row, col, [values])`` of this rank's rows of Â (``view="in"``) or of Âᵀ (``"out"``):
-        rows local (local row i is new id ``first_row + i``), columns in new ids, the unit diagonal included;
-        ``both`` adds the values of Âᵀ at the same entries (a symmetric graph).
-
-        As :func:`mggcn.nn.norm.normalize` builds Â: self loops dropped for one unit loop (the GCN's norms; the
-        other operators keep the edges as given, and add no diagonal), parallel edges summed into one entry, values
-        from :func:`mggcn.nn.norm.entry_values` with the degrees of :meth:`_degree` (``Â[t, s]``: t is the row of
-        Â, the column of Âᵀ). The rows are read :data:`_SHARD_CHUNK_EDGES` edges at a time, so temporaries stay
-        small; the result is preallocated at its upper bound (stored edges + diagonal).
-        """
-        from mggcn.nn.norm import adds_self_loops, entry_values
-
-        loops = adds_self_loops(norm)
-
-        indptr, indices = self.arrays[f"{view}_indptr"], self.arrays[f"{view}_indices"]
-        starts = np.asarray(indptr[ids])
-        counts = np.asarray(indptr[ids + 1]) - starts
-        reads["bytes"] += 2 * counts.nbytes
-        bad = (counts < 0) | (starts < 0) | (starts + counts > self.num_edges)
-        if bad.any():
-            v = int(ids[np.argmax(bad)])
-            raise _err(self._file(f"{view}_indptr"), f"corrupt row offsets: row {v} runs from {int(indptr[v])} to "
-                                                     f"{int(indptr[v + 1])}, outside [0, E = {self.num_edges}]")
-        n_nodes = self.num_nodes
-        diagonal = []  # both: the entries of the diagonal block, (local row, local column, multiplicity)
-        ends = np.cumsum(counts)
-        n_pad = part.padded_nodes
-        bound = int(counts.sum()) + ids.size
-        ids_dtype = np.int32 if n_pad < 2**31 else np.int64
-        row, col = np.empty(bound, dtype=ids_dtype), np.empty(bound, dtype=ids_dtype)
-        values = [np.empty(bound, dtype=np.float32) for _ in range(1 + both)]
-        filled, begin = 0, 0
-        while begin < ids.size:
-            done = int(ends[begin - 1]) if begin else 0
-            end = max(begin + 1, int(np.searchsorted(ends, done + _SHARD_CHUNK_EDGES, side="right")))
-            nbr = _gather(indices, starts[begin:end], counts[begin:end])
-            reads["edges"] += nbr.size
-            reads["bytes"] += nbr.nbytes
-            if nbr.size and (int(nbr.min()) < 0 or int(nbr.max()) >= n_nodes):
-                bad = int(nbr.min()) if int(nbr.min()) < 0 else int(nbr.max())
-                raise _err(self._file(f"{view}_indices"), f"vertex id {bad} is out of range [0, {n_nodes})")
-            keep = nbr != np.repeat(ids[begin:end], counts[begin:end])
-            if view == "in":  # the stored degree normalizes the GCN's Â: it must count these edges
-                stored = degree[local[begin:end]] if loops else np.asarray(self.arrays["degree"][ids[begin:end]])
-                kept = np.bincount(np.repeat(np.arange(end - begin), counts[begin:end])[keep], minlength=end - begin)
-                wrong = kept + 1 != stored
-                if wrong.any():
-                    k = int(np.argmax(wrong))
-                    raise _err(self._file("degree"), f"degree {int(stored[k])} of vertex "
-                                                     f"{int(ids[begin + k])}, which has {int(kept[k])} in-edges "
-                                                     "besides self loops (expected that plus one)")
-            if not loops:  # GraphSAGE's and GIN's Â keep the self loops as given
-                keep = slice(None)
-            key = np.repeat(local[begin:end], counts[begin:end])[keep] * n_pad + part.position[nbr[keep]]
-            del nbr, keep
-            key, mult = np.unique(key, return_counts=True)
-            diag = local[begin:end] if loops else local[:0]
-            r = np.concatenate([key // n_pad, diag])
-            c = np.concatenate([key % n_pad, first_row + diag])
-            del key
-            if both:
-                own = (c[:mult.size] >= first_row) & (c[:mult.size] < first_row + part.rows_per_part)
-                diagonal.append((r[:mult.size][own], c[:mult.size][own] - first_row, mult[own]))
-            deg_nbr = self._degree(part.order[c[:mult.size]], norm)
-            if loops and deg_nbr.size and int(deg_nbr.min()) < 1:  # its own rank says more; no division by it here
-                v = int(part.order[c[:mult.size]][np.argmax(deg_nbr < 1)])
-                raise _err(self._file("degree"), f"degree {int(deg_nbr.min())} of vertex {v} is below 1 (the self "
-                                                 "loop counts one)")
-            reads["bytes"] += deg_nbr.nbytes
-            mult = np.concatenate([mult, np.ones(diag.size, dtype=mult.dtype)])
-            here, there = degree[r], np.concatenate([deg_nbr, degree[diag]])
-            k = r.size
-            row[filled:filled + k], col[filled:filled + k] = r, c
-            # Â[t, s] with t = here for rows of Â, t = there for rows of Âᵀ
-            orders = [(here, there)] if view == "in" else [(there, here)]
-            if both:
-                orders.append((there, here))
-            for out, (deg_t, deg_s) in zip(values, orders):
-                out[filled:filled + k] = entry_values(mult, deg_t, deg_s if norm == "sym" else None, norm)
-            filled += k
-            begin = end
-        if both:
-            self._check_symmetric_block(diagonal, part.rows_per_part)
-        return row[:filled], col[:filled], [v[:filled] for v in values]
-
-    def _degree(self, ids: np.ndarray, norm: str) -> np.ndarray:
-        """The ``D`` of :func:`mggcn.nn.norm.entry_values` for the vertices ``ids``: the stored degree (in-edges
-        other than self loops, plus one) for the GCN's norms, the in-edges as given (``in_indptr``) otherwise."""
-        from mggcn.nn.norm import adds_self_loops
-
-        if adds_self_loops(norm):
-            return np.asarray(self.arrays["degree"][ids])
-        indptr = self.arrays["in_indptr"]
-        return np.asarray(indptr[ids + 1]) - np.asarray(indptr[ids])
-
-    def _check_symmetric_block(self, diagonal: list, m: int) -> None:
-        """``"symmetric": true`` lets a rank use its rows of A as its rows of Aᵀ: check it where a rank can, on its
-        diagonal block (i, i), which must equal its transpose (with P = 1, the whole graph; with P > 1, each
-        rank checks the edges among its own rows, so an asymmetric graph is caught unless every asymmetric edge
-        crosses ranks). :meth:`verify` checks every edge."""
-        r, c, mult = (np.concatenate([d[k] for d in diagonal]) for k in range(3))
-        fwd, bwd = r.astype(np.int64) * m + c, c.astype(np.int64) * m + r
-        o_f, o_b = np.argsort(fwd, kind="stable"), np.argsort(bwd, kind="stable")
-        if not (np.array_equal(fwd[o_f], bwd[o_b]) and np.array_equal(mult[o_f], mult[o_b])):
-            raise _err(self.path / MANIFEST, "says \"symmetric\": true but the edges of in_indices are not "
-                                             "symmetric: prepare the dataset again")
-
-    def _blocks(self, row: np.ndarray, col: np.ndarray, values: np.ndarray, part: Partition,
-                tile_cols: int | None) -> list:
-        """The P column blocks (:class:`~mggcn.distributed.tiled.TiledCSR`, ``m × m``) of the rows given as COO entries."""
-        import scipy.sparse as sp
-
-        from mggcn.distributed.partition import to_blocks
-
-        block = sp.coo_matrix((values, (row, col)), shape=(part.rows_per_part, part.padded_nodes))
-        return to_blocks(block, part.num_parts, tile_cols)
+    def source(self, array: str) -> str:
+        """The file of ``array`` (``manifest`` for the manifest), for the errors that name it."""
+        return str(self.path / MANIFEST if array == "manifest" else self._file(array))
 
     @property
     def fingerprint(self) -> str:

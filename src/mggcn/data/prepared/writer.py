@@ -1,4 +1,5 @@
-"""``mggcn prepare``: write any graph mggcn reads as a prepared dataset directory (:mod:`mggcn.data.prepared.reader`), once.
+"""``mggcn prepare``: write any graph mggcn reads, once, as a prepared dataset directory
+(:mod:`mggcn.data.prepared.reader`).
 
 Sources:
 
@@ -11,9 +12,9 @@ Sources:
 * a :class:`~mggcn.data.graph.Graph`, or a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and the three masks.
 
 Out of core: edges pass through in chunks into bucket files on disk, which are then sorted one at a time
-(:mod:`mggcn.data.prepared.edgesort`), so the memory needed is set by ``memory_limit``, not by the edge count; only per-vertex
-arrays (O(n·F) for features read from a file or generated) are held whole. Everything is written to a temporary
-sibling directory, renamed to ``out_dir`` at the end: a failure never leaves a half-written ``out_dir``.
+(:mod:`mggcn.data.prepared.edgesort`), so the memory needed is set by ``memory_limit``, not by the edge count; only
+per-vertex arrays (O(n·F) for features read from a file or generated) are held whole. Everything is written to a
+temporary sibling directory, renamed to ``out_dir`` at the end: a failure never leaves a half-written ``out_dir``.
 
 This module never imports torch (a process preparing a big graph under a tight memory limit cannot afford it).
 """
@@ -24,8 +25,8 @@ import datetime
 import importlib.metadata
 import json
 import os
-import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -43,11 +44,13 @@ from mggcn.data.prepared.edgesort import (
     EdgeSorter,
     EdgeSpill,
     NpyWriter,
-    Progress,
 )
 from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
-from mggcn.data.synthetic import GraphStream, parse_spec, stream_spec
+from mggcn.data.synthetic import GENERATED_PREFIXES, GraphStream, is_generated, parse_spec, stream_spec
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.outputs import follow_umask
+from mggcn.utils.progress import Progress
+from mggcn.utils.units import parse_bytes
 
 __all__ = ["prepare", "parse_memory", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CHUNK_EDGES", "STREAM_MIN_EDGES"]
 
@@ -59,16 +62,10 @@ _VERTEX_CHUNK_BYTES = 64 << 20
 
 
 def parse_memory(text: str | int) -> int:
-    """``"2G"``, ``"512M"``, ``"1.5g"``, ``"65536"`` -> bytes (K, M, G, T are powers of 1024)."""
-    if isinstance(text, int):
-        value = text
-    else:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]?)i?b?\s*", str(text).lower())
-        if not match:
-            raise GraphError(f"--memory-limit: expected a size such as 512M or 2G, got '{text}'")
-        value = int(float(match.group(1)) * 1024 ** " kmgt".index(match.group(2) or " "))
+    """``"2G"``, ``"512M"``, ``"1.5g"``, ``"65536"`` -> bytes (:func:`~mggcn.utils.units.parse_bytes`), >= 1 MiB."""
+    value = parse_bytes(text, "memory_limit")
     if value < 1 << 20:
-        raise GraphError(f"--memory-limit: {value} bytes is below the 1 MiB minimum")
+        raise ConfigError(f"memory_limit: {value} bytes is below the 1 MiB minimum", "memory_limit")
     return value
 
 
@@ -163,18 +160,18 @@ def _open_source(source: Any, fmt: str | None, read_options: dict[str, Any]) -> 
             return _graph_source(graph, dict(built, source=f"PyG {type(source).__name__}", format="pyg"))
         raise GraphError(f"prepare: cannot read a {type(source).__name__}; give a path, a spec, a Graph or PyG Data")
     text = os.fspath(source)
-    if fmt is None and text.split(":", 1)[0] in ("synthetic", "rmat", "builtin"):
+    if fmt is None and is_generated(text):
         if read_options:
             raise GraphError(f"{text}: reader options {sorted(read_options)} are for files; a spec carries its own")
         built.update(source=text, format="spec")
-        if text.split(":", 1)[0] != "builtin":
+        if not text.startswith("builtin"):
             stream = stream_spec(text)
             if text.startswith("rmat") or 2 * stream.max_edges > STREAM_MIN_EDGES:
                 return _stream_source(stream, built)
         return _graph_source(parse_spec(text), built)
     if fmt is None:
-        raise GraphError(f"{text}: not a generated dataset (synthetic:, rmat:, builtin:); give --format, one of "
-                         f"{', '.join(formats.FORMATS)}")
+        raise ConfigError(f"{text}: not a generated dataset ({', '.join(GENERATED_PREFIXES)}); give the format "
+                          f"of the file, one of {', '.join(formats.FORMATS)}", "format")
     formats.check_path(text, fmt)
     path = Path(text)
     built["source"] = str(path.resolve())
@@ -213,10 +210,10 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
     if not parent.is_dir():
         raise GraphError(f"{out}: the parent directory {parent} does not exist")
     if out.exists() and not overwrite:
-        raise GraphError(f"{out}: already exists; remove it or pass --overwrite")
+        raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
     budget = DEFAULT_MEMORY_LIMIT if memory_limit is None else parse_memory(memory_limit)
     chunk = max(1 << 10, min(chunk_edges, budget // CHUNK_BYTES_PER_EDGE))
-    report = Progress(progress)
+    report = Progress(quiet=not progress, prefix="mggcn prepare", stream=sys.stderr)
     src = _open_source(source, fmt, read_options)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))

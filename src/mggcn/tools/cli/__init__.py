@@ -1,23 +1,23 @@
 """The ``mggcn`` command: one module per subcommand, each with ``HELP``, a description, ``add_arguments`` and ``run``.
 
 Only the subcommand being run has its arguments built, and its modules imported: ``mggcn --help`` and
-``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.data.graph.GraphError`, ``ValueError``) become one
-line on stderr and exit status 2; a non-finite loss exits 1; a signal (Ctrl-C, SIGTERM) exits 130 (training first
-finishes its epoch and checkpoints).
+``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.data.graph.GraphError`,
+:class:`~mggcn.utils.errors.ConfigError` and other ``ValueError`` s) become one line on stderr, a setting named by
+its flag (:func:`~mggcn.tools.cli.common.flag_message`), and exit status 2; a non-finite loss exits 1; a signal
+(Ctrl-C, SIGTERM) exits 130 (training first finishes its epoch and checkpoints).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from types import ModuleType
 
-from mggcn import __version__
+from mggcn.config import __version__
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli import bench, info, plan, predict, prepare, report, train
-from mggcn.tools.cli.common import HelpFormatter
+from mggcn.tools.cli.common import HelpFormatter, flag_message
+from mggcn.utils.system import own_process, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -55,33 +55,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``mggcn ARGV``; without ``argv`` this process is the ``mggcn`` program (``sys.argv``), and the process
+    settings a rank makes in it stay (:func:`mggcn.utils.system.own_process`). With ``argv`` (a caller's process, as in
+    tests) they are undone after training."""
+    if argv is None:
+        own_process()
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command or "").parse_args(argv)
-    previous = _interrupt_on_sigterm()
     try:
-        return COMMANDS[args.command].run(args)
+        with sigterm_as_interrupt():  # SIGTERM means Ctrl-C: outputs being written are removed, as on any error
+            return COMMANDS[args.command].run(args)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside training (which stops by itself at an epoch's end)
         print(f"mggcn {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (GraphError, ValueError) as err:  # bad input or options, CheckpointError included
-        print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
+    except (GraphError, ValueError) as err:  # bad input or options, ConfigError and CheckpointError included
+        print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 2
     except FloatingPointError as err:  # NonFiniteLoss
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 1
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt_on_sigterm():
-    """SIGTERM means what Ctrl-C means (outputs being written are removed, as on any error); the previous
-    handler, or None off the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)

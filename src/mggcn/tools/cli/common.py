@@ -8,11 +8,12 @@ import textwrap
 
 from mggcn.config import ORDERINGS
 from mggcn.data.graph import GraphError
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import parse_bytes
 
 __all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
-           "add_reader_options", "read_options", "under_torchrun", "join_as_rank", "rank_zero", "exit_status",
-           "HelpFormatter", "FORMAT_HELP"]
+           "add_reader_options", "read_options", "rank_zero", "exit_status", "HelpFormatter", "FORMAT_HELP",
+           "flag_message"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -138,25 +139,30 @@ def read_options(args: argparse.Namespace) -> dict:
     return options
 
 
-def under_torchrun() -> bool:
-    """This process is one rank of a torchrun (or other launcher's) job, not a command that starts workers."""
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-                                                   and "MGGCN_INIT_METHOD" not in os.environ)
-
-
-def join_as_rank() -> None:
-    """Under torchrun: this process dies with its agent (a killed agent must not leave its workers training on,
-    unnoticed by the other nodes). Collective failures then end every node within the collective timeout."""
-    from mggcn.distributed.launch import die_with_parent
-
-    die_with_parent()
-
-
 def rank_zero() -> bool:
     """Whether this process speaks for the job: rank 0 under torchrun, and any command that is not a rank."""
+    from mggcn.distributed.launch import under_torchrun  # torch is loaded only by a command that runs a job
+
     return os.environ.get("RANK", "0") == "0" or not under_torchrun()
 
 
 def exit_status(result) -> int:
     """0, or 130 when a signal stopped training (the shell's code for an interrupted command)."""
     return 130 if result.stopped == "interrupted" else 0
+
+
+FLAGS = {"layer": "--embeddings"}  # library options whose flag has another name; the rest: --name-with-dashes
+
+
+def flag_message(err: Exception) -> str:
+    """A library error as the command line says it: a :class:`~mggcn.utils.errors.ConfigError` that starts with its
+    option's library name (``nprocs 5 is larger ...``) names the flag instead (``--nprocs 5 is larger ...``); one
+    that names it otherwise gets the flag at its end (``... give its format (--format)``)."""
+    text = str(err)
+    option = err.option if isinstance(err, ConfigError) else None
+    if not option:
+        return text
+    flag = FLAGS.get(option, "--" + option.replace("_", "-"))
+    if text.startswith(option):
+        return flag + text[len(option):]
+    return f"{text} ({flag})"

@@ -7,7 +7,6 @@ import argparse
 from mggcn.config import MODELS, ORDERS, TrainConfig
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli.common import byte_size, hidden_sizes, int_list, positive_int
-from mggcn.utils.units import parse_bytes
 
 HELP = "per-rank memory and communication of a training run, before running it"
 
@@ -37,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gin-train-eps", action="store_true", help="--model gin with a learnable ε")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, help="hidden layer sizes (default 128)")
     p.add_argument("--nprocs", type=int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
-    p.add_argument("--memory", type=parse_bytes, default=None, help="memory per device, e.g. 80G or 141G")
+    p.add_argument("--memory", type=byte_size, default=None, help="memory per device, e.g. 80G or 141G")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cuda (default): one GPU per rank, whole blocks; cpu: the ranks share one machine, blocks "
                         "cut in column tiles (--tile-bytes)")

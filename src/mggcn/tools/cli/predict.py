@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from mggcn.config import ACTIVATIONS, DEVICES, MODELS, NORMS
-from mggcn.tools.cli.common import add_dataset_options, join_as_rank, positive_int, read_options, under_torchrun
+from mggcn.tools.cli.common import add_dataset_options, positive_int, rank_zero, read_options
 
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
@@ -39,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import JobInterrupted, WorkerError, run_workers
+    from mggcn.distributed.launch import JobInterrupted, WorkerError, launch
     from mggcn.training.predict import PredictJob, check_predict, run_predict_job
 
     reader_options = read_options(args)
@@ -49,32 +48,23 @@ def run(args: argparse.Namespace) -> int:
                      norm=args.norm, activation=args.activation, kind=args.kind, device=args.device,
                      threads=args.threads,
                      timeout_s=args.timeout)
-    if under_torchrun():
-        join_as_rank()
-        num_nodes = check_predict(job, int(os.environ["WORLD_SIZE"])).num_nodes
-        run_predict_job(job)
-        if int(os.environ.get("RANK", "0")) == 0:
-            _say_written(args, num_nodes)
-        return 0
-    nprocs = args.nprocs or 1
-    dataset = check_predict(job, nprocs)
-    num_nodes = dataset.num_nodes
-    if nprocs == 1:
-        run_predict_job(job, dataset)
-        _say_written(args, num_nodes)
-        return 0
-    del dataset
+    sizes: dict[str, int] = {}
+
+    def note_size(dataset, _: int) -> None:
+        sizes["num_nodes"] = dataset.num_nodes
+
     try:
-        run_workers(run_predict_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
-    except JobInterrupted as err:
+        launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout), on_checked=note_size)
+    except JobInterrupted as err:  # a signal before the workers could stop by themselves
         print(f"mggcn: interrupted: {err}", file=sys.stderr)
         return 130
     except WorkerError as err:
-        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+        if str(err).startswith(f"rank {err.rank} failed: BrokenPipeError"):  # rank 0's reader went away (| head)
             raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
-    _say_written(args, num_nodes)
+    if rank_zero():  # under torchrun, rank 0 says it
+        _say_written(args, sizes["num_nodes"])
     return 0
 
 

@@ -26,12 +26,11 @@ from mggcn.tools.cli.common import (
     byte_size,
     exit_status,
     hidden_sizes,
-    join_as_rank,
     positive_int,
     rank_zero,
     read_options,
-    under_torchrun,
 )
+from mggcn.utils.errors import ConfigError
 
 HELP = "train a GCN, GraphSAGE or GIN"
 DESCRIPTION = """Train a GCN (GraphSAGE, GIN with --model) on the whole graph every epoch, its rows split across P
@@ -150,7 +149,8 @@ def _finish_train(args: argparse.Namespace, result) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import JobInterrupted, WorkerError, run_workers
+    from mggcn.distributed.launch import JobInterrupted, WorkerError, launch, under_torchrun
+    from mggcn.distributed.shm import ShmUnavailable
     from mggcn.training.job import TrainJob, check_job, run_train_job
 
     if args.dataset is None:
@@ -172,46 +172,38 @@ def run(args: argparse.Namespace) -> int:
                    save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet,
                    log_every=args.log_every, checkpoint_dir=args.checkpoint_dir,
                    checkpoint_every=args.checkpoint_every, resume=args.resume)
-    if under_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
-        if args.nprocs is not None and args.nprocs != world:
-            raise GraphError(f"--nprocs {args.nprocs} disagrees with torchrun's world size {world}; drop --nprocs")
-        join_as_rank()
-        check_job(job, world)
-        from mggcn.distributed.shm import ShmUnavailable
+    torchrun = under_torchrun()
+    if not torchrun:
+        _check_tensorboard(args)
+        if args.device != "cpu":
+            import torch
 
-        try:
-            result = run_train_job(job)
-        except ShmUnavailable as err:  # every rank has the same error: rank 0 says it, in one line
-            if rank_zero():
-                print(f"mggcn train: error: {err}", file=sys.stderr, flush=True)
-            return 2
-        return _finish_train(args, result)
-    _check_tensorboard(args)
-    nprocs = args.nprocs or 1
-    if args.device != "cpu":
-        import torch
+            from mggcn.distributed.context import resolve_device
 
-        from mggcn.distributed.context import resolve_device
+            nprocs = args.nprocs or 1
+            if resolve_device(args.device) == "cuda" and nprocs > torch.cuda.device_count():
+                raise ConfigError(f"nprocs {nprocs} needs {nprocs} GPUs, {torch.cuda.device_count()} visible",
+                                  "nprocs")
 
-        if resolve_device(args.device) == "cuda" and nprocs > torch.cuda.device_count():
-            raise GraphError(f"--nprocs {nprocs} needs {nprocs} GPUs, {torch.cuda.device_count()} visible")
-    dataset = check_job(job, nprocs)
-    if not args.quiet:
-        print(f"mggcn: {dataset.name}: {dataset.num_nodes} vertices, {dataset.num_edges} edges, "
-              f"{dataset.num_features} features, {dataset.num_classes} classes; {nprocs} worker(s) on "
-              f"{args.device}", flush=True)
-    if nprocs == 1:
-        return _finish_train(args, run_train_job(job, dataset))
-    del dataset
+    def announce(dataset, nprocs: int) -> None:
+        if not (torchrun or args.quiet):
+            print(f"mggcn: {dataset.name}: {dataset.num_nodes} vertices, {dataset.num_edges} edges, "
+                  f"{dataset.num_features} features, {dataset.num_classes} classes; {nprocs} worker(s) on "
+                  f"{args.device}", flush=True)
+
     try:
-        results = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
+        result = launch(run_train_job, job, check_job, args.nprocs, grace_s=max(60.0, args.timeout),
+                        on_checked=announce)
+    except ShmUnavailable as err:  # --shm on, under torchrun: every rank has the same error; rank 0 says it once
+        if rank_zero():
+            print(f"mggcn train: error: {err}", file=sys.stderr, flush=True)
+        return 2
     except JobInterrupted as err:  # a signal before training began: nothing to stop cleanly, nothing saved
         print(f"mggcn: interrupted: {err}", file=sys.stderr)
         return 130
     except WorkerError as err:
-        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+        if str(err).startswith(f"rank {err.rank} failed: BrokenPipeError"):  # rank 0's reader went away (| head)
             raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
-    return _finish_train(args, results[0])
+    return _finish_train(args, result)

@@ -1,0 +1,213 @@
+"""What a job writes and reads back: predictions, model files, and the one atomic writer they all go through.
+
+Files are written whole or not at all: :func:`mggcn.utils.files.atomic_write` writes a temporary file next to the
+target and renames it into place, so a reader (or a crash) never sees half a file.
+
+The model file is what ``mggcn train --save-model FILE`` writes: a state dict under the names of PyG's ``GCN``,
+``GraphSAGE`` or ``GIN`` (``convs.{l}.lin.weight``, ``convs.{l}.lin_l.weight`` or ``convs.{l}.nn.lins.0.weight``
+[d_out, d_in], ...), from whose names the model follows and from whose shapes the layer sizes, and a sidecar
+``FILE.json`` with the model (``gcn``, ``sage``, ``gin``), what the shapes do not tell (activation, normalization)
+and the dataset it was trained on. Without the sidecar (e.g. weights from PyG), ``norm`` and ``activation`` must be
+given or default to the trainer's defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+import torch
+
+from mggcn.config import ACTIVATIONS, MODELS, NORMS, TrainConfig
+from mggcn.data.graph import ConfigError, GraphError
+from mggcn.nn.model import LayerStack
+from mggcn.nn.models import make_model
+from mggcn.utils.files import atomic_write
+
+__all__ = ["CARD_FORMAT", "atomic_write", "check_output", "check_writable", "load_model", "model_dims", "model_kind",
+           "save_model", "save_output", "save_predictions", "sidecar_path"]
+
+CARD_FORMAT = "mggcn-model"
+CARD_VERSION = 1
+_DEFAULTS = TrainConfig()
+
+
+def check_output(option: str, path: str | None) -> None:
+    """Raise :class:`ConfigError` (naming ``option``, e.g. ``save_model``) unless a file can be written at ``path``:
+    its directory exists and takes a new file, and it is not a directory."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{option} {path}: the directory {parent} does not exist", option)
+    if os.path.isdir(path):
+        raise ConfigError(f"{option} {path}: is a directory", option)
+    check_writable(option, path, parent)
+
+
+def check_writable(option: str, path: str, directory: str) -> None:
+    """``directory`` takes a new file (tried, not guessed from permission bits, which root ignores)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".mggcn-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(f"{option} {path}: cannot write in {directory} ({err.strerror})", option) from None
+
+
+def save_predictions(path: str, predictions: np.ndarray) -> None:
+    """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
+    if path.endswith(".npy"):
+        atomic_write(path, lambda tmp: np.save(tmp, predictions))
+        return
+
+    def write_csv(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write("vertex,prediction\n")
+            np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
+
+    atomic_write(path, write_csv)
+
+
+def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
+    """``.npy`` as is; otherwise CSV with a ``vertex`` column: ``vertex,prediction`` for classes,
+    ``vertex,{column}0,{column}1,...`` for a matrix."""
+    if values.ndim == 1:
+        save_predictions(path, values)
+        return
+    if path.endswith(".npy"):
+        atomic_write(path, lambda tmp: np.save(tmp, values))
+        return
+
+    def write_csv(tmp: str) -> None:
+        header = ",".join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
+        table = np.concatenate([np.arange(values.shape[0])[:, None], values], axis=1)
+        fmt = ["%d"] + ["%.7g"] * values.shape[1]
+        np.savetxt(tmp, table, fmt=fmt, delimiter=",", header=header, comments="")
+
+    atomic_write(path, write_csv)
+
+
+def sidecar_path(path: str) -> str:
+    return path + ".json"
+
+
+# the weight [d_out, d_in] of layer l of each model, by which a state dict tells its model
+_LAYER_WEIGHT = {"gcn": "convs.{}.lin.weight", "sage": "convs.{}.lin_l.weight", "gin": "convs.{}.nn.lins.0.weight"}
+
+
+def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> str:
+    """``gcn``, ``sage`` or ``gin``: the model whose parameter names ``state_dict`` has."""
+    for kind, name in _LAYER_WEIGHT.items():
+        if name.format(0) in state_dict:
+            return kind
+    raise GraphError(f"{source}: not the state dict of a GCN, GraphSAGE or GIN (no convs.0.lin.weight, "
+                     "convs.0.lin_l.weight or convs.0.nn.lins.0.weight); give a file written by "
+                     "`mggcn train --save-model`")
+
+
+def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
+    """``[d_0, ..., d_L]`` from the shapes of each layer's first weight (layers numbered 0..L-1 without gaps)."""
+    dims: list[int] = []
+    layer = 0
+    weight = _LAYER_WEIGHT[model_kind(state_dict, source)]
+    while weight.format(layer) in state_dict:
+        d_out, d_in = state_dict[weight.format(layer)].shape
+        if dims and dims[-1] != d_in:
+            raise GraphError(f"{source}: layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
+        dims = dims or [int(d_in)]
+        dims.append(int(d_out))
+        layer += 1
+    return dims
+
+
+def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConfig, dataset: dict,
+               **extra: Any) -> None:
+    """Write the weights to ``path`` and the sidecar ``path.json`` (model, dims, activation, norm, dataset
+    identity)."""
+    card = {"format": CARD_FORMAT, "version": CARD_VERSION, "model": config.model,
+            "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
+            "dataset": dataset, **extra}
+    atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
+
+    def write_card(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(card, f, indent=1)
+            f.write("\n")
+
+    atomic_write(sidecar_path(path), write_card)
+
+
+def _read_card(path: str) -> dict | None:
+    card_path = sidecar_path(path)
+    if not os.path.exists(card_path):
+        return None
+    try:
+        with open(card_path, encoding="utf-8") as f:
+            card = json.load(f)
+    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise GraphError(f"{card_path}: unreadable model description ({' '.join(str(err).split())[:100]})") from None
+    except RecursionError:  # nesting deeper than the parser's recursion
+        raise GraphError(f"{card_path}: unreadable model description (JSON nested too deep)") from None
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
+    return card
+
+
+def load_model(path: str, norm: str | None = None, activation: str | None = None,
+               note: bool = True, kind: str | None = None) -> tuple[LayerStack, dict]:
+    """The model of ``path`` on CPU in eval mode, and its description (``model``, ``dims``, ``activation``,
+    ``norm``, ...).
+
+    The model (``gcn``, ``sage``, ``gin``) is the one the parameter names say; ``kind``, when given, must agree.
+    ``norm`` and ``activation`` are used where the sidecar ``path.json`` is missing (``note``: say on stderr which
+    defaults stand in for missing ones); where it is present they must agree with it (a model is only right with
+    the normalization and activation it was trained with).
+    """
+    if not os.path.isfile(path):
+        raise GraphError(f"{path}: no such model file")
+    try:
+        state_dict = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
+        raise GraphError(f"{path}: not a model file ({type(err).__name__}: {err})") from None
+    if not isinstance(state_dict, dict):
+        raise GraphError(f"{path}: not a state dict")
+    found = model_kind(state_dict, path)
+    dims = model_dims(state_dict, path)
+    card = _read_card(path)
+    if kind is not None and kind != found:  # the file is not the model asked for
+        raise GraphError(f"{path} holds a {found} model, not a {kind} one; leave the model kind out or give {found}")
+    if card is None:
+        card = {"model": found, "dims": dims, "activation": activation or _DEFAULTS.activation,
+                "norm": norm or _DEFAULTS.norm}
+        if note and (norm is None or activation is None):
+            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming --norm {card['norm']} "
+                  f"--activation {card['activation']}", file=sys.stderr, flush=True)
+    else:
+        if card.get("model", "gcn") != found:
+            raise GraphError(f"{sidecar_path(path)} describes a {card.get('model', 'gcn')} model but {path} holds "
+                             f"a {found} model")
+        card.setdefault("model", found)
+        if card.get("dims") != dims:
+            raise GraphError(f"{sidecar_path(path)} describes layers {card.get('dims')} but {path} has {dims}")
+        for option, given in (("norm", norm), ("activation", activation)):
+            if given is not None and given != card.get(option):
+                raise ConfigError(f"{option} {given}: the model was trained with {option} {card.get(option)} "
+                                  f"({sidecar_path(path)}); leave {option} unset", option)
+    for key, known in (("norm", NORMS), ("activation", ACTIVATIONS)):
+        if card.get(key) not in known:
+            where = sidecar_path(path) if os.path.exists(sidecar_path(path)) else path
+            what = f"{key} {card[key]!r} is not" if key in card else f"no {key!r}, which must be"
+            raise GraphError(f"{where}: {what} one of {', '.join(known)}")
+    if card.get("model") not in MODELS:
+        raise GraphError(f"{sidecar_path(path)}: model {card.get('model')!r} is not one of {', '.join(MODELS)}")
+    model = make_model(found, dims, activation=card["activation"])  # GIN: ε, learnt or not, is read as a value
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    if missing or unexpected:
+        raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a {found} of layers "
+                         f"{dims}")
+    return model.eval(), card

@@ -1,0 +1,192 @@
+"""The one place that changes the process: the host allocator, the parent-death signal, torch's thread count,
+warning filters, signal handlers.
+
+A rank sets these for itself (:func:`enter_rank`, from :func:`mggcn.distributed.context.init_distributed`) and
+they stay only in a process mggcn owns: a worker its launcher started, or the ``mggcn`` command itself
+(:func:`own_process`). When a job runs in the caller's process (``mggcn.train(..., nprocs=1)`` in a notebook), it
+runs inside :func:`caller_settings_kept`, which puts back the thread count and the warning filters on return; the
+allocator is left as it was there: glibc cannot report its mmap threshold, so a threshold set could not be undone.
+Signal handlers are installed for the length of a ``with`` block (:class:`StopOnSignal`, :func:`sigterm_as_interrupt`)
+and restored after it.
+
+Importing this module loads no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# MMAP_THRESHOLD: host allocations above this many bytes come from the system and go back to it when freed (glibc's
+# M_MMAP_THRESHOLD). glibc's own threshold starts at 128 KiB and rises to the size of every large block freed, up to
+# 32 MiB: after loading a graph, the tensors of an epoch then come from the heap, and what is freed stays there,
+# resident, 20-40% above the live tensors. An epoch of mggcn allocates nothing large (the workspace), so a fixed
+# threshold costs no page faults while training and keeps the memory what the plan says.
+from mggcn.config import MMAP_THRESHOLD
+
+__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "caller_settings_kept",
+           "enter_rank", "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
+           "sigterm_as_interrupt", "sparse_warnings_silenced", "torch_threads"]
+
+# torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
+SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+_PR_SET_PDEATHSIG = 1
+
+
+class _State:
+    owned = False  # this process belongs to mggcn: a launched worker, or the mggcn command
+    mmap_threshold: int | None = None  # what this module set (None: glibc's own, dynamic threshold)
+
+
+def own_process() -> None:
+    """Declare this process mggcn's own (a worker the launcher started, the ``mggcn`` command): the settings of
+    :func:`enter_rank` then stay."""
+    _State.owned = True
+
+
+def owns_process() -> bool:
+    return _State.owned
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this process when its parent dies (even by SIGKILL), so that no worker is left
+    orphaned: mggcn's launcher, or torchrun's agent, whose workers would otherwise train on alone, and their peers
+    on other nodes never notice. Elsewhere a no-op."""
+    try:
+        import ctypes
+
+        if ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request: it will never fire
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def set_mmap_threshold(nbytes: int | None) -> bool:
+    """Fix glibc's ``M_MMAP_THRESHOLD`` at ``nbytes`` (see :data:`MMAP_THRESHOLD`); ``None`` or 0 leaves glibc's
+    dynamic threshold. False where the C library is not glibc."""
+    if not nbytes:
+        return False
+    try:
+        import ctypes
+
+        done = bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(nbytes)))
+    except (OSError, AttributeError):
+        return False
+    if done:
+        _State.mmap_threshold = int(nbytes)
+    return done
+
+
+def mmap_threshold() -> int | None:
+    """The mmap threshold mggcn fixed in this process, or None where glibc's own (dynamic) one still rules."""
+    return _State.mmap_threshold
+
+
+def quiet_sparse_warnings() -> None:
+    """Silence torch's :data:`SPARSE_WARNINGS` in this process."""
+    for message in SPARSE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
+@contextmanager
+def sparse_warnings_silenced() -> Iterator[None]:
+    """Silence torch's :data:`SPARSE_WARNINGS` in the ``with`` block only (the filters are restored after it)."""
+    with warnings.catch_warnings():
+        quiet_sparse_warnings()
+        yield
+
+
+def enter_rank(threads: int, mmap_threshold: int | None = MMAP_THRESHOLD) -> None:
+    """Set what a rank runs with: ``threads`` torch threads, the sparse warnings silenced, and, in a process mggcn
+    owns, the allocator's ``mmap_threshold`` (None: glibc's)."""
+    import torch
+
+    if _State.owned:
+        set_mmap_threshold(mmap_threshold)
+    torch.set_num_threads(threads)
+    quiet_sparse_warnings()
+
+
+@contextmanager
+def caller_settings_kept() -> Iterator[None]:
+    """In a process mggcn does not own, the thread count and the warning filters are put back as they were when the
+    ``with`` block ends (the jobs run inside one); in a process it owns, nothing is put back."""
+    if _State.owned:
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():  # puts the filters back on exit
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch uses ``threads`` threads in the ``with`` block, and as many as before after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class StopOnSignal:
+    """SIGINT/SIGTERM, for the length of the ``with`` block, only ask to stop (``requested``); a second SIGINT stops
+    at once. The previous handlers come back on exit. Outside the main thread nothing is installed."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, under :func:`sigterm_as_interrupt`: a KeyboardInterrupt that says which signal it was."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """In the ``with`` block SIGTERM means what Ctrl-C means (raises :class:`Terminated`, a KeyboardInterrupt);
+    restored after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

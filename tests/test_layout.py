@@ -1,0 +1,160 @@
+"""The package's architecture, checked from its own source: every module imports, no import cycle (imports inside
+functions included), lower layers never import higher ones, and what ``mggcn prepare`` and ``mggcn --help`` need
+loads no torch."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import mggcn
+
+PACKAGE = Path(mggcn.__file__).parent
+SRC = PACKAGE.parent
+# lowest first; a module may import its own layer and the ones below (the order of mggcn/__init__'s docstring)
+LAYERS = ("config", "utils", "data", "nn", "distributed", "training", "tools", "api")
+TOP = ("mggcn", "mggcn.__main__")  # the lazy namespace and the entry point sit above every layer
+NO_TORCH = ("mggcn", "mggcn.data", "mggcn.data.graph", "mggcn.data.datasets", "mggcn.data.formats",
+            "mggcn.data.prepared.writer", "mggcn.tools.cli")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The mggcn modules ``name`` imports anywhere in its source (top level, functions, TYPE_CHECKING blocks)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def module_of(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        out.update(m for t in targets if t.split(".")[0] == "mggcn" and (m := module_of(t)) and m != name)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _layer(module: str) -> int:
+    if module in TOP:
+        return len(LAYERS)
+    return LAYERS.index(module.split(".")[1])  # mggcn.config and mggcn.api are layers of one module each
+
+
+def test_the_layers_cover_every_module():
+    for module in _modules():
+        if module not in TOP:
+            assert module.split(".")[1] in LAYERS, f"{module}: in no layer of {LAYERS}"
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_lower_layers_never_import_higher_ones():
+    bad = [f"{a} -> {b}" for a, targets in sorted(_graph().items()) for b in sorted(targets) if _layer(b) > _layer(a)]
+    assert not bad, "imports against the layer order " + " < ".join(LAYERS) + ":\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_function_level_imports_and_cycles(tmp_path):
+    """The graph above is built from the source itself, imports inside functions included."""
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from mggcn.training.job import run_train_job\n")
+    assert _imports("mggcn.nn.model", source, _modules()) == {"mggcn.training.job"}
+    assert _layer("mggcn.training.job") > _layer("mggcn.nn.model")
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+
+
+def test_every_module_imports_in_a_fresh_interpreter():
+    names = sorted(m for m in _modules() if m != "mggcn.__main__")  # __main__ runs the command line
+    done = _run(f"""
+        import importlib
+        for name in {names!r}:
+            importlib.import_module(name)
+        """)
+    assert done.returncode == 0, done.stderr
+
+
+def test_importing_the_package_and_what_prepare_needs_loads_no_torch():
+    done = _run(f"""
+        import importlib, json, sys
+        loaded = {{}}
+        for name in {list(NO_TORCH)!r}:
+            importlib.import_module(name)
+            loaded[name] = "torch" in sys.modules
+        print(json.dumps(loaded))
+        """)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert not any(loaded.values()), f"torch loaded by {[m for m, t in loaded.items() if t]}"
+
+
+def _cli_torch(args: list[str], cwd: Path) -> tuple[int, bool, str]:
+    """Run ``mggcn ARGS`` in a fresh interpreter; whether torch was loaded when it ended."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent("""
+            import atexit, sys
+            atexit.register(lambda: print("TORCH", "torch" in sys.modules, file=sys.stderr))
+            from mggcn.tools.cli import main
+            sys.exit(main(sys.argv[1:]))
+            """)] + args, capture_output=True, text=True, timeout=600, cwd=cwd,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    return done.returncode, "TORCH True" in done.stderr, done.stdout + done.stderr
+
+
+def test_help_and_prepare_load_no_torch(tmp_path):
+    code, torch_loaded, out = _cli_torch(["--help"], tmp_path)
+    assert code == 0 and "prepare" in out and not torch_loaded, out
+    code, torch_loaded, out = _cli_torch(["prepare", "builtin:karate", str(tmp_path / "karate"), "--quiet"],
+                                         tmp_path)
+    assert code == 0, out
+    assert (tmp_path / "karate" / "manifest.json").is_file()
+    assert not torch_loaded, out

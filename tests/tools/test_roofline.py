@@ -1,0 +1,44 @@
+"""The epoch floor (mggcn.tools.roofline): the bytes and flops of an epoch, counted by hand for a small model."""
+
+import pytest
+
+from mggcn.nn.model import spmm_widths
+from mggcn.tools.roofline import Machine, epoch_floor, mggcn_work, pyg_work
+
+F = 4  # bytes of a float32
+
+
+def test_mggcn_work_counts_the_gemms_and_spmms_of_one_rank():
+    n, nnz, dims = 10, 30, [8, 4, 2]
+    work = mggcn_work(n, nnz, dims, nprocs=2)
+    m = 5
+    # layer 0: forward and ∂W; layer 1: forward, ∂W and ∂H
+    assert work.gemms == ((m, 8, 4), (4, m, 8), (m, 4, 2), (2, m, 4), (m, 2, 4))
+    assert work.gemm_flops == sum(2 * a * b * c for a, b, c in work.gemms)
+    widths = spmm_widths(dims, "auto", True)
+    assert widths == [2, 2]  # layer 0 aggregates X once before training; layer 1 transforms first, both passes
+    # each SpMM: P row pointers + nonzeros (int32 index + value) + the output rows, plus one row of B per nonzero
+    fixed = 2 * (m + 1) * 4 + 15 * (4 + F) + F * m * 2
+    assert work.spmm_bytes == 2 * (fixed + F * 15 * 2)
+    assert work.spmm_bytes_min == 2 * (fixed + F * n * 2)
+    assert work.comm_bytes == 2 * (1 * m * 2 * F)  # P - 1 blocks of m rows received per SpMM
+    assert mggcn_work(n, nnz, dims, nprocs=1).comm_bytes == 0
+
+
+def test_pyg_transforms_first_in_every_layer():
+    work = pyg_work(10, 30, [8, 4, 2])
+    assert work.gemms == ((10, 8, 4), (4, 10, 8), (10, 4, 2), (2, 10, 4), (10, 2, 4))
+    assert work.comm_bytes == 0
+    assert work.spmm_bytes > mggcn_work(10, 30, [8, 4, 2]).spmm_bytes  # two SpMMs at width 4 more than mggcn's
+
+
+def test_epoch_floor_is_bytes_over_bandwidth_plus_gemm_time():
+    machine = Machine(device="cpu", threads=1, bandwidth=1e9, gemm_rate=1e9)
+    work = mggcn_work(1000, 5000, [16, 8, 4], nprocs=2)
+    floor = epoch_floor(work, machine, nprocs=2, shared=True)
+    gemm_s = sum(max(2 * a * b * c / 1e9, F * (a * b + b * c + a * c) / 1e9) for a, b, c in work.gemms)
+    expected = 2 * (work.spmm_bytes / 1e9 + gemm_s + work.comm_bytes / 1e9)  # two ranks share the machine
+    assert floor["floor_s"] == pytest.approx(expected)
+    assert floor["floor_min_s"] <= floor["floor_s"]
+    alone = epoch_floor(work, machine, nprocs=2, shared=False)  # one machine per rank: no sharing, no copy
+    assert alone["floor_s"] == pytest.approx(work.spmm_bytes / 1e9 + gemm_s) and alone["comm_s"] == 0.0

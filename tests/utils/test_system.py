@@ -1,0 +1,71 @@
+"""What training changes in the process: kept in a process mggcn owns, undone in the caller's (mggcn.utils.system)."""
+
+import signal
+import warnings
+
+import numpy as np
+import scipy.sparse  # noqa: F401  (scipy adds a warning filter of its own when first imported)
+import torch
+
+import mggcn
+from mggcn.utils import system
+
+
+def _process_state() -> dict:
+    return {"threads": torch.get_num_threads(), "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
+            "filters": list(warnings.filters), "sigint": signal.getsignal(signal.SIGINT),
+            "sigterm": signal.getsignal(signal.SIGTERM), "mmap_threshold": system.mmap_threshold()}
+
+
+def _assert_same(before: dict, after: dict) -> None:
+    assert after["threads"] == before["threads"]
+    assert torch.equal(after["torch_rng"], before["torch_rng"])
+    for a, b in zip(after["numpy_rng"], before["numpy_rng"], strict=True):
+        assert np.array_equal(a, b)
+    assert after["filters"] == before["filters"]
+    assert after["sigint"] is before["sigint"] and after["sigterm"] is before["sigterm"]
+    assert after["mmap_threshold"] == before["mmap_threshold"]
+
+
+def test_train_in_the_callers_process_leaves_it_as_it_was(monkeypatch):
+    assert not system.owns_process()  # pytest's process is the caller's, as a notebook's would be
+    calls = []
+    monkeypatch.setattr(system, "set_mmap_threshold", lambda nbytes: calls.append(nbytes))
+    torch.set_num_threads(1)
+    torch.manual_seed(1234)
+    np.random.seed(99)
+    before = _process_state()
+    # threads=2 and dropout: the rank changes the thread count and draws dropout masks while it trains
+    result = mggcn.train("builtin:karate", nprocs=1, hidden=(8,), epochs=3, dropout=0.5, input_dropout=0.2,
+                         threads=2, quiet=True)
+    assert len(result.history) == 3
+    _assert_same(before, _process_state())
+    assert calls == []  # glibc cannot report its threshold, so none is set where it could not be put back
+
+
+def test_a_rank_in_the_callers_process_is_undone_unless_the_process_is_owned(monkeypatch):
+    torch.set_num_threads(1)
+    filters = list(warnings.filters)
+    with system.caller_settings_kept():
+        system.enter_rank(2, mmap_threshold=None)
+        assert torch.get_num_threads() == 2
+        assert any(f[1] is not None and f[1].pattern.startswith("Sparse CSR tensor") for f in warnings.filters)
+    assert torch.get_num_threads() == 1 and list(warnings.filters) == filters
+
+    monkeypatch.setattr(system._State, "owned", True)  # a launched worker: the settings stay
+    try:
+        with system.caller_settings_kept():
+            system.enter_rank(2, mmap_threshold=None)
+        assert torch.get_num_threads() == 2
+    finally:
+        warnings.filters[:] = filters
+        torch.set_num_threads(1)
+
+
+def test_stop_on_signal_asks_to_stop_and_restores_the_handlers():
+    previous = signal.getsignal(signal.SIGTERM)
+    with system.StopOnSignal() as stop:
+        assert signal.getsignal(signal.SIGTERM) is not previous
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.requested
+    assert signal.getsignal(signal.SIGTERM) is previous
