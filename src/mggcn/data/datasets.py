@@ -53,6 +53,7 @@ class InMemoryDataset:
         self._adj_hat: dict[str, sp.csr_matrix] = {}
 
     def partition(self, num_parts: int, seed: int, ordering: str) -> Partition:
+        self._check_held()
         if ordering == "metis":
             from mggcn.distributed.metis import metis_partition
 
@@ -61,9 +62,22 @@ class InMemoryDataset:
         return make_partition(self.num_nodes, num_parts, seed, ordering)
 
     def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard:
+        self._check_held()
         if norm not in self._adj_hat:
             self._adj_hat[norm] = normalize(adjacency(self.graph.edge_index, self.num_nodes), norm)
         return build_shard(self.graph, part, rank, norm, adj_hat=self._adj_hat[norm], tile_cols=tile_cols)
+
+    def _check_held(self) -> None:
+        if self.graph is None:
+            raise RuntimeError(f"{self.name}: released (InMemoryDataset.release); open the dataset again")
+
+    def release(self) -> None:
+        """Drop the graph and the cached Â once this process has cut its shard: a rank keeps only its shard.
+
+        The sizes stay; :meth:`partition` and :meth:`shard` raise afterwards. (A :class:`Graph` the caller holds
+        stays alive through the caller's reference, not this one.)
+        """
+        self.graph, self._adj_hat = None, {}
 
 
 def is_generated(spec: str) -> bool:

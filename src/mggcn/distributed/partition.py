@@ -133,7 +133,7 @@ class Shard:
     partition: Partition
     adj: list[TiledCSR]
     adj_t: list[TiledCSR]
-    x: torch.Tensor
+    x: torch.Tensor | None  # None once training replaced it by Â·X (mggcn.training.trainer.train_shard)
     y: torch.Tensor
     masks: dict[str, torch.Tensor]
     num_classes: int
@@ -143,7 +143,8 @@ class Shard:
         shared = all(a is t for a, t in zip(self.adj, self.adj_t))
         self.adj = [b.to(device) for b in self.adj]
         self.adj_t = self.adj if shared else [b.to(device) for b in self.adj_t]
-        self.x, self.y = self.x.to(device), self.y.to(device)
+        self.x = None if self.x is None else self.x.to(device)
+        self.y = self.y.to(device)
         self.masks = {k: v.to(device) for k, v in self.masks.items()}
         return self
 

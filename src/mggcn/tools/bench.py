@@ -316,7 +316,7 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
             "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(b.nnz for b in shard.adj_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
             "tile_cols": shard.tile_cols, "shm": outboxes is not None,
-            "rows": int(shard.x.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
+            "rows": int(shard.y.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads(), "machine": machine}
 
 

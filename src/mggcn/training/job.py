@@ -200,7 +200,10 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
         shard = shard_for(cfg, dataset, ctx)
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
         identity = dataset_identity(dataset)
-        del dataset  # this rank keeps only its shard
+        release = getattr(dataset, "release", None)
+        if release is not None:  # this rank keeps only its shard, also when the caller holds the dataset (P = 1)
+            release()
+        del dataset
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
         metrics_file = None  # opened with the first epoch's record: a job that fails before one writes no file

@@ -165,6 +165,9 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             (saving a checkpoint first if a checkpointer is given).
     Raises:
         NonFiniteLoss: the global loss is NaN or inf (before that epoch's update, so the weights are the last good).
+
+    Memory: without input dropout ``Â·X`` is computed once, and the shard's features are then released
+    (``shard.x`` becomes ``None``; predictions read ``Â·X``, :attr:`TrainResult.x_agg`).
     """
     device = ctx.device
     shard.to(device)
@@ -198,6 +201,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     x, y = shard.x, shard.y
     with torch.no_grad():
         x_agg = adj.run(x) if model.caches_input_aggregation else None
+    if x_agg is not None:  # no epoch reads X again: release it before the first epoch allocates its activations
+        shard.x = x = None
     split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
     criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace)
