@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.partition import Partition, Shard, build_shard, make_partition
-from mggcn.nn.norm import adjacency, normalize
+from mggcn.nn.norm import normalized_adjacency
 
 __all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "Dataset", "InMemoryDataset", "load_graph", "open_dataset"]
 
@@ -64,7 +64,7 @@ class InMemoryDataset:
     def shard(self, part: Partition, rank: int, norm: str, tile_cols: int | None = None) -> Shard:
         self._check_held()
         if norm not in self._adj_hat:
-            self._adj_hat[norm] = normalize(adjacency(self.graph.edge_index, self.num_nodes), norm)
+            self._adj_hat[norm] = normalized_adjacency(self.graph.edge_index, self.num_nodes, norm)
         return build_shard(self.graph, part, rank, norm, adj_hat=self._adj_hat[norm], tile_cols=tile_cols)
 
     def _check_held(self) -> None:

@@ -28,8 +28,8 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.data.graph import SPLITS, Graph, GraphError
-from mggcn.distributed.tiled import TiledCSR, csr_to_torch
-from mggcn.nn.norm import adjacency, normalize
+from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
+from mggcn.nn.norm import normalized_adjacency
 
 __all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks",
            "build_shard"]
@@ -104,20 +104,43 @@ def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]
 
 
 def to_blocks(block: sp.csr_matrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
-    """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole)."""
-    return [TiledCSR.from_scipy(b, tile_cols) for b in split_row_block(block, num_parts)]
+    """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole).
+
+    Tile by tile: each tile is sliced out of ``block`` (its duplicates summed and its rows sorted in place first),
+    so that besides ``block`` only the tiles already cut are held, never a second copy of a block.
+    """
+    m = block.shape[1] // num_parts
+    block.sum_duplicates()  # in place: sorted columns within each row, duplicates added up
+    out = []
+    for j in range(num_parts):
+        if num_tiles(m, tile_cols) == 1:
+            out.append(TiledCSR([csr_to_torch(block[:, j * m: (j + 1) * m])], [0], m))
+            continue
+        starts = list(range(0, m, tile_cols))
+        out.append(TiledCSR([csr_to_torch(block[:, j * m + s: j * m + min(s + tile_cols, m)]) for s in starts],
+                            starts, m))
+    return out
 
 
 def _row_block(adj: sp.csr_matrix, part: Partition, rank: int) -> sp.csr_matrix:
-    """Rank ``rank``'s rows of the permuted, padded ``adj``, columns renumbered to new ids."""
+    """Rank ``rank``'s rows of the permuted, padded ``adj``, columns renumbered to new ids (int32 where they fit;
+    renumbered in place, a chunk of nonzeros at a time)."""
     orig = part.order[part.rows(rank)]
     real = orig >= 0
     rows = adj[orig[real]].tocsr()
     counts = np.zeros(orig.shape[0], dtype=np.int64)
     counts[real] = np.diff(rows.indptr)
     indptr = np.concatenate([[0], np.cumsum(counts)])
-    cols = part.position[rows.indices]
-    return sp.csr_matrix((rows.data, cols, indptr), shape=(orig.shape[0], part.padded_nodes))
+    cols = rows.indices
+    if part.padded_nodes >= 2**31 and cols.dtype != np.int64:
+        cols = cols.astype(np.int64)
+    for start in range(0, cols.shape[0], _CHUNK):
+        cols[start: start + _CHUNK] = part.position[cols[start: start + _CHUNK]]
+    return sp.csr_matrix((rows.data, cols, indptr.astype(cols.dtype, copy=False)),
+                         shape=(orig.shape[0], part.padded_nodes), copy=False)
+
+
+_CHUNK = 1 << 20  # nonzeros or rows per step of the setup's passes: their temporaries stay a few MiB
 
 
 @dataclass
@@ -164,19 +187,25 @@ def build_shard(graph: Graph, part: Partition, rank: int, norm: str = "sym",
     """Rank ``rank``'s shard of an in-memory graph (the whole graph is read, only this rank's share is kept);
     ``tile_cols``: columns per tile of the blocks (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled)."""
     if adj_hat is None:
-        adj_hat = normalize(adjacency(graph.edge_index, graph.num_nodes), norm)
+        adj_hat = normalized_adjacency(graph.edge_index, graph.num_nodes, norm)
     rows = part.rows(rank)
     adj = to_blocks(_row_block(adj_hat, part, rank), part.num_parts, tile_cols)
     transpose = adj_hat.T.tocsr()
+    transpose.sort_indices()
     # Â = Âᵀ (an undirected graph with the sym norm): the backward blocks ARE the forward blocks; share them
-    symmetric = transpose.nnz == adj_hat.nnz and (transpose != adj_hat).nnz == 0
+    symmetric = (np.array_equal(transpose.indptr, adj_hat.indptr) and np.array_equal(transpose.indices, adj_hat.indices)
+                 and np.array_equal(transpose.data, adj_hat.data))
     adj_t = adj if symmetric else to_blocks(_row_block(transpose, part, rank), part.num_parts, tile_cols)
+    del transpose
 
     orig = part.order[rows]
     real = orig >= 0
     m = orig.shape[0]
     x = np.zeros((m, graph.num_features), dtype=np.float32)
-    x[real] = graph.x[orig[real]]
+    for start in range(0, m, _CHUNK // 16):  # a chunk of rows at a time: no second copy of the features
+        part_rows = slice(start, start + _CHUNK // 16)
+        keep = real[part_rows]
+        x[part_rows][keep] = graph.x[orig[part_rows][keep]]
     y = np.full(m, -1, dtype=np.int64)
     y[real] = graph.y[orig[real]]
     masks = {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["NORMS", "adjacency", "entry_values", "normalize"]
+__all__ = ["NORMS", "adjacency", "entry_values", "normalize", "normalized_adjacency"]
 
 NORMS = ("sym", "mean")
 
@@ -49,6 +49,54 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
     rows = np.repeat(np.arange(n), np.diff(adj.indptr))
     values = entry_values(adj.data, deg[rows], deg[adj.indices] if norm == "sym" else None, norm)
     return sp.csr_matrix((values, adj.indices, adj.indptr), shape=adj.shape)
+
+
+_CHUNK = 1 << 20  # edges or nonzeros per step of normalized_adjacency: its temporaries stay a few MiB
+
+
+def normalized_adjacency(edge_index: np.ndarray, num_nodes: int, norm: str = "sym") -> sp.csr_matrix:
+    """``normalize(adjacency(edge_index, num_nodes), norm)``, the same float32 bits, in bounded extra memory.
+
+    The edges other than self loops and one unit self loop per vertex go into one int32 (row, column) list, a
+    chunk of edges at a time, which becomes Â's CSR (duplicates added up); the values are then normalized in place,
+    a chunk of nonzeros at a time. Besides ``edge_index`` and the result, it holds that list and float32 ones
+    (12 bytes per nonzero) while the CSR is built, never ``E``-sized int64 or float64 temporaries.
+
+    Args:
+        edge_index: ``int [2, E]``, row 0 source, row 1 target.
+        num_nodes: ``n``.
+        norm: ``"sym"`` or ``"mean"``.
+
+    Shapes: ``[2, E]`` -> ``[n, n]`` CSR (rows are targets), sorted columns.
+    """
+    if norm not in NORMS:
+        raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")
+    n = num_nodes
+    src, dst = edge_index
+    keep = src != dst
+    total = int(keep.sum()) + n
+    idx = np.int32 if total < 2**31 and n < 2**31 else np.int64
+    rows, cols = np.empty(total, dtype=idx), np.empty(total, dtype=idx)
+    at = 0
+    for start in range(0, src.shape[0], _CHUNK):
+        k = keep[start: start + _CHUNK]
+        count = int(k.sum())
+        rows[at: at + count] = dst[start: start + _CHUNK][k]
+        cols[at: at + count] = src[start: start + _CHUNK][k]
+        at += count
+    del keep
+    rows[at:] = cols[at:] = np.arange(n, dtype=idx)
+    adj = sp.coo_matrix((np.ones(total, dtype=np.float32), (rows, cols)), shape=(n, n)).tocsr()
+    del rows, cols
+    adj.sum_duplicates()
+    deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # as normalize computes it
+    for start in range(0, adj.nnz, _CHUNK):
+        end = min(start + _CHUNK, adj.nnz)
+        row = np.searchsorted(adj.indptr, np.arange(start, end), side="right") - 1
+        cols_here = adj.indices[start:end]
+        adj.data[start:end] = entry_values(adj.data[start:end], deg[row],
+                                           deg[cols_here] if norm == "sym" else None, norm)
+    return adj
 
 
 def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarray | None,
