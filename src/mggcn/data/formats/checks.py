@@ -1,0 +1,355 @@
+"""What every reader shares: one-line errors naming the file, tolerant text tables, checked binary loads,
+and the checks of features, labels, splits and edges; the vertex data of the formats that take it from side files.
+
+Every check raises :class:`~mggcn.data.graph.GraphError` with ONE line that names the offending file and what is
+wrong with it.
+
+Legend: n = vertices, E = edges, F = feature dimension.
+
+``mtx`` and ``edgelist`` take their vertex data from optional files; what is absent is synthesized from ``seed``:
+
+* ``features``: ``.npy`` ``float [n, F]``; absent: standard normal ``[n, num_features]``.
+* ``labels``: ``.npy`` integer ``[n]`` (``-1`` = unlabelled); absent: uniform in ``[0, num_classes or 2)``.
+* ``split``: ``.npy`` integer ``[n]`` with 0 = train, 1 = val, 2 = test, -1 = none (the ``sets.bin`` code), or
+  ``.npz`` with bool ``train``/``val``/``test`` arrays of length n; absent: a random 50/25/25 split of the labelled
+  vertices.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import warnings
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import scipy.sparse as sp
+
+from mggcn.data.graph import SPLITS, Graph, GraphError
+
+PathLike = str | os.PathLike
+
+
+CORRUPT = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
+
+
+def file_error(path: PathLike, msg: str) -> GraphError:
+    # One line, always: the caller may log it next to thousands of others.
+    return GraphError(" ".join(f"{os.fspath(path)}: {msg}".split()))
+
+
+def why(exc: BaseException, limit: int = 100) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def require_file(path: PathLike) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise file_error(path, "missing file" if not path.exists() else "not a regular file")
+    return path
+
+
+def short_repr(line: str, limit: int = 60) -> str:
+    line = line.rstrip("\r\n")
+    return repr(line if len(line) <= limit else line[:limit] + "...")
+
+
+def open_text(path: Path) -> TextIO:
+    # Sniff gzip by magic, not by suffix: users rename files; errors="replace" turns binary garbage into an
+    # unparsable token that the line scanner can point at, instead of a UnicodeDecodeError with no line number.
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    if gz:
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def data_lines(path: Path, comments: Sequence[str], skiprows: int) -> Iterator[tuple[int, str]]:
+    """Yield ``(1-based line number, text without comment)`` for each non-blank data line."""
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if lineno <= skiprows:
+                continue
+            text = line
+            for c in comments:
+                text = text.split(c, 1)[0]
+            if text.strip():
+                yield lineno, text
+
+
+def locate_bad_line(path: Path, dtype: type, ncols: int | None, exact: bool, delimiter: str | None,
+                    comments: Sequence[str], skiprows: int) -> str | None:
+    """Re-scan a table numpy refused and describe its first bad line; only ever run on the error path."""
+    parse: Callable[[str], Any] = int if np.issubdtype(dtype, np.integer) else float
+    kind = "an integer" if parse is int else "a number"
+    for lineno, text in data_lines(path, comments, skiprows):
+        tokens = [t.strip() for t in text.strip().split(delimiter)]
+        if ncols is None:
+            ncols = len(tokens)  # a feature table: the first line decides the width
+        if len(tokens) != ncols if exact else len(tokens) < ncols:
+            want = f"{ncols}" if exact else f"at least {ncols}"
+            return f"line {lineno}: expected {want} value(s), found {len(tokens)}: {short_repr(text)}"
+        for tok in tokens[:ncols]:
+            try:
+                parse(tok)
+            except ValueError:
+                return f"line {lineno}: cannot parse {short_repr(tok, 30)} as {kind}"
+    return None
+
+
+def read_table(path: Path, dtype: type, *, ncols: int | None, exact: bool = True, delimiter: str | None = ",",
+               comments: Sequence[str] = (), skiprows: int = 0) -> np.ndarray:
+    """Parse a (possibly gzipped) text table into ``[rows, cols]``; ``ncols=None`` means any consistent width."""
+    path = require_file(path)
+    usecols = None if exact or ncols is None else tuple(range(ncols))
+    try:
+        with open_text(path) as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data": callers judge emptiness
+            table = np.loadtxt(f, dtype=dtype, delimiter=delimiter, comments=list(comments) or None,
+                               skiprows=skiprows, usecols=usecols, ndmin=2)
+    except ValueError as exc:
+        where = locate_bad_line(path, dtype, ncols, exact, delimiter, comments, skiprows)
+        raise file_error(path, where or f"unparsable ({why(exc)})") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise file_error(path, f"truncated or corrupt file ({why(exc)})") from None
+    if table.size == 0:
+        return np.empty((0, ncols or 0), dtype=dtype)
+    if ncols is not None and exact and table.shape[1] != ncols:
+        # loadtxt accepts any width that is consistent; the scanner names the first line (all are wrong).
+        raise file_error(path, locate_bad_line(path, dtype, ncols, exact, delimiter, comments, skiprows) or
+                         f"expected {ncols} value(s) per line, found {table.shape[1]}")
+    return table
+
+
+def line_of_row(path: Path, row: int, comments: Sequence[str] = (), skiprows: int = 0) -> int:
+    for i, (lineno, _) in enumerate(data_lines(path, comments, skiprows)):
+        if i == row:
+            return lineno
+    return -1
+
+
+def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
+    path = require_file(path)
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except CORRUPT as exc:
+        raise file_error(path, f"truncated or corrupt .npy file ({why(exc)})") from None
+
+
+def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Load ``keys`` (and whichever of ``optional`` exist) eagerly, so a damaged member fails here, named."""
+    path = require_file(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in keys if k not in npz.files]
+            if missing:
+                raise file_error(path, f"missing array(s) {missing}; the file has {sorted(npz.files)}")
+            return {k: npz[k] for k in (*keys, *optional) if k in npz.files}
+    except GraphError:
+        raise
+    except CORRUPT as exc:
+        raise file_error(path, f"truncated or corrupt .npz file ({why(exc)})") from None
+
+
+def load_sparse(path: PathLike) -> sp.coo_matrix:
+    path = require_file(path)
+    try:
+        mat = sp.load_npz(path)
+    except CORRUPT as exc:
+        raise file_error(path, f"truncated or corrupt scipy sparse .npz file ({why(exc)})") from None
+    if mat.shape[0] != mat.shape[1]:
+        raise file_error(path, f"the adjacency matrix is {mat.shape[0]} x {mat.shape[1]}, not square")
+    return sp.coo_matrix(mat)
+
+
+def edges_from_sparse(mat: sp.coo_matrix) -> np.ndarray:
+    """``[2, E]`` with row -> column for every entry whose value is nonzero (explicit zeros are no edge)."""
+    keep = mat.data != 0
+    return np.stack([mat.row[keep], mat.col[keep]]).astype(np.int64)
+
+
+def load_json(path: Path) -> Any:
+    path = require_file(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise file_error(path, f"line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise file_error(path, f"unreadable ({why(exc)})") from None
+
+
+def check_features(x: np.ndarray, path: PathLike, n: int, n_from: str) -> np.ndarray:
+    if x.ndim != 2:
+        raise file_error(path, f"features must be a 2-D [n, F] array, got shape {list(x.shape)}")
+    if x.shape[0] != n:
+        raise file_error(path, f"{x.shape[0]} feature rows for {n} vertices ({n_from})")
+    if not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
+        raise file_error(path, f"features must be real numbers, got dtype {x.dtype}")
+    x = np.asarray(x, dtype=np.float32)
+    finite = np.isfinite(x)
+    if not finite.all():
+        row = int(np.argmax(~finite.all(axis=1)))
+        raise file_error(path, f"features contain NaN or inf (first in row {row})")
+    return x
+
+
+def check_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_unlabelled: bool) -> np.ndarray:
+    """Return int64 ``[n]`` labels with -1 = unlabelled.
+
+    Formats that mark "unlabelled" with NaN (OGB) have no -1 sentinel, so there every negative label is an error;
+    elsewhere -1 means unlabelled and anything below it is an error.
+    """
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise file_error(path, f"labels must be a vector [n] (multi-label is not supported), got shape {list(y.shape)}")
+    if y.shape[0] != n:
+        raise file_error(path, f"{y.shape[0]} labels for {n} vertices ({n_from})")
+    if np.issubdtype(y.dtype, np.floating):
+        nan = np.isnan(y)
+        if nan.any() and not nan_is_unlabelled:
+            raise file_error(path, f"label of vertex {int(np.argmax(nan))} is NaN")
+        filled = np.where(nan, 0.0, y)
+        bad = ~np.isfinite(filled) | (filled != np.round(filled))
+        if bad.any():
+            v = int(np.argmax(bad))
+            raise file_error(path, f"label {float(y[v])!r} of vertex {v} is not an integer")
+        labels = filled.astype(np.int64)
+    elif np.issubdtype(y.dtype, np.integer):
+        nan, labels = np.zeros(n, dtype=bool), y.astype(np.int64)
+    else:
+        raise file_error(path, f"labels must be integers, got dtype {y.dtype}")
+    negative = labels < (0 if nan_is_unlabelled else -1)
+    if negative.any():
+        v = int(np.argmax(negative))
+        raise file_error(path, f"label {int(labels[v])} of vertex {v} is negative")
+    labels[nan] = -1
+    return labels
+
+
+def check_label_range(y: np.ndarray, num_classes: int | None, path: PathLike) -> int:
+    if num_classes is None:
+        return int(y.max()) + 1 if y.size else 0
+    too_big = y >= num_classes
+    if too_big.any():
+        v = int(np.argmax(too_big))
+        raise file_error(path, f"label {int(y[v])} of vertex {v} is out of range [0, {num_classes})")
+    return num_classes
+
+
+def mask_from_ids(ids: np.ndarray, n: int, path: PathLike, where: Callable[[int], str]) -> np.ndarray:
+    ids = np.asarray(ids).reshape(-1)
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise file_error(path, f"vertex ids must be integers, got dtype {ids.dtype}")
+    bad = (ids < 0) | (ids >= n)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise file_error(path, f"{where(i)}: vertex id {int(ids[i])} is out of range [0, {n})")
+    mask = np.zeros(n, dtype=bool)
+    mask[ids] = True
+    return mask
+
+
+def check_splits(masks: dict[str, np.ndarray], y: np.ndarray, sources: dict[str, str], labels_src: str) -> None:
+    """Overlap, empty train, unlabelled split vertices, each named by the file(s) that define them."""
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        both = masks[a] & masks[b]
+        if both.any():
+            files = sources[a] if sources[a] == sources[b] else f"{sources[a]} and {sources[b]}"
+            raise GraphError(f"{files}: the '{a}' and '{b}' splits overlap (vertex {int(np.argmax(both))})")
+    if not masks["train"].any():
+        raise GraphError(f"{sources['train']}: the training split is empty")
+    for split in SPLITS:
+        unlabelled = masks[split] & (y < 0)
+        if unlabelled.any():
+            raise GraphError(f"{sources[split]}: vertex {int(np.argmax(unlabelled))} is in the '{split}' split but "
+                             f"has no label in {labels_src}")
+
+
+def check_edges(ei: np.ndarray, n: int, path: PathLike, where: Callable[[int], str]) -> np.ndarray:
+    """``ei`` is ``[2, E]``; ``where(e)`` says where edge ``e`` sits in the file."""
+    if ei.size:
+        bad = ((ei < 0) | (ei >= n)).any(axis=0)
+        if bad.any():
+            e = int(np.argmax(bad))
+            v = int(ei[0, e]) if not 0 <= ei[0, e] < n else int(ei[1, e])
+            raise file_error(path, f"{where(e)}: vertex id {v} is out of range [0, {n})")
+    return ei.astype(np.int64, copy=False)
+
+
+def with_vertex_data(path: Path, ei: np.ndarray, n: int, n_from: str, fmt: str, features: PathLike | None,
+                     labels: PathLike | None, split: PathLike | None, num_classes: int | None, seed: int,
+                     num_features: int) -> Graph:
+    x, y, masks, num_classes = vertex_data(path, n, n_from, features, labels, split, num_classes, seed,
+                                           num_features)
+    return Graph(n, ei, x, y, masks, num_classes=num_classes, name=str(path),
+                 meta={"format": fmt, "source": str(path)}).validate()
+
+
+def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labels: PathLike | None,
+                split: PathLike | None, num_classes: int | None, seed: int,
+                num_features: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
+    """Features, labels, split masks and class count from the optional files, the rest synthesized from ``seed``."""
+    if n <= 0:
+        raise file_error(path, "the graph has no vertices")
+    # One independent stream per kind, so supplying (say) real labels does not change the synthetic features.
+    rng_x, rng_y, rng_split = (np.random.default_rng([seed, k]) for k in range(3))
+    if features is not None:
+        x = check_features(load_npy(features), features, n, n_from)
+    else:
+        x = rng_x.standard_normal((n, num_features), dtype=np.float32)
+
+    if labels is not None:
+        y = check_labels(load_npy(labels), labels, n, n_from, nan_is_unlabelled=False)
+        num_classes = check_label_range(y, num_classes, labels)
+        labels_src = str(labels)
+    else:
+        num_classes = num_classes or 2
+        y = rng_y.integers(0, num_classes, n, dtype=np.int64)
+        labels_src = "the synthetic labels"
+
+    if split is None:
+        labelled = rng_split.permutation(np.flatnonzero(y >= 0))
+        k = labelled.size
+        cut = (max(1, k // 2), max(1, k // 2) + k // 4) if k else (0, 0)
+        masks = {}
+        for name, part in zip(SPLITS, np.split(labelled, cut)):
+            masks[name] = np.zeros(n, dtype=bool)
+            masks[name][part] = True
+        split_src = f"the random split (from {labels_src})"
+    else:
+        masks, split_src = load_split(Path(split), n, n_from), str(split)
+    check_splits(masks, y, dict.fromkeys(SPLITS, split_src), labels_src)
+    return x, y, masks, num_classes
+
+
+def load_split(path: Path, n: int, n_from: str) -> dict[str, np.ndarray]:
+    """A ``.npz`` of bool train/val/test masks, or an ``.npy`` code vector 0/1/2 (-1 = none)."""
+    if path.suffix == ".npz":
+        arrays = load_npz(path, list(SPLITS))
+        masks = {}
+        for name in SPLITS:
+            m = arrays[name].reshape(-1)
+            if m.shape[0] != n:
+                raise file_error(path, f"'{name}' has {m.shape[0]} entries for {n} vertices ({n_from})")
+            if m.dtype != bool and not (np.issubdtype(m.dtype, np.integer) and np.isin(m, (0, 1)).all()):
+                raise file_error(path, f"'{name}' must be a bool mask, got {m.dtype}")
+            masks[name] = m.astype(bool)
+        return masks
+    codes = load_npy(path).reshape(-1)
+    if not np.issubdtype(codes.dtype, np.integer):
+        raise file_error(path, f"split codes must be integers (0 train, 1 val, 2 test, -1 none), got {codes.dtype}")
+    if codes.shape[0] != n:
+        raise file_error(path, f"{codes.shape[0]} split codes for {n} vertices ({n_from})")
+    bad = ~np.isin(codes, (-1, 0, 1, 2))
+    if bad.any():
+        v = int(np.argmax(bad))
+        raise file_error(path, f"split code {int(codes[v])} of vertex {v} is not one of 0, 1, 2, -1")
+    return {name: codes == code for code, name in enumerate(SPLITS)}

@@ -1,0 +1,164 @@
+"""Text/CSV edge lists of 0-based vertex ids (``u v`` is ``u -> v``), read whole or streamed in chunks."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from mggcn.data.formats.checks import (
+    PathLike,
+    check_edges,
+    data_lines,
+    file_error,
+    line_of_row,
+    load_npy,
+    locate_bad_line,
+    open_text,
+    read_table,
+    require_file,
+    vertex_data,
+    why,
+    with_vertex_data,
+)
+from mggcn.data.graph import Graph, GraphError
+
+__all__ = ["read_edgelist", "iter_edgelist_chunks", "edgelist_vertex_data"]
+
+
+def read_edgelist(path: PathLike, features: PathLike | None = None, labels: PathLike | None = None,
+                  split: PathLike | None = None, delimiter: str | None = None,
+                  comment: str | Sequence[str] = ("#", "%"), num_nodes: int | None = None,
+                  num_classes: int | None = None, seed: int = 0, num_features: int = 32) -> Graph:
+    """Read a text/CSV edge list of 0-based vertex ids: a line ``u v [ignored columns...]`` is the edge ``u -> v``.
+
+    Args:
+        delimiter: ``None`` detects: ``,`` if the first data line has one, else any whitespace.
+        comment: prefix(es) that start a comment, whole-line or trailing.
+        num_nodes: ``n``; default: the largest of (max id + 1) and the row count of the features/labels files.
+
+    A first data line whose tokens are not all numbers is a header and is skipped. The file may be gzipped.
+    :func:`iter_edgelist_chunks` reads the same files in bounded memory.
+    """
+    path = require_file(path)
+    comments = (comment,) if isinstance(comment, str) else tuple(comment)
+    skiprows, delimiter = _edgelist_layout(path, delimiter, comments)
+    table = read_table(path, np.int64, ncols=2, exact=False, delimiter=delimiter, comments=comments,
+                       skiprows=skiprows)
+    ei = table.T
+    n, n_from = _edgelist_num_nodes(path, int(ei.max()) + 1 if ei.size else 0, num_nodes, features, labels)
+    ei = check_edges(ei, n, path, lambda e: f"line {line_of_row(path, e, comments, skiprows)}")
+    return with_vertex_data(path, ei, n, n_from, "edgelist", features, labels, split, num_classes,
+                            seed, num_features)
+
+
+def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: str | None = None,
+                         comment: str | Sequence[str] = ("#", "%"),
+                         num_nodes: int | None = None) -> Iterator[np.ndarray]:
+    """Stream the edges of a file :func:`read_edgelist` reads, as ``int64 [2, k]`` chunks of at most ``chunk_edges``.
+
+    Same layout detection (header, delimiter, comments, gzip) and the same one-line errors naming the file and the
+    line; ids are checked against ``num_nodes`` when given, else only for being negative. Memory: one chunk.
+    """
+    path = require_file(path)
+    comments = (comment,) if isinstance(comment, str) else tuple(comment)
+    skiprows, delimiter = _edgelist_layout(path, delimiter, comments)
+    bound = np.iinfo(np.int64).max if num_nodes is None else num_nodes
+    done = 0  # data rows before this chunk
+
+    def line_of(e: int) -> str:
+        return f"line {line_of_row(path, done + e, comments, skiprows)}"
+
+    with open_text(path) as f:
+        try:
+            for _ in range(skiprows):
+                f.readline()
+            while True:
+                lines = list(itertools.islice(f, chunk_edges))
+                if not lines:
+                    return
+                # numpy strips one comment prefix in C but several in Python, line by line (5x slower): pass only
+                # the prefixes this chunk contains, usually none.
+                text = "".join(lines)
+                present = [c for c in comments if c in text]
+                del text
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # a chunk of comments only has no data
+                    table = np.loadtxt(lines, dtype=np.int64, delimiter=delimiter, usecols=(0, 1), ndmin=2,
+                                       comments=(present[0] if len(present) == 1 else present) or None)
+                del lines
+                ei = table.T
+                if ei.size and int(ei.min()) < 0:
+                    e = int(np.argmax((ei < 0).any(axis=0)))
+                    raise file_error(path, f"{line_of(e)}: vertex id {int(ei[:, e].min())} is negative")
+                yield check_edges(ei, bound, path, line_of)
+                done += ei.shape[1]
+        except ValueError as exc:
+            if isinstance(exc, GraphError):
+                raise
+            where = locate_bad_line(path, np.int64, 2, False, delimiter, comments, skiprows)
+            raise file_error(path, where or f"unparsable ({why(exc)})") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            raise file_error(path, f"truncated or corrupt file ({why(exc)})") from None
+
+
+def edgelist_vertex_data(path: PathLike, max_id: int, features: PathLike | None = None,
+                         labels: PathLike | None = None, split: PathLike | None = None,
+                         num_nodes: int | None = None, num_classes: int | None = None, seed: int = 0,
+                         num_features: int = 32) -> tuple[int, np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
+    """The vertex data :func:`read_edgelist` attaches to the edges of ``path`` whose largest id is ``max_id``.
+
+    Returns ``(n, x, y, masks, num_classes)``, checked as :func:`read_edgelist` checks them, for a reader that
+    streamed the edges (:func:`iter_edgelist_chunks`) and now knows their largest id (-1: no edges).
+    """
+    path = Path(path)
+    n, n_from = _edgelist_num_nodes(path, max_id + 1, num_nodes, features, labels)
+    if num_nodes is not None and max_id >= num_nodes:
+        raise file_error(path, f"vertex id {max_id} is out of range [0, {num_nodes})")
+    x, y, masks, num_classes = vertex_data(path, n, n_from, features, labels, split, num_classes, seed,
+                                           num_features)
+    return n, x, y, masks, num_classes
+
+
+def _edgelist_layout(path: Path, delimiter: str | None, comments: Sequence[str]) -> tuple[int, str | None]:
+    """``(lines to skip, delimiter)``: a first data line that is not all numbers is a header; ``,`` if it has one."""
+    skiprows, first = 0, _first_data_line(path, comments, 0)
+    if first is not None and not all(_is_number(t) for t in first[1].replace(",", " ").split()):
+        skiprows = first[0]  # a header line of column names
+        first = _first_data_line(path, comments, skiprows)
+    if delimiter is None and first is not None and "," in first[1]:
+        delimiter = ","
+    return skiprows, delimiter
+
+
+def _edgelist_num_nodes(path: Path, ids_end: int, num_nodes: int | None, features: PathLike | None,
+                        labels: PathLike | None) -> tuple[int, str]:
+    """``n`` and where it came from: ``num_nodes``, else max(largest id + 1, rows of the features/labels files)."""
+    if num_nodes is not None:
+        return num_nodes, f"num_nodes={num_nodes}"
+    rows = [ids_end]
+    for extra in (features, labels):
+        if extra is not None:
+            arr = load_npy(extra, mmap=True)  # only the row count is needed here
+            rows.append(int(arr.shape[0]) if arr.ndim else 0)
+    return max(rows), f"n = max(largest id in {path.name} + 1, rows of the features/labels files)"
+
+
+def _first_data_line(path: Path, comments: Sequence[str], skiprows: int) -> tuple[int, str] | None:
+    lines = data_lines(path, comments, skiprows)
+    try:
+        return next(lines, None)
+    finally:
+        lines.close()
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
