@@ -106,6 +106,7 @@ class BenchOptions:
     compare_tiles: tuple[int, ...] = ()  # more --tile-bytes values, each run at P = 1 for every partition
     shm: str = "auto"  # mggcn's --shm for every mggcn configuration
     compare_shm: bool = False  # also run P > 1 through gloo's broadcast (overlap on and off), in the same rounds
+    saint_graph: bool = False  # write the graph as a GraphSAINT directory; every configuration reads it as `mggcn train` does
     probe_gemm: int = 4096  # the machine's rates: a probe_gemm² matmul and a probe_copy-byte copy (x2, x4 on CUDA)
     probe_copy: int = 512 << 20
 
@@ -116,6 +117,10 @@ class BenchOptions:
 
 SMALL = BenchOptions(nodes=3000, degree=10.0, features=32, classes=4, hidden=(16,), epochs=3, warmup=1,
                      probe_gemm=1024, probe_copy=64 << 20)
+# --saint-graph: issue 17's graph (100k vertices, 5.0M nonzeros of A, 128 features, 40 classes) in GraphSAINT's
+# layout, at P = 1, 2, 4 against PyG; few epochs (the whole-process peak is reached in the first)
+SAINT = BenchOptions(nodes=100_000, degree=50.0, epochs=3, warmup=1, nprocs=(1, 2, 4), partitions=("random",),
+                     saint_graph=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -190,14 +195,16 @@ class _MemoryProbe:
         self.record = {"base": current_rss()}
 
     def ready(self) -> None:
+        self.record["setup_peak"] = peak_rss()  # the process's peak so far: runtime and setup
         _release_memory()
-        self.record.update(ready=current_rss(), setup_peak=peak_rss(), peak_reset=reset_peak_rss())
+        self.record.update(ready=current_rss(), peak_reset=reset_peak_rss())
         if self.device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def done(self) -> dict:
         self.record.update(peak=peak_rss(), ru_maxrss=_ru_maxrss())
+        self.record["whole"] = max(self.record["setup_peak"], self.record["peak"])  # the process's peak, all of it
         if self.device.type == "cuda":
             self.record["cuda_peak"] = torch.cuda.max_memory_allocated(self.device)
         return self.record
@@ -235,6 +242,15 @@ def _load_graph(path: str) -> Graph:
                      int(f["num_classes"]), name=os.path.basename(path))
 
 
+def _read_graph(path: str, opts: BenchOptions) -> Graph:
+    """The graph every configuration trains on, read as ``mggcn train`` reads it."""
+    if opts.saint_graph:
+        from mggcn.data.datasets import load_graph
+
+        return load_graph(path, "saint")
+    return _load_graph(path)
+
+
 def _graph_info(graph: Graph) -> dict:
     self_loops = int((graph.edge_index[0] == graph.edge_index[1]).sum())
     return {"nodes": graph.num_nodes, "edges": graph.num_edges, "features": graph.num_features,
@@ -244,8 +260,27 @@ def _graph_info(graph: Graph) -> dict:
 
 def generate_worker(opts: BenchOptions, path: str) -> dict:
     graph = bench_graph(opts)
-    _save_graph(graph, path)
+    if opts.saint_graph:
+        from mggcn.data.formats.saint import write_saint
+
+        write_saint(graph, path)
+    else:
+        _save_graph(graph, path)
     return _graph_info(graph)
+
+
+def baseline_worker(device: str) -> dict:
+    """The interpreter's own memory: RSS of a process that imported torch and mggcn (``import``), and after it ran
+    each kind of kernel and an optimizer step once on a toy problem (``warm``: the code PyTorch loads on first use;
+    the first ``torch.optim.Adam`` alone imports torch._dynamo and sympy)."""
+    import mggcn.training.job  # noqa: F401  (what `mggcn train` imports)
+
+    _release_memory()
+    record = {"import": current_rss(), "import_anon": _status_bytes("RssAnon")}
+    _warm_runtime(torch.device(device))
+    _release_memory()
+    record.update(warm=current_rss(), warm_anon=_status_bytes("RssAnon"))
+    return record
 
 
 def machine_worker(opts: BenchOptions, threads: int) -> Machine:
@@ -298,8 +333,9 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     probe = _MemoryProbe(ctx.device)
     start = time.perf_counter()
     cfg = _train_config(**config)
-    dataset = InMemoryDataset(_load_graph(path))  # as `mggcn train` cuts its shards
+    dataset = InMemoryDataset(_read_graph(path, opts))  # as `mggcn train` cuts its shards
     shard = shard_for(cfg, dataset, ctx)
+    dataset.release()
     del dataset
     held = _shard_bytes(shard)
     probe.ready()
@@ -310,6 +346,7 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     if outboxes is not None:  # the other ranks' outboxes this rank read: in its RSS, but held by their owners
         memory["peer_shm"] = outboxes.peer_resident_bytes() or 0
         memory["peak"] -= memory["peer_shm"]
+        memory["whole"] = max(memory["setup_peak"], memory["peak"])
     machine = _measure_after(ctx, machine_threads, opts)
     workspace = getattr(result.model, "workspace", None)
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
@@ -340,7 +377,7 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
     probe = _MemoryProbe(dev)
     start = time.perf_counter()
     cfg = _train_config(hidden=opts.hidden, seed=opts.seed)
-    graph = _load_graph(path)
+    graph = _read_graph(path, opts)
     x, y = torch.from_numpy(graph.x).to(dev), torch.from_numpy(graph.y).to(dev)
     rows = {s: torch.from_numpy(graph.masks[s]).nonzero().squeeze(1).to(dev) for s in SPLITS}
     adj, edge_weight = _pyg_adjacency(graph, opts.pyg_adj, dev)
@@ -472,14 +509,21 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)
+            base = graph.get("baseline")
+            if base and not cuda:  # the whole process against the plan plus the interpreter, measured in this run
+                entry.update(whole_over_plan_base=mem["whole"] / (plan.total + base["import"]),
+                             whole_net_over_plan=(mem["whole"] - base["warm"]) / plan.total)
         ranks.append(entry)
     row["memory"] = ranks
     row["peak"] = max(e["cuda_peak"] if cuda else e["peak"] for e in ranks)
     row["net"] = max(e["cuda_peak"] if cuda else e["net"] for e in ranks)
+    row["whole"] = None if cuda else max(e["whole"] for e in ranks)
     if run.kind == "mggcn":
         row["predicted"] = max(e["predicted"] for e in ranks)
         row["measured_over_predicted"] = max(e["measured_over_predicted"] for e in ranks)
         row["raw_over_predicted"] = max(e["raw_over_predicted"] for e in ranks)
+        for key in ("whole_over_plan_base", "whole_net_over_plan"):
+            row[key] = max((e[key] for e in ranks if key in e), default=None)
         work = mggcn_work(graph["nodes"], graph["nnz"], opts.dims, run.nprocs)
     else:
         work = pyg_work(graph["nodes"], graph["nnz"], opts.dims)
@@ -507,14 +551,18 @@ def run_bench(opts: BenchOptions, log=print) -> dict:
 
 def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, list, dict, Machine, dict | None]:
     with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
-        path = opts.graph_cache or os.path.join(tmp, "graph.npz")
+        path = opts.graph_cache or os.path.join(tmp, "saint" if opts.saint_graph else "graph.npz")
         start = time.perf_counter()
         if opts.graph_cache and os.path.exists(path):
-            graph = run_workers(_info_worker, 1, (path,), timeout_s=opts.timeout_s)[0]
+            graph = run_workers(_info_worker, 1, (path, opts), timeout_s=opts.timeout_s)[0]
         else:
             graph = run_workers(generate_worker, 1, (opts, path), timeout_s=opts.timeout_s)[0]
         log(f"graph: {graph['nodes']:,} vertices, {graph['nnz']:,} nonzeros of Â, {graph['features']} features, "
             f"{graph['classes']} classes ({time.perf_counter() - start:.0f} s)")
+        baseline = run_workers(baseline_worker, 1, (opts.device,), timeout_s=opts.timeout_s)[0]
+        graph["baseline"] = baseline
+        log(f"interpreter baseline: {baseline['import'] / 2**20:.0f} MiB after importing torch and mggcn, "
+            f"{baseline['warm'] / 2**20:.0f} MiB once its kernels and optimizer ran")
         machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
         log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
             f"({machine.threads} threads)")
@@ -586,8 +634,8 @@ def broadcast_worker(timeout_s: float, nbytes: int = 16 << 20, repeats: int = 20
     return {"bytes": nbytes, "seconds": seconds / repeats, "bytes_per_s": nbytes * repeats / seconds, "busy": busy}
 
 
-def _info_worker(path: str) -> dict:
-    return _graph_info(_load_graph(path))
+def _info_worker(path: str, opts: BenchOptions) -> dict:
+    return _graph_info(_read_graph(path, opts))
 
 
 def _add_ratios(report: dict) -> None:
@@ -597,6 +645,7 @@ def _add_ratios(report: dict) -> None:
         r["time_vs_pyg"] = r["epoch_s"] / pyg["epoch_s"] if pyg else None
         r["peak_vs_pyg"] = r["peak"] / pyg["peak"] if pyg else None
         r["net_vs_pyg"] = r["net"] / pyg["net"] if pyg else None
+        r["whole_vs_pyg"] = r["whole"] / pyg["whole"] if pyg and r["whole"] and pyg["whole"] else None
 
     def key(r: dict) -> str:  # P, and the broadcast's transport where gloo's is compared with shared memory
         return f"{r['nprocs']} {'shm' if r['shm'] else 'gloo'}" if report["options"].get("compare_shm") else \
@@ -627,7 +676,7 @@ def format_table(report: dict) -> str:
     mib = 2**20
     head = (f"{'configuration':<34}{'epoch s':>8}{'xPyG':>6}{'floor s':>8}{'xfloor':>7}{'spmm':>7}{'wait':>7}"
             f"{'gemm':>7}{'allred':>7}{'loss':>6}{'opt':>6}{'other':>7}{'test':>6}{'peak MB':>9}{'net MB':>8}"
-            f"{'xPyG':>6}{'plan MB':>9}{'net/plan':>9}")
+            f"{'xPyG':>6}{'plan MB':>9}{'net/plan':>9}{'whole MB':>9}{'xPyG':>6}{'w/(p+b)':>8}")
     lines = [head, "-" * len(head)]
     for r in report["rows"]:
         p = r["phases"]
@@ -640,7 +689,9 @@ def format_table(report: dict) -> str:
             + "".join(_fmt(v, w) for v, w in zip(phases, ("7.3f",) * 4 + ("6.3f",) * 2 + ("7.3f",)))
             + f"{_fmt(r['test_acc'], '6.3f')}{_fmt(r['peak'] / mib, '9.0f')}{_fmt(r['net'] / mib, '8.0f')}"
             f"{_fmt(r['net_vs_pyg'], '6.2f')}{_fmt(r.get('predicted', 0) / mib or None, '9.0f')}"
-            f"{_fmt(r.get('measured_over_predicted'), '9.2f')}")
+            f"{_fmt(r.get('measured_over_predicted'), '9.2f')}"
+            f"{_fmt(r['whole'] / mib if r.get('whole') else None, '9.0f')}{_fmt(r.get('whole_vs_pyg'), '6.2f')}"
+            f"{_fmt(r.get('whole_over_plan_base'), '8.2f')}")
     g, m = report["graph"], report["machine"]
     lines.append("")
     rates = [r["machine"] for r in report["rows"]]
@@ -654,7 +705,15 @@ def format_table(report: dict) -> str:
     lines.append("epoch s: median after the warm-up (max over ranks), the median round; phases: medians; floor: SpMM "
                  "bytes (a row per nonzero) / bandwidth + GEMM flops / rate, with the rates measured right after the "
                  "configuration's epochs; peak: training-phase peak RSS (max over ranks); net = peak - RSS before "
-                 "loading; plan: mggcn.tools.plan per rank; net/plan: max over ranks")
+                 "loading; plan: mggcn.tools.plan per rank; net/plan: max over ranks; whole: the peak RSS of the whole "
+                 "process, setup included (max over ranks); w/(p+b) = whole / (plan + the interpreter's baseline)")
+    base = g.get("baseline")
+    if base:
+        lines.append(f"interpreter baseline (a process that imported torch and mggcn): {base['import'] / mib:.0f} MB, "
+                     f"{base['warm'] / mib:.0f} MB once its kernels and optimizer ran (PyTorch code loaded on first "
+                     "use; whole - that, over plan: "
+                     + ", ".join(f"P={r['nprocs']} {r['whole_net_over_plan']:.2f}" for r in report["rows"]
+                                 if r.get("whole_net_over_plan") is not None) + ")")
     pyg = next((r for r in report["rows"] if r["kind"] == "pyg"), None)
     if pyg:
         p = pyg["phases"]
@@ -684,8 +743,9 @@ def write_report(report: dict, path: str) -> None:
     atomic_write(path, write)
 
 
-def options_from(small: bool = False, **overrides) -> BenchOptions:
-    """The defaults (or :data:`SMALL`) with the given options replaced (``None`` keeps the default)."""
-    base = SMALL if small else BenchOptions()
+def options_from(small: bool = False, saint: bool = False, **overrides) -> BenchOptions:
+    """The defaults (or :data:`SMALL`, or :data:`SAINT`; ``small`` and ``saint``: the small graph in GraphSAINT's
+    layout) with the given options replaced (``None`` keeps the default)."""
+    base = replace(SMALL, saint_graph=saint) if small else SAINT if saint else BenchOptions()
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 

@@ -409,6 +409,10 @@ def _add_bench_parsers(sub) -> None:
     b = sub.add_parser("bench", help="mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv, in one run",
                        description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--small", action="store_true", help="a tiny graph and model that run in seconds")
+    b.add_argument("--saint-graph", action="store_true",
+                   help="write the graph as a GraphSAINT directory that every configuration reads as `mggcn train "
+                        "DIR --format saint` does; defaults: 100,000 vertices, degree 50 (5.0M nonzeros), "
+                        "P = 1,2,4, partition random, 1+3 epochs (with --small: the small graph)")
     b.add_argument("--nodes", type=_positive_int, help=f"vertices (default {d.nodes:,})")
     b.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
     b.add_argument("--features", type=_positive_int, help=f"default {d.features}")
@@ -469,7 +473,7 @@ def _bench(args: argparse.Namespace) -> int:
     keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
             "tile_bytes", "compare_tiles", "shm", "compare_shm")
-    opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
+    opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     report = run_bench(opts, log=lambda line: print(line, flush=True))
     print(format_table(report))
     if args.out:
