@@ -103,13 +103,15 @@ def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]
     return out
 
 
-def to_blocks(block: sp.csr_matrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
+def to_blocks(block: sp.spmatrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
     """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole).
 
     Tile by tile: each tile is sliced out of ``block`` (its duplicates summed and its rows sorted in place first),
     so that besides ``block`` only the tiles already cut are held, never a second copy of a block.
     """
     m = block.shape[1] // num_parts
+    if block.format != "csr":
+        block = block.tocsr()
     block.sum_duplicates()  # in place: sorted columns within each row, duplicates added up
     out = []
     for j in range(num_parts):

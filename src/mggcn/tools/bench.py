@@ -68,6 +68,7 @@ from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.distributed.context import MMAP_THRESHOLD, available_cores, init_distributed
 from mggcn.distributed.launch import WorkerError, run_workers
+from mggcn.nn.adam import Adam
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.training.trainer import TrainConfig, build_model, shard_for, train_shard
@@ -171,9 +172,10 @@ def _release_memory() -> None:
         pass
 
 
-def _warm_runtime(device: torch.device) -> None:
+def _warm_runtime(device: torch.device, torch_adam: bool = False) -> None:
     """Run each kind of kernel once on a toy problem, so that the runtime's one-time costs (libraries paged in on
-    first use; the first optimizer step alone imports ~70 MB of PyTorch) count in the base, not in the peak."""
+    first use) count in the base, not in the peak. The optimizer is the one the configuration trains with:
+    mggcn's :class:`~mggcn.nn.adam.Adam`, or ``torch.optim.Adam`` (PyG; its first use imports ~70 MB of PyTorch)."""
     import torch.nn.functional as F
 
     dense = torch.rand(8, 8, device=device)
@@ -182,15 +184,15 @@ def _warm_runtime(device: torch.device) -> None:
     weight = torch.randn(8, 4, device=device, requires_grad=True)
     loss = F.cross_entropy(torch.sparse.mm(adj, dense) @ weight, torch.zeros(8, dtype=torch.long, device=device))
     loss.backward()
-    torch.optim.Adam([weight]).step()
+    (torch.optim.Adam if torch_adam else Adam)([weight]).step()
 
 
 class _MemoryProbe:
     """base (before the graph) -> setup (graph loaded, structures built, rest freed) -> training peak."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, torch_adam: bool = False) -> None:
         self.device = device
-        _warm_runtime(device)
+        _warm_runtime(device, torch_adam)
         _release_memory()
         self.record = {"base": current_rss()}
 
@@ -251,6 +253,16 @@ def _read_graph(path: str, opts: BenchOptions) -> Graph:
     return _load_graph(path)
 
 
+def _open_dataset(path: str, opts: BenchOptions):
+    """The dataset a configuration trains on: a directory of `mggcn prepare` (each rank reads its share), or the
+    graph read whole (:func:`_read_graph`)."""
+    from mggcn.data.prepared.reader import PreparedDataset, is_prepared
+
+    if os.path.isdir(path) and is_prepared(path):
+        return PreparedDataset(path)
+    return InMemoryDataset(_read_graph(path, opts))
+
+
 def _graph_info(graph: Graph) -> dict:
     self_loops = int((graph.edge_index[0] == graph.edge_index[1]).sum())
     return {"nodes": graph.num_nodes, "edges": graph.num_edges, "features": graph.num_features,
@@ -271,8 +283,8 @@ def generate_worker(opts: BenchOptions, path: str) -> dict:
 
 def baseline_worker(device: str) -> dict:
     """The interpreter's own memory: RSS of a process that imported torch and mggcn (``import``), and after it ran
-    each kind of kernel and an optimizer step once on a toy problem (``warm``: the code PyTorch loads on first use;
-    the first ``torch.optim.Adam`` alone imports torch._dynamo and sympy)."""
+    each kind of kernel and mggcn's optimizer step once on a toy problem (``warm``: the code PyTorch loads on first
+    use)."""
     import mggcn.training.job  # noqa: F401  (what `mggcn train` imports)
 
     _release_memory()
@@ -333,9 +345,10 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     probe = _MemoryProbe(ctx.device)
     start = time.perf_counter()
     cfg = _train_config(**config)
-    dataset = InMemoryDataset(_read_graph(path, opts))  # as `mggcn train` cuts its shards
+    dataset = _open_dataset(path, opts)  # as `mggcn train` cuts its shards
     shard = shard_for(cfg, dataset, ctx)
-    dataset.release()
+    if hasattr(dataset, "release"):
+        dataset.release()
     del dataset
     held = _shard_bytes(shard)
     probe.ready()
@@ -374,7 +387,7 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
 
     ctx = init_distributed(opts.device, opts.timeout_s, threads, _threshold(opts, None))
     dev = ctx.device
-    probe = _MemoryProbe(dev)
+    probe = _MemoryProbe(dev, torch_adam=True)
     start = time.perf_counter()
     cfg = _train_config(hidden=opts.hidden, seed=opts.seed)
     graph = _read_graph(path, opts)

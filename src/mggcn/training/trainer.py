@@ -33,6 +33,7 @@ from mggcn.distributed.partition import Shard
 from mggcn.distributed.shm import host_outboxes
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.distributed.tiled import tile_columns
+from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy
 from mggcn.nn.model import GCN, aggregate_first
 from mggcn.utils.timing import PHASES, PhaseTimer
@@ -186,7 +187,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     balance = partition_balance(ctx, shard)
     if cfg.comm == "broadcast" and ctx.world_size > 1:
         balance["broadcast"] = transport
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+    optimizer = Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
     best_val, best_state, since_best = -1.0, None, 0
