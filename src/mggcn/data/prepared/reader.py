@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +119,19 @@ def _sha256(arr: np.ndarray) -> str:
     for begin in range(0, flat.shape[0], step):
         h.update(flat[begin:begin + step])
     return h.hexdigest()
+
+
+def _drop_pages(arr: np.ndarray) -> None:
+    """Take the pages of a memory-mapped array read so far out of this process's resident set (they stay in the
+    page cache, and a later read maps them again): a rank's RSS then holds what it copied out of the files, not the
+    files. A no-op for arrays that are not mapped, and where ``madvise`` is missing."""
+    while arr is not None and not isinstance(getattr(arr, "_mmap", None), mmap.mmap):
+        arr = getattr(arr, "base", None)
+    if arr is not None and hasattr(mmap, "MADV_DONTNEED"):
+        arr._mmap.madvise(mmap.MADV_DONTNEED)
+
+
+_ROWS_PER_READ = 1 << 14  # vertex rows copied out of a mapped array between two _drop_pages
 
 
 def _gather(indices: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -289,9 +303,11 @@ class PreparedDataset:
         y = np.full(m, -1, dtype=np.int64)
         codes = np.full(m, -1, dtype=np.int8)
         for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
-            rows = np.asarray(self.arrays[name][ids])
-            out[local] = rows
-            reads["bytes"] += rows.nbytes
+            for start in range(0, ids.size, _ROWS_PER_READ):  # copied a chunk at a time, the pages read dropped
+                rows = np.asarray(self.arrays[name][ids[start: start + _ROWS_PER_READ]])
+                out[local[start: start + _ROWS_PER_READ]] = rows
+                reads["bytes"] += rows.nbytes
+                _drop_pages(self.arrays[name])
         self.last_shard_reads = reads
         masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}
         from mggcn.distributed.partition import Shard
@@ -329,6 +345,7 @@ class PreparedDataset:
             done = int(ends[begin - 1]) if begin else 0
             end = max(begin + 1, int(np.searchsorted(ends, done + _SHARD_CHUNK_EDGES, side="right")))
             nbr = _gather(indices, starts[begin:end], counts[begin:end])
+            _drop_pages(indices)
             reads["edges"] += nbr.size
             reads["bytes"] += nbr.nbytes
             keep = nbr != np.repeat(ids[begin:end], counts[begin:end])
