@@ -281,6 +281,14 @@ def generate_worker(opts: BenchOptions, path: str) -> dict:
     return _graph_info(graph)
 
 
+def prepare_worker(source: str, out: str) -> dict:
+    """``mggcn prepare SOURCE OUT --format saint``; its peak RSS."""
+    from mggcn.data.prepared.writer import prepare
+
+    prepare(source, out, fmt="saint", progress=False)
+    return {"peak": peak_rss()}
+
+
 def baseline_worker(device: str) -> dict:
     """The interpreter's own memory: RSS of a process that imported torch and mggcn (``import``), and after it ran
     each kind of kernel and mggcn's optimizer step once on a toy problem (``warm``: the code PyTorch loads on first
@@ -465,6 +473,7 @@ class _Run:
     partition: str = ""
     tile_bytes: int | None = None
     shm: str = "auto"
+    files: bool = False  # --saint-graph: read the SAINT files whole, not the prepared directory
     results: list = field(default_factory=list)  # the ranks' results of the first round
     round_s: list = field(default_factory=list)  # the median epoch of each round
     histories: list = field(default_factory=list)  # rank 0's history of each round
@@ -482,6 +491,10 @@ def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
                       opts.tile_bytes, "off") for p in opts.nprocs if p > 1 for on in (True, False)]
     runs += [_Run(f"mggcn P=1 {o} {_tiles_label(t)}", "mggcn", 1, True, o, t)
              for t in opts.compare_tiles for o in opts.partitions]
+    if opts.saint_graph:  # P ranks read their shares of the prepared directory; P = 1 also the SAINT files whole
+        runs = [r for r in runs if r.overlap]
+        runs.insert(1, _Run(f"mggcn P=1 {main}, SAINT files", "mggcn", 1, True, main, opts.tile_bytes, opts.shm,
+                            files=True))
     if opts.device == "cuda":
         runs = [r for r in runs if r.nprocs <= gpus]
     if opts.pyg:
@@ -576,6 +589,13 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
         graph["baseline"] = baseline
         log(f"interpreter baseline: {baseline['import'] / 2**20:.0f} MiB after importing torch and mggcn, "
             f"{baseline['warm'] / 2**20:.0f} MiB once its kernels and optimizer ran")
+        prepared = None
+        if opts.saint_graph:
+            prepared = os.path.join(tmp, "prepared")
+            start = time.perf_counter()
+            graph["prepare"] = run_workers(prepare_worker, 1, (path, prepared), timeout_s=opts.timeout_s)[0]
+            log(f"prepared for any P ({time.perf_counter() - start:.0f} s, peak "
+                f"{graph['prepare']['peak'] / 2**20:.0f} MiB)")
         machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
         log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
             f"({machine.threads} threads)")
@@ -590,7 +610,8 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
                     continue
                 start = time.perf_counter()
                 try:
-                    results = _run_one(run, opts, path, threads)
+                    source = prepared if prepared and run.kind == "mggcn" and not run.files else path
+                    results = _run_one(run, opts, source, threads)
                 except WorkerError as err:  # e.g. out of memory: that is a result too
                     failed.append({"name": run.name, "error": str(err)})
                     log(f"  {run.name}: FAILED: {err}")
