@@ -21,8 +21,16 @@ Memory: a process's peak RSS is its ``VmHWM`` (``/proc/self/status``; ``ru_maxrs
 on Linux a spawned process's ``ru_maxrss`` starts at its launcher's peak, which ``VmHWM`` does not). Each process
 records its RSS before it loads the graph (the Python and PyTorch runtime: ``base``), builds what it trains on,
 frees the rest, then resets the peak (``/proc/self/clear_refs``) so that ``peak`` is the peak while training;
-``net = peak − base`` is what :func:`mggcn.tools.plan.plan_memory` predicts. The peak while loading (``setup_peak``) is
-in the JSON. On CUDA the peak is ``torch.cuda.max_memory_allocated``.
+``net = peak − base`` is what :func:`mggcn.tools.plan.plan_memory` predicts. ``whole`` is the peak of the whole
+process, setup included (the larger of the peak before the reset, ``setup_peak``, and the training peak), as a
+user of ``mggcn train`` sees it; beside it, a process that only imports torch and mggcn is measured in the same run
+(the interpreter's baseline), and ``w/(p+b)`` = whole / (plan + that baseline). On CUDA the peak is
+``torch.cuda.max_memory_allocated``.
+
+``--saint-graph`` (issue 17's check): the benchmark writes its graph as a GraphSAINT directory (100k vertices, 5.0M
+nonzeros, 128 features, 40 classes by default), prepares it once (``mggcn prepare``), and trains mggcn at
+P = 1, 2, 4 with each rank reading its share of the prepared directory, plus P = 1 reading the SAINT files whole as
+``mggcn train DIR --format saint`` does; PyG reads the SAINT files.
 
 PyG's baseline is its fastest setup measured here: Â normalized once by PyG's ``gcn_norm`` (what ``cached=True``
 does) into a ``torch.sparse_csr`` tensor with int32 indices (``--pyg-adj csr``); ``csr64`` keeps int64 indices,
@@ -42,6 +50,7 @@ crawled and real datasets often come with locality in their ids; ``--ids random`
 
     mggcn bench                                  # the default graph: 200k vertices, 20M nonzeros, ~5 minutes
     mggcn bench --small --out bench.json         # seconds
+    mggcn bench --saint-graph                    # whole-process memory: a GraphSAINT graph, P = 1, 2, 4 and PyG
     mggcn bench --nprocs 1,2,4 --partition random-local
     mggcn bench --nprocs 2 --no-pyg --repeats 5           # overlap on/off in 5 interleaved rounds
     mggcn bench --nprocs 2 --no-pyg --compare-shm         # shared memory against gloo's broadcast
@@ -107,7 +116,7 @@ class BenchOptions:
     compare_tiles: tuple[int, ...] = ()  # more --tile-bytes values, each run at P = 1 for every partition
     shm: str = "auto"  # mggcn's --shm for every mggcn configuration
     compare_shm: bool = False  # also run P > 1 through gloo's broadcast (overlap on and off), in the same rounds
-    saint_graph: bool = False  # write the graph as a GraphSAINT directory; every configuration reads it as `mggcn train` does
+    saint_graph: bool = False  # the graph as a GraphSAINT directory, prepared once; see the module docstring
     probe_gemm: int = 4096  # the machine's rates: a probe_gemm² matmul and a probe_copy-byte copy (x2, x4 on CUDA)
     probe_copy: int = 512 << 20
 
