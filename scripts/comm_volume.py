@@ -17,10 +17,11 @@ import json
 import statistics
 import time
 
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset, load_graph
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
-from mggcn.training.trainer import TrainConfig, shard_tile_columns, train_shard
+from mggcn.training.trainer import shard_tile_columns, train_shard
 
 DEFAULT_RUNS = "random:broadcast,random:sparse,random:auto,metis:broadcast,metis:sparse,metis:auto"
 

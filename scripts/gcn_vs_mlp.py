@@ -7,10 +7,11 @@ import sys
 
 import numpy as np
 
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset, load_graph
 from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext
-from mggcn.training.trainer import TrainConfig, shard_for, train_shard
+from mggcn.training.trainer import shard_for, train_shard
 
 
 def main(spec: str = "synthetic") -> None:

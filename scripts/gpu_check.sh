@@ -1,65 +1,162 @@
 #!/usr/bin/env bash
-# The GPU check, under 8 minutes on one H200 (run it whenever a GPU machine is available; put the table in README):
-#   1. the CUDA tests (SpMM forward/backward on CUDA = CPU, 3 epochs on CUDA = CPU; 2 ranks over NCCL when there
-#      are 2+ GPUs; the benchmark's CUDA memory accounting), then
-#   2. `mggcn bench --device cuda` on a graph sized by `mggcn plan` to fill a large part of the GPU, printing the
-#      table (and writing it to $OUT_DIR/gpu_bench.json).
+# The GPU check, well under 8 minutes on one H200 (run it whenever a GPU machine is available; put the table in
+# README). Four steps, each under its own `timeout -k`, each run whatever the previous ones did:
+#   1. imports: everything the other steps need, with versions, and the GPUs PyTorch sees (printed first);
+#   2. CUDA tests: the SpMM on CUDA = CPU (outputs filled with NaN first), 3 epochs on CUDA = CPU, 2 ranks over
+#      NCCL when there are 2+ GPUs, the benchmark's CUDA memory accounting;
+#   3. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
+#   4. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 and PyG's GCNConv) on that graph.
 #
-# Sizes: the graph is generated and sharded on the CPU (single-threaded numpy/scipy, ~3-5 s per million nonzeros),
-# which is what bounds the time, so the GPU is filled with wide layers rather than with more edges. The defaults,
-# 2M vertices x 20 nonzeros, 1024 features, hidden 4096, 64 classes: `mggcn plan` predicts ~79 GiB per rank for
-# mggcn, so PyG's GCNConv (which keeps ~5 activations of 2M x 4096 floats) is expected to run out of memory on a
-# 141 GB H200; the bench records that as a failed configuration. Override with GPU_NODES, GPU_DEGREE,
-# GPU_FEATURES, GPU_HIDDEN, GPU_CLASSES, GPU_EPOCHS.
+# Sizes: the graph is generated and sharded on the CPU (single-threaded numpy/scipy), which is what bounds the
+# time, so the GPU is filled with a wide hidden layer rather than with more edges. The defaults, 1M vertices x 20
+# nonzeros, 512 features, hidden 4096, 64 classes: `mggcn plan` predicts 35.3 GiB for mggcn; PyG's GCNConv keeps
+# about five 1M x 4096 float activations (~76 GiB), so on a 141 GB H200 both run and the comparison is real. The
+# bench step takes about half the 300-340 s measured for 2M vertices x 20, 1024 features. Override with GPU_NODES,
+# GPU_DEGREE, GPU_FEATURES, GPU_HIDDEN, GPU_CLASSES, GPU_EPOCHS; GPU_CHECK_TESTS names the test files of step 2.
 #
-# It needs no installed mggcn (it puts src/ on PYTHONPATH when `import mggcn` fails) and runs `python3` (the
-# Python that holds PyTorch on the GPU machines lent here), else `python`, or $PYTHON. The table and a log
-# (gpu_check.log) go to OUT_DIR (default: $OUT where that is set, else the current folder).
+# Outputs in OUT_DIR (default: $OUT where that is set, else the current folder), all there after every step:
+#   gpu_check.log         everything printed
+#   gpu_check_steps.txt   one line per step so far: name, exit status, seconds (gpu_check.json: the same as JSON)
+#   gpu_bench.json        the bench's report, written as it grows (after every configuration, failed ones too)
+#   gpu_bench.txt         the bench's table, made from gpu_bench.json (also when the bench was stopped midway)
+# Exit status: 0 when every step passed, else the sum of the failed steps' bits (imports 1, CUDA tests 2, plan 4,
+# bench 8), and the last line names them.
+#
+# It checks this checkout's mggcn (src/ goes first on PYTHONPATH; no install needed) and runs `python3` (the
+# Python that holds PyTorch on the GPU machines lent here), else `python`, or $PYTHON.
 # GPU_CHECK_DEVICE=cpu rehearses every step on the CPU at the sizes given (the test suite runs it tiny): the same
 # commands, options and output files, with the CUDA tests skipped.
 #
 #   scripts/gpu_check.sh            # from the repository root
 #   GPU_CHECK_DEVICE=cpu GPU_NODES=2000 GPU_FEATURES=16 GPU_HIDDEN=16 GPU_CLASSES=4 scripts/gpu_check.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
 
 OUT_DIR=${OUT_DIR:-${OUT:-.}}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
-NODES=${GPU_NODES:-2000000}
+NODES=${GPU_NODES:-1000000}
 DEGREE=${GPU_DEGREE:-20}
-FEATURES=${GPU_FEATURES:-1024}
+FEATURES=${GPU_FEATURES:-512}
 HIDDEN=${GPU_HIDDEN:-4096}
 CLASSES=${GPU_CLASSES:-64}
 EPOCHS=${GPU_EPOCHS:-5}
+TESTS=${GPU_CHECK_TESTS:-tests/tools/test_bench.py tests/distributed/test_spmm.py}
 PY=${PYTHON:-$(command -v python3 || command -v python)}
-if ! "$PY" -c "import mggcn" 2>/dev/null; then
-    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-fi
-mkdir -p "$OUT_DIR"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's mggcn, whatever else is installed
+mkdir -p "$OUT_DIR" || exit 1
 exec > >(tee "$OUT_DIR/gpu_check.log") 2>&1
+rm -f "$OUT_DIR/gpu_check_steps.txt" "$OUT_DIR/gpu_check.json" "$OUT_DIR/gpu_bench.json" "$OUT_DIR/gpu_bench.txt"
 
-if [ "$DEVICE" = cuda ]; then
-    GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())")
-    if [ "$GPUS" -lt 1 ]; then
-        echo "gpu_check: no CUDA device visible to PyTorch" >&2
-        exit 1
+FAILED=()
+STATUS=0
+BIT=1
+STEPS_JSON=""
+
+# step NAME SECONDS COMMAND...: run COMMAND under `timeout -k 15 SECONDS`, record its exit status and time, then
+# bring the step table (and the bench table, once the bench has written its report) up to date.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo
+    echo "== $name"
+    local start=$SECONDS rc
+    timeout -k 15 "$limit" "$@"
+    rc=$?
+    case $rc in
+        0) ;;
+        124 | 137) echo "gpu_check: $name: stopped after its $limit s (exit $rc)" ;;
+        *) echo "gpu_check: $name: exit $rc" ;;
+    esac
+    if [ "$rc" -ne 0 ]; then
+        FAILED+=("$name (exit $rc)")
+        STATUS=$((STATUS + BIT))
     fi
-    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
-    MEMORY=$("$PY" -c "import torch; print(torch.cuda.get_device_properties(0).total_memory)")
-else
-    MEMORY=$("$PY" -c "import os; print(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'))")
+    BIT=$((BIT * 2))
+    printf '%-12s exit %3d %5d s\n' "$name" "$rc" $((SECONDS - start)) >> "$OUT_DIR/gpu_check_steps.txt"
+    STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$name\", \"exit\": $rc, \"seconds\": $((SECONDS - start))}"
+    echo "{\"device\": \"$DEVICE\", \"steps\": [$STEPS_JSON]}" > "$OUT_DIR/gpu_check.json"
+    if [ -f "$OUT_DIR/gpu_bench.json" ]; then
+        timeout -k 5 60 "$PY" -c "import json, sys; from mggcn.tools.bench import format_table
+print(format_table(json.load(open(sys.argv[1]))))" "$OUT_DIR/gpu_bench.json" > "$OUT_DIR/gpu_bench.txt" \
+            || echo "gpu_check: could not make a table of $OUT_DIR/gpu_bench.json"
+    fi
+    return 0
+}
+
+# the modules the steps import, with versions, and the devices; exit 1 when one is missing or (cuda) no GPU
+imports() {
+    "$PY" - "$DEVICE" <<'EOF'
+import importlib
+import os
+import sys
+
+missing = []
+print("python", sys.version.split()[0], sys.executable)
+for name in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn", "mggcn.tools.cli", "mggcn.tools.bench",
+             "mggcn.tools.plan", "mggcn.training.trainer", "mggcn.distributed.exchange"):
+    try:
+        module = importlib.import_module(name)
+    except Exception as err:  # any failure to import is what this step reports
+        missing.append(name)
+        print(f"{name:28} MISSING: {type(err).__name__}: {err}")
+    else:
+        where = getattr(module, "__file__", "") or ""
+        print(f"{name:28} {getattr(module, '__version__', '')} {where if name == 'mggcn' else ''}".rstrip())
+try:
+    import torch
+
+    gpus = torch.cuda.device_count()
+    names = ", ".join(f"{p.name} {p.total_memory / 2**30:.1f} GiB" for p in
+                      (torch.cuda.get_device_properties(i) for i in range(gpus)))
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if gpus else "-"
+    print(f"CUDA {torch.version.cuda}: {gpus} GPU(s) ({names or 'none'}); NCCL {nccl}; {os.cpu_count()} cores")
+except Exception as err:
+    gpus = 0
+    print("CUDA: not usable:", err)
+if sys.argv[1] == "cuda" and gpus < 1:
+    missing.append("a CUDA device")
+if missing:
+    print("gpu_check: missing:", ", ".join(missing))
+    sys.exit(1)
+EOF
+}
+
+memory() {  # the bytes the plan checks against: the GPU's, or the host's on the CPU rehearsal
+    if [ "$DEVICE" = cuda ]; then
+        "$PY" -c "import torch; print(torch.cuda.get_device_properties(0).total_memory)" 2>/dev/null
+    else
+        "$PY" -c "import os; print(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'))"
+    fi
+}
+
+plan() {
+    local edges bytes
+    edges=$("$PY" -c "print(int($NODES * $DEGREE))") || return 1
+    bytes=$(memory)
+    "$PY" -m mggcn plan --nodes "$NODES" --edges "$edges" --features "$FEATURES" --classes "$CLASSES" \
+        --hidden "$HIDDEN" --device "$DEVICE" ${bytes:+--memory "$bytes"}
+}
+
+bench() {
+    "$PY" -m mggcn bench --device "$DEVICE" --nodes "$NODES" --degree "$DEGREE" --features "$FEATURES" \
+        --hidden "$HIDDEN" --classes "$CLASSES" --epochs "$EPOCHS" --warmup 2 --nprocs 1 \
+        --partition random-local --timeout 270 --out "$OUT_DIR/gpu_bench.json"
+}
+
+# the steps run as child shells (timeout runs programs, not shell functions)
+export -f imports memory plan bench
+export PY DEVICE NODES DEGREE FEATURES HIDDEN CLASSES EPOCHS OUT_DIR
+[ "$DEVICE" = cuda ] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
+step imports 60 bash -c imports
+# shellcheck disable=SC2086  # TESTS is a list of paths
+step "CUDA tests" 180 "$PY" -m pytest $TESTS -q -k cuda -rs -p no:cacheprovider
+step plan 30 bash -c plan
+step bench 300 bash -c bench
+
+echo
+cat "$OUT_DIR/gpu_check_steps.txt"
+if [ "$STATUS" -ne 0 ]; then
+    echo "gpu_check: failed steps: $(IFS=,; echo "${FAILED[*]}" | sed 's/,/, /g'); exit status $STATUS"
+    exit "$STATUS"
 fi
-"$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
-
-echo "== CUDA tests"
-timeout 150 "$PY" -m pytest tests/tools/test_bench.py -q -k cuda -rs -p no:cacheprovider
-
-echo "== plan for the benchmark graph"
-EDGES=$("$PY" -c "print(int($NODES * $DEGREE))")
-"$PY" -m mggcn plan --nodes "$NODES" --edges "$EDGES" --features "$FEATURES" --classes "$CLASSES" \
-    --hidden "$HIDDEN" --memory "$MEMORY"
-
-echo "== benchmark (one GPU: mggcn P = 1 and PyG; P = 2 on GPUs is checked by the NCCL test above)"
-timeout 330 "$PY" -m mggcn bench --device "$DEVICE" --nodes "$NODES" --degree "$DEGREE" --features "$FEATURES" \
-    --hidden "$HIDDEN" --classes "$CLASSES" --epochs "$EPOCHS" --warmup 2 --nprocs 1 \
-    --partition random-local --timeout 300 --out "$OUT_DIR/gpu_bench.json"
+echo "gpu_check: every step passed"

@@ -8,11 +8,12 @@ import time
 import numpy as np
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.partition import build_shard, make_partition
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.spmm import StagedSpMM
-from mggcn.training.trainer import TrainConfig, train_shard
+from mggcn.training.trainer import train_shard
 
 
 def rows_of(global_new: torch.Tensor, part, rank: int) -> torch.Tensor:
@@ -284,3 +285,35 @@ def setup_memory_worker(source, fmt, cfg: TrainConfig, chunk: int | None = None)
         train = peak_rss() - base
         del shard, result
     return {"setup": setup, "train": train, "block": block}
+
+
+def collective_devices_worker(graph, nan_graph, configs):
+    """The GPU path's collectives, rehearsed on gloo (tests/host_tensors.py): every tensor handed to a collective must
+    be on ``ctx.device``, none made on the host. Runs the sparse and auto exchange SpMMs (forward and backward), the
+    broadcast SpMM through gloo, ``train_shard`` with each of ``configs``, its non-finite-loss path on ``nan_graph``,
+    and the gather of predictions. Returns this rank's violations and the tensors each collective checked."""
+    from host_tensors import HostTracker, check_collectives
+    from mggcn.distributed.exchange import SparseExchangeSpMM
+    from mggcn.training.trainer import NonFiniteLoss, gather_original
+
+    with HostTracker(), check_collectives(torch.device("cpu")) as (problems, checked):
+        ctx = init_distributed("cpu", timeout_s=120)
+        part = make_partition(graph.num_nodes, ctx.world_size, 0)
+        shard = build_shard(graph, part, ctx.rank, "mean").to(ctx.device)
+        b = torch.randn(shard.x.shape[0], 3, device=ctx.device)
+        for op in (SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="sparse"),
+                   SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="auto", dense_fraction=0.0),
+                   StagedSpMM(ctx, shard.adj, shard.adj_t)):
+            leaf = b.clone().requires_grad_()
+            op(leaf).sum().backward()
+        for cfg in configs:
+            result = train_shard(ctx, build_shard(graph, part, ctx.rank, cfg.norm), cfg)
+            gather_original(ctx, shard, result.model(shard.x, result.adj, x_aggregated=result.x_agg).argmax(dim=1))
+        nan_part = make_partition(nan_graph.num_nodes, ctx.world_size, 0)
+        try:
+            train_shard(ctx, build_shard(nan_graph, nan_part, ctx.rank, "sym"), configs[0])
+            problems.append("no NonFiniteLoss on a graph whose features are NaN")
+        except NonFiniteLoss as e:
+            if "first non-finite output: layer" not in str(e):
+                problems.append(f"NonFiniteLoss without the layer: {e}")
+    return problems, checked

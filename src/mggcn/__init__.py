@@ -29,7 +29,7 @@ _EXPORTS = {
     "SPLITS": "mggcn.data.graph",
     "GCN": "mggcn.nn.model",
     "GCNLayer": "mggcn.nn.model",
-    "TrainConfig": "mggcn.training.trainer",
+    "TrainConfig": "mggcn.config",
     "TrainedModel": "mggcn.api",
     "adjacency_operator": "mggcn.api",
     "train": "mggcn.api",
@@ -40,9 +40,9 @@ __all__ = ["GCN", "GCNLayer", "Graph", "GraphError", "SPLITS", "TrainConfig", "T
 
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
+    from mggcn.config import TrainConfig
     from mggcn.data.graph import SPLITS, Graph, GraphError
     from mggcn.nn.model import GCN, GCNLayer
-    from mggcn.training.trainer import TrainConfig
 
 
 def __getattr__(name: str) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import csr_to_torch
@@ -35,7 +36,7 @@ from mggcn.distributed.spmm import StagedSpMM, local_adj
 from mggcn.nn.model import GCN
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
-from mggcn.training.trainer import TrainConfig, build_model
+from mggcn.training.trainer import build_model
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 

@@ -33,6 +33,7 @@ from test_formats import (
 )
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
 from mggcn.data.graph import SPLITS, Graph, GraphError
@@ -44,7 +45,6 @@ from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import build_shard, make_partition
 from mggcn.tools.cli import main as cli_main
 from mggcn.training.job import TrainJob, run_train_job
-from mggcn.training.trainer import TrainConfig
 from reference import random_graph
 
 CFG = TrainConfig(hidden=(8,), epochs=2, seed=3)

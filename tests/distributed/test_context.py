@@ -1,7 +1,7 @@
 """The host allocator policy of mggcn's ranks (mggcn.distributed.context.set_mmap_threshold), in fresh processes."""
 
 import workers
-from mggcn.distributed.context import MMAP_THRESHOLD
+from mggcn.config import MMAP_THRESHOLD
 from mggcn.distributed.launch import run_workers
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.graph import GraphError
 from mggcn.data.synthetic import parse_spec
@@ -12,7 +13,6 @@ from mggcn.distributed.launch import run_workers
 from mggcn.distributed.metis import metis_partition, partition_from_parts
 from mggcn.distributed.partition import make_partition
 from mggcn.nn.model import GCN
-from mggcn.training.trainer import TrainConfig
 from reference import gcn_losses, random_graph
 
 pytest.importorskip("pymetis")

@@ -8,7 +8,7 @@ import workers
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import build_shard, make_partition
-from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
+from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM, _Accumulator
 from reference import adj_hat, random_graph
 
 N = 37  # not divisible by 2, 3 or 4
@@ -53,6 +53,38 @@ def test_spmm_forward_backward_equal_unsharded(nprocs):
         torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-6, msg=msg)
         torch.testing.assert_close(grad, a.t() @ g, rtol=1e-5, atol=1e-6, msg=msg)
         torch.testing.assert_close(c2, a @ b[:, :1], rtol=1e-5, atol=1e-6, msg=msg)
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tile_cols", [None, 3])
+def test_outputs_filled_with_nan_are_overwritten(device, tile_cols):
+    # every first product is written with beta = 0 into an output that is not zeroed first (a workspace buffer,
+    # torch.empty): a NaN left in it would survive a beta = 0 that reads it (0 · NaN = NaN); on CUDA too (cuSPARSE)
+    graph = random_graph(N, 150, directed=True, seed=2)
+    a = adj_hat(graph.edge_index, N, "sym").float()
+    shard = build_shard(graph, make_partition(N, 1, 0, "none"), 0, "sym", tile_cols=tile_cols)
+    op = StagedSpMM(DistContext(device=torch.device(device)), [shard.adj[0].to(device)], [shard.adj_t[0].to(device)])
+    b, g = torch.randn(N, 4), torch.randn(N, 4)
+    c = op.run(b.to(device), out=torch.full((N, 4), float("nan"), device=device))
+    grad = op.run(g.to(device), transpose=True, out=torch.full((N, 4), float("nan"), device=device))
+    # float32 sums of <= ~10 products in another order than the dense reference: a few ulps
+    torch.testing.assert_close(c.cpu(), a @ b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad.cpu(), a.t() @ g, rtol=1e-5, atol=1e-6)
+    # the sum over column blocks (what every rank of the broadcast and the exchange SpMMs does): the first writes
+    halves = [build_shard(graph, make_partition(N, 2, 0, "none"), rank, "sym", tile_cols=tile_cols)
+              for rank in range(2)]
+    top = _Accumulator(torch.full((halves[0].adj[0].rows, 4), float("nan"), device=device), op.timer)
+    m = halves[0].adj[0].rows
+    padded = torch.cat([b, torch.zeros(2 * m - N, 4)])
+    for j, block in enumerate(halves[0].adj):
+        top.add(block.to(device), padded[j * m:(j + 1) * m].to(device))
+    torch.testing.assert_close(top.result().cpu(), (a @ b)[:m], rtol=1e-5, atol=1e-6)
+    # no block at all: zeros, not the NaN the buffer held
+    assert torch.equal(_Accumulator(torch.full((m, 4), float("nan"), device=device), op.timer).result().cpu(),
+                       torch.zeros(m, 4))
 
 
 def test_empty_blocks_are_skipped_but_exact():

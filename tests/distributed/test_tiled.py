@@ -5,8 +5,9 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from mggcn.config import TILE_BYTES
 from mggcn.distributed.partition import build_shard, make_partition
-from mggcn.distributed.tiled import MIN_TILE_COLUMNS, TILE_BYTES, TiledCSR, max_tiles, num_tiles, tile_columns
+from mggcn.distributed.tiled import MIN_TILE_COLUMNS, TiledCSR, max_tiles, num_tiles, tile_columns
 from mggcn.tools.plan import plan_memory
 from reference import random_graph
 

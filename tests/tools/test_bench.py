@@ -10,14 +10,15 @@ import pytest
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.distributed.context import DistContext
-from mggcn.distributed.launch import run_workers
+from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.distributed.partition import build_shard, make_partition
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.model import GCN
 from mggcn.tools import bench
 from mggcn.tools.cli import main
-from mggcn.training.trainer import TrainConfig, train_shard
+from mggcn.training.trainer import train_shard
 from reference import gcn_losses, random_graph
 
 OPTIONS = bench.options_from(small=True, nprocs=(1, 2), partitions=("random-local",), epochs=2, warmup=1, repeats=2,
@@ -85,7 +86,11 @@ def test_report_numbers_are_consistent(report):
 
 
 def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "run_bench", lambda opts, log: report)
+    def run_bench(opts, log, out=None):  # run_bench writes the report to --out
+        bench.write_report(report, out)
+        return report
+
+    monkeypatch.setattr(bench, "run_bench", run_bench)
     out = tmp_path / "bench.json"
     assert main(["bench", "--small", "--nprocs", "1,2", "--partition", "random-local", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -95,9 +100,70 @@ def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
     assert json.loads(out.read_text())["rows"][0]["name"] == report["rows"][0]["name"]
 
 
+def test_bench_writes_its_report_before_the_table_when_every_configuration_fails(tmp_path, monkeypatch, capsys):
+    # as on a GPU where PyG runs out of memory and mggcn hits a CUDA error: no rates to take a min or max of
+    def fail(run, *args):
+        raise WorkerError(0, f"failed: {run.name} ran out of memory")
+
+    out, seen = tmp_path / "bench.json", {}
+
+    def table(report):  # the JSON is on disk before the table is printed
+        seen["json"] = json.loads(out.read_text())
+        return real_table(report)
+
+    real_table = bench.format_table
+    monkeypatch.setattr(bench, "_run_one", fail)
+    monkeypatch.setattr(bench, "format_table", table)
+    assert main(["bench", "--small", "--nprocs", "1", "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    names = ["mggcn P=1 random-local", "mggcn P=1 random", "PyG GCNConv (csr)"]
+    for report in (seen["json"], json.loads(out.read_text())):
+        assert report["rows"] == [] and report["complete"] and report["graph"]["nodes"] == bench.SMALL.nodes
+        assert [f["name"] for f in report["failed"]] == names
+        assert all(f["error"] == f"rank 0 failed: {f['name']} ran out of memory" for f in report["failed"])
+    assert "(no configuration finished)" in captured.out and "PyG GCNConv (csr): FAILED: rank 0" in captured.out
+    assert captured.err.strip() == "mggcn bench: failed: mggcn P=1 random-local, mggcn P=1 random"
+
+
+def test_bench_report_keeps_what_finished_when_it_is_stopped(tmp_path, monkeypatch):
+    calls = []
+    real_run_one = bench._run_one
+
+    def stop_at_the_second(run, *args):
+        calls.append(run.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_run_one(run, *args)
+
+    monkeypatch.setattr(bench, "_run_one", stop_at_the_second)
+    out = tmp_path / "bench.json"
+    opts = bench.options_from(small=True, nprocs=(1,), partitions=("random-local",), epochs=1, warmup=1)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(opts, log=lambda line: None, out=str(out))
+    report = json.loads(out.read_text())
+    assert [r["name"] for r in report["rows"]] == calls[:1] == ["mggcn P=1 random-local"]
+    assert report["error"] == "KeyboardInterrupt: " and not report["complete"] and report["failed"] == []
+
+
+def test_bench_without_a_graph_is_a_one_line_error_and_a_report(tmp_path, monkeypatch, capsys):
+    def no_graph(fn, *args, **kwargs):
+        raise WorkerError(0, f"died in {fn.__name__}: out of memory")
+
+    monkeypatch.setattr(bench, "run_workers", no_graph)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--small", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"mggcn bench: error: rank 0 died in generate_worker: out of memory (the report so far: {out})\n"
+    report = json.loads(out.read_text())
+    assert report["graph"] is None and report["rows"] == [] and not report["complete"]
+    assert report["error"] == "WorkerError: rank 0 died in generate_worker: out of memory"
+    assert "graph not made" in bench.format_table(report)
+
+
 def test_bench_options_from_the_command_line(monkeypatch):
     seen = {}
-    monkeypatch.setattr(bench, "run_bench", lambda opts, log: seen.setdefault("opts", opts) and None)
+    monkeypatch.setattr(bench, "run_bench",
+                        lambda opts, log, out=None: seen.setdefault("opts", opts) and {"rows": [], "failed": []})
     monkeypatch.setattr(bench, "format_table", lambda report: "")
     main(["bench", "--nodes", "500", "--hidden", "8,8", "--nprocs", "1,2,4", "--partition", "random,random-local",
           "--no-pyg", "--threads", "1", "--repeats", "3", "--mmap-threshold", "0",
@@ -150,7 +216,10 @@ def test_cuda_spmm_forward_backward_equal_cpu():
         x = b.clone().to(device).requires_grad_()
         c = adj(x)
         c.backward(g.to(device))
-        results.append((c.detach().cpu(), x.grad.cpu()))
+        # into outputs that hold NaN (as a reused workspace buffer may): the first product writes with beta = 0
+        filled = [adj.run(v.to(device), transpose=t, out=torch.full((500, 7), float("nan"), device=device))
+                  for v, t in ((b, False), (g, True))]
+        results.append((c.detach().cpu(), x.grad.cpu(), *(f.cpu() for f in filled)))
     # cuSPARSE sums ~10 products per row in another order than MKL: a few ulps
     for cpu, gpu in zip(*results):
         torch.testing.assert_close(gpu, cpu, rtol=1e-5, atol=1e-5)
@@ -193,23 +262,42 @@ def test_cuda_bench_reports_device_memory_against_the_plan():
 
 
 def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
-    """scripts/gpu_check.sh with GPU_CHECK_DEVICE=cpu at a tiny size: the same plan and bench commands the GPU run
-    makes, so an option renamed in the CLI breaks this test here rather than the one GPU run a session may get."""
+    """scripts/gpu_check.sh with GPU_CHECK_DEVICE=cpu at a tiny size: the same import check, plan and bench commands
+    the GPU run makes, so an option renamed in the CLI breaks this test here rather than the one GPU run a session
+    may get. One CUDA test fails on purpose: the later steps still run, the log, the step table and the bench's
+    JSON and table are written, and the exit status names the failed step (bit 2: the CUDA tests)."""
     import os
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    failing = tmp_path / "tests" / "test_cuda_fails_on_purpose.py"
+    failing.parent.mkdir()
+    failing.write_text("def test_cuda_step_fails():\n    assert False, 'a CUDA test that fails'\n")
+    out = tmp_path / "out"
     env = dict(os.environ, GPU_CHECK_DEVICE="cpu", GPU_NODES="1500", GPU_DEGREE="6", GPU_FEATURES="8",
-               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", OUT_DIR=str(tmp_path), PYTHON=sys.executable)
+               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", OUT_DIR=str(out), PYTHON=sys.executable,
+               GPU_CHECK_TESTS=f"tests/tools/test_bench.py tests/distributed/test_spmm.py {failing}")
     done = subprocess.run(["bash", os.path.join(root, "scripts", "gpu_check.sh")], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    log = (tmp_path / "gpu_check.log").read_text()
-    for step in ("== CUDA tests", "== plan for the benchmark graph", "== benchmark"):
-        assert step in log
-    assert "4 skipped" in log  # the CUDA tests were collected (and skip without a GPU)
-    report = json.loads((tmp_path / "gpu_bench.json").read_text())
-    assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu"
-    assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"}
+                          text=True, timeout=900)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.rstrip().splitlines()[-1] == "gpu_check: failed steps: CUDA tests (exit 1); exit status 2"
+    log = (out / "gpu_check.log").read_text()
+    steps = [line for line in log.splitlines() if line.startswith("== ")]
+    assert steps == ["== imports", "== CUDA tests", "== plan", "== bench"]
+    imports = log[log.index("== imports"): log.index("== CUDA tests")]
+    for module in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn.tools.bench"):
+        assert f"\n{module} " in imports or f"\n{module}\n" in imports, imports
+    assert os.path.join(root, "src", "mggcn") in imports  # this checkout's mggcn, not an installed one
+    assert "6 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
+    table = json.loads((out / "gpu_check.json").read_text())
+    assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("plan", 0),
+                                                                 ("bench", 0)]
+    assert [line.split()[0] for line in (out / "gpu_check_steps.txt").read_text().splitlines()] == \
+        ["imports", "CUDA", "plan", "bench"]
+    report = json.loads((out / "gpu_bench.json").read_text())
+    assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu" and report["complete"]
+    assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"} and report["failed"] == []
     assert all(r["epoch_s"] > 0 for r in report["rows"])
+    printed = (out / "gpu_bench.txt").read_text()
+    assert all(r["name"] in printed for r in report["rows"])

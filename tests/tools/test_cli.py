@@ -108,10 +108,11 @@ def test_edgelist_with_vertex_data_trains(tmp_path):
 
 def test_gcn_beats_mlp_on_the_builtin_graph():
     """The default dataset is one where the graph matters: the same trainer without edges is an MLP."""
+    from mggcn.config import TrainConfig
     from mggcn.data.datasets import InMemoryDataset
     from mggcn.data.graph import Graph
     from mggcn.distributed.context import DistContext
-    from mggcn.training.trainer import TrainConfig, train_shard
+    from mggcn.training.trainer import train_shard
 
     graph = parse_spec("synthetic:n=4000")
     no_edges = Graph(graph.num_nodes, np.zeros((2, 0), dtype=np.int64), graph.x, graph.y, graph.masks,

@@ -8,14 +8,15 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from mggcn.config import TILE_BYTES, TrainConfig
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.partition import build_shard, make_partition
 from mggcn.distributed.spmm import BroadcastBuffers, local_adj
-from mggcn.distributed.tiled import TILE_BYTES
 from mggcn.nn.model import GCN
 from mggcn.tools.cli import main
-from mggcn.tools.plan import PRESETS, activation_peak, format_bytes, parse_bytes, plan_memory
-from mggcn.training.trainer import TrainConfig, train_shard
+from mggcn.tools.plan import PRESETS, activation_peak, plan_memory
+from mggcn.training.trainer import train_shard
+from mggcn.utils.units import format_bytes, parse_bytes
 from reference import random_graph
 
 
@@ -179,7 +180,7 @@ def test_broadcast_buffers_keep_their_size_for_a_wider_one_off_spmm():
 
 def test_parse_bytes_and_presets():
     assert parse_bytes("80G") == 80 * 2**30 and parse_bytes("512M") == 512 * 2**20 and parse_bytes("1e9") == 10**9
-    with pytest.raises(ValueError, match="--memory"):
+    with pytest.raises(ValueError, match="expected a size"):
         parse_bytes("eighty")
     products = PRESETS["products"]
     assert (products.nodes, products.edges) == (2_449_029, 123_718_280)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
+from mggcn.config import TrainConfig
 from mggcn.data.graph import GraphError
 from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.context import init_distributed
@@ -16,7 +17,6 @@ from mggcn.distributed.launch import run_workers
 from mggcn.tools.cli import main
 from mggcn.training.job import TrainJob, run_train_job
 from mggcn.training.predict import PredictJob, load_model, predict, predict_on_rank
-from mggcn.training.trainer import TrainConfig
 
 HIDDEN = (16, 8)
 

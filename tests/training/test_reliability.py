@@ -13,10 +13,11 @@ import torch
 
 import workers
 from cli_util import popen_cli, run_cli
+from mggcn.config import TrainConfig
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.training.checkpoint import Checkpointer
 from mggcn.training.job import TrainJob, run_train_job
-from mggcn.training.trainer import NonFiniteLoss, TrainConfig
+from mggcn.training.trainer import NonFiniteLoss
 from reference import random_graph
 
 SPEC = "synthetic:n=3000,features=16"

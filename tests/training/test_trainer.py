@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.distributed.launch import run_workers
 from mggcn.nn.model import GCN
-from mggcn.training.trainer import TrainConfig
 from reference import gcn_losses, random_graph
 
 EPOCHS = 10

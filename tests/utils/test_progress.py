@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
+from mggcn.config import TrainConfig
 from mggcn.training.job import TrainJob, format_epoch, run_train_job
-from mggcn.training.trainer import TrainConfig
 from mggcn.utils.progress import TrainProgress
 
 

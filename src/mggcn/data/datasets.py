@@ -19,13 +19,13 @@ from typing import Any, Protocol
 
 import scipy.sparse as sp
 
+from mggcn.config import DEFAULT_DATASET
 from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.partition import Partition, Shard, build_shard, make_partition
 from mggcn.nn.norm import normalized_adjacency
 
 __all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "Dataset", "InMemoryDataset", "load_graph", "open_dataset"]
 
-DEFAULT_DATASET = "synthetic"
 GENERATED_PREFIXES = ("synthetic", "rmat", "builtin")
 
 

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mggcn.config import MMAP_THRESHOLD
+
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "MMAP_THRESHOLD",
            "set_mmap_threshold"]
@@ -25,7 +27,6 @@ __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all
 # 32 MiB: after loading a graph, the tensors of an epoch then come from the heap, and what is freed stays there,
 # resident, 20-40% above the live tensors. An epoch of mggcn allocates nothing large (the workspace), so a fixed
 # threshold costs no page faults while training and keeps the memory what the plan says.
-MMAP_THRESHOLD = 1 << 20
 
 
 @dataclass(frozen=True)

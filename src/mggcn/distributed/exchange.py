@@ -38,6 +38,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from mggcn.config import COMM_MODES
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.spmm import (  # the autograd wrapper only calls op.run
     _Accumulator,
@@ -50,7 +51,6 @@ from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
 
-COMM_MODES = ("broadcast", "sparse", "auto")
 DENSE_FRACTION = 0.8
 
 
@@ -68,18 +68,19 @@ class ExchangePlan:
                  for j in range(p)]
         # a dense pair asks for every row: its request is m rows, and the sender then copies b instead of gathering
         request = [torch.arange(m, dtype=torch.int64) if dense[j] else needed[j] for j in range(p)]
-        counts = torch.tensor([r.numel() for r in request], dtype=torch.int64)
+        # the collectives get tensors on the rank's device (NCCL takes no CPU tensor); read back on the CPU
+        self.recv_rows = [r.numel() for r in request]
+        counts = torch.tensor(self.recv_rows, dtype=torch.int64, device=ctx.device)
         their_counts = torch.empty_like(counts)
         dist.all_to_all_single(their_counts, counts, group=ctx.group)
-        their_index = torch.empty(int(their_counts.sum()), dtype=torch.int64)
-        dist.all_to_all_single(their_index, torch.cat(request), output_split_sizes=their_counts.tolist(),
-                               input_split_sizes=counts.tolist(), group=ctx.group)
+        self.send_rows = their_counts.cpu().tolist()
+        their_index = torch.empty(sum(self.send_rows), dtype=torch.int64, device=ctx.device)
+        dist.all_to_all_single(their_index, torch.cat(request).to(ctx.device), output_split_sizes=self.send_rows,
+                               input_split_sizes=self.recv_rows, group=ctx.group)
         self.rank, self.rows = rank, m
-        self.recv_rows = counts.tolist()
-        self.send_rows = their_counts.tolist()
         device = blocks[0].device
         self.send_index: list[torch.Tensor | None] = []
-        for i, chunk in enumerate(torch.split(their_index, self.send_rows)):
+        for chunk in torch.split(their_index.cpu(), self.send_rows):
             full = chunk.numel() == m and bool(torch.equal(chunk, torch.arange(m)))
             self.send_index.append(None if full else chunk.to(device))
         self.blocks = [b if (j == rank or dense[j]) else b.compact(needed[j]) for j, b in enumerate(blocks)]

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from mggcn.config import ORDERINGS
 from mggcn.data.graph import SPLITS, Graph, GraphError
 from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
 from mggcn.nn.norm import normalized_adjacency
@@ -34,7 +35,6 @@ from mggcn.nn.norm import normalized_adjacency
 __all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks",
            "build_shard"]
 
-ORDERINGS = ("random", "none", "random-local", "metis")  # metis: mggcn.distributed.metis, which needs the graph
 
 
 

@@ -30,11 +30,11 @@ import uuid
 import torch
 import torch.distributed as dist
 
+from mggcn.config import SHM_MODES
 from mggcn.distributed.context import DistContext, all_gather_objects
 
 __all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "host_outboxes", "one_host"]
 
-SHM_MODES = ("auto", "on", "off")
 SHM_DIR = "/dev/shm"  # MGGCN_SHM_DIR overrides it (e.g. a container whose /dev/shm is 64 MB)
 
 

@@ -27,11 +27,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from mggcn.config import TILE_BYTES
+
 __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "TiledCSR", "tile_columns", "max_tiles", "num_tiles",
            "index_bytes", "csr_to_torch"]
 
 # Bytes of B one tile reads per machine: 2-4 MiB measured best among 1-8 MiB here (32 MiB L3, 1 MiB L2 per core).
-TILE_BYTES = 4 << 20
 MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
 MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
 

@@ -37,13 +37,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.nn.workspace import OutSpec, Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "Workspace", "aggregate_first", "activate"]
 
-ORDERS = ("auto", "aggregate-first", "transform-first")
-ACTIVATIONS = ("relu", "leaky_relu")
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=Workspace | None) -> Â·H (σ may overwrite it)
 

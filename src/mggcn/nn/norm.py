@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from mggcn.config import NORMS
+
 __all__ = ["NORMS", "adjacency", "entry_values", "normalize", "normalized_adjacency"]
 
-NORMS = ("sym", "mean")
 
 
 def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:

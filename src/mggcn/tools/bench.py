@@ -73,14 +73,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import numpy as np
 import torch
 
+from mggcn.config import MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.graph import SPLITS, Graph
-from mggcn.distributed.context import MMAP_THRESHOLD, available_cores, init_distributed
+from mggcn.distributed.context import available_cores, init_distributed
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.nn.adam import Adam
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
-from mggcn.training.trainer import TrainConfig, build_model, shard_for, train_shard
+from mggcn.training.trainer import build_model, shard_for, train_shard
 from mggcn.utils.timing import PHASES
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",
@@ -571,20 +572,40 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
     return row
 
 
-def run_bench(opts: BenchOptions, log=print) -> dict:
-    """Run every configuration; the report (also what ``--out`` writes)."""
+def run_bench(opts: BenchOptions, log=print, out: str | None = None) -> dict:
+    """Run every configuration; the report (also what ``--out`` writes).
+
+    With ``out``, the report is written there after the graph, after every configuration and at the end, whatever
+    happens: a configuration that fails is listed in ``failed`` with its error and the others still run; a step
+    that stops the bench (the graph cannot be made, Ctrl-C) is named in ``error`` before the exception goes on.
+    ``complete`` says whether every step ran.
+    """
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
-    load_before = os.getloadavg()
-    rows, failed, graph, machine, comm = _run_all(opts, threads, gpus, log)
-    report = {"options": {**asdict(opts), "threads": threads}, "graph": graph, "machine": machine.as_dict(),
-              "broadcast": comm, "rows": rows, "failed": failed,
-              "load_average": {"before": load_before, "after": os.getloadavg()}}
-    _add_ratios(report)
+    report = {"options": {**asdict(opts), "threads": threads}, "graph": None, "machine": None, "broadcast": None,
+              "rows": [], "failed": [], "load_average": {"before": os.getloadavg(), "after": None},
+              "complete": False}
+
+    def save() -> None:
+        report["load_average"]["after"] = os.getloadavg()
+        _add_ratios(report)
+        if out:
+            write_report(report, out)
+
+    try:
+        _run_all(opts, threads, gpus, log, report, save)
+        report["complete"] = True
+    except BaseException as err:  # the report says where it stopped; the error goes on to the caller
+        report["error"] = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        save()
     return report
 
 
-def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, list, dict, Machine, dict | None]:
+def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, save) -> None:
+    """Every step of the bench, into ``report``; ``save()`` after each."""
+    rows, failed = report["rows"], report["failed"]
     with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
         path = opts.graph_cache or os.path.join(tmp, "saint" if opts.saint_graph else "graph.npz")
         start = time.perf_counter()
@@ -592,6 +613,7 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
             graph = run_workers(_info_worker, 1, (path, opts), timeout_s=opts.timeout_s)[0]
         else:
             graph = run_workers(generate_worker, 1, (opts, path), timeout_s=opts.timeout_s)[0]
+        report["graph"] = graph
         log(f"graph: {graph['nodes']:,} vertices, {graph['nnz']:,} nonzeros of Â, {graph['features']} features, "
             f"{graph['classes']} classes ({time.perf_counter() - start:.0f} s)")
         baseline = run_workers(baseline_worker, 1, (opts.device,), timeout_s=opts.timeout_s)[0]
@@ -605,10 +627,16 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
             graph["prepare"] = run_workers(prepare_worker, 1, (path, prepared), timeout_s=opts.timeout_s)[0]
             log(f"prepared for any P ({time.perf_counter() - start:.0f} s, peak "
                 f"{graph['prepare']['peak'] / 2**20:.0f} MiB)")
-        machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
-        log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
-            f"({machine.threads} threads)")
-        rows, failed = [], []
+        save()
+        try:
+            machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
+            report["machine"] = machine.as_dict()
+            log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
+                f"({machine.threads} threads)")
+        except WorkerError as err:  # the configurations measure the machine again after their epochs
+            failed.append({"name": "machine probe", "kind": "probe", "error": str(err)})
+            log(f"  machine probe: FAILED: {err}")
+        save()
         runs = _runs(opts, gpus)
         # round 1 runs every configuration; later rounds the mggcn ones again, in the same order, so that a slow
         # spell of a shared machine falls on every configuration alike
@@ -622,8 +650,10 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
                     source = prepared if prepared and run.kind == "mggcn" and not run.files else path
                     results = _run_one(run, opts, source, threads)
                 except WorkerError as err:  # e.g. out of memory: that is a result too
-                    failed.append({"name": run.name, "error": str(err)})
+                    failed.append({"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "round": number,
+                                   "error": str(err)})
                     log(f"  {run.name}: FAILED: {err}")
+                    save()
                     continue
                 run.results = run.results or results
                 run.histories.append(results[0]["history"])
@@ -631,13 +661,18 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log) -> tuple[list, li
                 run.round_s.append(_median(results[0]["history"], "epoch_s", opts.warmup))
                 label = f" (round {number})" if len(rounds) > 1 else ""
                 log(f"  {run.name}{label}: {run.round_s[-1]:.3f} s/epoch ({time.perf_counter() - start:.0f} s)")
-        rows = [_summarize(run, opts, graph) for run in runs if run.results]
-        comm = None
+                rows[:] = [_summarize(r, opts, graph) for r in runs if r.results]
+                save()
         if opts.device == "cpu" and max(opts.nprocs) > 1:
-            comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
-            busy = "" if comm["busy"] is None else f", cores {100 * comm['busy']:.0f}% busy"
-            log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
-    return rows, failed, graph, machine, comm
+            try:
+                comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
+            except WorkerError as err:
+                failed.append({"name": "loopback broadcast", "kind": "probe", "error": str(err)})
+                log(f"  loopback broadcast: FAILED: {err}")
+            else:
+                report["broadcast"] = comm
+                busy = "" if comm["busy"] is None else f", cores {100 * comm['busy']:.0f}% busy"
+                log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
 
 
 def _run_one(run: _Run, opts: BenchOptions, path: str, threads: int) -> list:
@@ -714,6 +749,26 @@ def _fmt(value, spec: str) -> str:
     return format(value, spec)
 
 
+def _graph_line(g: dict | None) -> str:
+    return "graph not made" if g is None else f"graph {g['nodes']:,} vertices, {g['nnz']:,} nonzeros of Â"
+
+
+def _machine_line(m: dict | None, after: list[dict]) -> str:
+    """The rates measured at the start, and their range over the configurations (those that finished)."""
+    start = "machine not measured at the start" if m is None else \
+        f"machine {m['bandwidth'] / 1e9:.1f} GB/s copy, {m['gemm_rate'] / 1e9:.0f} GFLOP/s GEMM at the start"
+    if not after:
+        return start
+    bw, gemm = [r["bandwidth"] / 1e9 for r in after], [r["gemm_rate"] / 1e9 for r in after]
+    return (f"{start} ({min(bw):.1f}-{max(bw):.1f} GB/s, {min(gemm):.0f}-{max(gemm):.0f} GFLOP/s after the "
+            "configurations)")
+
+
+def _load(report: dict, when: str) -> str:
+    value = report["load_average"].get(when)
+    return "-" if not value else f"{value[0]:.1f}"
+
+
 def format_table(report: dict) -> str:
     """The table ``mggcn bench`` prints."""
     mib = 2**20
@@ -735,22 +790,19 @@ def format_table(report: dict) -> str:
             f"{_fmt(r.get('measured_over_predicted'), '9.2f')}"
             f"{_fmt(r['whole'] / mib if r.get('whole') else None, '9.0f')}{_fmt(r.get('whole_vs_pyg'), '6.2f')}"
             f"{_fmt(r.get('whole_over_plan_base'), '8.2f')}")
-    g, m = report["graph"], report["machine"]
+    if not report["rows"]:
+        lines.append("(no configuration finished)")
+    g, m = report.get("graph"), report.get("machine")
     lines.append("")
-    rates = [r["machine"] for r in report["rows"]]
-    lines.append(f"graph {g['nodes']:,} vertices, {g['nnz']:,} nonzeros of Â; machine {m['bandwidth'] / 1e9:.1f} GB/s "
-                 f"copy, {m['gemm_rate'] / 1e9:.0f} GFLOP/s GEMM at the start ("
-                 f"{min(r['bandwidth'] for r in rates) / 1e9:.1f}-{max(r['bandwidth'] for r in rates) / 1e9:.1f} GB/s, "
-                 f"{min(r['gemm_rate'] for r in rates) / 1e9:.0f}-{max(r['gemm_rate'] for r in rates) / 1e9:.0f} "
-                 f"GFLOP/s after the configurations), {report['options']['threads']} threads per configuration; "
-                 f"load average before/after {report['load_average']['before'][0]:.1f}/"
-                 f"{report['load_average']['after'][0]:.1f}")
+    lines.append(f"{_graph_line(g)}; {_machine_line(m, [r['machine'] for r in report['rows']])}, "
+                 f"{report['options']['threads']} threads per configuration; load average before/after "
+                 f"{_load(report, 'before')}/{_load(report, 'after')}")
     lines.append("epoch s: median after the warm-up (max over ranks), the median round; phases: medians; floor: SpMM "
                  "bytes (a row per nonzero) / bandwidth + GEMM flops / rate, with the rates measured right after the "
                  "configuration's epochs; peak: training-phase peak RSS (max over ranks); net = peak - RSS before "
                  "loading; plan: mggcn.tools.plan per rank; net/plan: max over ranks; whole: the peak RSS of the whole "
                  "process, setup included (max over ranks); w/(p+b) = whole / (plan + the interpreter's baseline)")
-    base = g.get("baseline")
+    base = (g or {}).get("baseline")
     if base:
         lines.append(f"interpreter baseline (a process that imported torch and mggcn): {base['import'] / mib:.0f} MB, "
                      f"{base['warm'] / mib:.0f} MB once its kernels and optimizer ran (PyTorch code loaded on first "
@@ -764,6 +816,8 @@ def format_table(report: dict) -> str:
                      f"{p['optimizer']:.3f} s")
     for f in report.get("failed", []):
         lines.append(f"{f['name']}: FAILED: {f['error']}")
+    if report.get("error"):
+        lines.append(f"the bench stopped early: {report['error']}")
     for n, o in report.get("overlap", {}).items():
         pairs = o.get("speedup_rounds", [])
         spread = (f", {len(pairs)} rounds: {min(pairs):.2f}x to {max(pairs):.2f}x" if len(pairs) > 1 else "")

@@ -51,16 +51,16 @@ Legend: n = vertices, m = rows per rank, F = features, C = classes, W = paramete
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mggcn.distributed.tiled import index_bytes, num_tiles
 from mggcn.nn.model import aggregate_first
 from mggcn.training.trainer import spmm_widths
+from mggcn.utils.units import format_bytes
 
 __all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak",
-           "parse_bytes", "format_bytes", "format_plan"]
+           "format_plan"]
 
 FLOAT = 4
 INT64 = 8
@@ -258,24 +258,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     return plan
 
 
-_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
-          "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
 
 
-def parse_bytes(text: str) -> int:
-    """``80G``, ``141GiB``, ``512M``, ``1e9`` -> bytes (K, M, G, T are powers of 1024)."""
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).upper() if match else None
-    if not match or unit not in _UNITS:
-        raise ValueError(f"--memory: expected a size such as 80G or 512M, got '{text}'")
-    return int(float(match.group(1)) * _UNITS[unit])
-
-
-def format_bytes(n: float) -> str:
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:

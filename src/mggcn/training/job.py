@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mggcn.data.datasets import DEFAULT_DATASET, Dataset, open_dataset
+from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
+from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import Graph, GraphError
-from mggcn.distributed.context import MMAP_THRESHOLD, init_distributed, shutdown
+from mggcn.distributed.context import init_distributed, shutdown
 from mggcn.training.checkpoint import Checkpointer, check_compatible
-from mggcn.training.trainer import TrainConfig, format_balance, predict_shard, shard_for, train_shard
+from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import TrainProgress
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]

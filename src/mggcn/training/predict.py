@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import Graph, GraphError
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.spmm import StagedSpMM
-from mggcn.nn.model import ACTIVATIONS, GCN, activate
-from mggcn.nn.norm import NORMS
+from mggcn.nn.model import GCN, activate
 from mggcn.training.job import atomic_write, check_output, save_predictions
-from mggcn.training.trainer import TrainConfig, gather_original, shard_tile_columns
+from mggcn.training.trainer import gather_original, shard_tile_columns
 
 __all__ = ["OUTPUTS", "PredictJob", "model_dims", "save_model", "load_model", "gather_original", "layer_output",
            "check_predict", "predict_on_rank", "run_predict_job", "predict"]

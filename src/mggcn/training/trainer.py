@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.data.graph import SPLITS
 from mggcn.distributed.context import (
     DistContext,
@@ -40,34 +41,6 @@ from mggcn.utils.timing import PHASES, PhaseTimer
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
            "gather_original", "spmm_widths", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Every training option and its default, in one place (the CLI's flags mirror these names)."""
-
-    hidden: tuple[int, ...] = (128,)
-    epochs: int = 100
-    lr: float = 1e-2
-    weight_decay: float = 5e-4
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    dropout: float = 0.0
-    input_dropout: float = 0.0
-    activation: str = "relu"
-    norm: str = "sym"
-    order: str = "auto"
-    overlap: bool = True
-    partition: str = "random"
-    comm: str = "broadcast"  # "sparse" / "auto": mggcn.distributed.exchange.SparseExchangeSpMM
-    shm: str = "auto"  # the broadcast of CPU ranks on one host: through shared memory (mggcn.distributed.shm) or gloo ("off")
-    seed: int = 0
-    patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
-    trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
-    tile_bytes: int | None = None  # CPU SpMM: bytes of B per column tile (None: mggcn.distributed.tiled.TILE_BYTES; 0: untiled)
-
-    def dims(self, num_features: int, num_classes: int) -> list[int]:
-        return [num_features, *self.hidden, num_classes]
 
 
 @dataclass
@@ -334,7 +307,8 @@ def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.
         model(x, adj, x_aggregated=x_agg)
     for h in hooks:
         h.remove()
-    bad = torch.tensor([next((i for i, ok in enumerate(outputs) if not ok), len(outputs))], dtype=torch.float64)
+    bad = torch.tensor([next((i for i, ok in enumerate(outputs) if not ok), len(outputs))], dtype=torch.float64,
+                       device=ctx.device)  # NCCL takes no CPU tensor
     first = int(all_reduce_min(ctx, bad).item())
     where = f"; first non-finite output: layer {first}" if first < len(outputs) else ""
     kept = ""

@@ -269,7 +269,7 @@ class PreparedDataset:
         ``tile_cols`` as in :func:`mggcn.distributed.partition.build_shard`."""
         import torch
 
-        from mggcn.nn.norm import NORMS
+        from mggcn.config import NORMS
 
         if norm not in NORMS:
             raise ValueError(f"--norm must be one of {', '.join(NORMS)}, got '{norm}'")

@@ -1,0 +1,52 @@
+"""Every training option, its default and its allowed values, in one place that loads no torch.
+
+The modules that implement an option take its choices from here (``mggcn.nn.norm`` the normalizations,
+``mggcn.nn.model`` the orders and activations, ``mggcn.distributed.*`` the orderings, exchanges and transports);
+the command line builds its flags from here, so ``mggcn --help`` needs no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TrainConfig", "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "DEVICES",
+           "TILE_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
+
+NORMS = ("sym", "mean")  # D^-1/2 (A+I) D^-1/2 (PyG GCNConv) or D^-1 (A+I) (the original MG-GCN)
+ORDERS = ("auto", "aggregate-first", "transform-first")  # per layer: (Â·H)·W, Â·(H·W), or the narrower SpMM
+ACTIVATIONS = ("relu", "leaky_relu")
+ORDERINGS = ("random", "none", "random-local", "metis")  # the vertex order before the row split
+COMM_MODES = ("broadcast", "sparse", "auto")  # staged broadcast (MG-GCN) or only the referenced rows
+SHM_MODES = ("auto", "on", "off")  # CPU ranks of one host broadcast through shared memory, or gloo
+DEVICES = ("cpu", "cuda", "auto")
+TILE_BYTES = 4 << 20  # CPU SpMM: bytes of the dense operand one column tile reads, per machine
+MMAP_THRESHOLD = 1 << 20  # ranks return host blocks above this size to the system when freed
+DEFAULT_DATASET = "synthetic"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every training option and its default (the CLI's flags mirror these names)."""
+
+    hidden: tuple[int, ...] = (128,)
+    epochs: int = 100
+    lr: float = 1e-2
+    weight_decay: float = 5e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    dropout: float = 0.0
+    input_dropout: float = 0.0
+    activation: str = "relu"
+    norm: str = "sym"
+    order: str = "auto"
+    overlap: bool = True
+    partition: str = "random"
+    comm: str = "broadcast"  # "sparse" / "auto": mggcn.distributed.exchange.SparseExchangeSpMM
+    shm: str = "auto"  # CPU ranks of one host: broadcast through shared memory (mggcn.distributed.shm) or gloo
+    seed: int = 0
+    patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
+    trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
+    tile_bytes: int | None = None  # CPU SpMM: bytes of B per column tile (None: TILE_BYTES; 0: untiled)
+
+    def dims(self, num_features: int, num_classes: int) -> list[int]:
+        return [num_features, *self.hidden, num_classes]

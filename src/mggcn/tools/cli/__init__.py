@@ -1,0 +1,60 @@
+"""The ``mggcn`` command: one module per subcommand, each with ``HELP``, a description, ``add_arguments`` and ``run``.
+
+Only the subcommand being run has its arguments built, and its modules imported: ``mggcn --help`` and
+``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.data.graph.GraphError`, ``ValueError``) become one
+line on stderr and exit status 2; a non-finite loss exits 1; a signal that stops training exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from types import ModuleType
+
+from mggcn.data.graph import GraphError
+from mggcn.tools.cli import bench, info, plan, predict, prepare, report, train
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+COMMANDS: dict[str, ModuleType] = {"train": train, "prepare": prepare, "info": info, "report": report,
+                                   "predict": predict, "bench": bench, "plan": plan}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line (and a pointer to -h), not the whole usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
+def _description(module: ModuleType) -> str:
+    return module.description() if hasattr(module, "description") else module.DESCRIPTION
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``mggcn`` with the arguments of ``command`` (every command's when ``command`` is None, none
+    when it is not a command's name)."""
+    parser = _Parser(prog="mggcn", description="Full-batch GCN training across processes and GPUs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, module in COMMANDS.items():
+        if command is not None and name != command:
+            sub.add_parser(name, help=module.HELP, add_help=False)
+            continue
+        p = sub.add_parser(name, help=module.HELP, description=_description(module),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command or "").parse_args(argv)
+    try:
+        return COMMANDS[args.command].run(args)
+    except (GraphError, ValueError) as err:  # bad input or options, CheckpointError included
+        print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except FloatingPointError as err:  # NonFiniteLoss
+        print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
+        return 1

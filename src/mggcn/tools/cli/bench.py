@@ -1,0 +1,84 @@
+"""``mggcn bench``: mggcn at several P against PyG, on one graph, in one run (see :mod:`mggcn.tools.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mggcn.config import SHM_MODES
+from mggcn.tools.cli.common import byte_size, byte_sizes, hidden_sizes, int_list, orderings, positive_int
+
+HELP = "mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv, in one run"
+
+
+def description() -> str:
+    from mggcn.tools import bench
+
+    return bench.__doc__
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from mggcn.tools import bench
+
+    d = bench.BenchOptions()
+    p.add_argument("--small", action="store_true", help="a tiny graph and model that run in seconds")
+    p.add_argument("--saint-graph", action="store_true",
+                   help="write the graph as a GraphSAINT directory, prepare it, and train P ranks from the prepared "
+                        "directory (and P = 1 from the SAINT files, as `mggcn train DIR --format saint`); defaults: "
+                        "100,000 vertices, degree 50 (5.0M nonzeros), P = 1,2,4, partition random, 1+3 epochs "
+                        "(with --small: the small graph)")
+    p.add_argument("--nodes", type=positive_int, help=f"vertices (default {d.nodes:,})")
+    p.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
+    p.add_argument("--features", type=positive_int, help=f"default {d.features}")
+    p.add_argument("--classes", type=positive_int, help=f"default {d.classes}")
+    p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
+    p.add_argument("--epochs", type=positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
+    p.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
+    p.add_argument("--repeats", type=positive_int,
+                   help="rounds over the mggcn configurations, interleaved; each row reports the median round "
+                        f"(default {d.repeats})")
+    p.add_argument("--threads", type=positive_int, help="CPU threads per configuration (default: the cores)")
+    p.add_argument("--nprocs", type=int_list, help="process counts to run (default 1,2)")
+    p.add_argument("--partition", dest="partitions", type=orderings,
+                   help="orderings, the first being the main one (default random-local,random)")
+    p.add_argument("--ids", choices=("clustered", "random"), help="vertex ids of the graph (default clustered)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default cpu")
+    p.add_argument("--no-pyg", dest="pyg", action="store_false", default=None, help="skip the PyG baseline")
+    p.add_argument("--pyg-adj", choices=bench.PYG_ADJ, help="what PyG's GCNConv is given (default csr)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--graph-cache", help="an .npz holding the graph: reused when it exists, written when not")
+    p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
+    p.add_argument("--mmap-threshold", type=byte_size,
+                   help="one glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M (0: glibc's dynamic one); "
+                        "default: mggcn 1M, PyG glibc's")
+    p.add_argument("--tile-bytes", type=byte_size,
+                   help="mggcn's --tile-bytes for every mggcn configuration (0: untiled)")
+    p.add_argument("--compare-tiles", type=byte_sizes,
+                   help="more --tile-bytes values, e.g. 0,1M: each also runs at P = 1 for every --partition")
+    p.add_argument("--shm", choices=SHM_MODES, help="mggcn's --shm for every mggcn configuration (default auto)")
+    p.add_argument("--compare-shm", action="store_true", default=None,
+                   help="also run P > 1 through gloo's broadcast (--shm off), overlap on and off, in the same rounds")
+    p.add_argument("--out", help="write the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mggcn.distributed.launch import WorkerError
+    from mggcn.tools.bench import format_table, options_from, run_bench
+
+    keys = ("nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads", "nprocs",
+            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
+            "tile_bytes", "compare_tiles", "shm", "compare_shm")
+    opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
+    try:  # with --out, the report is written as it grows and before the table is printed
+        report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out)
+    except WorkerError as err:  # a step every configuration needs (the graph) failed: the report names it
+        saved = f" (the report so far: {args.out})" if args.out else ""
+        print(f"mggcn bench: error: {err}{saved}", file=sys.stderr)
+        return 1
+    print(format_table(report))
+    # PyG running out of memory is a result; an mggcn configuration that fails, or none finishing, is not
+    failed = [f["name"] for f in report["failed"] if f.get("kind") == "mggcn"]
+    if failed or not report["rows"]:
+        print(f"mggcn bench: failed: {', '.join(failed) or 'every configuration'}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,68 @@
+"""``mggcn plan``: per-rank memory and communication of a training run, before running it."""
+
+from __future__ import annotations
+
+import argparse
+
+from mggcn.config import ORDERS, TrainConfig
+from mggcn.data.graph import GraphError
+from mggcn.tools.cli.common import byte_size, hidden_sizes, int_list, positive_int
+from mggcn.utils.units import parse_bytes
+
+HELP = "per-rank memory and communication of a training run, before running it"
+
+DEFAULTS = TrainConfig()
+
+
+def description() -> str:
+    from mggcn.tools import plan
+
+    return plan.__doc__
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from mggcn.tools import plan
+
+    p.add_argument("--dataset", choices=sorted(plan.PRESETS), help="sizes of a known dataset (other options override)")
+    p.add_argument("--nodes", type=positive_int)
+    p.add_argument("--edges", type=int, help="nonzeros of A: both directions of an undirected edge, no self loops")
+    p.add_argument("--features", type=positive_int)
+    p.add_argument("--classes", type=positive_int)
+    p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, help="hidden layer sizes (default 128)")
+    p.add_argument("--nprocs", type=int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
+    p.add_argument("--memory", type=parse_bytes, default=None, help="memory per device, e.g. 80G or 141G")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cuda (default): one GPU per rank, whole blocks; cpu: the ranks share one machine, blocks "
+                        "cut in column tiles (--tile-bytes)")
+    p.add_argument("--tile-bytes", type=byte_size, default=None, help="with --device cpu: as for mggcn train")
+    p.add_argument("--train", type=float, default=None, help="fraction of vertices in the training split")
+    p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order)
+    p.add_argument("--input-dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--directed", action="store_true",
+                   help="Â differs from Âᵀ (a directed graph, or --norm mean): the blocks of Âᵀ are stored too")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mggcn.tools.plan import PRESETS, format_plan, plan_memory
+    from mggcn.training.trainer import epoch_tile_columns
+
+    preset = PRESETS.get(args.dataset)
+    sizes = {k: getattr(args, k) if getattr(args, k) is not None else getattr(preset, k, None)
+             for k in ("nodes", "edges", "features", "classes", "train")}
+    missing = [k for k in ("nodes", "edges", "features", "classes") if sizes[k] is None]
+    if missing:
+        raise GraphError(f"give --dataset or --{' --'.join(missing)}")
+    if preset is not None:
+        print(f"{preset.name}: {preset.source}")
+    cfg = TrainConfig(hidden=args.hidden, order=args.order, input_dropout=args.input_dropout,
+                      tile_bytes=args.tile_bytes)
+    for nprocs in args.nprocs:
+        tiles = epoch_tile_columns(cfg, sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], nprocs,
+                                   args.device, nprocs)
+        plan = plan_memory(sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], args.hidden,
+                           nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
+                           train=sizes["train"] if sizes["train"] is not None else 0.5,
+                           symmetric=not args.directed, tile_cols=tiles)
+        print(format_plan(plan, preset.name if preset else "graph", args.memory))
+    return 0

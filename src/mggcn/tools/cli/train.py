@@ -1,0 +1,185 @@
+"""``mggcn train``: train a model on a dataset, in this process, on P local workers, or as one rank of torchrun."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from mggcn.config import (
+    ACTIVATIONS,
+    COMM_MODES,
+    DEFAULT_DATASET,
+    DEVICES,
+    MMAP_THRESHOLD,
+    NORMS,
+    ORDERINGS,
+    ORDERS,
+    SHM_MODES,
+    TILE_BYTES,
+    TrainConfig,
+)
+from mggcn.data.graph import GraphError
+from mggcn.tools.cli.common import (
+    add_dataset_options,
+    byte_size,
+    exit_status,
+    hidden_sizes,
+    positive_int,
+    read_options,
+    under_torchrun,
+)
+
+HELP = "train a GCN"
+DESCRIPTION = """The ``mggcn`` command.
+
+Launch, on one machine (P local workers, gloo on CPU or one GPU each with NCCL)::
+
+    mggcn train                                   # built-in synthetic graph, one process
+    mggcn train synthetic:n=100000 --nprocs 4     # 4 local workers
+    mggcn train DATA --format ogb --device cuda --nprocs 8
+
+Under torchrun, one node or many (each process is a rank; ``--nprocs`` is not needed)::
+
+    torchrun --nproc-per-node 4 -m mggcn train DATA --format ogb --device cuda
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 --rdzv-backend c10d \\
+        --rdzv-endpoint HOST:29500 -m mggcn train DATA --format ogb --device cuda
+"""
+
+DEFAULTS = TrainConfig()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", nargs="?", default=DEFAULT_DATASET,
+                   help="synthetic[:n=...,classes=...], rmat:..., builtin:karate|digits, or a path with --format "
+                        f"(default: {DEFAULT_DATASET})")
+    add_dataset_options(p)
+    p.add_argument("--nprocs", type=positive_int, default=None,
+                   help="local worker processes to start (default 1; not used under torchrun)")
+    p.add_argument("--device", default="cpu", choices=DEVICES,
+                   help="cpu (gloo) or cuda (one GPU per rank, NCCL); auto picks cuda when visible (default cpu)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="CPU threads per rank (default: cores / local ranks)")
+    p.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
+    p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden,
+                   help="hidden layer sizes, e.g. 128,128 for a 3-layer GCN (default 128)")
+    p.add_argument("--lr", type=float, default=DEFAULTS.lr)
+    p.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
+    p.add_argument("--dropout", type=float, default=DEFAULTS.dropout, help="dropout between layers")
+    p.add_argument("--input-dropout", type=float, default=DEFAULTS.input_dropout,
+                   help="dropout on the input features (0 lets Â·X be computed once)")
+    p.add_argument("--activation", choices=ACTIVATIONS, default=DEFAULTS.activation)
+    p.add_argument("--norm", choices=NORMS, default=DEFAULTS.norm,
+                   help="sym: D^-1/2 (A+I) D^-1/2 (PyG GCNConv); mean: D^-1 (A+I) (original MG-GCN)")
+    p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order,
+                   help="per layer, aggregate before or after multiplying by W (auto: the narrower SpMM)")
+    p.add_argument("--no-overlap", dest="overlap", action="store_false",
+                   help="finish each broadcast before its multiply (to measure what overlap buys)")
+    p.add_argument("--partition", choices=ORDERINGS, default=DEFAULTS.partition,
+                   help="vertex order before the row split: random permutation, the original order, or "
+                        "random-local (random parts, original order inside each), or metis (needs pymetis)")
+    p.add_argument("--comm", choices=COMM_MODES, default=DEFAULTS.comm,
+                   help="SpMM exchange: broadcast every row block (MG-GCN), send only the rows each block "
+                        "references (sparse), or per rank pair whichever fits (auto)")
+    p.add_argument("--shm", choices=SHM_MODES, default=DEFAULTS.shm,
+                   help="CPU ranks of one host broadcast through shared memory instead of gloo's loopback TCP "
+                        "(auto: where every rank is on this host; on: or fail; off: gloo)")
+    p.add_argument("--tile-bytes", type=byte_size, default=DEFAULTS.tile_bytes,
+                   help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default "
+                        f"{TILE_BYTES >> 20}M per machine, shared by its ranks; 0: no tiling)")
+    p.add_argument("--mmap-threshold", type=byte_size, default=MMAP_THRESHOLD,
+                   help="host memory blocks above this size go back to the system when freed (glibc; default 1M; "
+                        "0: glibc's own threshold, which keeps freed blocks of up to 32 MiB resident)")
+    p.add_argument("--seed", type=int, default=DEFAULTS.seed)
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
+                        "it where loading the graph or one epoch takes longer)")
+    p.add_argument("--metrics", default=None, help="write one JSON object per epoch to this file")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write the epoch records as TensorBoard scalars to DIR (needs tensorboard)")
+    p.add_argument("--save-model", default=None, help="write the weights as a PyG GCNConv-compatible state dict")
+    p.add_argument("--save-predictions", default=None,
+                   help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
+    p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    p.add_argument("--log-every", type=positive_int, default=1, help="print every K-th epoch (default 1)")
+    p.add_argument("--patience", type=int, default=DEFAULTS.patience,
+                   help="stop after K epochs without a better validation accuracy and keep the best weights "
+                        "(default 0: off)")
+    p.add_argument("--trace-epoch", type=int, default=DEFAULTS.trace_epoch,
+                   help="record a per-rank timeline of this epoch in --metrics (default 2; 0: none)")
+    p.add_argument("--checkpoint-dir", default=None, help="write checkpoints here")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="checkpoint every K epochs (default 0: only when stopped by a signal)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest intact checkpoint in --checkpoint-dir (--epochs is the total)")
+
+
+def _check_tensorboard(args: argparse.Namespace) -> None:
+    """--tensorboard without tensorboard installed: say so before training, and train anyway."""
+    if args.tensorboard:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            print("mggcn: --tensorboard: tensorboard is not installed (pip install tensorboard); "
+                  "skipping TensorBoard logging", file=sys.stderr, flush=True)
+            args.tensorboard = None
+
+
+def _finish_train(args: argparse.Namespace, result) -> int:
+    """--tensorboard: rank 0 writes the run's records as TensorBoard scalars. Returns the exit status."""
+    if args.tensorboard and int(os.environ.get("RANK", "0")) == 0:
+        from mggcn.tools.report import TensorBoardMissing, write_tensorboard
+
+        try:
+            write_tensorboard(result.history, args.tensorboard)
+        except TensorBoardMissing as err:
+            print(f"mggcn: --tensorboard: {err}; skipping TensorBoard logging", file=sys.stderr, flush=True)
+    return exit_status(result)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mggcn.distributed.launch import WorkerError, run_workers
+    from mggcn.training.job import TrainJob, check_job, run_train_job
+
+    cfg = TrainConfig(hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
+                      dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
+                      norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
+                      seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm,
+                      tile_bytes=args.tile_bytes, shm=args.shm)
+    reader_options = read_options(args)
+    job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
+                   read_options=reader_options,
+                   device=args.device, threads=args.threads, timeout_s=args.timeout,
+                   mmap_threshold=args.mmap_threshold or None, metrics=args.metrics,
+                   save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet,
+                   log_every=args.log_every, checkpoint_dir=args.checkpoint_dir,
+                   checkpoint_every=args.checkpoint_every, resume=args.resume)
+    if under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if args.nprocs is not None and args.nprocs != world:
+            raise GraphError(f"--nprocs {args.nprocs} disagrees with torchrun's world size {world}; drop --nprocs")
+        check_job(job, world)
+        return _finish_train(args, run_train_job(job))
+    _check_tensorboard(args)
+    nprocs = args.nprocs or 1
+    if args.device != "cpu":
+        import torch
+
+        from mggcn.distributed.context import resolve_device
+
+        if resolve_device(args.device) == "cuda" and nprocs > torch.cuda.device_count():
+            raise GraphError(f"--nprocs {nprocs} needs {nprocs} GPUs, {torch.cuda.device_count()} visible")
+    dataset = check_job(job, nprocs)
+    if not args.quiet:
+        print(f"mggcn: {dataset.name}: {dataset.num_nodes} vertices, {dataset.num_edges} edges, "
+              f"{dataset.num_features} features, {dataset.num_classes} classes; {nprocs} worker(s) on "
+              f"{args.device}", flush=True)
+    if nprocs == 1:
+        return _finish_train(args, run_train_job(job, dataset))
+    del dataset
+    try:
+        results = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
+    except WorkerError as err:
+        print(f"mggcn: {err}", file=sys.stderr)
+        return 1
+    return _finish_train(args, results[0])
