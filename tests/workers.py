@@ -285,6 +285,12 @@ def setup_memory_worker(source, fmt, cfg: TrainConfig, chunk: int | None = None)
         train = peak_rss() - base
         del shard, result
     return {"setup": setup, "train": train, "block": block}
+def final_accuracy_worker(graph, cfg: TrainConfig):
+    """Train; return the run's final accuracies and weights."""
+    ctx = init_distributed("cpu", timeout_s=60)
+    part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+    result = train_shard(ctx, build_shard(graph, part, ctx.rank, cfg.norm), cfg)
+    return result.final, result.state_dict
 
 
 def collective_devices_worker(graph, nan_graph, configs):

@@ -42,7 +42,7 @@ __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 
 _CONFIG_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
 _JOB_KEYS = {f.name for f in dataclasses.fields(TrainJob)} - {"dataset", "config", "read_options", "device"}
-_READ_KEYS = ("features", "labels", "split")
+_READ_KEYS = ("features", "labels", "split", "normalize_features")
 
 
 @dataclass
@@ -57,6 +57,8 @@ class TrainedModel:
         dataset: the identity of the dataset (name, sizes).
         stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
         best_epoch: with patience, the epoch whose weights were kept.
+        final: ``train_acc``, ``val_acc``, ``test_acc`` of ``model`` in eval mode (an epoch's record in ``history``
+            is measured before that epoch's update).
     """
 
     model: GCN
@@ -66,6 +68,7 @@ class TrainedModel:
     dataset: dict
     stopped: str | None = None
     best_epoch: int | None = None
+    final: dict = dataclasses.field(default_factory=dict)
 
     @property
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -107,7 +110,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         options: any :class:`~mggcn.training.trainer.TrainConfig` field (``lr``, ``weight_decay``, ``dropout``, ``norm``,
             ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
             ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
-            ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``.
+            ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``, ``normalize_features=True``
+            for ``fmt="planetoid"``.
 
     Returns:
         a :class:`TrainedModel`.
@@ -121,7 +125,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
     hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
-    read_options = {k: os.fspath(options[k]) for k in _READ_KEYS if options.get(k) is not None}
+    read_options = {k: options[k] if isinstance(options[k], bool) else os.fspath(options[k])
+                    for k in _READ_KEYS if options.get(k) is not None}
     with tempfile.TemporaryDirectory(prefix="mggcn-api-") as tmp:
         job_options = {k: v for k, v in options.items() if k in _JOB_KEYS}
         job_options.setdefault("save_predictions", os.path.join(tmp, "predictions.npy"))
@@ -137,7 +142,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         predictions = result.predictions
     model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)
-    return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch)
+    return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch,
+                        result.final)
 
 
 def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",

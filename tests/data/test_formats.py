@@ -430,7 +430,7 @@ def test_edgelist_bad_input(tmp_path, src):
         read_edgelist(path)
     path.write_text("0 1\n1 2\n")
     np.save(tmp_path / "x.npy", src.x[:2])
-    with raises_naming(tmp_path / "x.npy", "2 feature rows", "3 vertices"):
+    with raises_naming(path, "line 2", "vertex id 2", "[0, 2)", "x.npy"):  # the vertex files say n
         read_edgelist(path, features=tmp_path / "x.npy")
 
 
@@ -561,4 +561,4 @@ def test_transform(src):
 def test_read_unknown_format(tmp_path):
     with pytest.raises(GraphError, match="unknown format 'csv'.*ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin"):
         read(tmp_path, "csv")
-    assert FORMATS == ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin")
+    assert FORMATS == ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid")

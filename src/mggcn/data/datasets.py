@@ -92,19 +92,33 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
 
         graph = parse_spec(spec)
     else:
-        if fmt is None:
-            raise GraphError(f"{spec}: not a built-in dataset ({', '.join(GENERATED_PREFIXES)}); "
-                             "give --format for a file or directory")
-        if not os.path.exists(spec):
-            raise GraphError(f"{spec}: no such file or directory")
         from mggcn.data import formats
 
+        if fmt is None:
+            raise GraphError(_not_a_dataset(spec))
+        if is_generated(spec) and not os.path.exists(spec):
+            raise GraphError(f"{spec}: a built-in dataset, which takes no --format; --format {fmt} is for a path "
+                             f"(DATASET --format {fmt})")
+        formats.check_path(spec, fmt)
         graph = formats.read(spec, fmt, **(read_options or {}))
     if undirected or dedup:
         from mggcn.data.formats import transform
 
         graph = transform(graph, undirected=undirected, dedup=dedup)
     return graph.validate()
+
+
+def _not_a_dataset(spec: str) -> str:
+    """What is wrong with ``spec`` given without ``--format``, and what to give instead (one line)."""
+    from mggcn.data.formats import FORMATS
+
+    built_in = "synthetic[:n=...], rmat:scale=..., builtin:karate or builtin:digits"
+    if not os.path.exists(spec):
+        return f"{spec}: no such file or directory, and not a built-in dataset ({built_in})"
+    if os.path.isdir(spec):
+        return (f"{spec}: a directory that is not a prepared dataset (no manifest.json); for files in another layout "
+                f"give --format ({', '.join(FORMATS)}), or write one with `mggcn prepare {spec} OUT_DIR --format F`")
+    return f"{spec}: a file: give its layout with --format ({', '.join(FORMATS)})"
 
 
 def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,

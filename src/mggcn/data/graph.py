@@ -76,12 +76,17 @@ class Graph:
         if self.x.ndim != 2 or self.x.shape[0] != n:
             raise GraphError(f"{name}: the feature matrix has {self.x.shape[0] if self.x.ndim else 0} rows "
                              f"but the graph has {n} vertices")
+        if self.x.shape[1] == 0:
+            raise GraphError(f"{name}: the feature matrix has no column (F = 0)")
         if not np.isfinite(self.x).all():
             raise GraphError(f"{name}: the features contain NaN or inf")
         if self.y.shape != (n,):
             raise GraphError(f"{name}: {self.y.shape[0] if self.y.ndim else 0} labels for {n} vertices")
         if self.num_classes < 1:
             raise GraphError(f"{name}: no labelled vertex, so no classes")
+        if self.num_classes > n:  # one stray label must not size the output layer
+            raise GraphError(f"{name}: {self.num_classes} classes for {n} vertices (largest label "
+                             f"{int(self.y.max()) if self.y.size else -1}): more classes than vertices is refused")
         for split in SPLITS:
             if split not in self.masks:
                 raise GraphError(f"{name}: the '{split}' split is missing")

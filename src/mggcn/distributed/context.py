@@ -92,7 +92,12 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
-    torch.set_num_threads(threads or max(1, available_cores() // max(1, local_world)))
+    cores = available_cores()
+    if threads is not None and not 1 <= threads <= cores:
+        # Not clamped: a thread pool once told to start 10^5 threads crashes the process (SIGSEGV) at its next
+        # parallel region, even after being told fewer again; refuse before torch hears of it.
+        raise ValueError(f"--threads {threads}: must be between 1 and the {cores} core(s) this process may use")
+    torch.set_num_threads(threads or max(1, cores // max(1, local_world)))
 
     if device == "cuda":
         torch.cuda.set_device(local_rank)

@@ -50,16 +50,21 @@ def read_metrics(path: str) -> list[dict]:
     last record of an epoch wins. A final line cut short (a killed run) is skipped.
     """
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError as err:
         raise MetricsError(f"{path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise MetricsError(f"{path}: not UTF-8 text (byte {err.start}); not a file `mggcn train --metrics` wrote") \
+            from None
     by_epoch: dict[int, dict] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
+        except RecursionError:  # nesting deeper than the parser's recursion: no epoch record looks like that
+            raise MetricsError(f"{path} line {number}: not a JSON record (nested too deep)") from None
         except ValueError:
             if number == len(lines):
                 print(f"mggcn: {path}: skipping the incomplete last line {number}", file=sys.stderr)
@@ -67,6 +72,9 @@ def read_metrics(path: str) -> list[dict]:
             raise MetricsError(f"{path} line {number}: not a JSON record") from None
         if not isinstance(record, dict) or "epoch" not in record or "loss" not in record:
             raise MetricsError(f"{path} line {number}: not an epoch record (no 'epoch' and 'loss')")
+        bad = [k for k in ("epoch", "loss") if isinstance(record[k], bool) or not isinstance(record[k], (int, float))]
+        if bad or record["epoch"] != int(record["epoch"]):
+            raise MetricsError(f"{path} line {number}: '{(bad or ['epoch'])[0]}' is not a number of an epoch record")
         by_epoch[int(record["epoch"])] = record
     if not by_epoch:
         raise MetricsError(f"{path}: no epoch records")

@@ -21,12 +21,13 @@ import torch
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import Graph, GraphError
-from mggcn.distributed.context import init_distributed, shutdown
+from mggcn.distributed.context import available_cores, init_distributed, shutdown
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import TrainProgress
 
-__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch"]
+__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "atomic_write", "format_epoch",
+           "format_final"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class JobResult:
     best_epoch: int | None = None
     checkpoint: str | None = None
     resumed_from: str | None = None
+    final: dict = field(default_factory=dict)  # accuracies of the returned weights in eval mode (TrainResult.final)
 
 
 def dataset_identity(dataset: Dataset) -> dict:
@@ -121,6 +123,8 @@ class _StopOnSignal:
 
 
 def check_output(option: str, path: str | None) -> None:
+    """An output file ``path`` can be written: its directory exists and takes a new file (tried, not guessed from
+    permission bits, which root ignores), and it is not a directory."""
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -128,6 +132,44 @@ def check_output(option: str, path: str | None) -> None:
         raise GraphError(f"{option} {path}: the directory {parent} does not exist")
     if os.path.isdir(path):
         raise GraphError(f"{option} {path}: is a directory")
+    _check_writable(option, path, parent)
+
+
+def _check_writable(option: str, path: str, directory: str) -> None:
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".mggcn-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise GraphError(f"{option} {path}: cannot write in {directory} ({err.strerror})") from None
+
+
+def check_checkpoint_dir(path: str | None) -> None:
+    """``--checkpoint-dir``: a directory that takes files, or a path where one can be made (its nearest existing
+    ancestor takes a new directory)."""
+    if path is None:
+        return
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise GraphError(f"--checkpoint-dir {path}: exists and is not a directory")
+        _check_writable("--checkpoint-dir", path, path)
+        return
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise GraphError(f"--checkpoint-dir {path}: {ancestor} is not a directory")
+    _check_writable("--checkpoint-dir", path, ancestor)
+
+
+def check_threads(threads: int | None) -> None:
+    """``--threads`` at most the cores this process may run on: more only oversubscribes them, and a thread pool
+    told to start 10^5 threads crashes the process."""
+    if threads is None:
+        return
+    cores = available_cores()
+    if not 1 <= threads <= cores:
+        raise GraphError(f"--threads {threads}: must be between 1 and the {cores} core(s) this process may use")
 
 
 def open_job_dataset(job: TrainJob) -> Dataset:
@@ -151,6 +193,8 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         raise GraphError("--resume needs --checkpoint-dir")
     if job.checkpoint_every < 0:
         raise GraphError(f"--checkpoint-every must be at least 0, got {job.checkpoint_every}")
+    check_checkpoint_dir(job.checkpoint_dir)
+    check_threads(job.threads)
     dataset = open_job_dataset(job)
     dataset.partition(nprocs, cfg.seed, cfg.partition)  # raises for P > n
     find_resume(job, dataset)  # raises for a checkpoint of another dataset or model
@@ -189,6 +233,21 @@ def format_epoch(record: dict) -> str:
     return (f"epoch {record['epoch']:4d} | loss {record['loss']:.4f} | train {record['train_acc']:.4f} "
             f"val {record['val_acc']:.4f} test {record['test_acc']:.4f} | {record['epoch_s']:.3f} s "
             f"(spmm {record['spmm']:.3f}, wait {record['comm_wait']:.3f}, gemm {record['gemm']:.3f})")
+
+
+def format_final(history: list[dict], final: dict, kept_epoch: int | None = None) -> str:
+    """The last line of a run: the accuracies of the trained model (eval mode), then the epoch of the best validation
+    accuracy and that epoch's test accuracy (an epoch's record is measured before its update).
+
+    ``kept_epoch``: the epoch whose weights the run keeps (``--patience``); default the weights after the last update.
+    """
+    weights = f"weights of epoch {kept_epoch}" if kept_epoch is not None else f"after epoch {len(history)}"
+    line = (f"mggcn: trained model ({weights}, eval mode): train {final['train_acc']:.4f} val {final['val_acc']:.4f} "
+            f"test {final['test_acc']:.4f}")
+    if history:
+        best = max(history, key=lambda r: r["val_acc"])  # the first of equals
+        line += f" | best validation {best['val_acc']:.4f} at epoch {best['epoch']} (test {best['test_acc']:.4f})"
+    return line
 
 
 def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
@@ -267,8 +326,10 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
             elif result.stopped == "early":
                 print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
                       f"{result.best_epoch}", flush=True)
+            print(format_final(result.history, result.final, result.best_epoch if cfg.patience > 0 else None),
+                  flush=True)
         outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
-                            result.checkpoint, resume[1] if resume else None)
+                            result.checkpoint, resume[1] if resume else None, result.final)
     except BaseException:
         shutdown(clean=False)
         raise

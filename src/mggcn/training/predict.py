@@ -34,7 +34,7 @@ from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import GCN, activate
-from mggcn.training.job import atomic_write, check_output, save_predictions
+from mggcn.training.job import atomic_write, check_output, check_threads, save_predictions
 from mggcn.training.trainer import gather_original, shard_tile_columns
 
 __all__ = ["OUTPUTS", "PredictJob", "model_dims", "save_model", "load_model", "gather_original", "layer_output",
@@ -87,10 +87,12 @@ def _read_card(path: str) -> dict | None:
     if not os.path.exists(card_path):
         return None
     try:
-        with open(card_path) as f:
+        with open(card_path, encoding="utf-8") as f:
             card = json.load(f)
-    except (OSError, ValueError) as err:
-        raise GraphError(f"{card_path}: unreadable model description ({err})") from None
+    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise GraphError(f"{card_path}: unreadable model description ({' '.join(str(err).split())[:100]})") from None
+    except RecursionError:  # nesting deeper than the parser's recursion
+        raise GraphError(f"{card_path}: unreadable model description (JSON nested too deep)") from None
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
         raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
     return card
@@ -126,8 +128,11 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             if given is not None and given != card.get(option):
                 raise GraphError(f"--{option} {given}: the model was trained with --{option} {card.get(option)} "
                                  f"({sidecar_path(path)}); drop --{option}")
-    if card["norm"] not in NORMS or card["activation"] not in ACTIVATIONS:
-        raise GraphError(f"{path}: unknown norm '{card['norm']}' or activation '{card['activation']}'")
+    for key, known in (("norm", NORMS), ("activation", ACTIVATIONS)):
+        if card.get(key) not in known:
+            where = sidecar_path(path) if os.path.exists(sidecar_path(path)) else path
+            what = f"{key} {card[key]!r} is not" if key in card else f"no {key!r}, which must be"
+            raise GraphError(f"{where}: {what} one of {', '.join(known)}")
     model = GCN(dims, activation=card["activation"])
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
@@ -188,6 +193,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if job.output not in OUTPUTS:
         raise GraphError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'")
     check_output("--out", job.out)
+    check_threads(job.threads)
     model, _ = load_model(job.model, job.norm, job.activation)
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))

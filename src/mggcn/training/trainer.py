@@ -49,6 +49,9 @@ class TrainResult:
 
     ``stopped``: ``None`` when all epochs ran, ``"early"`` (patience) or ``"interrupted"`` (a stop request).
     With patience, the model holds the weights of ``best_epoch``.
+    ``final``: ``train_acc``, ``val_acc``, ``test_acc`` of the weights the run ends with (after the last update, or
+    with patience those of ``best_epoch``), in eval mode (no dropout). An epoch's record holds the accuracies of the
+    weights at the START of that epoch, so none of them is this.
     """
 
     history: list[dict] = field(default_factory=list)
@@ -57,6 +60,7 @@ class TrainResult:
     best_epoch: int | None = None
     stopped: str | None = None
     checkpoint: str | None = None
+    final: dict = field(default_factory=dict)
     model: GCN | None = None
     adj: StagedSpMM | None = None
     x_agg: torch.Tensor | None = None
@@ -250,6 +254,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
 
     if best_state is not None:
         model.load_state_dict(best_state)
+    result.final = final_accuracies(ctx, model, adj, x, x_agg, y, split_rows, split_sizes)
     result.state_dict = model.gcnconv_state_dict()
     result.model, result.adj, result.x_agg = model, adj, x_agg
     return result
@@ -316,6 +321,17 @@ def _non_finite_message(ctx: DistContext, model: GCN, adj: StagedSpMM, x: torch.
         files = checkpointer.files()
         kept = f"; last good checkpoint: {files[0]}" if files else "; no checkpoint was saved yet"
     return f"epoch {epoch}: the loss is {loss}{where} (try a smaller --lr){kept}"
+
+
+@torch.no_grad()
+def final_accuracies(ctx: DistContext, model: GCN, adj, x: torch.Tensor | None, x_agg: torch.Tensor | None,
+                     y: torch.Tensor, split_rows: dict[str, torch.Tensor], split_sizes: torch.Tensor) -> dict:
+    """Global train/val/test accuracies of the model as it stands, in eval mode (one forward, one all-reduce)."""
+    model.eval()
+    correct = _correct_counts(model(x, adj, x_aggregated=x_agg).argmax(dim=1), y, split_rows).to(y.device)
+    correct = all_reduce_sum(ctx, correct).cpu()
+    acc = (correct / split_sizes).tolist()
+    return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
 
 
 def _correct_counts(pred: torch.Tensor, y: torch.Tensor, split_rows: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -20,16 +20,19 @@ Formats (``read(source, fmt)`` dispatches on ``fmt``) and their edge direction. 
                 ``A[i, j]`` is ``i -> j`` (row = source, the usual adjacency convention).
 ``edgelist``    text/CSV edge list, 0-based ids; a line ``u v`` is ``u -> v``.
 ``mggcn-bin``   the original MG-GCN files; ``graph.bin`` row = TARGET, column = source (MG-GCN aggregates over rows).
+``planetoid``   the GCN paper's ``ind.NAME.*`` pickles (Cora, CiteSeer, PubMed) with their public split; a listed pair
+                ``v: [u]`` is ``v -> u`` (the dicts are symmetric). Read by a restricted unpickler.
 ==============  =====================================================================================================
 
-One module per format (``ogb``, ``saint``, ``dgl_reddit``, ``mtx``, ``edgelist``, ``mggcn_bin``), graphs from
-tensors in ``memory``, and the checks every reader shares in ``checks``.
+One module per format (``ogb``, ``saint``, ``dgl_reddit``, ``mtx``, ``edgelist``, ``mggcn_bin``, ``planetoid``),
+graphs from tensors in ``memory``, and the checks every reader shares in ``checks``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mggcn.data.formats.checks import PathLike
@@ -39,11 +42,13 @@ from mggcn.data.formats.memory import from_pyg, from_tensors, transform
 from mggcn.data.formats.mggcn_bin import read_mggcn_bin, write_mggcn_bin
 from mggcn.data.formats.mtx import read_mtx
 from mggcn.data.formats.ogb import read_ogb
+from mggcn.data.formats.planetoid import read_planetoid
 from mggcn.data.formats.saint import read_saint
 from mggcn.data.graph import Graph, GraphError
 
 __all__ = [
     "FORMATS",
+    "check_path",
     "edgelist_vertex_data",
     "from_pyg",
     "from_tensors",
@@ -54,12 +59,13 @@ __all__ = [
     "read_mggcn_bin",
     "read_mtx",
     "read_ogb",
+    "read_planetoid",
     "read_saint",
     "transform",
     "write_mggcn_bin",
 ]
 
-FORMATS = ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin")
+FORMATS = ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid")
 
 _READERS: dict[str, Callable[..., Graph]] = {
     "ogb": read_ogb,
@@ -68,7 +74,36 @@ _READERS: dict[str, Callable[..., Graph]] = {
     "mtx": read_mtx,
     "edgelist": read_edgelist,
     "mggcn-bin": read_mggcn_bin,
+    "planetoid": read_planetoid,
 }
+
+
+# what a format's PATH is; planetoid takes a directory or the prefix DIR/ind.NAME, and says itself what is wrong
+_DIRECTORY_FORMATS = {"ogb": "raw/ and split/", "saint": "adj_full.npz, feats.npy, class_map.json, role.json",
+                      "dgl-reddit": "reddit_data.npz and reddit_graph.npz",
+                      "mggcn-bin": "graph.bin, features.bin, labels.bin, sets.bin"}
+_FILE_FORMATS = ("mtx", "edgelist")
+
+
+def check_path(source: PathLike, fmt: str) -> None:
+    """Raise :class:`GraphError` with one line saying what is wrong with ``source`` as a path of format ``fmt``
+    (unknown format, no such path, a directory for a one-file format, a file for a directory format, a prepared
+    dataset given a format) and what to give instead; return when it may be read."""
+    text = os.fspath(source)
+    if fmt not in _READERS:
+        raise GraphError(f"{text}: unknown format {fmt!r}; known formats: {', '.join(FORMATS)}")
+    if fmt == "planetoid":
+        return
+    path = Path(text)
+    if not path.exists():
+        raise GraphError(f"{text}: no such file or directory")
+    if path.is_dir() and (path / "manifest.json").is_file():
+        raise GraphError(f"{text}: a prepared dataset directory, which needs no --format; drop --format {fmt}")
+    if path.is_dir() and fmt in _FILE_FORMATS:
+        raise GraphError(f"{text}: a directory, but --format {fmt} reads one file; give the file itself")
+    if not path.is_dir() and fmt in _DIRECTORY_FORMATS:
+        raise GraphError(f"{text}: not a directory, but --format {fmt} reads a directory (holding "
+                         f"{_DIRECTORY_FORMATS[fmt]}); give that directory")
 
 
 def read(source: PathLike, fmt: str, **options: Any) -> Graph:

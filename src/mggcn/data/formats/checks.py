@@ -135,11 +135,17 @@ def line_of_row(path: Path, row: int, comments: Sequence[str] = (), skiprows: in
 
 
 def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
+    """An ``.npy`` array, memory-mapped first: the header is checked against the file's size (a header may claim
+    any shape) and a file of Python objects is refused before a byte of data is read."""
     path = require_file(path)
     try:
-        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+        arr = np.load(path, allow_pickle=False, mmap_mode="r")
     except CORRUPT as exc:
         raise file_error(path, f"truncated or corrupt .npy file ({why(exc)})") from None
+    if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive as well
+        arr.close()
+        raise file_error(path, "an .npz archive where an .npy array is expected (np.save writes one)")
+    return arr if mmap else np.array(arr)
 
 
 def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
@@ -153,19 +159,103 @@ def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) 
             return {k: npz[k] for k in (*keys, *optional) if k in npz.files}
     except GraphError:
         raise
+    except MemoryError:  # a member's header claims more than it holds
+        raise file_error(path, "truncated or corrupt .npz file (an array header claims more data than "
+                               "the file holds)") from None
     except CORRUPT as exc:
         raise file_error(path, f"truncated or corrupt .npz file ({why(exc)})") from None
 
 
 def load_sparse(path: PathLike) -> sp.coo_matrix:
+    """A square scipy sparse ``.npz`` (``sp.save_npz``: CSR, CSC or COO) as a COO matrix. Its arrays are read and
+    checked here (:func:`check_csr`, :func:`check_coo`) before scipy sees them: scipy's own loader trusts the row
+    offsets, and a file whose offsets point past its arrays crashes the process in scipy's C code."""
     path = require_file(path)
     try:
-        mat = sp.load_npz(path)
+        with np.load(path, allow_pickle=False) as probe:
+            fmt = probe["format"].item() if "format" in probe.files else None
     except CORRUPT as exc:
         raise file_error(path, f"truncated or corrupt scipy sparse .npz file ({why(exc)})") from None
-    if mat.shape[0] != mat.shape[1]:
-        raise file_error(path, f"the adjacency matrix is {mat.shape[0]} x {mat.shape[1]}, not square")
-    return sp.coo_matrix(mat)
+    except AttributeError:  # np.load gave a plain array, not an archive
+        raise file_error(path, "an .npy array where a scipy sparse .npz archive is expected") from None
+    if isinstance(fmt, bytes):
+        fmt = fmt.decode("ascii", errors="replace")
+    if fmt not in ("csr", "csc", "coo"):
+        raise file_error(path, f"not a scipy sparse .npz of format csr, csc or coo (format {fmt!r})")
+    members = ["shape", "data", *(("indptr", "indices") if fmt != "coo" else ())]
+    arrays = load_npz(path, members, optional=("row", "col", "coords"))
+    shape = arrays["shape"].reshape(-1)
+    if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer) or (shape < 0).any():
+        raise file_error(path, f"shape {shape.tolist()} is not two non-negative integers")
+    rows, cols = int(shape[0]), int(shape[1])
+    if rows != cols:
+        raise file_error(path, f"the adjacency matrix is {rows} x {cols}, not square")
+    data = arrays["data"].reshape(-1) if arrays["data"].ndim <= 1 else arrays["data"]
+    if data.ndim != 1 or not np.issubdtype(data.dtype, np.number):
+        raise file_error(path, f"'data' must be a vector of numbers, got {data.dtype} {list(data.shape)}")
+    if fmt == "coo":
+        if "coords" in arrays and "row" not in arrays:
+            coords = arrays["coords"]
+            if coords.ndim != 2 or coords.shape[0] != 2:
+                raise file_error(path, f"'coords' must be [2, nnz], got {list(coords.shape)}")
+            arrays["row"], arrays["col"] = coords[0], coords[1]
+        if "row" not in arrays or "col" not in arrays:
+            raise file_error(path, "a coo matrix without 'row' and 'col'")
+        row, col = check_coo(arrays["row"], arrays["col"], data.shape[0], rows, cols, path)
+    else:
+        major, minor = (rows, cols) if fmt == "csr" else (cols, rows)
+        indptr, indices = check_csr(arrays["indptr"], arrays["indices"], major, minor, path)
+        if data.shape[0] != indices.shape[0]:
+            raise file_error(path, f"'data' has {data.shape[0]} entries for {indices.shape[0]} indices")
+        outer = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
+        row, col = (outer, indices) if fmt == "csr" else (indices, outer)
+    return sp.coo_matrix((data, (row, col)), shape=(rows, cols))
+
+
+def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: int,
+              path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """The arrays of a CSR (or CSC) matrix read from ``path``, checked before anything indexes with them.
+
+    ``indptr`` must be ``[num_rows + 1]`` integers rising (not strictly) from 0 to ``len(indices)``, and
+    ``indices`` integers in ``[0, num_cols)``. Returns both as int64 vectors.
+    """
+    for name, arr in (("indptr", indptr), ("indices", indices)):
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise file_error(path, f"'{name}' must be an integer vector, got {arr.dtype} {list(arr.shape)}")
+    if indptr.shape[0] != num_rows + 1:
+        raise file_error(path, f"'indptr' has {indptr.shape[0]} entries for {num_rows} rows (expected "
+                               f"{num_rows + 1})")
+    indptr, indices = indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False)
+    nnz = indices.shape[0]
+    if indptr[0] != 0 or indptr[-1] != nnz:
+        raise file_error(path, f"corrupt row offsets: 'indptr' runs from {int(indptr[0])} to {int(indptr[-1])}, "
+                               f"not from 0 to the {nnz} entries of 'indices'")
+    falls = np.diff(indptr) < 0
+    if falls.any():
+        r = int(np.argmax(falls))
+        raise file_error(path, f"corrupt row offsets: 'indptr' falls from {int(indptr[r])} to "
+                               f"{int(indptr[r + 1])} at row {r}")
+    bad = (indices < 0) | (indices >= num_cols)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise file_error(path, f"'indices'[{k}]: vertex id {int(indices[k])} is out of range [0, {num_cols})")
+    return indptr, indices
+
+
+def check_coo(row: np.ndarray, col: np.ndarray, nnz: int, num_rows: int, num_cols: int,
+              path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """The ``row``/``col`` vectors of a COO matrix with ``nnz`` values read from ``path``: integers, ``nnz`` long,
+    in range. Returns both as int64."""
+    for name, arr, bound in (("row", row, num_rows), ("col", col, num_cols)):
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise file_error(path, f"'{name}' must be an integer vector, got {arr.dtype} {list(arr.shape)}")
+        if arr.shape[0] != nnz:
+            raise file_error(path, f"'{name}' has {arr.shape[0]} entries for {nnz} values")
+        bad = (arr < 0) | (arr >= bound)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise file_error(path, f"'{name}'[{k}]: vertex id {int(arr[k])} is out of range [0, {bound})")
+    return row.astype(np.int64, copy=False), col.astype(np.int64, copy=False)
 
 
 def edges_from_sparse(mat: sp.coo_matrix) -> np.ndarray:
@@ -181,6 +271,8 @@ def load_json(path: Path) -> Any:
             return json.load(f)
     except json.JSONDecodeError as exc:
         raise file_error(path, f"line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    except RecursionError:  # nesting deeper than the parser's recursion
+        raise file_error(path, "invalid JSON (nested too deep)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise file_error(path, f"unreadable ({why(exc)})") from None
 
@@ -190,6 +282,8 @@ def check_features(x: np.ndarray, path: PathLike, n: int, n_from: str) -> np.nda
         raise file_error(path, f"features must be a 2-D [n, F] array, got shape {list(x.shape)}")
     if x.shape[0] != n:
         raise file_error(path, f"{x.shape[0]} feature rows for {n} vertices ({n_from})")
+    if x.shape[1] == 0:
+        raise file_error(path, f"features of shape {list(x.shape)}: no feature column (F = 0)")
     if not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
         raise file_error(path, f"features must be real numbers, got dtype {x.dtype}")
     x = np.asarray(x, dtype=np.float32)
@@ -231,7 +325,19 @@ def check_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_u
         v = int(np.argmax(negative))
         raise file_error(path, f"label {int(labels[v])} of vertex {v} is negative")
     labels[nan] = -1
+    check_class_count(labels, path)
     return labels
+
+
+def check_class_count(y: np.ndarray, path: PathLike) -> None:
+    """The class count a label implies (largest + 1) may not exceed the vertex count: one stray label must not
+    resize the model (a label of 10^9 would make a 10^9-wide output layer)."""
+    n = y.shape[0]
+    too_big = y >= n
+    if too_big.any():
+        v = int(np.argmax(too_big))
+        raise file_error(path, f"label {int(y[v])} of vertex {v} would make {int(y[v]) + 1} classes, more than "
+                               f"the {n} vertices")
 
 
 def check_label_range(y: np.ndarray, num_classes: int | None, path: PathLike) -> int:
@@ -273,14 +379,28 @@ def check_splits(masks: dict[str, np.ndarray], y: np.ndarray, sources: dict[str,
                              f"has no label in {labels_src}")
 
 
-def check_edges(ei: np.ndarray, n: int, path: PathLike, where: Callable[[int], str]) -> np.ndarray:
-    """``ei`` is ``[2, E]``; ``where(e)`` says where edge ``e`` sits in the file."""
+ISOLATED_SLACK = 1 << 16  # vertices without an edge accepted beyond the 2E endpoints, when no file says n
+
+
+def check_vertex_count(path: PathLike, n: int, num_edges: int, hint: str) -> None:
+    """Refuse an ``n`` that only the largest id or a header says, when it leaves more than :data:`ISOLATED_SLACK`
+    vertices beyond the ``2 · num_edges`` the edges can touch: one stray id would otherwise make millions of
+    vertices (and their synthesized features) silently. ``hint`` says how to mean it."""
+    if n > 2 * num_edges + ISOLATED_SLACK:
+        raise file_error(path, f"{n} vertices for {num_edges} edges: at least {n - 2 * num_edges} of them would "
+                               f"have no edge (a stray vertex id or size?); {hint}")
+
+
+def check_edges(ei: np.ndarray, n: int, path: PathLike, where: Callable[[int], str],
+                n_from: str = "") -> np.ndarray:
+    """``ei`` is ``[2, E]``; ``where(e)`` says where edge ``e`` sits in the file, ``n_from`` where ``n`` came from."""
     if ei.size:
         bad = ((ei < 0) | (ei >= n)).any(axis=0)
         if bad.any():
             e = int(np.argmax(bad))
             v = int(ei[0, e]) if not 0 <= ei[0, e] < n else int(ei[1, e])
-            raise file_error(path, f"{where(e)}: vertex id {v} is out of range [0, {n})")
+            source = f" ({n_from})" if n_from else ""
+            raise file_error(path, f"{where(e)}: vertex id {v} is out of range [0, {n}){source}")
     return ei.astype(np.int64, copy=False)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from mggcn.data.formats.checks import (
     PathLike,
     check_edges,
+    check_vertex_count,
     data_lines,
     file_error,
     line_of_row,
@@ -39,7 +40,8 @@ def read_edgelist(path: PathLike, features: PathLike | None = None, labels: Path
     Args:
         delimiter: ``None`` detects: ``,`` if the first data line has one, else any whitespace.
         comment: prefix(es) that start a comment, whole-line or trailing.
-        num_nodes: ``n``; default: the largest of (max id + 1) and the row count of the features/labels files.
+        num_nodes: ``n``; default: the row count of the features/labels files (an id beyond is an error), else
+            max id + 1 unless that leaves more than ``ISOLATED_SLACK`` vertices beyond what the edges can touch.
 
     A first data line whose tokens are not all numbers is a header and is skipped. The file may be gzipped.
     :func:`iter_edgelist_chunks` reads the same files in bounded memory.
@@ -50,8 +52,9 @@ def read_edgelist(path: PathLike, features: PathLike | None = None, labels: Path
     table = read_table(path, np.int64, ncols=2, exact=False, delimiter=delimiter, comments=comments,
                        skiprows=skiprows)
     ei = table.T
-    n, n_from = _edgelist_num_nodes(path, int(ei.max()) + 1 if ei.size else 0, num_nodes, features, labels)
-    ei = check_edges(ei, n, path, lambda e: f"line {line_of_row(path, e, comments, skiprows)}")
+    n, n_from = _edgelist_num_nodes(path, int(ei.max()) + 1 if ei.size else 0, ei.shape[1], num_nodes, features,
+                                    labels)
+    ei = check_edges(ei, n, path, lambda e: f"line {line_of_row(path, e, comments, skiprows)}", n_from)
     return with_vertex_data(path, ei, n, n_from, "edgelist", features, labels, split, num_classes,
                             seed, num_features)
 
@@ -109,16 +112,18 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
 def edgelist_vertex_data(path: PathLike, max_id: int, features: PathLike | None = None,
                          labels: PathLike | None = None, split: PathLike | None = None,
                          num_nodes: int | None = None, num_classes: int | None = None, seed: int = 0,
-                         num_features: int = 32) -> tuple[int, np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
+                         num_features: int = 32, num_edges: int | None = None
+                         ) -> tuple[int, np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
     """The vertex data :func:`read_edgelist` attaches to the edges of ``path`` whose largest id is ``max_id``.
 
     Returns ``(n, x, y, masks, num_classes)``, checked as :func:`read_edgelist` checks them, for a reader that
-    streamed the edges (:func:`iter_edgelist_chunks`) and now knows their largest id (-1: no edges).
+    streamed the edges (:func:`iter_edgelist_chunks`) and now knows their largest id (-1: no edges) and their
+    count ``num_edges`` (None: not checked against n).
     """
     path = Path(path)
-    n, n_from = _edgelist_num_nodes(path, max_id + 1, num_nodes, features, labels)
-    if num_nodes is not None and max_id >= num_nodes:
-        raise file_error(path, f"vertex id {max_id} is out of range [0, {num_nodes})")
+    n, n_from = _edgelist_num_nodes(path, max_id + 1, num_edges, num_nodes, features, labels)
+    if max_id >= n:
+        raise file_error(path, f"vertex id {max_id} is out of range [0, {n}) ({n_from})")
     x, y, masks, num_classes = vertex_data(path, n, n_from, features, labels, split, num_classes, seed,
                                            num_features)
     return n, x, y, masks, num_classes
@@ -135,17 +140,23 @@ def _edgelist_layout(path: Path, delimiter: str | None, comments: Sequence[str])
     return skiprows, delimiter
 
 
-def _edgelist_num_nodes(path: Path, ids_end: int, num_nodes: int | None, features: PathLike | None,
-                        labels: PathLike | None) -> tuple[int, str]:
-    """``n`` and where it came from: ``num_nodes``, else max(largest id + 1, rows of the features/labels files)."""
+def _edgelist_num_nodes(path: Path, ids_end: int, num_edges: int | None, num_nodes: int | None,
+                        features: PathLike | None, labels: PathLike | None) -> tuple[int, str]:
+    """``n`` and where it came from: ``num_nodes``, else the rows of the features/labels files (an id beyond them
+    is an error), else the largest id + 1, if that leaves at most :data:`ISOLATED_SLACK` more vertices than the
+    edges can touch (a stray id must not make millions of vertices: pass ``num_nodes`` to mean it)."""
     if num_nodes is not None:
         return num_nodes, f"num_nodes={num_nodes}"
-    rows = [ids_end]
+    rows = {}
     for extra in (features, labels):
         if extra is not None:
             arr = load_npy(extra, mmap=True)  # only the row count is needed here
-            rows.append(int(arr.shape[0]) if arr.ndim else 0)
-    return max(rows), f"n = max(largest id in {path.name} + 1, rows of the features/labels files)"
+            rows[Path(extra).name] = int(arr.shape[0]) if arr.ndim else 0
+    if rows:
+        return max(rows.values()), f"the rows of {' and '.join(rows)}"
+    if num_edges is not None:
+        check_vertex_count(path, ids_end, num_edges, "pass --num-nodes (num_nodes=) to mean it")
+    return ids_end, f"n = largest id in {path.name} + 1"
 
 
 def _first_data_line(path: Path, comments: Sequence[str], skiprows: int) -> tuple[int, str] | None:

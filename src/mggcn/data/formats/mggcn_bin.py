@@ -20,7 +20,7 @@ import numpy as np
 
 from mggcn.data.formats.checks import (
     PathLike,
-    check_edges,
+    check_csr,
     check_features,
     check_labels,
     check_splits,
@@ -87,10 +87,9 @@ def _read_pigo_csr(path: Path) -> tuple[int, np.ndarray]:
         indptr = np.fromfile(f, ordi, n + 1).astype(np.int64)
         indices = np.fromfile(f, lab, nnz).astype(np.int64)
         values = np.fromfile(f, "<f4", nnz) if size == weighted else None
-    if indptr[0] != 0 or indptr[-1] != nnz or (np.diff(indptr) < 0).any():
-        raise file_error(path, f"corrupt row offsets (must rise from 0 to nnz={nnz})")
+    indptr, indices = check_csr(indptr, indices, n, n, path)
     targets = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    ei = check_edges(np.stack([indices, targets]), n, path, lambda e: f"indices[{e}] (row {targets[e]})")
+    ei = np.stack([indices, targets])
     if values is not None:
         ei = ei[:, values != 0]
     return n, ei

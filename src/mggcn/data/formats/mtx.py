@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from mggcn.data.formats.checks import (
     CORRUPT,
     PathLike,
+    check_vertex_count,
     edges_from_sparse,
     file_error,
     require_file,
@@ -31,11 +32,15 @@ def read_mtx(path: PathLike, features: PathLike | None = None, labels: PathLike 
         mat = scipy.io.mmread(path)
     except CORRUPT as exc:
         raise file_error(path, f"unreadable Matrix Market file ({why(exc)})") from None
+    except MemoryError:  # a dense 'array' file whose header claims more than memory
+        raise file_error(path, "the header's size does not fit in memory") from None
     if not sp.issparse(mat):
         raise file_error(path, "a dense 'array' Matrix Market file; an adjacency must be in 'coordinate' format")
     if mat.shape[0] != mat.shape[1]:
         raise file_error(path, f"the adjacency matrix is {mat.shape[0]} x {mat.shape[1]}, not square")
     n = int(mat.shape[0])
     ei = edges_from_sparse(sp.coo_matrix(mat))
+    if features is None and labels is None:  # nothing but the header says n
+        check_vertex_count(path, n, ei.shape[1], "give --features/--labels for its vertices to mean it")
     return with_vertex_data(path, ei, n, f"{path.name} is {n} x {n}", "mtx", features, labels, split,
                             num_classes, seed, num_features)

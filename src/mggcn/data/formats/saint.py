@@ -57,6 +57,9 @@ def read_saint(root: PathLike) -> Graph:
             raise file_error(cm_path, f"label {label!r} of vertex {v} is not an integer")
         if label < 0:
             raise file_error(cm_path, f"label {label} of vertex {v} is negative")
+        if label >= n:  # checked here, while it is a Python int of any size
+            raise file_error(cm_path, f"label {label} of vertex {v} would make {label + 1} classes, more than the "
+                                      f"{n} vertices")
         y[v] = label
 
     role_path = root / "role.json"
@@ -69,6 +72,9 @@ def read_saint(root: PathLike) -> Graph:
         ids = role[key]
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise file_error(role_path, f"'{key}' must be a list of integer vertex ids")
+        far = next((i for i, v in enumerate(ids) if not 0 <= v < n), None)  # before any fixed-width integer
+        if far is not None:
+            raise file_error(role_path, f"'{key}'[{far}]: vertex id {ids[far]} is out of range [0, {n})")
         masks[split] = mask_from_ids(np.asarray(ids, dtype=np.int64), n, role_path,
                                      lambda i, key=key: f"'{key}'[{i}]")
         sources[split] = str(role_path)

@@ -20,9 +20,14 @@ labels.npy        int64 [n]          ``-1`` = unlabelled
 split.npy         int8 [n]           0 train, 1 val, 2 test, -1 none
 ================  =================  ================================================================================
 
-Checksums are the sha256 of each array's data bytes (after the ``.npy`` header), computed while writing. Opening
-checks the cheap things always (every file there, of the size its header and the manifest say, CSR end points);
-``verify=True`` also checks the checksums and every value.
+Checksums are the sha256 of each array's data bytes (after the ``.npy`` header), computed while writing. Nothing in
+the directory is trusted, but only the cheap things are checked always: opening checks every manifest field (typed,
+in range, array paths relative and inside the directory), every file there of the size its header and the manifest
+say, the CSR end points, and the split sizes against the split codes (one byte per vertex); building a rank's shard
+checks what that rank reads (its rows' labels, split codes, features, degrees against their in-edges, row offsets
+and neighbour ids, and under ``"symmetric": true`` that its diagonal block equals its transpose), so that together
+the ranks check every row. ``verify=True`` (``mggcn info --verify``) also checks the checksums, every value, and a
+symmetric claim over every edge.
 
 A rank's shard (:meth:`PreparedDataset.shard`) reads, by memory map: its rows of both CSRs, the degree of those rows
 and of their neighbours, and its rows of features, labels and split; it equals, entry for entry and bit for bit,
@@ -92,24 +97,67 @@ def _read_manifest(path: Path) -> dict:
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise _err(file, f"line {exc.lineno}: invalid JSON ({exc.msg}); the directory is damaged, prepare it again")
+        raise _err(file, f"line {exc.lineno}: invalid JSON ({exc.msg}); the directory is damaged, prepare it again") \
+            from None
+    except RecursionError:
+        raise _err(file, "invalid JSON (nested too deep); the directory is damaged, prepare it again") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise _err(file, f"unreadable ({exc})")
+        raise _err(file, f"unreadable ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise _err(file, f"not a manifest of a prepared mggcn dataset (no \"format\": \"{FORMAT_NAME}\")")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+    if not _is_int(version) or version < 1:
         raise _err(file, f"format_version {version!r} is not a positive integer")
     if version > FORMAT_VERSION:
         raise _err(file, f"format version {version} is newer than this mggcn reads (up to {FORMAT_VERSION}); "
                          "upgrade mggcn, or prepare the dataset again with this version")
-    for key in ("num_nodes", "num_edges", "num_features", "num_classes"):
-        value = manifest.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise _err(file, f"{key} {value!r} is not a non-negative integer")
-    if not isinstance(manifest.get("arrays"), dict) or not isinstance(manifest.get("split_sizes"), dict):
-        raise _err(file, "no \"arrays\" or \"split_sizes\" record")
+    _check_manifest(file, manifest)
     return manifest
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_manifest(file: Path, m: dict) -> None:
+    """Every field the reader and ``mggcn info`` use: typed and in range, before anything trusts it."""
+    for key, low in (("num_nodes", 1), ("num_edges", 0), ("num_features", 1), ("num_classes", 1)):
+        if not _is_int(m.get(key)) or m[key] < low:
+            raise _err(file, f"{key} {m.get(key)!r} is not an integer of at least {low}")
+    n = m["num_nodes"]
+    if m["num_classes"] > n:
+        raise _err(file, f"num_classes {m['num_classes']} exceeds the {n} vertices")
+    for key in ("self_loops", "nnz_hat", "num_labelled"):
+        if key in m and (not _is_int(m[key]) or m[key] < 0):
+            raise _err(file, f"{key} {m[key]!r} is not a non-negative integer")
+    for key, kind in (("symmetric", bool), ("name", str), ("built", dict)):
+        if key in m and not isinstance(m[key], kind):
+            raise _err(file, f"{key} {m[key]!r} is not a JSON {'boolean' if kind is bool else kind.__name__}")
+    sizes = m.get("split_sizes")
+    if not isinstance(sizes, dict) or not all(_is_int(sizes.get(s)) and 0 <= sizes[s] <= n for s in SPLITS):
+        raise _err(file, f"split_sizes {sizes!r} are not integers in [0, {n}] for {', '.join(SPLITS)}")
+    if sum(sizes[s] for s in SPLITS) > n:
+        raise _err(file, f"split_sizes {sizes} add up to more than the {n} vertices")
+    arrays = m.get("arrays")
+    if not isinstance(arrays, dict):
+        raise _err(file, "no \"arrays\" record")
+    for name, record in arrays.items():
+        if not isinstance(record, dict) or not isinstance(record.get("file"), str):
+            raise _err(file, f"the record of the array {name!r} has no \"file\"")
+        rel = Path(record["file"])
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise _err(file, f"the array {name!r} is at {record['file']!r}: array files must be named relative to "
+                             "the directory and inside it")
+        if "sha256" in record and not isinstance(record["sha256"], str):
+            raise _err(file, f"the checksum of the array {name!r} is not a string")
+    balance = m.get("balance", {})
+    ok = isinstance(balance, dict) and all(
+        isinstance(p, str) and p.isdigit() and int(p) >= 1 and isinstance(r, dict)
+        and all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) and r[k] >= 0
+                for k in ("adj_max", "adj_t_max", "mean"))
+        for p, r in balance.items())
+    if not ok:
+        raise _err(file, "the \"balance\" record is not {P: {adj_max, adj_t_max, mean}} with numbers")
 
 
 def _sha256(arr: np.ndarray) -> str:
@@ -144,13 +192,22 @@ def _gather(indices: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.n
     return np.asarray(indices[offsets]).astype(np.int64, copy=False)
 
 
+def _pair_hash(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A 64-bit mix (splitmix64's finalizer) of the pairs ``(a, b)``; sums of it compare multisets of pairs."""
+    with np.errstate(over="ignore"):
+        z = a * np.uint64(0x9E3779B97F4A7C15) + b * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
 class PreparedDataset:
     """A prepared dataset directory, implementing :class:`mggcn.data.datasets.Dataset`.
 
     Args:
         path: the directory ``mggcn prepare`` wrote.
         verify: also check the sha256 of every array and every value (reads everything once); by default only the
-            cheap checks run (files present, sizes, CSR end points).
+            cheap checks run (manifest fields, files present, sizes, CSR end points, split sizes).
 
     Raises:
         GraphError: naming the file and what is wrong (missing, truncated, wrong shape, checksum mismatch, a manifest
@@ -166,8 +223,8 @@ class PreparedDataset:
         self.name = str(m.get("name") or self.path)
         self.num_nodes, self.num_edges = m["num_nodes"], m["num_edges"]
         self.num_features, self.num_classes = m["num_features"], m["num_classes"]
-        self.symmetric = bool(m.get("symmetric", False))
-        self.split_sizes = {s: int(m["split_sizes"].get(s, -1)) for s in SPLITS}
+        self.symmetric = m.get("symmetric", False)
+        self.split_sizes = {s: m["split_sizes"][s] for s in SPLITS}
         self.last_shard_reads: dict[str, int] = {}
         n, e, f = self.num_nodes, self.num_edges, self.num_features
         ids = index_dtype(n)
@@ -183,6 +240,7 @@ class PreparedDataset:
             if int(indptr[0]) != 0 or int(indptr[-1]) != e:
                 raise _err(self._file(f"{view}_indptr"), f"corrupt row offsets: they run from {int(indptr[0])} to "
                                                          f"{int(indptr[-1])}, not from 0 to E = {e}")
+        self._check_split_sizes()
         if verify:
             self.verify()
 
@@ -190,9 +248,30 @@ class PreparedDataset:
 
     def _file(self, name: str) -> Path:
         record = self.manifest["arrays"].get(name)
-        if not isinstance(record, dict) or not isinstance(record.get("file"), str):
+        if record is None:
             raise _err(self.path / MANIFEST, f"no record of the array '{name}'")
-        return self.path / record["file"]
+        file = self.path / record["file"]  # relative, without '..' (_check_manifest)
+        if not file.resolve().is_relative_to(self.path.resolve()):
+            raise _err(file, f"a link to {file.resolve()}, outside the dataset directory {self.path}")
+        return file
+
+    def _check_split_sizes(self) -> None:
+        """The split sizes divide the loss and the accuracies: count them (one byte per vertex, each code checked)
+        instead of trusting the manifest."""
+        counts = {s: 0 for s in SPLITS}
+        codes = self.arrays["split"]
+        for b in range(0, self.num_nodes, _VERIFY_ROWS):
+            chunk = np.asarray(codes[b:b + _VERIFY_ROWS]).astype(np.int64)
+            bad = (chunk < -1) | (chunk > 2)
+            if bad.any():
+                raise _err(self._file("split"), f"split code {int(chunk[np.argmax(bad)])} of vertex "
+                                                f"{b + int(np.argmax(bad))} is not one of 0, 1, 2, -1")
+            found = np.bincount(chunk + 1, minlength=4)
+            for k, s in enumerate(SPLITS):
+                counts[s] += int(found[k + 1])
+        if counts != self.split_sizes:
+            raise _err(self.path / MANIFEST, f"split_sizes {self.split_sizes} differ from what "
+                                             f"{self._file('split').name} holds: {counts}")
 
     def _open(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         file = self._file(name)
@@ -240,13 +319,23 @@ class PreparedDataset:
                 raise _err(self._file("split"), "a vertex in a split has no label")
             if (self.arrays["degree"][rows] < 1).any():
                 raise _err(self._file("degree"), "a degree below 1 (the self loop counts one)")
-        counts = {s: 0 for s in SPLITS}
-        for b in range(0, n, step):
-            found = np.bincount(self.arrays["split"][b:b + step].astype(np.int64) + 1, minlength=4)
-            for k, s in enumerate(SPLITS):
-                counts[s] += int(found[k + 1])
-        if counts != self.split_sizes:
-            raise _err(self._file("split"), f"split sizes {counts} differ from the manifest's {self.split_sizes}")
+        if self.symmetric:
+            self._verify_symmetric()
+
+    def _verify_symmetric(self) -> None:
+        """A ``"symmetric": true`` claim, checked over every edge: the multiset of pairs ``(t, s)`` equals that of
+        ``(s, t)``, compared by a sum of 64-bit hashes of the pairs (order-free, so it streams)."""
+        indptr, indices, step = self.arrays["in_indptr"], self.arrays["in_indices"], _VERIFY_ROWS
+        forward = backward = np.uint64(0)
+        for b in range(0, self.num_nodes, step):
+            ptr = np.asarray(indptr[b:b + step + 1])
+            targets = np.repeat(np.arange(b, b + ptr.shape[0] - 1, dtype=np.uint64), np.diff(ptr))
+            sources = np.asarray(indices[int(ptr[0]):int(ptr[-1])]).astype(np.uint64)
+            forward += _pair_hash(targets, sources).sum(dtype=np.uint64)
+            backward += _pair_hash(sources, targets).sum(dtype=np.uint64)
+        if forward != backward:
+            raise _err(self.path / MANIFEST, "says \"symmetric\": true but the edges of in_indices are not "
+                                             "symmetric: prepare the dataset again")
 
     # ------------------------------------------------------------------------------------------- Dataset API
 
@@ -285,6 +374,16 @@ class PreparedDataset:
         degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
         degree[local] = self.arrays["degree"][ids]
         reads["bytes"] += 8 * ids.size
+        x = np.zeros((m, self.num_features), dtype=np.float32)
+        y = np.full(m, -1, dtype=np.int64)
+        codes = np.full(m, -1, dtype=np.int8)
+        for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
+            for start in range(0, ids.size, _ROWS_PER_READ):  # copied a chunk at a time, the pages read dropped
+                rows = np.asarray(self.arrays[name][ids[start: start + _ROWS_PER_READ]])
+                out[local[start: start + _ROWS_PER_READ]] = rows
+                reads["bytes"] += rows.nbytes
+                _drop_pages(self.arrays[name])
+        self._check_rows(ids, degree[local], x[local], y[local], codes[local])
         if self.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
             row, col, (values, values_t) = self._entries("in", part, first, local, ids, degree, norm, reads,
                                                        both=True)
@@ -298,16 +397,6 @@ class PreparedDataset:
             row, col, (values,) = self._entries("out", part, first, local, ids, degree, norm, reads)
             adj_t = self._blocks(row, col, values, part, tile_cols)
             del row, col, values
-
-        x = np.zeros((m, self.num_features), dtype=np.float32)
-        y = np.full(m, -1, dtype=np.int64)
-        codes = np.full(m, -1, dtype=np.int8)
-        for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
-            for start in range(0, ids.size, _ROWS_PER_READ):  # copied a chunk at a time, the pages read dropped
-                rows = np.asarray(self.arrays[name][ids[start: start + _ROWS_PER_READ]])
-                out[local[start: start + _ROWS_PER_READ]] = rows
-                reads["bytes"] += rows.nbytes
-                _drop_pages(self.arrays[name])
         self.last_shard_reads = reads
         masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}
         from mggcn.distributed.partition import Shard
@@ -315,6 +404,30 @@ class PreparedDataset:
         return Shard(rank=rank, partition=part, adj=adj, adj_t=adj_t, x=torch.from_numpy(x),
                      y=torch.from_numpy(y), masks=masks, num_classes=self.num_classes,
                      split_sizes=dict(self.split_sizes))
+
+    def _check_rows(self, ids: np.ndarray, degree: np.ndarray, x: np.ndarray, y: np.ndarray,
+                    codes: np.ndarray) -> None:
+        """The vertex data of the rows a rank loads, checked as :meth:`verify` checks all of it (together, the
+        ranks check every row once)."""
+        bad = (y < -1) | (y >= self.num_classes)
+        if bad.any():
+            v = int(ids[np.argmax(bad)])
+            raise _err(self._file("labels"), f"label {int(y[np.argmax(bad)])} of vertex {v} is out of range "
+                                             f"[-1, {self.num_classes}) (num_classes of {MANIFEST})")
+        bad = ~np.isin(codes, (-1, 0, 1, 2))
+        if bad.any():
+            raise _err(self._file("split"), f"split code {int(codes[np.argmax(bad)])} of vertex "
+                                            f"{int(ids[np.argmax(bad)])} is not one of 0, 1, 2, -1")
+        bad = (codes >= 0) & (y < 0)
+        if bad.any():
+            raise _err(self._file("split"), f"vertex {int(ids[np.argmax(bad)])} is in a split but has no label")
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            raise _err(self._file("features"), f"the features of vertex {int(ids[np.argmax(bad)])} contain NaN or inf")
+        bad = degree < 1
+        if bad.any():
+            raise _err(self._file("degree"), f"degree {int(degree[np.argmax(bad)])} of vertex "
+                                             f"{int(ids[np.argmax(bad)])} is below 1 (the self loop counts one)")
 
     def _entries(self, view: str, part: Partition, first_row: int, local: np.ndarray, ids: np.ndarray,
                  degree: np.ndarray, norm: str, reads: dict[str, int],
@@ -334,6 +447,13 @@ class PreparedDataset:
         starts = np.asarray(indptr[ids])
         counts = np.asarray(indptr[ids + 1]) - starts
         reads["bytes"] += 2 * counts.nbytes
+        bad = (counts < 0) | (starts < 0) | (starts + counts > self.num_edges)
+        if bad.any():
+            v = int(ids[np.argmax(bad)])
+            raise _err(self._file(f"{view}_indptr"), f"corrupt row offsets: row {v} runs from {int(indptr[v])} to "
+                                                     f"{int(indptr[v + 1])}, outside [0, E = {self.num_edges}]")
+        n_nodes = self.num_nodes
+        diagonal = []  # both: the entries of the diagonal block, (local row, local column, multiplicity)
         ends = np.cumsum(counts)
         n_pad = part.padded_nodes
         bound = int(counts.sum()) + ids.size
@@ -348,7 +468,18 @@ class PreparedDataset:
             _drop_pages(indices)
             reads["edges"] += nbr.size
             reads["bytes"] += nbr.nbytes
+            if nbr.size and (int(nbr.min()) < 0 or int(nbr.max()) >= n_nodes):
+                bad = int(nbr.min()) if int(nbr.min()) < 0 else int(nbr.max())
+                raise _err(self._file(f"{view}_indices"), f"vertex id {bad} is out of range [0, {n_nodes})")
             keep = nbr != np.repeat(ids[begin:end], counts[begin:end])
+            if view == "in":  # the stored degree is what normalizes: it must count these edges
+                kept = np.bincount(np.repeat(np.arange(end - begin), counts[begin:end])[keep], minlength=end - begin)
+                wrong = kept + 1 != degree[local[begin:end]]
+                if wrong.any():
+                    k = int(np.argmax(wrong))
+                    raise _err(self._file("degree"), f"degree {int(degree[local[begin + k]])} of vertex "
+                                                     f"{int(ids[begin + k])}, which has {int(kept[k])} in-edges "
+                                                     "besides self loops (expected that plus one)")
             key = np.repeat(local[begin:end], counts[begin:end])[keep] * n_pad + part.position[nbr[keep]]
             del nbr, keep
             key, mult = np.unique(key, return_counts=True)
@@ -356,7 +487,14 @@ class PreparedDataset:
             r = np.concatenate([key // n_pad, diag])
             c = np.concatenate([key % n_pad, first_row + diag])
             del key
+            if both:
+                own = (c[:mult.size] >= first_row) & (c[:mult.size] < first_row + part.rows_per_part)
+                diagonal.append((r[:mult.size][own], c[:mult.size][own] - first_row, mult[own]))
             deg_nbr = np.asarray(self.arrays["degree"][part.order[c[:mult.size]]])
+            if deg_nbr.size and int(deg_nbr.min()) < 1:  # its own rank says more; this one must not divide by it
+                v = int(part.order[c[:mult.size]][np.argmax(deg_nbr < 1)])
+                raise _err(self._file("degree"), f"degree {int(deg_nbr.min())} of vertex {v} is below 1 (the self "
+                                                 "loop counts one)")
             reads["bytes"] += deg_nbr.nbytes
             mult = np.concatenate([mult, np.ones(diag.size, dtype=mult.dtype)])
             here, there = degree[r], np.concatenate([deg_nbr, degree[diag]])
@@ -370,7 +508,21 @@ class PreparedDataset:
                 out[filled:filled + k] = entry_values(mult, deg_t, deg_s if norm == "sym" else None, norm)
             filled += k
             begin = end
+        if both:
+            self._check_symmetric_block(diagonal, part.rows_per_part)
         return row[:filled], col[:filled], [v[:filled] for v in values]
+
+    def _check_symmetric_block(self, diagonal: list, m: int) -> None:
+        """``"symmetric": true`` lets a rank use its rows of A as its rows of Aᵀ: check it where a rank can, on its
+        diagonal block (i, i), which must equal its transpose (with P = 1, the whole graph; with P > 1, each
+        rank checks the edges among its own rows, so an asymmetric graph is caught unless every asymmetric edge
+        crosses ranks). :meth:`verify` checks every edge."""
+        r, c, mult = (np.concatenate([d[k] for d in diagonal]) for k in range(3))
+        fwd, bwd = r.astype(np.int64) * m + c, c.astype(np.int64) * m + r
+        o_f, o_b = np.argsort(fwd, kind="stable"), np.argsort(bwd, kind="stable")
+        if not (np.array_equal(fwd[o_f], bwd[o_b]) and np.array_equal(mult[o_f], mult[o_b])):
+            raise _err(self.path / MANIFEST, "says \"symmetric\": true but the edges of in_indices are not "
+                                             "symmetric: prepare the dataset again")
 
     def _blocks(self, row: np.ndarray, col: np.ndarray, values: np.ndarray, part: Partition,
                 tile_cols: int | None) -> list:

@@ -104,7 +104,7 @@ class _Source:
     edges: Callable[[int], Iterator[np.ndarray]]
     vertex_data: Callable[[Callable[[], np.ndarray]], _VertexData]
     closure: bool = False
-    check: Callable[[int], int] = field(default=lambda max_id: -1)
+    check: Callable[[int, int], int] = field(default=lambda max_id, num_edges: -1)
 
 
 def _graph_source(graph: Graph, built: dict) -> _Source:
@@ -128,8 +128,8 @@ def _edgelist_source(path: Path, options: dict[str, Any], built: dict) -> _Sourc
         raise GraphError(f"{path}: unknown edgelist option(s) {sorted(unknown)}")
     loaded: dict[str, Any] = {}
 
-    def check(max_id: int) -> int:
-        n, x, y, masks, classes = formats.edgelist_vertex_data(path, max_id, **options)
+    def check(max_id: int, num_edges: int) -> int:
+        n, x, y, masks, classes = formats.edgelist_vertex_data(path, max_id, num_edges=num_edges, **options)
         loaded.update(x=x, y=y, masks=masks, classes=classes)
         return n
 
@@ -174,11 +174,8 @@ def _open_source(source: Any, fmt: str | None, read_options: dict[str, Any]) -> 
     if fmt is None:
         raise GraphError(f"{text}: not a generated dataset (synthetic:, rmat:, builtin:); give --format, one of "
                          f"{', '.join(formats.FORMATS)}")
-    if fmt not in formats.FORMATS:
-        raise GraphError(f"{text}: unknown format {fmt!r}; known formats: {', '.join(formats.FORMATS)}")
+    formats.check_path(text, fmt)
     path = Path(text)
-    if not path.exists():
-        raise GraphError(f"{text}: no such file or directory")
     built["source"] = str(path.resolve())
     if fmt == "edgelist":
         return _edgelist_source(path, dict(read_options), built)
@@ -263,7 +260,7 @@ def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, 
                 spill.add(ei)
                 step.update(ei.shape[1])
         max_id, max_edges = spill.max_id, spill.count
-    checked = src.check(max_id)  # vertex files are read (and refused) before the long part
+    checked = src.check(max_id, max_edges)  # vertex files are read (and refused) before the long part
     n = checked if n is None else n
     sorter = EdgeSorter(work, n, max_edges, undirected=undirected, dedup=dedup,
                         bucket_edges=max(1 << 10, budget // SORT_BYTES_PER_EDGE), progress=report)

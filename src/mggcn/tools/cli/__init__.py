@@ -11,8 +11,10 @@ import argparse
 import sys
 from types import ModuleType
 
+from mggcn import __version__
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli import bench, info, plan, predict, prepare, report, train
+from mggcn.tools.cli.common import HelpFormatter
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -34,14 +36,17 @@ def _description(module: ModuleType) -> str:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``mggcn`` with the arguments of ``command`` (every command's when ``command`` is None, none
     when it is not a command's name)."""
-    parser = _Parser(prog="mggcn", description="Full-batch GCN training across processes and GPUs.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(prog="mggcn", formatter_class=HelpFormatter,
+                     description="Full-batch GCN training across processes and GPUs. Run `mggcn COMMAND -h` for "
+                                 "a command's options and an example.\n\nexample:\n  mggcn train --nprocs 2")
+    parser.add_argument("--version", action="version", version=f"mggcn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     for name, module in COMMANDS.items():
         if command is not None and name != command:
             sub.add_parser(name, help=module.HELP, add_help=False)
             continue
         p = sub.add_parser(name, help=module.HELP, description=_description(module),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=HelpFormatter)
         module.add_arguments(p)
     return parser
 

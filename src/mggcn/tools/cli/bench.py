@@ -11,10 +11,16 @@ from mggcn.tools.cli.common import byte_size, byte_sizes, hidden_sizes, int_list
 HELP = "mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv, in one run"
 
 
-def description() -> str:
-    from mggcn.tools import bench
+DESCRIPTION = """Time mggcn against PyG on one generated graph: mggcn at P = 1 and 2 (broadcasts overlapped and not) and
+PyG's GCNConv, each in fresh processes, and print a table of seconds per epoch, where the time goes (SpMM, waiting,
+GEMM, all-reduce), the ratio to the time the memory traffic and arithmetic need at least (the roofline floor), and
+peak memory beside what `mggcn plan` predicts. The default graph has 200,000 vertices and 20 million nonzeros.
 
-    return bench.__doc__
+examples:
+  mggcn bench --small                                # seconds: a tiny graph, to check that it runs
+  mggcn bench --repeats 3 --compare-shm --out bench.json
+  mggcn bench --device cuda --nprocs 1,2,4,8 --nodes 2000000
+"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), help="default cpu")
     p.add_argument("--no-pyg", dest="pyg", action="store_false", default=None, help="skip the PyG baseline")
     p.add_argument("--pyg-adj", choices=bench.PYG_ADJ, help="what PyG's GCNConv is given (default csr)")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="seeds the graph and the weights (default 0)")
     p.add_argument("--graph-cache", help="an .npz holding the graph: reused when it exists, written when not")
     p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
     p.add_argument("--mmap-threshold", type=byte_size,

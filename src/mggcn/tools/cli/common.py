@@ -4,13 +4,46 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 
 from mggcn.config import ORDERINGS
 from mggcn.data.graph import GraphError
 from mggcn.utils.units import parse_bytes
 
 __all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
-           "read_options", "under_torchrun", "exit_status"]
+           "add_reader_options", "read_options", "under_torchrun", "exit_status", "HelpFormatter", "FORMAT_HELP"]
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Descriptions filled to the terminal's width, paragraph by paragraph, their indented lines (examples) kept as
+    written; every option's default shown, unless its help already says it or there is none to show."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out: list[str] = []
+        paragraph: list[str] = []
+
+        def flush() -> None:
+            if paragraph:
+                out.append(textwrap.fill(" ".join(paragraph), width, initial_indent=indent, subsequent_indent=indent,
+                                         break_on_hyphens=False, break_long_words=False))
+                paragraph.clear()
+
+        for line in text.strip("\n").splitlines():
+            if line.strip() and not line[0].isspace() and not line.rstrip().endswith(":"):
+                paragraph.append(line.strip())
+                continue
+            flush()
+            out.append(indent + line.rstrip())
+        flush()
+        return "\n".join(out)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or action.default is None or action.default == argparse.SUPPRESS or action.nargs == 0
+                or not action.option_strings):  # nargs 0: a flag, off unless given
+            return text
+        value = ",".join(map(str, action.default)) if isinstance(action.default, tuple) else "%(default)s"
+        return f"{text} (default {value})"
 
 
 def hidden_sizes(text: str) -> tuple[int, ...]:
@@ -62,21 +95,34 @@ def orderings(text: str) -> tuple[str, ...]:
     return names
 
 
+FORMAT_HELP = ("layout of a dataset path: ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin or planetoid "
+               "(a prepared directory needs none; see `mggcn prepare -h`)")
+
+
 def add_dataset_options(p: argparse.ArgumentParser) -> None:
     """How a DATASET path is read (train and predict)."""
-    p.add_argument("--format", dest="fmt", default=None, help="layout of a dataset path (see `mggcn prepare -h`)")
+    p.add_argument("--format", dest="fmt", default=None, metavar="FORMAT", help=FORMAT_HELP)
+    add_reader_options(p)
+
+
+def add_reader_options(p: argparse.ArgumentParser) -> None:
+    """The options of the readers that take them (train, predict, prepare)."""
     p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
     p.add_argument("--labels", default=None, help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
     p.add_argument("--split", default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 (train/val/test/none) or .npz of masks "
                         "(default: random 50/25/25)")
+    p.add_argument("--normalize-features", action="store_true",
+                   help="planetoid: divide each feature row by its sum, as PyG's NormalizeFeatures "
+                        "(default: as stored)")
     p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
     p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
 
 
 def read_options(args: argparse.Namespace) -> dict:
-    """The reader keywords of mtx/edge-list sources (``--features/--labels/--split``, and ``--num-nodes`` where
-    the command has it); refused for formats that carry their own vertex data."""
+    """The reader keywords: ``--features/--labels/--split`` (and ``--num-nodes`` where the command has it) of
+    mtx/edge-list sources, refused for formats that carry their own vertex data; ``--normalize-features`` of
+    planetoid sources."""
     names = ("features", "labels", "split", "num_nodes")
     options = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
     if options and args.fmt not in ("mtx", "edgelist"):
@@ -84,6 +130,10 @@ def read_options(args: argparse.Namespace) -> dict:
                          "other sources carry their vertex data")
     if "num_nodes" in options and args.fmt != "edgelist":
         raise GraphError("--num-nodes is for --format edgelist (a Matrix Market header gives n)")
+    if getattr(args, "normalize_features", False):
+        if args.fmt != "planetoid":
+            raise GraphError("--normalize-features is for --format planetoid")
+        options["normalize_features"] = True
     return options
 
 

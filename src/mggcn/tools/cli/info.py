@@ -6,7 +6,7 @@ import argparse
 
 HELP = "what a prepared dataset holds"
 DESCRIPTION = ("Sizes, degree statistics, split sizes and per-P nonzero balance of a directory written by "
-               "`mggcn prepare`.")
+               "`mggcn prepare`.\n\nexample:\n  mggcn info mygraph --verify")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -14,20 +14,24 @@ HELP = "per-rank memory and communication of a training run, before running it"
 DEFAULTS = TrainConfig()
 
 
-def description() -> str:
-    from mggcn.tools import plan
+DESCRIPTION = """Before training, how much memory each rank will hold (the adjacency blocks, features, weights, Adam's
+state, the broadcast buffers and every activation and gradient of an epoch) and how many bytes it receives per
+epoch, for a graph of the given sizes or a known dataset, at one or several P. With --memory, whether it fits.
 
-    return plan.__doc__
+examples:
+  mggcn plan --dataset products --nprocs 8 --memory 80G
+  mggcn plan --nodes 1000000 --edges 20000000 --features 128 --classes 40 --nprocs 1,2,4 --device cpu
+"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mggcn.tools import plan
 
     p.add_argument("--dataset", choices=sorted(plan.PRESETS), help="sizes of a known dataset (other options override)")
-    p.add_argument("--nodes", type=positive_int)
+    p.add_argument("--nodes", type=positive_int, help="vertices")
     p.add_argument("--edges", type=int, help="nonzeros of A: both directions of an undirected edge, no self loops")
-    p.add_argument("--features", type=positive_int)
-    p.add_argument("--classes", type=positive_int)
+    p.add_argument("--features", type=positive_int, help="input features per vertex")
+    p.add_argument("--classes", type=positive_int, help="classes (the width of the last layer)")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, help="hidden layer sizes (default 128)")
     p.add_argument("--nprocs", type=int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
     p.add_argument("--memory", type=parse_bytes, default=None, help="memory per device, e.g. 80G or 141G")
@@ -36,9 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "cut in column tiles (--tile-bytes)")
     p.add_argument("--tile-bytes", type=byte_size, default=None, help="with --device cpu: as for mggcn train")
     p.add_argument("--train", type=float, default=None, help="fraction of vertices in the training split")
-    p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order)
-    p.add_argument("--input-dropout", type=float, default=0.0)
-    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order, help="as for mggcn train")
+    p.add_argument("--input-dropout", type=float, default=0.0,
+                   help="as for mggcn train (above 0, Â·X is recomputed every epoch)")
+    p.add_argument("--dropout", type=float, default=0.0, help="as for mggcn train")
     p.add_argument("--directed", action="store_true",
                    help="Â differs from Âᵀ (a directed graph, or --norm mean): the blocks of Âᵀ are stored too")
 

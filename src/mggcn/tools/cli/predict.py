@@ -12,7 +12,9 @@ from mggcn.tools.cli.common import add_dataset_options, positive_int, read_optio
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
                "vertex ids, on one process or --nprocs workers. MODEL is a file written by `mggcn train "
-               "--save-model`; its sidecar MODEL.json gives the normalization and activation.")
+               "--save-model`; its sidecar MODEL.json gives the normalization and activation.\n\nexamples:\n"
+               "  mggcn predict model.pt mygraph --out predictions.csv --nprocs 2\n"
+               "  mggcn predict model.pt mygraph --out proba.npy --proba")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,18 +47,31 @@ def run(args: argparse.Namespace) -> int:
                      norm=args.norm, activation=args.activation, device=args.device, threads=args.threads,
                      timeout_s=args.timeout)
     if under_torchrun():
-        check_predict(job, int(os.environ["WORLD_SIZE"]))
+        num_nodes = check_predict(job, int(os.environ["WORLD_SIZE"])).num_nodes
         run_predict_job(job)
+        if int(os.environ.get("RANK", "0")) == 0:
+            _say_written(args, num_nodes)
         return 0
     nprocs = args.nprocs or 1
     dataset = check_predict(job, nprocs)
+    num_nodes = dataset.num_nodes
     if nprocs == 1:
         run_predict_job(job, dataset)
+        _say_written(args, num_nodes)
         return 0
     del dataset
     try:
         run_workers(run_predict_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
     except WorkerError as err:
+        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+            raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
+    _say_written(args, num_nodes)
     return 0
+
+
+def _say_written(args: argparse.Namespace, num_nodes: int) -> None:
+    what = ("the class probabilities" if args.proba else f"layer {args.embeddings}'s output" if args.embeddings
+            else "the predicted class")
+    print(f"mggcn: wrote {what} of each of {num_nodes} vertices to {args.out}", flush=True)

@@ -10,22 +10,25 @@ from mggcn.tools.cli.common import positive_int, read_options
 HELP = "write a dataset once, for any number of workers to read their share of"
 DESCRIPTION = """Write a dataset once as a prepared directory; `mggcn train DIR --nprocs P` then reads, on each rank,
 only that rank's rows. Edge lists and generated graphs stream through in chunks (out of core, bounded by
---memory-limit); the other formats are read whole first. Examples:
+--memory-limit); the other formats are read whole first.
 
-    mggcn prepare data/ogbn_products prod --format ogb
-    mggcn prepare data/flickr flickr --format saint
-    mggcn prepare data/reddit reddit --format dgl-reddit
-    mggcn prepare web.mtx web --format mtx --features x.npy --labels y.npy --split split.npy
-    mggcn prepare edges.csv.gz g --format edgelist --undirected --dedup --memory-limit 2G
-    mggcn prepare mggcn_reddit/ reddit --format mggcn-bin
-    mggcn prepare rmat:scale=20,edge_factor=16 rmat20
-    mggcn prepare synthetic:n=10000000 big
+examples:
+  mggcn prepare data/ogbn_products prod --format ogb
+  mggcn prepare data/flickr flickr --format saint
+  mggcn prepare data/reddit reddit --format dgl-reddit
+  mggcn prepare web.mtx web --format mtx --features x.npy --labels y.npy --split split.npy
+  mggcn prepare edges.csv.gz g --format edgelist --undirected --dedup --memory-limit 2G
+  mggcn prepare mggcn_reddit/ reddit --format mggcn-bin
+  mggcn prepare gcn/data/ind.cora cora --format planetoid --normalize-features
+  mggcn prepare rmat:scale=20,edge_factor=16 rmat20
+  mggcn prepare synthetic:n=10000000 big
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", help="a file or directory with --format, or synthetic:..., rmat:..., builtin:...")
-    p.add_argument("out_dir", help="the directory to create")
+    p.add_argument("source", metavar="SOURCE",
+                   help="a file or directory with --format, or synthetic:..., rmat:..., builtin:...")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the directory to create")
     p.add_argument("--format", dest="fmt", default=None, choices=FORMATS, help="layout of SOURCE when it is a path")
     p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
     p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
@@ -33,8 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels", default=None, help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
     p.add_argument("--split", default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 or .npz of train/val/test masks (default: random)")
+    p.add_argument("--normalize-features", action="store_true",
+                   help="planetoid: divide each feature row by its sum, as PyG's NormalizeFeatures "
+                        "(default: as stored)")
     p.add_argument("--num-nodes", type=positive_int, default=None,
-                   help="edgelist: vertex count (default: largest id + 1)")
+                   help="edgelist: vertex count (default: the rows of --features/--labels, else largest id + 1)")
     p.add_argument("--memory-limit", default=None,
                    help="memory for edge chunks and sorting, e.g. 512M or 2G (default 2G); vertex arrays come on top")
     p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")

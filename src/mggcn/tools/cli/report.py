@@ -7,7 +7,8 @@ import argparse
 HELP = "plot a run from its --metrics file"
 DESCRIPTION = ("PNG plots of a run: loss and accuracies per epoch (curves.png), the per-phase time of every epoch "
                "(phases.png), and the traced epoch's timeline per rank, broadcasts against multiplications "
-               "(timeline.png).")
+               "(timeline.png).\n\nexample:\n"
+               "  mggcn report run.jsonl --out plots          # after mggcn train --metrics run.jsonl")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -31,44 +31,45 @@ from mggcn.tools.cli.common import (
 )
 
 HELP = "train a GCN"
-DESCRIPTION = """The ``mggcn`` command.
+DESCRIPTION = """Train a GCN on the whole graph every epoch, its rows split across P worker processes (gloo on CPUs,
+one GPU each with NCCL). Prints one line per epoch, then the accuracies of the trained model.
 
-Launch, on one machine (P local workers, gloo on CPU or one GPU each with NCCL)::
+DATASET is a built-in graph (synthetic, rmat:..., builtin:karate, builtin:digits), a directory written by
+`mggcn prepare`, or a file or directory in another layout given with --format.
 
-    mggcn train                                   # built-in synthetic graph, one process
-    mggcn train synthetic:n=100000 --nprocs 4     # 4 local workers
-    mggcn train DATA --format ogb --device cuda --nprocs 8
-
-Under torchrun, one node or many (each process is a rank; ``--nprocs`` is not needed)::
-
-    torchrun --nproc-per-node 4 -m mggcn train DATA --format ogb --device cuda
-    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 --rdzv-backend c10d \\
-        --rdzv-endpoint HOST:29500 -m mggcn train DATA --format ogb --device cuda
+examples:
+  mggcn train                                          # the built-in synthetic graph, one process
+  mggcn train synthetic:n=100000 --nprocs 4            # 4 local worker processes
+  mggcn train mygraph --nprocs 2                       # a prepared directory
+  mggcn train gcn/data/ind.cora --format planetoid --normalize-features   # Cora, as the GCN paper
+  mggcn train DATA --format ogb --device cuda --nprocs 8
+  torchrun --nproc-per-node 4 -m mggcn train DATA --format ogb --device cuda    # one rank per process
 """
 
 DEFAULTS = TrainConfig()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", nargs="?", default=DEFAULT_DATASET,
-                   help="synthetic[:n=...,classes=...], rmat:..., builtin:karate|digits, or a path with --format "
-                        f"(default: {DEFAULT_DATASET})")
+    p.add_argument("dataset", nargs="?", default=None, metavar="DATASET",
+                   help="synthetic[:n=...,classes=...], rmat:..., builtin:karate|digits, a prepared directory, or a "
+                        f"path with --format (default: {DEFAULT_DATASET})")
     add_dataset_options(p)
-    p.add_argument("--nprocs", type=positive_int, default=None,
+    p.add_argument("--nprocs", type=positive_int, default=None, metavar="P",
                    help="local worker processes to start (default 1; not used under torchrun)")
     p.add_argument("--device", default="cpu", choices=DEVICES,
                    help="cpu (gloo) or cuda (one GPU per rank, NCCL); auto picks cuda when visible (default cpu)")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads per rank (default: cores / local ranks)")
-    p.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden,
+    p.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="epochs to train; with --resume, the total")
+    p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, metavar="SIZES",
                    help="hidden layer sizes, e.g. 128,128 for a 3-layer GCN (default 128)")
-    p.add_argument("--lr", type=float, default=DEFAULTS.lr)
-    p.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
+    p.add_argument("--lr", type=float, default=DEFAULTS.lr, help="Adam's learning rate")
+    p.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay, help="Adam's weight decay (L2)")
     p.add_argument("--dropout", type=float, default=DEFAULTS.dropout, help="dropout between layers")
     p.add_argument("--input-dropout", type=float, default=DEFAULTS.input_dropout,
                    help="dropout on the input features (0 lets Â·X be computed once)")
-    p.add_argument("--activation", choices=ACTIVATIONS, default=DEFAULTS.activation)
+    p.add_argument("--activation", choices=ACTIVATIONS, default=DEFAULTS.activation,
+                   help="after every layer but the last")
     p.add_argument("--norm", choices=NORMS, default=DEFAULTS.norm,
                    help="sym: D^-1/2 (A+I) D^-1/2 (PyG GCNConv); mean: D^-1 (A+I) (original MG-GCN)")
     p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order,
@@ -84,31 +85,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shm", choices=SHM_MODES, default=DEFAULTS.shm,
                    help="CPU ranks of one host broadcast through shared memory instead of gloo's loopback TCP "
                         "(auto: where every rank is on this host; on: or fail; off: gloo)")
-    p.add_argument("--tile-bytes", type=byte_size, default=DEFAULTS.tile_bytes,
+    p.add_argument("--tile-bytes", type=byte_size, default=DEFAULTS.tile_bytes, metavar="SIZE",
                    help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default "
                         f"{TILE_BYTES >> 20}M per machine, shared by its ranks; 0: no tiling)")
-    p.add_argument("--mmap-threshold", type=byte_size, default=MMAP_THRESHOLD,
+    p.add_argument("--mmap-threshold", type=byte_size, default=MMAP_THRESHOLD, metavar="SIZE",
                    help="host memory blocks above this size go back to the system when freed (glibc; default 1M; "
                         "0: glibc's own threshold, which keeps freed blocks of up to 32 MiB resident)")
-    p.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    p.add_argument("--timeout", type=float, default=60.0,
+    p.add_argument("--seed", type=int, default=DEFAULTS.seed,
+                   help="seeds the weights, the vertex permutation and the dropout masks")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
                         "it where loading the graph or one epoch takes longer)")
-    p.add_argument("--metrics", default=None, help="write one JSON object per epoch to this file")
+    p.add_argument("--metrics", default=None, metavar="FILE", help="write one JSON object per epoch to this file")
     p.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write the epoch records as TensorBoard scalars to DIR (needs tensorboard)")
-    p.add_argument("--save-model", default=None, help="write the weights as a PyG GCNConv-compatible state dict")
-    p.add_argument("--save-predictions", default=None,
+    p.add_argument("--save-model", default=None, metavar="FILE",
+                   help="write the weights as a PyG GCNConv-compatible state dict")
+    p.add_argument("--save-predictions", default=None, metavar="FILE",
                    help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
-    p.add_argument("--log-every", type=positive_int, default=1, help="print every K-th epoch (default 1)")
-    p.add_argument("--patience", type=int, default=DEFAULTS.patience,
+    p.add_argument("--log-every", type=positive_int, default=1, metavar="K", help="print every K-th epoch (default 1)")
+    p.add_argument("--patience", type=int, default=DEFAULTS.patience, metavar="K",
                    help="stop after K epochs without a better validation accuracy and keep the best weights "
                         "(default 0: off)")
-    p.add_argument("--trace-epoch", type=int, default=DEFAULTS.trace_epoch,
+    p.add_argument("--trace-epoch", type=int, default=DEFAULTS.trace_epoch, metavar="EPOCH",
                    help="record a per-rank timeline of this epoch in --metrics (default 2; 0: none)")
-    p.add_argument("--checkpoint-dir", default=None, help="write checkpoints here")
-    p.add_argument("--checkpoint-every", type=int, default=0,
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="write checkpoints here")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="checkpoint every K epochs (default 0: only when stopped by a signal)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest intact checkpoint in --checkpoint-dir (--epochs is the total)")
@@ -140,6 +143,11 @@ def _finish_train(args: argparse.Namespace, result) -> int:
 def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, run_workers
     from mggcn.training.job import TrainJob, check_job, run_train_job
+
+    if args.dataset is None:
+        if args.fmt is not None:
+            raise GraphError(f"--format {args.fmt} needs a dataset path: mggcn train PATH --format {args.fmt}")
+        args.dataset = DEFAULT_DATASET
 
     cfg = TrainConfig(hidden=args.hidden, epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay,
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
@@ -180,6 +188,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = run_workers(run_train_job, nprocs, (job,), grace_s=max(60.0, args.timeout))
     except WorkerError as err:
+        if err.detail.startswith("BrokenPipeError"):  # rank 0's reader went away (| head): stop quietly
+            raise BrokenPipeError from None
         print(f"mggcn: {err}", file=sys.stderr)
         return 1
     return _finish_train(args, results[0])
