@@ -292,6 +292,50 @@ def late_reporting_worker(bad_rank: int, delay_s: float):
     return ctx.rank
 
 
+def setup_memory_worker(source, fmt, cfg: TrainConfig, chunk: int | None = None):
+    """The peak RSS of this rank while it builds its shard from ``source`` (read inside, as ``mggcn train`` does)
+    and while it trains, both above the RSS before the dataset is opened, and the bytes of its largest block.
+    The whole sequence runs twice and the second is reported: the first pays the one-time costs of the runtime
+    (modules imported and libraries paged in on first use), which belong to neither peak. ``chunk``: the edges,
+    nonzeros and rows the setup's passes take at a time (scaled down with the graph, so that one chunk in flight
+    is smaller than one block, as it is on the graphs the defaults are sized for)."""
+    import gc
+
+    import mggcn.distributed.sharding as sharding
+    import mggcn.nn.norm as norm
+
+    if chunk is not None:
+        sharding.SHARD_CHUNK_EDGES = norm._CHUNK = chunk
+        sharding.ROWS_PER_READ = max(1, chunk // 64)
+
+    from mggcn.data.datasets import open_dataset
+    from mggcn.tools.bench import _release_memory, current_rss, peak_rss, reset_peak_rss
+    from mggcn.training.trainer import shard_for
+
+    ctx = init_distributed("cpu", timeout_s=120)
+    for _ in range(2):
+        gc.collect()
+        _release_memory()
+        base = current_rss()
+        if not reset_peak_rss():
+            return None
+        dataset = open_dataset(source, fmt)
+        shard = shard_for(cfg, dataset, ctx)
+        release = getattr(dataset, "release", None)
+        if release is not None:
+            release()
+        del dataset
+        gc.collect()
+        setup = peak_rss() - base
+        _release_memory()
+        reset_peak_rss()
+        block = max(b.nbytes for b in shard.adj + shard.adj_t)
+        result = train_shard(ctx, shard, cfg)
+        train = peak_rss() - base
+        del shard, result
+    return {"setup": setup, "train": train, "block": block}
+
+
 def final_accuracy_worker(graph, cfg: TrainConfig):
     """Train; return the run's final accuracies and weights."""
     ctx = init_distributed("cpu", timeout_s=60)

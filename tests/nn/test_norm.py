@@ -38,3 +38,25 @@ def test_sym_by_hand():
 def test_unknown_norm_is_refused():
     with pytest.raises(ValueError, match="norm must be one of sym, mean"):
         normalize(adjacency(_edges(), 5), "both")
+
+
+@pytest.mark.parametrize("norm", ["sym", "mean", "in-mean", "sum"])
+@pytest.mark.parametrize("directed", [True, False])
+def test_normalized_adjacency_is_normalize_of_adjacency_bit_for_bit(norm, directed, monkeypatch):
+    """Self loops in the input, parallel edges, isolated vertices; chunks of 100 edges so that every pass runs
+    several chunks and the last one is partial."""
+    import mggcn.nn.norm as norm_module
+
+    monkeypatch.setattr(norm_module, "_CHUNK", 100)
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, 150, 1000), rng.integers(0, 150, 1000)
+    if not directed:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    loops = np.arange(20)
+    edge_index = np.stack([np.concatenate([src, loops, src[:30]]), np.concatenate([dst, loops, dst[:30]])])
+    n = 160  # the last ten vertices have no edge
+    want = normalize(adjacency(edge_index, n), norm)
+    got = norm_module.normalized_adjacency(edge_index, n, norm)
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data.view(np.int32), want.data.view(np.int32))  # the same float32 bits

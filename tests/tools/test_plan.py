@@ -29,7 +29,7 @@ def test_formula_by_hand():
     assert plan.parts == {
         "adjacency A": 2 * 6 * 4 + 7 * (4 + 4),  # 2 blocks of 6 int32 row pointers; 7 int32 columns + float32 values
         "adjacency A^T": 2 * 6 * 4 + 9 * (4 + 4),
-        "features X": 5 * 4 * 4,
+        "features X": 0,  # released once Â·X is computed: it counts in the activations' peak, before the epoch
         "A.X (cached)": 5 * 4 * 4,
         "labels, splits": 5 * (8 + 3) + 8 * 5,  # int64 y, 3 bool masks, int64 rows of the splits (all rows)
         "optimizer": 5 * 4 * (4 * 3 + 3 + 3 * 2 + 2),  # weights, grads, 2 Adam moments, flat all-reduce buffer
@@ -39,7 +39,9 @@ def test_formula_by_hand():
         # (float32) and argmax (int64); at the peak (the loss) also two float32 vectors of row sums
         "activations": 4 * 5 * (3 + 2 + 2 + 3 + 2) + 5 * (4 + 8) + 2 * 4 * 5,
     }
-    assert plan.total == 104 + 120 + 80 + 80 + 95 + 460 + 80 + 340
+    assert plan.total == 104 + 120 + 80 + 95 + 460 + 80 + 340
+    # before the epoch: X and the two temporaries of Â·X's broadcasts, [5, 8] each, instead of the activations
+    assert plan_memory(10, 20, 8, 2, (4,), nprocs=2, train=0.0, rank_nnz=7).parts["activations"] == 3 * 5 * 8 * 4
     assert plan.comm_spmm == 2 * (1 * 5 * 2 * 4)  # two SpMMs of width 2: P - 1 blocks of [5, 2] received
     assert plan.comm_once == 1 * 5 * 4 * 4
     assert plan.fits(plan.total) and not plan.fits(plan.total - 1)
@@ -66,7 +68,10 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
         assert plan.rows == m
         assert plan.parts["adjacency A"] == nbytes(shard.adj)
         assert plan.parts["adjacency A^T"] == nbytes(shard.adj_t)
-        assert plan.parts["features X"] == shard.x.nbytes
+        assert plan.parts["features X"] == 0  # 12 features <= 2 · 16: Â·X is cached and X released
+        assert plan.parts["activations"] >= shard.x.nbytes
+        assert plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, input_dropout=0.5,
+                           rank_nnz=shard.nnz).parts["features X"] == shard.x.nbytes
         assert plan.parts["labels, splits"] == (shard.y.nbytes + sum(k.nbytes for k in shard.masks.values())
                                                 + 8 * _split_rows(shard))
 

@@ -118,6 +118,8 @@ class InMemoryDataset:
 
     def _built(self) -> tuple[dict[str, np.ndarray], bool]:
         if self._arrays is None:
+            if self.graph is None:
+                raise RuntimeError(f"{self.name}: released (InMemoryDataset.release); open the dataset again")
             self._arrays = graph_arrays(self.graph)
         return self._arrays
 
@@ -128,6 +130,14 @@ class InMemoryDataset:
     @property
     def symmetric(self) -> bool:
         return self._built()[1]
+
+    def release(self) -> None:
+        """Drop the graph and its arrays once this process has cut its shard: a rank keeps only its shard.
+
+        The sizes stay; reading the arrays raises afterwards. (A :class:`Graph` the caller holds stays alive through
+        the caller's reference, not this one.)
+        """
+        self.graph, self._arrays = None, None
 
     def source(self, array: str) -> str:
         return f"{self.name} ({array})"

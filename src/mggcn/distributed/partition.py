@@ -30,7 +30,7 @@ import torch
 
 from mggcn.config import ORDERINGS
 from mggcn.data.graph import ConfigError
-from mggcn.distributed.tiled import TiledCSR, csr_to_torch
+from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
 
 __all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks"]
 
@@ -101,9 +101,25 @@ def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]
     return out
 
 
-def to_blocks(block: sp.csr_matrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
-    """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole)."""
-    return [TiledCSR.from_scipy(b, tile_cols) for b in split_row_block(block, num_parts)]
+def to_blocks(block: sp.spmatrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
+    """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole).
+
+    Tile by tile: each tile is sliced out of ``block`` (its duplicates summed and its rows sorted in place first),
+    so that besides ``block`` only the tiles already cut are held, never a second copy of a block.
+    """
+    m = block.shape[1] // num_parts
+    if block.format != "csr":
+        block = block.tocsr()
+    block.sum_duplicates()  # in place: sorted columns within each row, duplicates added up
+    out = []
+    for j in range(num_parts):
+        if num_tiles(m, tile_cols) == 1:
+            out.append(TiledCSR([csr_to_torch(block[:, j * m: (j + 1) * m])], [0], m))
+            continue
+        starts = list(range(0, m, tile_cols))
+        out.append(TiledCSR([csr_to_torch(block[:, j * m + s: j * m + min(s + tile_cols, m)]) for s in starts],
+                            starts, m))
+    return out
 
 
 @dataclass
@@ -119,7 +135,7 @@ class Shard:
     partition: Partition
     adj: list[TiledCSR]
     adj_t: list[TiledCSR]
-    x: torch.Tensor
+    x: torch.Tensor | None  # None once training replaced it by Â·X (mggcn.training.trainer.train_shard)
     y: torch.Tensor
     masks: dict[str, torch.Tensor]
     num_classes: int
@@ -129,7 +145,8 @@ class Shard:
         shared = all(a is t for a, t in zip(self.adj, self.adj_t))
         self.adj = [b.to(device) for b in self.adj]
         self.adj_t = self.adj if shared else [b.to(device) for b in self.adj_t]
-        self.x, self.y = self.x.to(device), self.y.to(device)
+        self.x = None if self.x is None else self.x.to(device)
+        self.y = self.y.to(device)
         self.masks = {k: v.to(device) for k, v in self.masks.items()}
         return self
 

@@ -18,6 +18,7 @@ Legend: n = vertices, m = rows of a rank, P = ranks.
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,17 @@ from mggcn.nn.norm import adds_self_loops, entry_values
 __all__ = ["SHARD_CHUNK_EDGES", "build_shard", "partition_dataset"]
 
 SHARD_CHUNK_EDGES = 1 << 20  # edges a rank reads at a time while building its shard
+ROWS_PER_READ = 1 << 14  # vertex rows copied out of a mapped array between two _drop_pages
+
+
+def _drop_pages(arr: Any) -> None:
+    """Take the pages of a memory-mapped array read so far out of this process's resident set (they stay in the
+    page cache, and a later read maps them again): a rank's RSS then holds what it copied out of the files, not the
+    files. A no-op for arrays that are not mapped, and where ``madvise`` is missing."""
+    while arr is not None and not isinstance(getattr(arr, "_mmap", None), mmap.mmap):
+        arr = getattr(arr, "base", None)
+    if arr is not None and hasattr(mmap, "MADV_DONTNEED"):
+        arr._mmap.madvise(mmap.MADV_DONTNEED)
 
 
 def partition_dataset(dataset: Dataset | Graph, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
@@ -144,6 +156,7 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
         done = int(ends[begin - 1]) if begin else 0
         end = max(begin + 1, int(np.searchsorted(ends, done + SHARD_CHUNK_EDGES, side="right")))
         nbr = _gather(indices, starts[begin:end], counts[begin:end])
+        _drop_pages(indices)
         reads["edges"] += nbr.size
         reads["bytes"] += nbr.nbytes
         if nbr.size and (int(nbr.min()) < 0 or int(nbr.max()) >= n_nodes):
@@ -238,9 +251,11 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
     y = np.full(m, -1, dtype=np.int64)
     codes = np.full(m, -1, dtype=np.int8)
     for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
-        rows = np.asarray(arrays[name][ids])
-        out[local] = rows
-        counted["bytes"] += rows.nbytes
+        for start in range(0, ids.size, ROWS_PER_READ):  # copied a chunk at a time, the pages read dropped
+            rows = np.asarray(arrays[name][ids[start: start + ROWS_PER_READ]])
+            out[local[start: start + ROWS_PER_READ]] = rows
+            counted["bytes"] += rows.nbytes
+            _drop_pages(arrays[name])
     stored = degree[local] if adds_self_loops(norm) else np.asarray(arrays["degree"][ids])
     _check_rows(dataset, ids, stored, x[local], y[local], codes[local])
     if dataset.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice

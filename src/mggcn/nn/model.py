@@ -280,6 +280,12 @@ class LayerStack(nn.Module):
         """Whether ``Â·X`` may be computed once and passed to :meth:`forward`."""
         return self.input_dropout == 0.0
 
+    @property
+    def reads_input_with_aggregation(self) -> bool:
+        """Whether :meth:`forward` still reads ``x`` when given ``Â·x`` (GraphSAGE's root term, GIN's ``(1+ε)·x``):
+        if not (the GCN), the trainer releases ``x`` once ``Â·x`` is cached."""
+        return self.kind != "gcn"
+
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False) -> torch.Tensor:
         """Logits [m, classes] for the rows ``x`` [m, d_0]; ``x_aggregated`` is a precomputed ``Â·x``.

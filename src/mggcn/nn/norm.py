@@ -28,7 +28,8 @@ import scipy.sparse as sp
 from mggcn.config import NORMS, OPERATORS, operator_for
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["NORMS", "OPERATORS", "adds_self_loops", "adjacency", "entry_values", "normalize", "operator_for"]
+__all__ = ["NORMS", "OPERATORS", "adds_self_loops", "adjacency", "entry_values", "normalize",
+           "normalized_adjacency", "operator_for"]
 
 
 def adds_self_loops(operator: str) -> bool:
@@ -71,6 +72,62 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
     rows = np.repeat(np.arange(n), np.diff(adj.indptr))
     values = entry_values(adj.data, deg[rows], deg[adj.indices] if norm == "sym" else None, norm)
     return sp.csr_matrix((values, adj.indices, adj.indptr), shape=adj.shape)
+
+
+_CHUNK = 1 << 20  # edges or nonzeros per step of normalized_adjacency: its temporaries stay a few MiB
+
+
+def normalized_adjacency(edge_index: np.ndarray, num_nodes: int, norm: str = "sym") -> sp.csr_matrix:
+    """``normalize(adjacency(edge_index, num_nodes), norm)``, the same float32 bits, in bounded extra memory.
+
+    The edges (for the GCN's operators: other than self loops, plus one unit self loop per vertex) go into one
+    int32 (row, column) list, a chunk of edges at a time, which becomes Â's CSR (duplicates added up); the values
+    are then normalized in place, a chunk of nonzeros at a time. Besides ``edge_index`` and the result, it holds
+    that list and float32 ones (12 bytes per nonzero) while the CSR is built, never ``E``-sized int64 or float64
+    temporaries.
+
+    Args:
+        edge_index: ``int [2, E]``, row 0 source, row 1 target.
+        num_nodes: ``n``.
+        norm: the operator, one of :data:`OPERATORS`.
+
+    Shapes: ``[2, E]`` -> ``[n, n]`` CSR (rows are targets), sorted columns.
+    """
+    _check(norm)
+    loops = adds_self_loops(norm)
+    n = num_nodes
+    src, dst = edge_index
+    keep = (src != dst) if loops else None
+    total = (int(keep.sum()) + n) if loops else int(src.shape[0])
+    idx = np.int32 if total < 2**31 and n < 2**31 else np.int64
+    rows, cols = np.empty(total, dtype=idx), np.empty(total, dtype=idx)
+    at = 0
+    for start in range(0, src.shape[0], _CHUNK):
+        s_chunk, d_chunk = src[start: start + _CHUNK], dst[start: start + _CHUNK]
+        if keep is not None:
+            k = keep[start: start + _CHUNK]
+            s_chunk, d_chunk = s_chunk[k], d_chunk[k]
+        count = int(s_chunk.shape[0])
+        rows[at: at + count] = d_chunk
+        cols[at: at + count] = s_chunk
+        at += count
+    del keep
+    if loops:
+        rows[at:] = cols[at:] = np.arange(n, dtype=idx)
+    adj = sp.coo_matrix((np.ones(total, dtype=np.float32), (rows, cols)), shape=(n, n)).tocsr()
+    del rows, cols
+    adj.sum_duplicates()
+    adj.sort_indices()
+    if norm == "sum":
+        return adj
+    deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # as normalize computes it
+    for start in range(0, adj.nnz, _CHUNK):
+        end = min(start + _CHUNK, adj.nnz)
+        row = np.searchsorted(adj.indptr, np.arange(start, end), side="right") - 1
+        cols_here = adj.indices[start:end]
+        adj.data[start:end] = entry_values(adj.data[start:end], deg[row],
+                                           deg[cols_here] if norm == "sym" else None, norm)
+    return adj
 
 
 def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarray | None,

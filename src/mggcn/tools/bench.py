@@ -25,8 +25,16 @@ Memory: a process's peak RSS is its ``VmHWM`` (``/proc/self/status``; ``ru_maxrs
 on Linux a spawned process's ``ru_maxrss`` starts at its launcher's peak, which ``VmHWM`` does not). Each process
 records its RSS before it loads the graph (the Python and PyTorch runtime: ``base``), builds what it trains on,
 frees the rest, then resets the peak (``/proc/self/clear_refs``) so that ``peak`` is the peak while training;
-``net = peak − base`` is what :func:`mggcn.tools.plan.plan_memory` predicts. The peak while loading (``setup_peak``) is
-in the JSON. On CUDA the peak is ``torch.cuda.max_memory_allocated``.
+``net = peak − base`` is what :func:`mggcn.tools.plan.plan_memory` predicts. ``whole`` is the peak of the whole
+process, setup included (the larger of the peak before the reset, ``setup_peak``, and the training peak), as a
+user of ``mggcn train`` sees it; beside it, a process that only imports torch and mggcn is measured in the same run
+(the interpreter's baseline), and ``w/(p+b)`` = whole / (plan + that baseline). On CUDA the peak is
+``torch.cuda.max_memory_allocated``.
+
+``--saint-graph`` (issue 17's check): the benchmark writes its graph as a GraphSAINT directory (100k vertices, 5.0M
+nonzeros, 128 features, 40 classes by default), prepares it once (``mggcn prepare``), and trains mggcn at
+P = 1, 2, 4 with each rank reading its share of the prepared directory, plus P = 1 reading the SAINT files whole as
+``mggcn train DIR --format saint`` does; PyG reads the SAINT files.
 
 PyG's baseline is its fastest setup measured here: Â normalized once by PyG's ``gcn_norm`` (what ``cached=True``
 does) into a ``torch.sparse_csr`` tensor with int32 indices (``--pyg-adj csr``); ``csr64`` keeps int64 indices,
@@ -46,6 +54,7 @@ crawled and real datasets often come with locality in their ids; ``--ids random`
 
     mggcn bench                                  # the default graph: 200k vertices, 20M nonzeros, ~5 minutes
     mggcn bench --small --out bench.json         # seconds
+    mggcn bench --saint-graph                    # whole-process memory: a GraphSAINT graph, P = 1, 2, 4 and PyG
     mggcn bench --nprocs 1,2,4 --partition random-local
     mggcn bench --nprocs 2 --no-pyg --repeats 5           # overlap on/off in 5 interleaved rounds
     mggcn bench --nprocs 2 --no-pyg --compare-shm         # shared memory against gloo's broadcast
@@ -73,6 +82,7 @@ from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.graph import SPLITS, Graph, GraphError
 from mggcn.distributed.context import available_cores, init_distributed
 from mggcn.distributed.launch import WorkerError, run_workers
+from mggcn.nn.adam import Adam
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.training.trainer import build_model, shard_for, train_shard
@@ -114,6 +124,7 @@ class BenchOptions:
     compare_tiles: tuple[int, ...] = ()  # more --tile-bytes values, each run at P = 1 for every partition
     shm: str = "auto"  # mggcn's --shm for every mggcn configuration
     compare_shm: bool = False  # also run P > 1 through gloo's broadcast (overlap on and off), in the same rounds
+    saint_graph: bool = False  # the graph as a GraphSAINT directory, prepared once; see the module docstring
     probe_gemm: int = 4096  # the machine's rates: a probe_gemm² matmul and a probe_copy-byte copy (x2, x4 on CUDA)
     probe_copy: int = 512 << 20
 
@@ -124,6 +135,10 @@ class BenchOptions:
 
 SMALL = BenchOptions(nodes=3000, degree=10.0, features=32, classes=4, hidden=(16,), epochs=3, warmup=1,
                      probe_gemm=1024, probe_copy=64 << 20)
+# --saint-graph: issue 17's graph (100k vertices, 5.0M nonzeros of A, 128 features, 40 classes) in GraphSAINT's
+# layout, at P = 1, 2, 4 against PyG; few epochs (the whole-process peak is reached in the first)
+SAINT = BenchOptions(nodes=100_000, degree=50.0, epochs=3, warmup=1, nprocs=(1, 2, 4), partitions=("random",),
+                     saint_graph=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -174,9 +189,10 @@ def _release_memory() -> None:
         pass
 
 
-def _warm_runtime(device: torch.device) -> None:
+def _warm_runtime(device: torch.device, torch_adam: bool = False) -> None:
     """Run each kind of kernel once on a toy problem, so that the runtime's one-time costs (libraries paged in on
-    first use; the first optimizer step alone imports ~70 MB of PyTorch) count in the base, not in the peak."""
+    first use) count in the base, not in the peak. The optimizer is the one the configuration trains with:
+    mggcn's :class:`~mggcn.nn.adam.Adam`, or ``torch.optim.Adam`` (PyG; its first use imports ~70 MB of PyTorch)."""
     import torch.nn.functional as F
 
     dense = torch.rand(8, 8, device=device)
@@ -185,27 +201,29 @@ def _warm_runtime(device: torch.device) -> None:
     weight = torch.randn(8, 4, device=device, requires_grad=True)
     loss = F.cross_entropy(torch.sparse.mm(adj, dense) @ weight, torch.zeros(8, dtype=torch.long, device=device))
     loss.backward()
-    torch.optim.Adam([weight]).step()
+    (torch.optim.Adam if torch_adam else Adam)([weight]).step()
 
 
 class _MemoryProbe:
     """base (before the graph) -> setup (graph loaded, structures built, rest freed) -> training peak."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, torch_adam: bool = False) -> None:
         self.device = device
-        _warm_runtime(device)
+        _warm_runtime(device, torch_adam)
         _release_memory()
         self.record = {"base": current_rss()}
 
     def ready(self) -> None:
+        self.record["setup_peak"] = peak_rss()  # the process's peak so far: runtime and setup
         _release_memory()
-        self.record.update(ready=current_rss(), setup_peak=peak_rss(), peak_reset=reset_peak_rss())
+        self.record.update(ready=current_rss(), peak_reset=reset_peak_rss())
         if self.device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def done(self) -> dict:
         self.record.update(peak=peak_rss(), ru_maxrss=_ru_maxrss())
+        self.record["whole"] = max(self.record["setup_peak"], self.record["peak"])  # the process's peak, all of it
         if self.device.type == "cuda":
             self.record["cuda_peak"] = torch.cuda.max_memory_allocated(self.device)
         return self.record
@@ -243,6 +261,25 @@ def _load_graph(path: str) -> Graph:
                      int(f["num_classes"]), name=os.path.basename(path))
 
 
+def _read_graph(path: str, opts: BenchOptions) -> Graph:
+    """The graph every configuration trains on, read as ``mggcn train`` reads it."""
+    if opts.saint_graph:
+        from mggcn.data.datasets import load_graph
+
+        return load_graph(path, "saint")
+    return _load_graph(path)
+
+
+def _open_dataset(path: str, opts: BenchOptions):
+    """The dataset a configuration trains on: a directory of `mggcn prepare` (each rank reads its share), or the
+    graph read whole (:func:`_read_graph`)."""
+    from mggcn.data.prepared.reader import PreparedDataset, is_prepared
+
+    if os.path.isdir(path) and is_prepared(path):
+        return PreparedDataset(path)
+    return InMemoryDataset(_read_graph(path, opts))
+
+
 def _graph_info(graph: Graph) -> dict:
     self_loops = int((graph.edge_index[0] == graph.edge_index[1]).sum())
     return {"nodes": graph.num_nodes, "edges": graph.num_edges, "features": graph.num_features,
@@ -252,8 +289,35 @@ def _graph_info(graph: Graph) -> dict:
 
 def generate_worker(opts: BenchOptions, path: str) -> dict:
     graph = bench_graph(opts)
-    _save_graph(graph, path)
+    if opts.saint_graph:
+        from mggcn.data.formats.saint import write_saint
+
+        write_saint(graph, path)
+    else:
+        _save_graph(graph, path)
     return _graph_info(graph)
+
+
+def prepare_worker(source: str, out: str) -> dict:
+    """``mggcn prepare SOURCE OUT --format saint``; its peak RSS."""
+    from mggcn.data.prepared.writer import prepare
+
+    prepare(source, out, fmt="saint", progress=False)
+    return {"peak": peak_rss()}
+
+
+def baseline_worker(device: str) -> dict:
+    """The interpreter's own memory: RSS of a process that imported torch and mggcn (``import``), and after it ran
+    each kind of kernel and mggcn's optimizer step once on a toy problem (``warm``: the code PyTorch loads on first
+    use)."""
+    import mggcn.training.job  # noqa: F401  (what `mggcn train` imports)
+
+    _release_memory()
+    record = {"import": current_rss(), "import_anon": _status_bytes("RssAnon")}
+    _warm_runtime(torch.device(device))
+    _release_memory()
+    record.update(warm=current_rss(), warm_anon=_status_bytes("RssAnon"))
+    return record
 
 
 def machine_worker(opts: BenchOptions, threads: int) -> Machine:
@@ -302,8 +366,10 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     probe = _MemoryProbe(ctx.device)
     start = time.perf_counter()
     cfg = _train_config(**config)
-    dataset = InMemoryDataset(_load_graph(path))  # as `mggcn train` cuts its shards
+    dataset = _open_dataset(path, opts)  # as `mggcn train` cuts its shards
     shard = shard_for(cfg, dataset, ctx)
+    if hasattr(dataset, "release"):
+        dataset.release()
     del dataset
     held = _shard_bytes(shard)
     probe.ready()
@@ -314,13 +380,14 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     if outboxes is not None:  # the other ranks' outboxes this rank read: in its RSS, but held by their owners
         memory["peer_shm"] = outboxes.peer_resident_bytes() or 0
         memory["peak"] -= memory["peer_shm"]
+        memory["whole"] = max(memory["setup_peak"], memory["peak"])
     machine = _measure_after(ctx, machine_threads, opts)
     workspace = getattr(result.model, "workspace", None)
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
             "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(b.nnz for b in shard.adj_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
             "tile_cols": shard.tile_cols, "shm": outboxes is not None,
-            "rows": int(shard.x.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
+            "rows": int(shard.y.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads(), "machine": machine}
 
 
@@ -342,10 +409,10 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int) -> dict:
 
     ctx = init_distributed(opts.device, opts.timeout_s, threads, _threshold(opts, None))
     dev = ctx.device
-    probe = _MemoryProbe(dev)
+    probe = _MemoryProbe(dev, torch_adam=True)
     start = time.perf_counter()
     cfg = _train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model)
-    graph = _load_graph(path)
+    graph = _read_graph(path, opts)
     x, y = torch.from_numpy(graph.x).to(dev), torch.from_numpy(graph.y).to(dev)
     rows = {s: torch.from_numpy(graph.masks[s]).nonzero().squeeze(1).to(dev) for s in SPLITS}
     if opts.model == "gcn":
@@ -448,6 +515,7 @@ class _Run:
     partition: str = ""
     tile_bytes: int | None = None
     shm: str = "auto"
+    files: bool = False  # --saint-graph: read the SAINT files whole, not the prepared directory
     results: list = field(default_factory=list)  # the ranks' results of the first round
     round_s: list = field(default_factory=list)  # the median epoch of each round
     histories: list = field(default_factory=list)  # rank 0's history of each round
@@ -465,6 +533,10 @@ def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
                       opts.tile_bytes, "off") for p in opts.nprocs if p > 1 for on in (True, False)]
     runs += [_Run(f"mggcn P=1 {o} {_tiles_label(t)}", "mggcn", 1, True, o, t)
              for t in opts.compare_tiles for o in opts.partitions]
+    if opts.saint_graph:  # P ranks read their shares of the prepared directory; P = 1 also the SAINT files whole
+        runs = [r for r in runs if r.overlap]
+        runs.insert(1, _Run(f"mggcn P=1 {main}, SAINT files", "mggcn", 1, True, main, opts.tile_bytes, opts.shm,
+                            files=True))
     if opts.device == "cuda":
         runs = [r for r in runs if r.nprocs <= gpus]
     if opts.pyg:
@@ -507,15 +579,22 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)
+            base = graph.get("baseline")
+            if base and not cuda:  # the whole process against the plan plus the interpreter, measured in this run
+                entry.update(whole_over_plan_base=mem["whole"] / (plan.total + base["import"]),
+                             whole_net_over_plan=(mem["whole"] - base["warm"]) / plan.total)
         ranks.append(entry)
     row["memory"] = ranks
     nnz = graph["nnz"] if opts.model == "gcn" else graph["nnz"] - graph["nodes"]  # GraphSAGE and GIN: no self loops
     row["peak"] = max(e["cuda_peak"] if cuda else e["peak"] for e in ranks)
     row["net"] = max(e["cuda_peak"] if cuda else e["net"] for e in ranks)
+    row["whole"] = None if cuda else max(e["whole"] for e in ranks)
     if run.kind == "mggcn":
         row["predicted"] = max(e["predicted"] for e in ranks)
         row["measured_over_predicted"] = max(e["measured_over_predicted"] for e in ranks)
         row["raw_over_predicted"] = max(e["raw_over_predicted"] for e in ranks)
+        for key in ("whole_over_plan_base", "whole_net_over_plan"):
+            row[key] = max((e[key] for e in ranks if key in e), default=None)
         work = mggcn_work(graph["nodes"], nnz, opts.dims, run.nprocs, model=opts.model)
     else:
         work = pyg_work(graph["nodes"], nnz, opts.dims, model=opts.model)
@@ -563,15 +642,26 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, sav
     """Every step of the bench, into ``report``; ``save()`` after each."""
     rows, failed = report["rows"], report["failed"]
     with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
-        path = opts.graph_cache or os.path.join(tmp, "graph.npz")
+        path = opts.graph_cache or os.path.join(tmp, "saint" if opts.saint_graph else "graph.npz")
         start = time.perf_counter()
         if opts.graph_cache and os.path.exists(path):
-            graph = run_workers(_info_worker, 1, (path,), timeout_s=opts.timeout_s)[0]
+            graph = run_workers(_info_worker, 1, (path, opts), timeout_s=opts.timeout_s)[0]
         else:
             graph = run_workers(generate_worker, 1, (opts, path), timeout_s=opts.timeout_s)[0]
         report["graph"] = graph
         log(f"graph: {graph['nodes']:,} vertices, {graph['nnz']:,} nonzeros of Â, {graph['features']} features, "
             f"{graph['classes']} classes ({time.perf_counter() - start:.0f} s)")
+        baseline = run_workers(baseline_worker, 1, (opts.device,), timeout_s=opts.timeout_s)[0]
+        graph["baseline"] = baseline
+        log(f"interpreter baseline: {baseline['import'] / 2**20:.0f} MiB after importing torch and mggcn, "
+            f"{baseline['warm'] / 2**20:.0f} MiB once its kernels and optimizer ran")
+        prepared = None
+        if opts.saint_graph:
+            prepared = os.path.join(tmp, "prepared")
+            start = time.perf_counter()
+            graph["prepare"] = run_workers(prepare_worker, 1, (path, prepared), timeout_s=opts.timeout_s)[0]
+            log(f"prepared for any P ({time.perf_counter() - start:.0f} s, peak "
+                f"{graph['prepare']['peak'] / 2**20:.0f} MiB)")
         save()
         try:
             machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
@@ -592,7 +682,8 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, sav
                     continue
                 start = time.perf_counter()
                 try:
-                    results = _run_one(run, opts, path, threads)
+                    source = prepared if prepared and run.kind == "mggcn" and not run.files else path
+                    results = _run_one(run, opts, source, threads)
                 except WorkerError as err:  # e.g. out of memory: that is a result too
                     failed.append({"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "round": number,
                                    "error": str(err)})
@@ -656,8 +747,8 @@ def broadcast_worker(timeout_s: float, nbytes: int = 16 << 20, repeats: int = 20
     return {"bytes": nbytes, "seconds": seconds / repeats, "bytes_per_s": nbytes * repeats / seconds, "busy": busy}
 
 
-def _info_worker(path: str) -> dict:
-    return _graph_info(_load_graph(path))
+def _info_worker(path: str, opts: BenchOptions) -> dict:
+    return _graph_info(_read_graph(path, opts))
 
 
 def _add_ratios(report: dict) -> None:
@@ -667,6 +758,7 @@ def _add_ratios(report: dict) -> None:
         r["time_vs_pyg"] = r["epoch_s"] / pyg["epoch_s"] if pyg else None
         r["peak_vs_pyg"] = r["peak"] / pyg["peak"] if pyg else None
         r["net_vs_pyg"] = r["net"] / pyg["net"] if pyg else None
+        r["whole_vs_pyg"] = r["whole"] / pyg["whole"] if pyg and r["whole"] and pyg["whole"] else None
 
     def key(r: dict) -> str:  # P, and the broadcast's transport where gloo's is compared with shared memory
         return f"{r['nprocs']} {'shm' if r['shm'] else 'gloo'}" if report["options"].get("compare_shm") else \
@@ -717,7 +809,7 @@ def format_table(report: dict) -> str:
     mib = 2**20
     head = (f"{'configuration':<34}{'epoch s':>8}{'xPyG':>6}{'floor s':>8}{'xfloor':>7}{'spmm':>7}{'wait':>7}"
             f"{'gemm':>7}{'allred':>7}{'loss':>6}{'opt':>6}{'other':>7}{'test':>6}{'peak MB':>9}{'net MB':>8}"
-            f"{'xPyG':>6}{'plan MB':>9}{'net/plan':>9}")
+            f"{'xPyG':>6}{'plan MB':>9}{'net/plan':>9}{'whole MB':>9}{'xPyG':>6}{'w/(p+b)':>8}")
     lines = [head, "-" * len(head)]
     for r in report["rows"]:
         p = r["phases"]
@@ -730,7 +822,9 @@ def format_table(report: dict) -> str:
             + "".join(_fmt(v, w) for v, w in zip(phases, ("7.3f",) * 4 + ("6.3f",) * 2 + ("7.3f",)))
             + f"{_fmt(r['test_acc'], '6.3f')}{_fmt(r['peak'] / mib, '9.0f')}{_fmt(r['net'] / mib, '8.0f')}"
             f"{_fmt(r['net_vs_pyg'], '6.2f')}{_fmt(r.get('predicted', 0) / mib or None, '9.0f')}"
-            f"{_fmt(r.get('measured_over_predicted'), '9.2f')}")
+            f"{_fmt(r.get('measured_over_predicted'), '9.2f')}"
+            f"{_fmt(r['whole'] / mib if r.get('whole') else None, '9.0f')}{_fmt(r.get('whole_vs_pyg'), '6.2f')}"
+            f"{_fmt(r.get('whole_over_plan_base'), '8.2f')}")
     if not report["rows"]:
         lines.append("(no configuration finished)")
     g, m = report.get("graph"), report.get("machine")
@@ -741,7 +835,15 @@ def format_table(report: dict) -> str:
     lines.append("epoch s: median after the warm-up (max over ranks), the median round; phases: medians; floor: SpMM "
                  "bytes (a row per nonzero) / bandwidth + GEMM flops / rate, with the rates measured right after the "
                  "configuration's epochs; peak: training-phase peak RSS (max over ranks); net = peak - RSS before "
-                 "loading; plan: mggcn.tools.plan per rank; net/plan: max over ranks")
+                 "loading; plan: mggcn.tools.plan per rank; net/plan: max over ranks; whole: the peak RSS of the whole "
+                 "process, setup included (max over ranks); w/(p+b) = whole / (plan + the interpreter's baseline)")
+    base = (g or {}).get("baseline")
+    if base:
+        lines.append(f"interpreter baseline (a process that imported torch and mggcn): {base['import'] / mib:.0f} MB, "
+                     f"{base['warm'] / mib:.0f} MB once its kernels and optimizer ran (PyTorch code loaded on first "
+                     "use; whole - that, over plan: "
+                     + ", ".join(f"P={r['nprocs']} {r['whole_net_over_plan']:.2f}" for r in report["rows"]
+                                 if r.get("whole_net_over_plan") is not None) + ")")
     pyg = next((r for r in report["rows"] if r["kind"] == "pyg"), None)
     if pyg:
         p = pyg["phases"]
@@ -773,9 +875,10 @@ def write_report(report: dict, path: str) -> None:
     atomic_write(path, write)
 
 
-def options_from(small: bool = False, **overrides) -> BenchOptions:
-    """The defaults (or :data:`SMALL`) with the given options replaced (``None`` keeps the default)."""
-    base = SMALL if small else BenchOptions()
+def options_from(small: bool = False, saint: bool = False, **overrides) -> BenchOptions:
+    """The defaults (or :data:`SMALL`, or :data:`SAINT`; ``small`` and ``saint``: the small graph in GraphSAINT's
+    layout) with the given options replaced (``None`` keeps the default)."""
+    base = replace(SMALL, saint_graph=saint) if small else SAINT if saint else BenchOptions()
     opts = replace(base, **{k: v for k, v in overrides.items() if v is not None})
     if opts.model not in MODELS:
         raise GraphError(f"--model must be one of {', '.join(MODELS)}, got '{opts.model}'")

@@ -5,8 +5,9 @@ ordering; self loops included), ``ib`` bytes per CSR index (4 while a block has 
 values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` parameters::
 
     adjacency    Â and Âᵀ, P column blocks each:  2 · [T · (m + 1) · ib + nnz_i · (ib + 4)]
-    features     X:                               4 · m · F
-    Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F
+    features     X, unless the GCN caches Â·X:    4 · m · F
+    Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F;
+                 X is then released before the first epoch, and counts in ``activations`` (below)
     labels       y (int64), three split masks (bool), the row indices of each split (int64):  m · (8 + 3 + 8 · s)
     optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
     buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (distributed.shm),
@@ -23,8 +24,9 @@ loss's gradient is the first), and the loss's row maxima (float32) and argmax (i
 of row sums besides. :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X
 cached (the order policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (2h + 3C + 5)``: ``out 0`` (h), ``H·W`` and the
 logits (C each), the gradient buffers (h and C), 12 bytes per row for the loss and 8 for its row sums. Before the first
-epoch, Â·X at P > 1 receives its broadcasts in two temporaries of ``4 · m · F``: the activations part is the larger of
-the two peaks.
+epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two temporaries of
+``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
+``max(epoch peak, 4 · m · F · (1 + 2 · [P > 1]))``.
 
 MG-GCN's paper estimates ``4 · m · [d_0 + Σ_l max(d_l, d_l+1) + 3 · max_l min(d_l, d_l+1)] + 2 · 8 · nnz / P``:
 one buffer per layer for its output, reused for its gradient, and three shared ones. Ours differs in small ways:
@@ -32,8 +34,11 @@ gradients go to two shared buffers rather than into the output's (σ's backward 
 aggregate-first hidden layer keeps its ``Â·H``, Â·X replaces the first layer's SpMM, and the broadcast buffers are
 sized by the epoch's widest SpMM rather than the features.
 
-Not counted: the Python and PyTorch runtime (measure it: ``mggcn bench`` subtracts the RSS before the graph is
-loaded), the sparse library's workspace, allocator slack, and the transient peak while a shard is built.
+Not counted: the Python and PyTorch runtime (``mggcn bench`` measures it in the same run: a process that imports
+torch and mggcn), the sparse library's workspace and allocator slack. The setup before the first epoch is not a
+separate term: at P = 1, reading a prepared directory, it holds at most this plus one block
+(``tests/training/test_setup_memory.py``), so that the plan plus the runtime is the peak of the whole process; a
+rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the whole graph).
 
 Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
 broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
@@ -315,6 +320,9 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps)
     before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0
+    if cached and model == "gcn":  # X lives until Â·X is computed (GraphSAGE and GIN read it every epoch)
+        plan.parts["features X"] = 0
+        before += FLOAT * m * features
     plan.parts["activations"] = max(peak, before)
     plan.activation_detail = detail
     plan.comm_spmm = sum((nprocs - 1) * m * w * FLOAT for w in widths)

@@ -199,7 +199,10 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         shard = shard_for(cfg, dataset, ctx)
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
         identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
-        del dataset  # this rank keeps only its shard
+        release = getattr(dataset, "release", None)
+        if release is not None:  # this rank keeps only its shard, also when the caller holds the dataset (P = 1)
+            release()
+        del dataset
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
         metrics_file = None  # opened with the first epoch's record: a job that fails before one writes no file

@@ -35,6 +35,7 @@ from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.shm import host_outboxes
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
 from mggcn.distributed.tiled import tile_columns
+from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy
 from mggcn.nn.model import LayerStack, spmm_widths
 from mggcn.nn.models import make_model
@@ -135,6 +136,10 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             (saving a checkpoint first if a checkpointer is given).
     Raises:
         NonFiniteLoss: the global loss is NaN or inf (before that epoch's update, so the weights are the last good).
+
+    Memory: without input dropout ``Â·X`` is computed once, and the GCN's shard's features are then released
+    (``shard.x`` becomes ``None``; predictions read ``Â·X``, :attr:`TrainResult.x_agg`); GraphSAGE and GIN keep
+    ``X`` (their root terms read it).
     """
     device = ctx.device
     shard.to(device)
@@ -153,8 +158,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     balance = partition_balance(ctx, shard)
     if cfg.comm == "broadcast" and ctx.world_size > 1:
         balance["broadcast"] = transport
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
-                                 weight_decay=cfg.weight_decay)
+    optimizer = Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                     weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
     best_val, best_state, since_best = -1.0, None, 0
     if resume is not None:
@@ -168,6 +173,9 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     x, y = shard.x, shard.y
     with torch.no_grad():
         x_agg = adj.run(x) if model.caches_input_aggregation else None
+    if x_agg is not None and not model.reads_input_with_aggregation:
+        # no epoch reads X again: release it before the first epoch allocates its activations
+        shard.x = x = None
     split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
     criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace)
@@ -312,11 +320,11 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
 
 
 @torch.no_grad()
-def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor, x_agg: torch.Tensor | None,
+def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor | None, x_agg: torch.Tensor | None,
                      y: torch.Tensor, split_rows: dict[str, torch.Tensor], split_sizes: torch.Tensor) -> dict:
     """Global train/val/test accuracies of the model as it stands, in eval mode (one forward, one all-reduce)."""
     model.eval()
-    correct = _correct_counts(model(x, adj, x_aggregated=x_agg).argmax(dim=1), y, split_rows).to(x.device)
+    correct = _correct_counts(model(x, adj, x_aggregated=x_agg).argmax(dim=1), y, split_rows).to(y.device)
     correct = all_reduce_sum(ctx, correct).cpu()
     acc = (correct / split_sizes).tolist()
     return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from mggcn.data.formats.checks import (
     PathLike,
@@ -19,7 +22,7 @@ from mggcn.data.formats.checks import (
 )
 from mggcn.data.graph import SPLITS, Graph
 
-__all__ = ["read_saint"]
+__all__ = ["read_saint", "write_saint"]
 
 
 def read_saint(root: PathLike) -> Graph:
@@ -77,3 +80,22 @@ def read_saint(root: PathLike) -> Graph:
         sources[split] = str(role_path)
     check_splits(masks, y, sources, str(cm_path))
     return Graph(n, ei, x, y, masks, name=str(root), meta={"format": "saint", "source": str(root)}).validate()
+
+
+def write_saint(graph: Graph, root: PathLike) -> None:
+    """Write ``graph`` as a GraphSAINT directory that :func:`read_saint` reads back (``root`` is created).
+
+    ``adj_full.npz`` holds ``A[source, target] = 1`` per edge (duplicates add up), ``feats.npy`` float32
+    features, ``class_map.json`` the label of every labelled vertex, ``role.json`` the vertices of each split.
+    """
+    root = Path(root)
+    os.makedirs(root, exist_ok=True)
+    n, (src, dst) = graph.num_nodes, graph.edge_index
+    adj = sp.csr_matrix((np.ones(src.shape[0], dtype=np.float32), (src, dst)), shape=(n, n))
+    sp.save_npz(root / "adj_full.npz", adj)
+    np.save(root / "feats.npy", np.asarray(graph.x, dtype=np.float32))
+    with open(root / "class_map.json", "w", encoding="utf-8") as f:
+        json.dump({str(v): int(c) for v, c in enumerate(graph.y) if c >= 0}, f)
+    with open(root / "role.json", "w", encoding="utf-8") as f:
+        json.dump({key: np.flatnonzero(graph.masks[s]).tolist() for key, s in zip(("tr", "va", "te"), SPLITS,
+                                                                                    strict=True)}, f)

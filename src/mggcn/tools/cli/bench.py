@@ -28,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     d = bench.BenchOptions()
     p.add_argument("--small", action="store_true", help="a tiny graph and model that run in seconds")
+    p.add_argument("--saint-graph", action="store_true",
+                   help="write the graph as a GraphSAINT directory, prepare it, and train P ranks from the prepared "
+                        "directory (and P = 1 from the SAINT files, as `mggcn train DIR --format saint`); defaults: "
+                        "100,000 vertices, degree 50 (5.0M nonzeros), P = 1,2,4, partition random, 1+3 epochs "
+                        "(with --small: the small graph)")
     p.add_argument("--nodes", type=positive_int, help=f"vertices (default {d.nodes:,})")
     p.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
     p.add_argument("--features", type=positive_int, help=f"default {d.features}")
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             "nprocs",
             "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
             "tile_bytes", "compare_tiles", "shm", "compare_shm")
-    opts = options_from(args.small, **{k: getattr(args, k) for k in keys})
+    opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     try:  # with --out, the report is written as it grows and before the table is printed
         report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out)
     except WorkerError as err:  # a step every configuration needs (the graph) failed: the report names it
