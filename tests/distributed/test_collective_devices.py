@@ -52,7 +52,7 @@ def test_a_host_tensor_in_a_collective_is_reported_with_the_library_line(monkeyp
 
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_every_collective_of_the_gpu_path_gets_device_tensors(nprocs):
-    # directed, n not divisible by P; every comm mode, and the non-finite-loss path on a shard whose features are made NaN
+    # directed, n not divisible by P; every comm mode, and the non-finite-loss path (a shard whose features go NaN)
     graph = random_graph(29, 120, directed=True, seed=nprocs)
     nan_graph = random_graph(29, 120, directed=True, seed=nprocs)
     configs = [TrainConfig(hidden=(6,), epochs=2, comm=comm, shm="off", trace_epoch=1, norm=norm)
