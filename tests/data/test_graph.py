@@ -20,7 +20,7 @@ def test_a_valid_graph_with_its_sizes_and_dtypes():
     assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (4, 4, 2, 2)  # classes: max label + 1
     assert g.edge_index.dtype == np.int64 and g.x.dtype == np.float32 and g.y.dtype == np.int64
     assert all(m.dtype == bool for m in g.masks.values())
-    assert _graph(num_classes=5).validate().num_classes == 5
+    assert _graph(num_classes=4).validate().num_classes == 4  # more classes than labels used, at most n
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -107,6 +107,6 @@ def test_a_peer_file_of_another_job_is_refused_by_its_header(tmp_path):
 
 def test_shm_on_across_hosts_is_one_line_on_every_rank():
     for r in run_workers(workers.other_host_outboxes_worker, 2, ("on",), timeout_s=120):
-        assert r["error"] == "--shm on needs every rank on one host and on the CPU"
+        assert r["error"] == "shm on needs every rank on one host and on the CPU"  # the CLI names the flag
     for r in run_workers(workers.other_host_outboxes_worker, 2, ("auto",), timeout_s=120):
         assert r == {"boxes": None, "transport": "gloo"}
