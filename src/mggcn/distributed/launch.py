@@ -265,8 +265,9 @@ class _Failure:
         try:
             with open(path) as f:
                 report = json.load(f)
-            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"],
-                       bool(_PEER_LOST.search(report["error"])))
+            # a BrokenPipeError of the rank's own output (`| head`) is its own cause, whatever its text says
+            peer_lost = bool(_PEER_LOST.search(report["error"])) and not report["error"].startswith("BrokenPipeError")
+            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], peer_lost)
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if exitcode == UNGUARDED_EXIT:
