@@ -1,16 +1,26 @@
-"""Running the ``mggcn`` command in a subprocess, as a user would."""
+"""Running the ``mggcn`` command as a user would, each command line in a process of its own.
+
+``run_cli`` and ``run_cli_many`` run a command line the way ``python -m mggcn`` does, in a process of its own, but
+pay the import of torch once per test session: a server process (started at the first call, ended with the
+session) imports the command and what its commands import when they run (torch, scipy, the training and prediction
+code), then forks one child per command line. A child's stdout and stderr go to files; an exception the command
+lets escape is printed as the interpreter prints it (a traceback) and exits 1; the exit handlers run as at an
+interpreter's exit; a child killed by a signal is reported as such (a negative return code, as ``subprocess``).
+
+``popen_cli`` (signals, pipes, terminals) and the tests that need a fresh interpreter (what is imported, the
+launcher killed) start a real ``python -m mggcn``.
+"""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
 import subprocess
 import sys
-
-
-def run_cli(*args: str, timeout: float = 240, cwd: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "mggcn", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=env)
+import tempfile
+import threading
 
 
 def popen_cli(*args: str, **kwargs) -> subprocess.Popen:
@@ -19,84 +29,148 @@ def popen_cli(*args: str, **kwargs) -> subprocess.Popen:
                             text=True, env=env, **kwargs)
 
 
-# ------------------------------------------------------------------------------------- many commands, one import
-#
-# ``run_cli_many`` runs a list of ``mggcn`` command lines the way ``python -m mggcn`` does, each in its own
-# process, but pays the import of torch once: a fresh server process imports the command and forks one child per
-# command line. A child's stdout and stderr go to files; an exception the command lets escape is printed as the
-# interpreter prints it (a traceback), and a child killed by a signal is reported as such.
+def worker_processes(proc: subprocess.Popen) -> list:
+    """The ranks a launcher process started (psutil processes, oldest first): forked by its fork server, or
+    spawned; not the fork server, the resource tracker or the job directory's watcher."""
+    import psutil
+
+    def is_rank(child) -> bool:
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                return True
+            return "forkserver" in " ".join(child.parent().cmdline()) and "forkserver" in " ".join(child.cmdline())
+        except (psutil.NoSuchProcess, AttributeError):
+            return False
+
+    children = psutil.Process(proc.pid).children(recursive=True)
+    return sorted((c for c in children if is_rank(c)), key=lambda c: c.create_time())
+
+
+def run_cli(*args: str, timeout: float = 240, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m mggcn ARGS`` in ``cwd``: its return code, stdout and stderr; raises ``TimeoutExpired`` (the
+    command killed) when it runs past ``timeout`` seconds."""
+    argv = list(args)
+    result = run_cli_many([(argv, cwd or os.getcwd())], timeout=timeout)[0]
+    if result["timed_out"]:
+        raise subprocess.TimeoutExpired([sys.executable, "-m", "mggcn", *argv], timeout, result["stdout"],
+                                        result["stderr"])
+    return subprocess.CompletedProcess([sys.executable, "-m", "mggcn", *argv], result["rc"], result["stdout"],
+                                       result["stderr"])
 
 
 def run_cli_many(commands: list[tuple[list[str], str]], timeout: float = 120) -> list[dict]:
-    """Run each ``(argv, cwd)``; returns per command ``{"rc", "signal", "stdout", "stderr", "timed_out"}``."""
-    import json
-    import tempfile
+    """Run each ``(argv, cwd)`` in turn; per command ``{"rc", "signal", "stdout", "stderr", "timed_out"}``."""
+    return [_Client.get().run(argv, cwd, timeout) for argv, cwd in commands]
 
-    with tempfile.TemporaryDirectory(prefix="mggcn-cli-many-") as tmp:
-        spec = os.path.join(tmp, "spec.json")
-        with open(spec, "w") as f:
-            json.dump({"commands": commands, "timeout": timeout, "dir": tmp}, f)
+
+class _Client:
+    """The test session's end of the server: one JSON line per command each way."""
+
+    _lock = threading.Lock()
+    _instance: _Client | None = None
+
+    @classmethod
+    def get(cls) -> _Client:
+        with cls._lock:
+            if cls._instance is None or cls._instance.proc.poll() is not None:
+                cls._instance = cls()
+            return cls._instance
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mggcn-cli-server-")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        done = subprocess.run([sys.executable, os.path.abspath(__file__), spec], capture_output=True, text=True,
-                              env=env, timeout=timeout * len(commands) + 120)
-        if done.returncode != 0:
-            raise RuntimeError(f"run_cli_many: the server failed: {done.stderr[-2000:]}")
-        with open(os.path.join(tmp, "results.json")) as f:
-            return json.load(f)
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.dir], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, text=True)
+        atexit.register(self.close)
+
+    def run(self, argv: list[str], cwd: str, timeout: float) -> dict:
+        self.proc.stdin.write(json.dumps({"argv": argv, "cwd": cwd, "timeout": timeout}) + "\n")
+        self.proc.stdin.flush()
+        # the server kills a command at its timeout and answers; 120 s more is for the server itself
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout + 120)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.proc.kill()
+            raise RuntimeError(f"the mggcn command server did not answer for {argv}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _serve(spec_path: str) -> None:
-    import json
+def _serve(work_dir: str) -> None:
+    import scipy.sparse  # noqa: F401  (imported once, before forking: what the commands import when they run)
+    import torch  # noqa: F401
+
+    import mggcn.tools.cli  # noqa: F401
+    import mggcn.training.job  # noqa: F401
+    import mggcn.training.predict  # noqa: F401
+
+    answers = os.fdopen(os.dup(1), "w")  # the children's fd 1 and 2 go to their files
+    for k, line in enumerate(sys.stdin):
+        request = json.loads(line)
+        out, err = (os.path.join(work_dir, f"{k}.{s}") for s in ("out", "err"))
+        result = _run_one(request["argv"], request["cwd"], out, err, request["timeout"], answers.fileno())
+        for path in (out, err):
+            os.unlink(path)
+        answers.write(json.dumps(result) + "\n")
+        answers.flush()
+
+
+def _run_one(argv: list[str], cwd: str, out: str, err: str, timeout: float, answers_fd: int) -> dict:
     import runpy
     import signal
     import time
     import traceback
 
-    import mggcn.tools.cli  # noqa: F401  (imported once, before forking)
-
-    with open(spec_path) as f:
-        spec = json.load(f)
-    results = []
-    for k, (argv, cwd) in enumerate(spec["commands"]):
-        out, err = (os.path.join(spec["dir"], f"{k}.{s}") for s in ("out", "err"))
-        pid = os.fork()
-        if pid == 0:  # the child: behave as `python -m mggcn ARGV` in cwd
-            code = 1
+    pid = os.fork()
+    if pid == 0:  # the child: behave as `python -m mggcn ARGV` in cwd
+        code = 1
+        try:
+            os.close(answers_fd)
+            os.chdir(cwd)
+            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                    (2, err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+                handle = os.open(path, flags, 0o600)
+                os.dup2(handle, fd)
+                os.close(handle)
+            sys.argv = ["mggcn", *argv]
+            runpy.run_module("mggcn", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
             try:
-                os.chdir(cwd)
-                for fd, path in ((1, out), (2, err)):
-                    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                    os.dup2(handle, fd)
-                    os.close(handle)
-                sys.argv = ["mggcn", *argv]
-                runpy.run_module("mggcn", run_name="__main__", alter_sys=True)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            except BaseException:
-                traceback.print_exc()
+                atexit._run_exitfuncs()
+                sys.stdout.flush()
+                sys.stderr.flush()
             finally:
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
-        deadline, status, timed_out = time.monotonic() + spec["timeout"], None, False
-        while status is None:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = st
-            elif time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                status, timed_out = os.waitpid(pid, 0)[1], True
-            else:
-                time.sleep(0.02)
-        with open(out, errors="replace") as fo, open(err, errors="replace") as fe:
-            results.append({"rc": os.waitstatus_to_exitcode(status), "stdout": fo.read(), "stderr": fe.read(),
-                            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                            "timed_out": timed_out})
-    with open(os.path.join(spec["dir"], "results.json"), "w") as f:
-        json.dump(results, f)
+                os._exit(code)
+    deadline, status, timed_out = time.monotonic() + timeout, None, False
+    while status is None:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+        elif time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            status, timed_out = os.waitpid(pid, 0)[1], True
+        else:
+            time.sleep(0.02)
+    with open(out, errors="replace") as fo, open(err, errors="replace") as fe:
+        return {"rc": os.waitstatus_to_exitcode(status), "stdout": fo.read(), "stderr": fe.read(),
+                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, "timed_out": timed_out}
 
 
 if __name__ == "__main__":

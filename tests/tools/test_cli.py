@@ -168,25 +168,19 @@ def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     assert out.returncode == 0 and "comm broadcast (shared memory)" in out.stdout, out.stderr
 
 
-def _spawned_workers(proc):
-    import psutil
-
-    return [c for c in psutil.Process(proc.pid).children(recursive=True)
-            if "spawn_main" in " ".join(c.cmdline())]
-
-
 def test_an_interrupt_before_the_first_epoch_exits_130_with_a_plain_message(tmp_path):
     import signal
     import time
 
-    from cli_util import popen_cli
+    from cli_util import popen_cli, worker_processes
 
     metrics = tmp_path / "m.jsonl"
-    proc = popen_cli("train", "synthetic:n=3000,features=16", "--nprocs", "2", "--epochs", "5", "--quiet",
+    # 30,000 vertices: each worker builds its share of the graph for a second or more before its first epoch
+    proc = popen_cli("train", "synthetic:n=30000,features=16", "--nprocs", "2", "--epochs", "5", "--quiet",
                      "--metrics", str(metrics))
     try:
         deadline = time.monotonic() + 120
-        while len(_spawned_workers(proc)) < 2:  # the workers exist, and are still importing: no epoch yet
+        while len(worker_processes(proc)) < 2:  # the workers exist, and are still setting up: no epoch yet
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import workers
-from cli_util import popen_cli, run_cli
+from cli_util import popen_cli, run_cli, worker_processes
 from mggcn.config import TrainConfig
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.training.checkpoint import Checkpointer
@@ -49,7 +49,7 @@ def test_killed_worker_fails_the_job_naming_the_rank(tmp_path):
                      "--timeout", "30", "--trace-epoch", "0")
     try:
         _wait_for_epochs(metrics, 2, proc)
-        children = [c for c in _workers_of(proc) if "spawn_main" in " ".join(c.cmdline())]  # the ranks only
+        children = worker_processes(proc)  # the ranks only
         assert len(children) == 3
         start = time.monotonic()
         children[1].send_signal(signal.SIGKILL)  # rank 1, mid-epoch
