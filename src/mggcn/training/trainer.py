@@ -178,7 +178,9 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         shard.x = x = None
     split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
-    criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace)
+    # the gradient of the logits overwrites them (the model returns them on its workspace; nothing reads them after)
+    criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
+                                   in_place=model.workspace is not None)
     params = list(model.parameters())
     stochastic = cfg.dropout > 0 or cfg.input_dropout > 0
 
