@@ -41,9 +41,10 @@ sized by the epoch's widest SpMM rather than the features.
 
 Not counted: the Python and PyTorch runtime (``mggcn bench`` measures it in the same run: a process that imports
 torch and mggcn), the sparse library's workspace and allocator slack. The setup before the first epoch is not a
-separate term: at P = 1, reading a prepared directory, it holds at most this plus one block
-(``tests/training/test_setup_memory.py``), so that the plan plus the runtime is the peak of the whole process; a
-rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the whole graph).
+separate term: a rank reading its share of a prepared directory holds at most this plus one block
+(``tests/training/test_setup_memory.py``, at P = 1, 2 and 3), so that the plan plus the runtime is the peak of the
+whole process; a rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the
+whole graph).
 
 Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
 broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
