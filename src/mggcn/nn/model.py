@@ -249,6 +249,14 @@ def glorot_(weight: torch.Tensor, generator: torch.Generator) -> None:
         weight.uniform_(-bound, bound, generator=generator)
 
 
+class _UninitializedLinear(nn.Linear):
+    """``nn.Linear`` with its weight left uninitialized, for the caller to draw. (Not ``device="meta"`` then
+    ``to_empty``: the meta device's first use imports sympy, 32 MiB of every rank's memory.)"""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class GCNLayer(nn.Module):
     r"""One graph convolution ``Â · H · Wᵀ + b`` (PyG ``GCNConv`` with a precomputed Â).
 
@@ -271,7 +279,7 @@ class GCNLayer(nn.Module):
         if generator is None:
             self.lin = nn.Linear(in_dim, out_dim, bias=False)
         else:  # no default initialization drawn (from the global RNG) only to be overwritten
-            self.lin = nn.Linear(in_dim, out_dim, bias=False, device="meta").to_empty(device="cpu")
+            self.lin = _UninitializedLinear(in_dim, out_dim, bias=False)
             glorot_(self.lin.weight, generator)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first

@@ -326,7 +326,9 @@ def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor |
                      y: torch.Tensor, split_rows: dict[str, torch.Tensor], split_sizes: torch.Tensor) -> dict:
     """Global train/val/test accuracies of the model as it stands, in eval mode (one forward, one all-reduce)."""
     model.eval()
-    correct = _correct_counts(model(x, adj, x_aggregated=x_agg).argmax(dim=1), y, split_rows).to(y.device)
+    with torch.no_grad():  # no graph kept; the logits on the workspace (no new m × C tensor at the end of training)
+        logits = model(x, adj, x_aggregated=x_agg, logits_in_workspace=True)
+    correct = _correct_counts(logits.argmax(dim=1), y, split_rows).to(y.device)
     correct = all_reduce_sum(ctx, correct).cpu()
     acc = (correct / split_sizes).tolist()
     return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
