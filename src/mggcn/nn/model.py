@@ -60,13 +60,11 @@ def mask_chunk_rows(rows: int, width: int) -> int:
     return max(1, min(rows, MASK_CHUNK // max(1, width)))
 
 
-_BITS = {}  # device -> the uint8 tensor [1, 2, 4, ..., 128]
-
-
-def _bits(device: torch.device) -> torch.Tensor:
-    if device not in _BITS:
-        _BITS[device] = torch.tensor([1 << k for k in range(8)], dtype=torch.uint8, device=device)
-    return _BITS[device]
+# Packing 8 flag bytes (0 or 1, flag k in byte k of a little-endian int64) into one byte (flag k as bit k), and back,
+# with one multiplication each: the 8 shifted copies of the flags that _GATHER sums meet in the top byte without
+# carries; _SPREAD copies a byte into all 8 and _SELECT keeps bit k of byte k (nonzero exactly where flag k was set).
+_GATHER, _SPREAD = 0x0102040810204080, 0x0101010101010101
+_SELECT = 0x8040201008040201 - (1 << 64)  # as a signed int64
 
 
 def _pack_positive(h: torch.Tensor, ws: Workspace) -> torch.Tensor:
@@ -76,13 +74,15 @@ def _pack_positive(h: torch.Tensor, ws: Workspace) -> torch.Tensor:
     nb, rows = -(-d // 8), mask_chunk_rows(m, d)
     packed = ws.take("mask bits", m, nb, h, dtype=torch.uint8)
     block = ws.take("mask block", rows, 8 * nb, h, dtype=torch.uint8)
-    bits = _bits(h.device)
-    block[:, d:] = 0
     for r in range(0, m, rows):
         c = min(rows, m - r)
         flags = block[:c]
+        if d % 8:
+            flags[:, d:] = 0
         torch.gt(h[r:r + c], 0, out=flags[:, :d].view(torch.bool))
-        torch.sum(flags.view(c, nb, 8).mul_(bits), dim=2, dtype=torch.uint8, out=packed[r:r + c])
+        words = flags.view(torch.int64)  # [c, nb]: 8 flags each
+        words.mul_(_GATHER).bitwise_right_shift_(56).bitwise_and_(0xFF)
+        packed[r:r + c].copy_(words)
     return packed
 
 
@@ -93,12 +93,11 @@ def _masked_backward(grad: torch.Tensor, packed: torch.Tensor, slope: float, ws:
     nb, rows = packed.shape[1], mask_chunk_rows(m, d)
     block = ws.take("mask block", rows, 8 * nb, grad, dtype=torch.uint8)
     sign = ws.take("mask sign", rows, d, grad)
-    bits = _bits(grad.device)
     for r in range(0, m, rows):
         c = min(rows, m - r)
-        g, flags = grad[r:r + c], block[:c]
-        torch.bitwise_and(packed[r:r + c].unsqueeze(2), bits, out=flags.view(c, nb, 8))
-        out = sign[:c].copy_(flags[:, :d])  # > 0 exactly where σ's output was
+        g, words = grad[r:r + c], block[:c].view(torch.int64)
+        words.copy_(packed[r:r + c]).mul_(_SPREAD).bitwise_and_(_SELECT)
+        out = sign[:c].copy_(block[:c, :d])  # > 0 exactly where σ's output was
         if slope == 0.0:
             torch.ops.aten.threshold_backward.grad_input(g, out, 0.0, grad_input=g)
         else:
