@@ -534,3 +534,16 @@ def test_bad_prepared_directory(tmp_path, src):  # noqa: F811
     (out / "manifest.json").write_text("{\"format\": ")
     with raises_naming(out / "manifest.json", "invalid JSON"):
         PreparedDataset(out)
+
+
+def test_a_symmetric_graph_is_stored_once_without_being_told(tmp_path):
+    """A symmetric graph given as directed edges (GraphSAINT's adj_full, a PyG edge_index with both directions):
+    its out-CSR comes out the in-CSR byte for byte, so it is stored once and marked symmetric (a rank then shares
+    Â's blocks as Âᵀ's), with the same shards and training as the graph in memory; a directed graph keeps both."""
+    for directed in (False, True):
+        graph = random_graph(300, 2000, directed=directed, seed=2)
+        out = prepare(graph, tmp_path / f"prepared-{directed}", progress=False)
+        assert PreparedDataset(out, verify=True).symmetric == (not directed)
+        assert (out / "out_indices.npy").exists() == directed
+        (tmp_path / f"train-{directed}").mkdir()
+        assert_trains_the_same(tmp_path / f"train-{directed}", out, graph)

@@ -63,3 +63,22 @@ def test_non_finite_logits_outside_the_training_rows_do_not_reach_the_gradient()
     loss, _ = MaskedCrossEntropy(y, train, int(train.sum()))(z)
     loss.backward()
     assert torch.isfinite(loss) and torch.all(z.grad[~train] == 0) and torch.all(torch.isfinite(z.grad))
+
+
+def test_in_place_writes_the_gradient_over_the_logits_bit_for_bit():
+    logits, y, train = _case(seed=4)
+    ws = Workspace()
+    separate = MaskedCrossEntropy(y, train, int(train.sum()) + 3)
+    in_place = MaskedCrossEntropy(y, train, int(train.sum()) + 3, ws, in_place=True)
+    ref = logits.clone().requires_grad_()
+    loss, pred = separate(ref)
+    loss.backward()
+    mine = ws.take("out", *logits.shape, like=logits).copy_(logits).requires_grad_()
+    captured = []
+    mine.register_hook(lambda g: captured.append(g))
+    loss2, pred2 = in_place(mine)
+    loss2.backward()
+    assert torch.equal(loss2, loss) and torch.equal(pred2, pred)
+    assert torch.equal(captured[0], ref.grad)
+    assert captured[0].data_ptr() == mine.data_ptr()  # the logits' buffer, no gradient buffer taken
+    assert set(ws.sizes) == {"out", "row max", "row argmax"}

@@ -130,3 +130,34 @@ def test_gcn_leaves_the_global_rng_alone():
     model.seed_dropout(11)
     assert torch.equal(model(torch.ones(4, 6), lambda h, **_: h), first)  # the same seed, the same masks
     assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
+@pytest.mark.parametrize("dims", [[7, 5, 9, 3], [6, 16, 11, 4], [5, 12, 3]])
+def test_gradients_over_the_outputs_they_belong_to_are_bit_for_bit(dims, activation, monkeypatch):
+    """A hidden layer that multiplies first writes σ's gradient over σ's output, with the signs kept as bits and
+    applied a few rows at a time (blocks of 2 to 3 rows here, widths not multiples of 8); the loss's gradient over
+    the logits, the SpMM's over H·W: the same bits as a model that makes a new tensor of every gradient."""
+    from mggcn.nn import model as model_module
+    from mggcn.nn.loss import MaskedCrossEntropy
+
+    monkeypatch.setattr(model_module, "MASK_CHUNK", 24)
+    graph = random_graph(31, 120, features=dims[0], classes=dims[-1])
+    adj, x = _local(graph), torch.from_numpy(graph.x)
+    y, train = torch.from_numpy(graph.y), torch.from_numpy(graph.masks["train"])
+    grads, losses = [], []
+    for reuse in (False, True):
+        model = GCN(dims, activation=activation, seed=3, reuse_buffers=reuse)
+        criterion = MaskedCrossEntropy(y, train, int(train.sum()), model.workspace, in_place=reuse)
+        for _ in range(2):  # the second epoch reuses the first one's buffers
+            model.zero_grad()
+            loss, _ = criterion(model(x, adj, x_aggregated=adj(x), logits_in_workspace=True))
+            loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in model.parameters()])
+        if reuse:  # every gradient over what it is the gradient of, but an aggregate-first SpMM's (layer 1 of dims0)
+            shared = {"grad a"} if any(conv.aggregate_first for conv in model.convs[1:]) else set()
+            assert {"grad a", "grad b"} & set(model.workspace.sizes) == shared
+    assert torch.equal(losses[0], losses[1])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)

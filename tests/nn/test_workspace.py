@@ -4,7 +4,7 @@ gradient buffers, and autograd refusing to read a buffer overwritten since it wa
 import pytest
 import torch
 
-from mggcn.nn.workspace import Workspace
+from mggcn.nn.workspace import Workspace, grad_destination
 
 
 def test_take_reuses_a_buffer_and_grows_it():
@@ -38,3 +38,13 @@ def test_backward_refuses_a_buffer_overwritten_after_it_was_saved():
     ws.take("h", 3, 2, w).fill_(2.0)  # a second forward overwrites it
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.backward()
+
+
+def test_grad_destination_names_where_a_gradient_goes():
+    ws, like = Workspace(), torch.empty(0)
+    h = ws.take("H.W", 3, 2, like)
+    assert grad_destination(None, 3, 2, like, avoid=like) is None  # a new tensor
+    assert grad_destination(ws, 3, 2, like, avoid=like).data_ptr() == ws.take_grad(3, 2, like, like).data_ptr()
+    assert grad_destination((ws, "H.W"), 3, 2, like, avoid=like).data_ptr() == h.data_ptr()  # the input's own
+    with pytest.raises(RuntimeError, match="holds the gradient it is computed from"):
+        grad_destination((ws, "H.W"), 3, 2, like, avoid=h)

@@ -113,6 +113,34 @@ def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
     assert json.loads(out.read_text())["rows"][0]["name"] == report["rows"][0]["name"]
 
 
+@pytest.mark.slow
+def test_saint_graph_bench_reports_the_whole_process(tmp_path, capsys):
+    """`mggcn bench --saint-graph` on the small graph (~30 s): the GraphSAINT directory written and prepared, mggcn
+    trained from the prepared directory (P = 1, 2) and from the SAINT files (P = 1), PyG from the files; the report
+    and the table carry the whole-process peak beside the training peak, against PyG and the plan plus baseline."""
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--small", "--saint-graph", "--nprocs", "1,2", "--partition", "random", "--epochs", "1",
+                 "--warmup", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["failed"] == [] and report["complete"]
+    assert [r["name"] for r in report["rows"]] == ["mggcn P=1 random", "mggcn P=1 random, SAINT files",
+                                                   "mggcn P=2 random", "PyG GCNConv (csr)"]
+    base = report["graph"]["baseline"]
+    assert base["warm"] >= base["import"] > 0
+    pyg = report["rows"][-1]
+    assert pyg["whole"] >= pyg["peak"] > 0
+    for row in report["rows"][:-1]:
+        for rank in row["memory"]:
+            assert rank["whole"] == max(rank["setup_peak"], rank["peak"]) > rank["base"] > 0
+            assert rank["whole_over_plan_base"] == pytest.approx(rank["whole"] / (rank["predicted"] + base["import"]))
+        assert row["whole"] == max(m["whole"] for m in row["memory"])
+        assert row["whole_vs_pyg"] == pytest.approx(row["whole"] / pyg["whole"])
+        assert row["name"] in printed
+    for column in ("whole MB", "w/(p+b)", "interpreter baseline"):
+        assert column in printed
+
+
 def test_bench_writes_its_report_before_the_table_when_every_configuration_fails(tmp_path, monkeypatch, capsys):
     # as on a GPU where PyG runs out of memory and mggcn hits a CUDA error: no rates to take a min or max of
     def fail(run, *args):

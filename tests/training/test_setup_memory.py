@@ -57,6 +57,37 @@ def test_setup_peak_is_at_most_the_training_peak_plus_one_block(sources, kind, d
     assert result["setup"] <= result["train"] + result["block"], {k: v / 2**20 for k, v in result.items()}
 
 
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory):
+    """Prepared directories of a graph whose adjacency is most of what a rank holds: 20,000 vertices, 400,000 edges
+    (800,000 nonzeros undirected), 8 features; the entries of a rank's rows and their CSR held at once (as the setup
+    did before it built the blocks one at a time) would exceed its training peak by several blocks."""
+    root, made = tmp_path_factory.mktemp("setup_memory_dense"), {}
+
+    def prepared(directed: bool) -> str:  # on first use: the default run needs one of the two
+        if directed not in made:
+            saint = root / f"saint-{directed}"
+            write_saint(random_graph(20_000, 400_000, features=8, classes=4, directed=directed, seed=1), saint)
+            made[directed] = str(prepare(str(saint), root / f"prepared-{directed}", fmt="saint", progress=False))
+        return made[directed]
+
+    return prepared
+
+
+@pytest.mark.parametrize("nprocs,directed", [(2, False), pytest.param(3, True, marks=pytest.mark.slow)])
+def test_every_rank_sets_up_within_its_training_peak_plus_one_block(dense, nprocs, directed):
+    """P > 1: every rank reads its share of the prepared directory (its rows of both CSRs, scattered in the files),
+    builds its P blocks of Â and Âᵀ and its rows of X, then trains; its setup peak stays within its training peak plus
+    its largest block. A chunk of edges in flight is scaled down with the graph, as in the test above."""
+    cfg = TrainConfig(hidden=(8,), epochs=2, trace_epoch=0)
+    results = run_workers(workers.setup_memory_worker, nprocs, (dense(directed), None, cfg, 1 << 14), timeout_s=300)
+    if results[0] is None:
+        pytest.skip("this kernel cannot reset the peak RSS (/proc/self/clear_refs)")
+    for rank, result in enumerate(results):
+        assert result["block"] > 256 << 10  # an adjacency that matters: blocks of ~50k nonzeros and more
+        assert result["setup"] <= result["train"] + result["block"], (rank, {k: v / 2**20 for k, v in result.items()})
+
+
 def test_training_releases_the_features_once_a_x_is_cached_and_predicts_the_same():
     graph = random_graph(300, 2000, features=12, classes=4, directed=True, seed=5)
     dataset = InMemoryDataset(graph)

@@ -64,29 +64,45 @@ class Dataset(Protocol):
         ...
 
 
+_GATHER_CHUNK = 1 << 20  # entries gathered at a time into an index array of another dtype
+
+
 def _csr(keys: np.ndarray, values: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(indptr, indices)``: the ``values`` grouped by ``keys``, each group in increasing order."""
+    """``(indptr, indices)``: the ``values`` grouped by ``keys``, each group in increasing order; the indices int32
+    when the ids fit (as a prepared dataset stores them), gathered a chunk at a time (no int64 copy of the edges)."""
     order = np.lexsort((values, keys))
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=num_nodes), out=indptr[1:])
-    return indptr, values[order]
+    indices = np.empty(values.shape[0], dtype=np.int32 if num_nodes < 2**31 else values.dtype)
+    for start in range(0, values.shape[0], _GATHER_CHUNK):
+        indices[start:start + _GATHER_CHUNK] = values[order[start:start + _GATHER_CHUNK]]
+    return indptr, indices
 
 
 def graph_arrays(graph: Graph) -> tuple[dict[str, np.ndarray], bool]:
-    """The :data:`ROW_ARRAYS` of an in-memory graph, and whether A = Aᵀ (same edges both ways, multiplicity too)."""
+    """The :data:`ROW_ARRAYS` of an in-memory graph, and whether A = Aᵀ (same edges both ways, multiplicity too).
+    One CSR at a time is being sorted; a symmetric graph keeps one."""
     n = graph.num_nodes
     src, dst = graph.edge_index
     in_indptr, in_indices = _csr(dst, src, n)
-    out_indptr, out_indices = _csr(src, dst, n)
-    symmetric = bool(np.array_equal(in_indptr, out_indptr) and np.array_equal(in_indices, out_indices))
+    out_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=out_indptr[1:])
+    symmetric = bool(np.array_equal(in_indptr, out_indptr))
+    if symmetric:  # the same row lengths: compare the rows themselves
+        out_indptr, out_indices = _csr(src, dst, n)
+        symmetric = bool(np.array_equal(in_indices, out_indices))
+        if symmetric:
+            out_indptr, out_indices = in_indptr, in_indices
+    else:
+        out_indptr, out_indices = _csr(src, dst, n)
     split = np.full(n, -1, dtype=np.int8)
     for code, s in enumerate(SPLITS):
         split[graph.masks[s]] = code
-    arrays = {"in_indptr": in_indptr, "in_indices": in_indices,
-              "out_indptr": in_indptr if symmetric else out_indptr,
-              "out_indices": in_indices if symmetric else out_indices,
-              "degree": np.bincount(dst[src != dst], minlength=n).astype(np.int64) + 1,
-              "features": graph.x, "labels": graph.y, "split": split}
+    loops = src == dst
+    degree = np.bincount(dst, minlength=n) - np.bincount(dst[loops], minlength=n) + 1  # in-edges but self loops, + 1
+    del loops
+    arrays = {"in_indptr": in_indptr, "in_indices": in_indices, "out_indptr": out_indptr, "out_indices": out_indices,
+              "degree": degree.astype(np.int64, copy=False), "features": graph.x, "labels": graph.y, "split": split}
     return arrays, symmetric
 
 

@@ -113,8 +113,8 @@ def to_blocks(block: sp.spmatrix, num_parts: int, tile_cols: int | None = None) 
     block.sum_duplicates()  # in place: sorted columns within each row, duplicates added up
     out = []
     for j in range(num_parts):
-        if num_tiles(m, tile_cols) == 1:
-            out.append(TiledCSR([csr_to_torch(block[:, j * m: (j + 1) * m])], [0], m))
+        if num_tiles(m, tile_cols) == 1:  # one block, untiled: its own arrays (a slice would copy them)
+            out.append(TiledCSR([csr_to_torch(block if num_parts == 1 else block[:, j * m: (j + 1) * m])], [0], m))
             continue
         starts = list(range(0, m, tile_cols))
         out.append(TiledCSR([csr_to_torch(block[:, j * m + s: j * m + min(s + tile_cols, m)]) for s in starts],

@@ -30,7 +30,7 @@ from torch.autograd.function import once_differentiable
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.tiled import TiledCSR
-from mggcn.nn.workspace import OutSpec, Workspace
+from mggcn.nn.workspace import GradSpec, OutSpec, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["BlockAccumulator", "BroadcastBuffers", "SpMMOperator", "StagedSpMM", "local_adj", "local_spmm"]
@@ -95,9 +95,10 @@ class SpMMOperator:
     sent_bytes: int
     recv_bytes: int
 
-    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: Workspace | None = None) -> torch.Tensor:
+    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None) -> torch.Tensor:
         """``Â·b`` with autograd; ``out``: a workspace buffer for the result (None: a new tensor); ``grad_ws``:
-        the workspace whose gradient buffers receive ``Âᵀ·∂C`` in backward (None: a new tensor)."""
+        where ``Âᵀ·∂C`` goes in backward (:data:`~mggcn.nn.workspace.GradSpec`: the workspace's gradient buffers,
+        or a named buffer — b's own, which backward does not read; None: a new tensor)."""
         return _SpMMFunction.apply(b, self, out, grad_ws)
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -189,12 +190,13 @@ class StagedSpMM(SpMMOperator):
 
 
 class _SpMMFunction(torch.autograd.Function):
-    """Keeps nothing for backward but the operator: ``∂B = Âᵀ·∂C`` needs only the blocks of Âᵀ. Results go to the
-    workspace buffers given (``out`` forward, a gradient buffer of ``grad_ws`` backward) or to new tensors."""
+    """Keeps nothing for backward but the operator: ``∂B = Âᵀ·∂C`` needs only the blocks of Âᵀ (so ``∂B`` may
+    overwrite B's buffer). Results go to the workspace buffers given (``out`` forward, ``grad_ws`` backward) or to
+    new tensors."""
 
     @staticmethod
     def forward(ctx, b: torch.Tensor, op: SpMMOperator, out: OutSpec,  # type: ignore[override]
-                grad_ws: Workspace | None) -> torch.Tensor:
+                grad_ws: GradSpec) -> torch.Tensor:
         ctx.op, ctx.grad_ws = op, grad_ws
         dest = None if out is None else out[0].take(out[1], op.rows, b.shape[1], b)
         return op.run(b, out=dest)
@@ -204,8 +206,7 @@ class _SpMMFunction(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        ws = ctx.grad_ws
-        dest = None if ws is None else ws.take_grad(ctx.op.rows, grad.shape[1], like=grad, avoid=grad)
+        dest = grad_destination(ctx.grad_ws, ctx.op.rows, grad.shape[1], like=grad, avoid=grad)
         return ctx.op.run(grad, transpose=True, out=dest), None, None, None
 
 

@@ -3,7 +3,9 @@
 ``loss = Σ_{r ∈ train} (logsumexp(z_r) − z_{r, y_r}) / N`` with ``N`` the training vertices of all ranks, so that the
 all-reduced sum of the ranks' losses is the mean and their all-reduced gradients are its gradients. Its gradient,
 ``(softmax(z_r) − onehot(y_r)) / N`` on training rows and 0 elsewhere, is computed in the forward pass, from the same
-passes over the logits as the loss, straight into a reused ``m × C`` buffer (the model's workspace): no gathered
+passes over the logits as the loss, straight into a reused ``m × C`` buffer (the model's workspace, or, with
+``in_place``, the logits' own buffer, which nothing reads after the loss: MG-GCN's output buffer reused for its
+gradient): no gathered
 copy of the training rows, no scatter of their gradient into a fresh zero tensor, nothing freed and allocated again
 each epoch. The row maxima it needs for a stable ``logsumexp`` come with the argmax of every row, which is what the
 accuracies need: one pass gives both.
@@ -30,17 +32,20 @@ class MaskedCrossEntropy:
         num_train: ``N``, the training rows of all ranks (at least 1).
         workspace: where the gradient buffer lives (one of its two gradient buffers, see
             :meth:`~mggcn.nn.workspace.Workspace.take_grad`); ``None``: a buffer of its own.
+        in_place: write the gradient over the logits instead (default False; the trainer sets it: the logits
+            are on the model's workspace and read by nothing after the loss). Bit for bit the same values.
 
     Shapes: ``logits`` [m, C] -> ``loss`` [] (float32, this rank's share), ``predictions`` [m] (int64 argmax).
     """
 
     def __init__(self, y: torch.Tensor, train: torch.Tensor, num_train: int,
-                 workspace: Workspace | None = None) -> None:
+                 workspace: Workspace | None = None, in_place: bool = False) -> None:
         self.rows = train.nonzero().squeeze(1)
         self.labels = y[self.rows]
         self.outside = ~train.unsqueeze(1)  # [m, 1]: rows whose gradient is zero
         self.scale = 1.0 / max(1, num_train)
         self.workspace = workspace if workspace is not None else Workspace()
+        self.in_place = in_place
 
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return _MaskedCrossEntropyFunction.apply(logits, self)
@@ -60,11 +65,12 @@ class _MaskedCrossEntropyFunction(torch.autograd.Function):
     def forward(ctx, logits: torch.Tensor, spec: MaskedCrossEntropy):  # type: ignore[override]
         z = logits.detach()
         top, pred = spec.row_max(z)
-        grad = spec.workspace.take_grad(z.shape[0], z.shape[1], like=z, avoid=z)
+        rows = spec.rows
+        picked = z[rows, spec.labels].sum()  # read before the gradient may overwrite z
+        grad = z if spec.in_place else spec.workspace.take_grad(z.shape[0], z.shape[1], like=z, avoid=z)
         torch.sub(z, top.unsqueeze(1), out=grad).exp_()
         total = grad.sum(dim=1)
-        rows = spec.rows
-        loss = ((total[rows].log() + top[rows]).sum() - z[rows, spec.labels].sum()) * spec.scale
+        loss = ((total[rows].log() + top[rows]).sum() - picked) * spec.scale
         grad.div_((total / spec.scale).unsqueeze(1)).masked_fill_(spec.outside, 0.0)  # softmax / N, train rows
         grad.index_put_((rows, spec.labels), torch.tensor(-spec.scale, dtype=z.dtype, device=z.device),
                         accumulate=True)

@@ -14,13 +14,17 @@ layer costs one GEMM per epoch.
 Memory (MG-GCN's discipline, in PyTorch terms): autograd keeps only what backward reads — a layer's GEMM keeps
 its input (for ``∂W``), the SpMM keeps nothing (its backward needs only Âᵀ), σ keeps its output, which is also the
 next layer's input, so each hidden activation is held once. The bias is added inside the GEMM (``addmm``) when the
-GEMM is the layer's last step, σ overwrites the layer's fresh output in place, and σ's backward overwrites the
-incoming gradient in place: a hidden layer holds one ``m × d_out`` buffer for its output and one for its gradient,
-and no ``E × d`` tensor exists anywhere. Those buffers are a :class:`~mggcn.nn.workspace.Workspace`, allocated at the
-first epoch and reused by every later one: every layer's output (whether a GEMM or an SpMM produces it), the
-``Â·H`` an aggregate-first layer's GEMM keeps, the ``H·Wᵀ`` an SpMM reads, and two gradient buffers used
-alternately by every GEMM and SpMM of the backward pass. The logits are a new tensor unless the caller asks for
-them on the workspace too (the trainer does). :mod:`mggcn.tools.plan` counts these bytes.
+GEMM is the layer's last step, σ overwrites the layer's fresh output in place, and no ``E × d`` tensor exists
+anywhere. Those buffers are a :class:`~mggcn.nn.workspace.Workspace`, allocated at the first epoch and reused by every
+later one: every layer's output (whether a GEMM or an SpMM produces it), the ``Â·H`` an aggregate-first layer's GEMM
+keeps, the ``H·Wᵀ`` an SpMM reads. A gradient overwrites the buffer of what it is the gradient of once backward no
+longer reads it (the MG-GCN paper's reuse): ``∂(H·Wᵀ)`` over ``H·Wᵀ`` (the SpMM's backward reads only Âᵀ),
+``∂(Â·H)`` over ``Â·H`` (after ``∂W``), and in a GCN the gradient of σ's output over that output when a GEMM reads
+it: ``∂W`` first, σ's signs packed as bits (1/32 of the buffer), then the GEMM's ``∂H`` over ``H`` and σ's backward
+from the bits. So a hidden layer that multiplies first holds one ``m × d_out`` buffer for its output and its
+gradient. The other gradients (an aggregate-first layer's SpMM, dropout's) go on two gradient buffers used in turn.
+The logits are a new tensor unless the caller asks for them on the workspace too (the trainer does, and the loss
+writes their gradient over them). :mod:`mggcn.tools.plan` counts these bytes.
 
 Parameter names match PyG: ``convs.{l}.lin.weight`` [d_out, d_in] and ``convs.{l}.bias`` [d_out], so the
 state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``convs.`` dropped) or PyG's
@@ -38,15 +42,66 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mggcn.config import ACTIVATIONS, ORDERS
-from mggcn.nn.workspace import OutSpec, Workspace
+from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "activate",
-           "dropout", "glorot_", "spmm_widths"]
+           "dropout", "glorot_", "spmm_widths", "MASK_CHUNK", "mask_chunk_rows"]
 
 
-Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=Workspace | None) -> Â·H (σ may overwrite it)
+Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
+
+MASK_CHUNK = 1 << 18  # elements: σ's mask is packed and applied a block of rows of about this size at a time
+
+
+def mask_chunk_rows(rows: int, width: int) -> int:
+    """Rows per block when σ's mask of an ``[rows, width]`` output is packed or applied."""
+    return max(1, min(rows, MASK_CHUNK // max(1, width)))
+
+
+# Packing 8 flag bytes (0 or 1, flag k in byte k of a little-endian int64) into one byte (flag k as bit k), and back,
+# with one multiplication each: the 8 shifted copies of the flags that _GATHER sums meet in the top byte without
+# carries; _SPREAD copies a byte into all 8 and _SELECT keeps bit k of byte k (nonzero exactly where flag k was set).
+_GATHER, _SPREAD = 0x0102040810204080, 0x0101010101010101
+_SELECT = 0x8040201008040201 - (1 << 64)  # as a signed int64
+
+
+def _pack_positive(h: torch.Tensor, ws: Workspace) -> torch.Tensor:
+    """``h > 0`` as bits, 8 per byte (``[m, ⌈d / 8⌉]`` uint8 on the workspace buffer ``mask bits``), a block of rows
+    at a time through the byte buffer ``mask block``: what σ's backward reads of σ's output, in 1/32 of its bytes."""
+    m, d = h.shape
+    nb, rows = -(-d // 8), mask_chunk_rows(m, d)
+    packed = ws.take("mask bits", m, nb, h, dtype=torch.uint8)
+    block = ws.take("mask block", rows, 8 * nb, h, dtype=torch.uint8)
+    for r in range(0, m, rows):
+        c = min(rows, m - r)
+        flags = block[:c]
+        if d % 8:
+            flags[:, d:] = 0
+        torch.gt(h[r:r + c], 0, out=flags[:, :d].view(torch.bool))
+        words = flags.view(torch.int64)  # [c, nb]: 8 flags each
+        words.mul_(_GATHER).bitwise_right_shift_(56).bitwise_and_(0xFF)
+        packed[r:r + c].copy_(words)
+    return packed
+
+
+def _masked_backward(grad: torch.Tensor, packed: torch.Tensor, slope: float, ws: Workspace) -> None:
+    """σ's backward over ``grad`` in place, from the packed signs of σ's output: the very aten op of
+    :class:`_InplaceActivation`'s backward, a block of rows at a time, with the output's signs standing in for it."""
+    m, d = grad.shape
+    nb, rows = packed.shape[1], mask_chunk_rows(m, d)
+    block = ws.take("mask block", rows, 8 * nb, grad, dtype=torch.uint8)
+    sign = ws.take("mask sign", rows, d, grad)
+    for r in range(0, m, rows):
+        c = min(rows, m - r)
+        g, words = grad[r:r + c], block[:c].view(torch.int64)
+        words.copy_(packed[r:r + c]).mul_(_SPREAD).bitwise_and_(_SELECT)
+        out = sign[:c].copy_(block[:c, :d])  # > 0 exactly where σ's output was
+        if slope == 0.0:
+            torch.ops.aten.threshold_backward.grad_input(g, out, 0.0, grad_input=g)
+        else:
+            torch.ops.aten.leaky_relu_backward.grad_input(g, out, slope, True, grad_input=g)
 
 
 def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> bool:
@@ -101,14 +156,18 @@ class _TimedLinear(torch.autograd.Function):
     """``H·Wᵀ (+ b)`` whose forward and backward GEMMs are accounted as the ``gemm`` phase.
 
     Keeps ``H`` (read by ``∂W``) and ``W`` (a parameter, no extra memory); the bias is fused into the GEMM.
-    ``out`` puts the result on a workspace buffer; ``grad_ws`` puts ``∂H`` on its gradient buffers.
+    ``out`` puts the result on a workspace buffer; ``grad_ws`` (a :data:`~mggcn.nn.workspace.GradSpec`) says where
+    ``∂H`` goes. With ``sigma`` (σ's slope), ``H`` is the output of a σ whose backward this one does (see
+    :func:`activate`): ``∂W`` first, then ``∂H`` over ``H`` itself, masked by the signs ``H`` had (packed in 1/32 of
+    its bytes on the workspace ``grad_ws`` before the GEMM overwrites it), so one ``m × d`` buffer holds the
+    activation and then its gradient.
     """
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
-                timer: PhaseTimer, out: OutSpec, grad_ws: Workspace | None) -> torch.Tensor:
+                timer: PhaseTimer, out: OutSpec, grad_ws: GradSpec, sigma: float | None = None) -> torch.Tensor:
         ctx.save_for_backward(h, weight)
-        ctx.timer, ctx.grad_ws = timer, grad_ws
+        ctx.timer, ctx.grad_ws, ctx.sigma = timer, grad_ws, sigma
         dest = None if out is None else out[0].take(out[1], h.shape[0], weight.shape[0], h)
         with timer("gemm"):
             if dest is None:
@@ -121,17 +180,23 @@ class _TimedLinear(torch.autograd.Function):
         h, weight = ctx.saved_tensors
         grad_h = grad_w = grad_b = None
         with ctx.timer("gemm"):
-            if ctx.needs_input_grad[0]:
-                if ctx.grad_ws is None:
-                    grad_h = grad @ weight
-                else:
-                    dest = ctx.grad_ws.take_grad(grad.shape[0], weight.shape[1], like=grad, avoid=grad)
-                    grad_h = torch.mm(grad, weight, out=dest)
-            if ctx.needs_input_grad[1]:
+            if ctx.needs_input_grad[1]:  # first: ∂H may overwrite H
                 grad_w = grad.t() @ h
             if ctx.needs_input_grad[2]:
                 grad_b = grad.sum(0)
-        return grad_h, grad_w, grad_b, None, None, None
+            if ctx.needs_input_grad[0]:
+                if ctx.sigma is not None:
+                    packed = _pack_positive(h, ctx.grad_ws)
+                    grad_h = torch.mm(grad, weight, out=h)
+                    _masked_backward(grad_h, packed, ctx.sigma, ctx.grad_ws)
+                else:
+                    dest = grad_destination(ctx.grad_ws, grad.shape[0], weight.shape[1], like=grad, avoid=grad)
+                    grad_h = grad @ weight if dest is None else torch.mm(grad, weight, out=dest)
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
+def _slope(activation: str) -> float:
+    return 0.0 if activation == "relu" else 0.01
 
 
 class _InplaceActivation(torch.autograd.Function):
@@ -139,31 +204,40 @@ class _InplaceActivation(torch.autograd.Function):
 
     Keeps only the output (its sign is all backward reads). The incoming gradient is always a fresh tensor made by
     the next layer's backward (its GEMM, SpMM or dropout), read by nothing else, so it is reused for σ's gradient.
+    ``deferred``: the GEMM that reads the output does this backward too (:class:`_TimedLinear` with ``sigma``);
+    then nothing is kept here and the gradient passes through.
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, slope: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, z: torch.Tensor, slope: float, deferred: bool) -> torch.Tensor:  # type: ignore[override]
         ctx.mark_dirty(z)
-        ctx.slope = slope
+        ctx.slope, ctx.deferred = slope, deferred
         out = z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
-        ctx.save_for_backward(out)
+        if not deferred:
+            ctx.save_for_backward(out)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        if ctx.deferred:
+            return grad, None, None
         (out,) = ctx.saved_tensors
         grad = grad.contiguous()
         if ctx.slope == 0.0:
-            return torch.ops.aten.threshold_backward.grad_input(grad, out, 0.0, grad_input=grad), None
-        return torch.ops.aten.leaky_relu_backward.grad_input(grad, out, ctx.slope, True, grad_input=grad), None
+            return torch.ops.aten.threshold_backward.grad_input(grad, out, 0.0, grad_input=grad), None, None
+        return (torch.ops.aten.leaky_relu_backward.grad_input(grad, out, ctx.slope, True, grad_input=grad),
+                None, None)
 
 
-def activate(z: torch.Tensor, activation: str) -> torch.Tensor:
-    """σ of a layer's output ``z``, in place (``z`` must be a fresh tensor that nothing else reads)."""
-    slope = 0.0 if activation == "relu" else 0.01
+def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.Tensor:
+    """σ of a layer's output ``z``, in place (``z`` must be a fresh tensor that nothing else reads).
+
+    ``deferred``: the only reader of the result is a GCN layer's GEMM given ``input_activation=activation``, which
+    does σ's backward itself, writing the gradient over the result (see :class:`_TimedLinear`)."""
+    slope = _slope(activation)
     if torch.is_grad_enabled() and z.requires_grad:
-        return _InplaceActivation.apply(z, slope)
+        return _InplaceActivation.apply(z, slope, deferred)
     return z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
 
 
@@ -172,6 +246,14 @@ def glorot_(weight: torch.Tensor, generator: torch.Generator) -> None:
     bound = math.sqrt(6.0 / (weight.shape[0] + weight.shape[1]))
     with torch.no_grad():
         weight.uniform_(-bound, bound, generator=generator)
+
+
+class _UninitializedLinear(nn.Linear):
+    """``nn.Linear`` with its weight left uninitialized, for the caller to draw. (Not ``device="meta"`` then
+    ``to_empty``: the meta device's first use imports sympy, 32 MiB of every rank's memory.)"""
+
+    def reset_parameters(self) -> None:
+        pass
 
 
 class GCNLayer(nn.Module):
@@ -196,7 +278,7 @@ class GCNLayer(nn.Module):
         if generator is None:
             self.lin = nn.Linear(in_dim, out_dim, bias=False)
         else:  # no default initialization drawn (from the global RNG) only to be overwritten
-            self.lin = nn.Linear(in_dim, out_dim, bias=False, device="meta").to_empty(device="cpu")
+            self.lin = _UninitializedLinear(in_dim, out_dim, bias=False)
             glorot_(self.lin.weight, generator)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first
@@ -204,24 +286,33 @@ class GCNLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
-                output_in_workspace: bool = False) -> torch.Tensor:
+                output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
         """``h_aggregated`` is a precomputed ``Â·h``; when given, no SpMM runs.
 
         With ``workspace``, what the GEMMs and SpMMs produce lives on its buffers: ``H·Wᵀ`` before an SpMM, ``Â·H``
-        before a GEMM (named after ``key``), the gradients (except that of the first layer's input, which may be a
-        leaf that keeps it), and with ``output_in_workspace`` the layer's output (``out {key}``; the next forward
-        overwrites it). The bias is added inside the GEMM, or in place to the SpMM's result.
+        before a GEMM (named after ``key``), and with ``output_in_workspace`` the layer's output (``out {key}``; the
+        next forward overwrites it). The bias is added inside the GEMM, or in place to the SpMM's result. Backward
+        writes each gradient over the buffer of what it is the gradient of, where nothing reads that any more: the
+        SpMM's ``∂(H·Wᵀ)`` over ``H·Wᵀ``, the GEMM's ``∂(Â·H)`` over ``Â·H``, and, with ``input_activation`` (``h``
+        is that σ's output, applied with ``activate(..., deferred=True)``, and read by nothing else), this layer's
+        GEMM writes ``∂h``, σ's backward included, over ``h``. Other input gradients go on the workspace's two
+        gradient buffers (none for the first layer's input, which may be a leaf that keeps it).
         """
         ws, weight, bias = workspace, self.lin.weight, self.bias
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         input_grad_ws = None if self.first else ws
+        sigma = None
+        if input_activation is not None:
+            if ws is None or self.first or self.aggregate_first:
+                raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
+            sigma = _slope(input_activation)
         if h_aggregated is not None:
             return _TimedLinear.apply(h_aggregated, weight, bias, timer, out, None)
         if self.aggregate_first:
             h_agg = adj(h, out=None if ws is None else (ws, f"A.H {key}"), grad_ws=input_grad_ws)
-            return _TimedLinear.apply(h_agg, weight, bias, timer, out, ws)
-        hw = _TimedLinear.apply(h, weight, None, timer, None if ws is None else (ws, "H.W"), input_grad_ws)
-        z = adj(hw, out=out, grad_ws=ws)
+            return _TimedLinear.apply(h_agg, weight, bias, timer, out, None if ws is None else (ws, f"A.H {key}"))
+        hw = _TimedLinear.apply(h, weight, None, timer, None if ws is None else (ws, "H.W"), input_grad_ws, sigma)
+        z = adj(hw, out=out, grad_ws=None if ws is None else (ws, "H.W"))
         return z if bias is None else z.add_(bias)
 
 
@@ -296,14 +387,22 @@ class LayerStack(nn.Module):
             raise ValueError("x_aggregated cannot be used with input dropout")
         h = self._drop(x, self.input_dropout)
         last = len(self.convs) - 1
+        deferred = False
         for i, conv in enumerate(self.convs):
             if i > 0:
                 h = self._drop(h, self.dropout)
+            extra = {"input_activation": self.activation} if deferred else {}
             h = conv(h, adj, timer, h_aggregated=x_aggregated if i == 0 else None, workspace=self.workspace,
-                     key=str(i), output_in_workspace=i < last or logits_in_workspace)
+                     key=str(i), output_in_workspace=i < last or logits_in_workspace, **extra)
             if i < last:
-                h = activate(h, self.activation)
+                deferred = self._defers_activation(i + 1)
+                h = activate(h, self.activation, deferred)
         return h
+
+    def _defers_activation(self, i: int) -> bool:
+        """Whether layer ``i``'s GEMM does the backward of the σ before it, writing the gradient over σ's output
+        (see :meth:`GCNLayer.forward`); the GCN says when."""
+        return False
 
     def pyg_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights under the names of the matching PyG model (``torch_geometric.nn.models.GCN``,
@@ -331,6 +430,12 @@ class GCN(LayerStack):
         self.convs.extend(
             GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
             for i in range(len(dims) - 1))
+
+    def _defers_activation(self, i: int) -> bool:
+        # the GEMM reads σ's output directly (no dropout between) and is its only reader: a layer that multiplies
+        # first; its gradient then overwrites the activation's buffer (the MG-GCN paper's reuse)
+        return (self.workspace is not None and torch.is_grad_enabled() and not self.convs[i].aggregate_first
+                and not (self.dropout and self.training))
 
     def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights under PyG's names (``convs.{l}.lin.weight``, ``convs.{l}.bias``), detached, on CPU."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Workspace", "OutSpec"]
+__all__ = ["Workspace", "OutSpec", "GradSpec", "grad_destination"]
 
 
 class Workspace:
@@ -19,7 +19,9 @@ class Workspace:
     Besides the memory it saves, reuse saves time: a fresh multi-megabyte tensor is paid for in page faults every
     epoch (on a virtual machine about as long as the GEMM that fills it). :meth:`take` hands out ``[rows, width]``
     tensors on the buffer ``name`` (allocated, or grown, on first use); :meth:`take_grad` one on whichever of the
-    two gradient buffers does not hold ``avoid`` (a gradient's producer reads the other one).
+    two gradient buffers does not hold ``avoid`` (a gradient's producer reads the other one). A gradient may also go
+    on the buffer of the tensor it is the gradient of, once backward no longer reads that tensor (MG-GCN's reuse of a
+    layer's output buffer for its gradient): see :data:`GradSpec`.
 
     Every tensor handed out shares its buffer's storage AND version counter (it is ``detach()`` of a view), so
     when a buffer is overwritten while autograd still keeps an older tensor of it for backward (two forward passes
@@ -31,11 +33,13 @@ class Workspace:
     def __init__(self) -> None:
         self._flat: dict[str, torch.Tensor] = {}
 
-    def take(self, name: str, rows: int, width: int, like: torch.Tensor) -> torch.Tensor:
-        numel = rows * width
+    def take(self, name: str, rows: int, width: int, like: torch.Tensor,
+             dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A ``[rows, width]`` tensor on the buffer ``name``, of ``like``'s device and dtype (or ``dtype``)."""
+        numel, dtype = rows * width, like.dtype if dtype is None else dtype
         flat = self._flat.get(name)
-        if flat is None or flat.numel() < numel or flat.dtype != like.dtype or flat.device != like.device:
-            flat = self._flat[name] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        if flat is None or flat.numel() < numel or flat.dtype != dtype or flat.device != like.device:
+            flat = self._flat[name] = torch.empty(numel, dtype=dtype, device=like.device)
         return flat[:numel].view(rows, width).detach()
 
     def take_grad(self, rows: int, width: int, like: torch.Tensor, avoid: torch.Tensor) -> torch.Tensor:
@@ -50,3 +54,20 @@ class Workspace:
 
 
 OutSpec = tuple[Workspace, str] | None  # where a result goes: a workspace buffer, or None for a new tensor
+# where a backward puts the gradient of its input: a workspace's alternating gradient buffers, one named buffer (the
+# input's own, when nothing reads the input after this backward), or None for a new tensor
+GradSpec = Workspace | tuple[Workspace, str] | None
+
+
+def grad_destination(spec: GradSpec, rows: int, width: int, like: torch.Tensor,
+                     avoid: torch.Tensor) -> torch.Tensor | None:
+    """The ``[rows, width]`` tensor ``spec`` names for a gradient (None: the caller makes a new one); ``avoid`` is
+    the tensor the producer reads (the incoming gradient), which a gradient buffer must not be."""
+    if spec is None:
+        return None
+    if isinstance(spec, Workspace):
+        return spec.take_grad(rows, width, like, avoid)
+    dest = spec[0].take(spec[1], rows, width, like)
+    if dest.data_ptr() == avoid.data_ptr():
+        raise RuntimeError(f"the gradient buffer '{spec[1]}' holds the gradient it is computed from")
+    return dest

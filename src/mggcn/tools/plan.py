@@ -19,26 +19,32 @@ each block is cut into column tiles (:func:`mggcn.distributed.tiled.tile_columns
 of the nonzeros' bytes). ``widths`` are :func:`mggcn.nn.model.spmm_widths` (the order policy decides them).
 Activations are the buffers of the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and
 reused by every later one: every layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an
-aggregate-first layer's GEMM keeps, two gradient buffers that every GEMM and SpMM of the backward pass use in turn (the
-loss's gradient is the first), and the loss's row maxima (float32) and argmax (int64); at the loss, two float32 vectors
-of row sums besides. :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X
-cached (the order policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (2h + 3C + 5)``: ``out 0`` (h), ``H·W`` and the
-logits (C each), the gradient buffers (h and C), 12 bytes per row for the loss and 8 for its row sums. Before the first
-epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two temporaries of
-``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
+aggregate-first layer's GEMM keeps, and the loss's row maxima (float32) and argmax (int64); at the loss, two float32
+vectors of row sums besides. A gradient overwrites the buffer of what it is the gradient of wherever backward no
+longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits, an SpMM's over its ``H·Wᵀ``, a GEMM's over its
+``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, keeping the
+output's signs for σ's backward as bits (``m · ⌈d / 8⌉`` bytes, ``mask bits``, through two block buffers of about
+:data:`~mggcn.nn.model.MASK_CHUNK` elements). Other gradients (an aggregate-first layer's SpMM, dropout's, GraphSAGE's
+and GIN's) go to two shared gradient buffers used in turn. :func:`activation_peak` walks an epoch tensor by tensor. For
+a 2-layer GCN F → h → C with Â·X cached (the order policy's choice for F ≤ 2h, h ≥ C) it is
+``4 · m · (h + 2C + 5) + m · ⌈h / 8⌉`` plus the two block buffers (≤ 1.3 MiB): ``out 0`` (h, then its gradient),
+``H·W`` and the logits (C each, then theirs), 12 bytes per row for the loss and 8 for its row sums, and σ's bits.
+Before the first epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two
+temporaries of ``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
 ``max(epoch peak, 4 · m · F · (1 + 2 · [P > 1]))``.
 
 MG-GCN's paper estimates ``4 · m · [d_0 + Σ_l max(d_l, d_l+1) + 3 · max_l min(d_l, d_l+1)] + 2 · 8 · nnz / P``:
-one buffer per layer for its output, reused for its gradient, and three shared ones. Ours differs in small ways:
-gradients go to two shared buffers rather than into the output's (σ's backward still needs the output), an
-aggregate-first hidden layer keeps its ``Â·H``, Â·X replaces the first layer's SpMM, and the broadcast buffers are
+one buffer per layer for its output, reused for its gradient, and three shared ones. Ours differs in small ways: σ's
+backward reads bits kept of the output rather than the output, an aggregate-first hidden layer keeps its ``Â·H`` and
+its SpMM's gradient needs a buffer of its own, Â·X replaces the first layer's SpMM, and the broadcast buffers are
 sized by the epoch's widest SpMM rather than the features.
 
 Not counted: the Python and PyTorch runtime (``mggcn bench`` measures it in the same run: a process that imports
 torch and mggcn), the sparse library's workspace and allocator slack. The setup before the first epoch is not a
-separate term: at P = 1, reading a prepared directory, it holds at most this plus one block
-(``tests/training/test_setup_memory.py``), so that the plan plus the runtime is the peak of the whole process; a
-rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the whole graph).
+separate term: a rank reading its share of a prepared directory holds at most this plus one block
+(``tests/training/test_setup_memory.py``, at P = 1, 2 and 3), so that the plan plus the runtime is the peak of the
+whole process; a rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the
+whole graph).
 
 Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
 broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
@@ -54,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mggcn.distributed.tiled import index_bytes, num_tiles
-from mggcn.nn.model import aggregate_first, spmm_widths
+from mggcn.nn.model import aggregate_first, mask_chunk_rows, spmm_widths
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 
@@ -108,7 +114,7 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     layer's backward, and the gradient of the dropped input. ``train_rows`` (this rank's training rows) only sizes
     vectors of the loss, below the resolution that matters here, and is kept for callers.
     """
-    m, L, C = rows, len(dims) - 1, dims[-1]
+    m, L = rows, len(dims) - 1
     ws: dict[str, int] = {}
 
     def epoch() -> tuple[int, dict]:
@@ -126,8 +132,8 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
             note()
             return name
 
-        def take(name: str, width: int, item: int = FLOAT) -> str:
-            ws[name] = max(ws.get(name, 0), m * width * item)
+        def take(name: str, width: int, item: int = FLOAT, rows: int = m) -> str:
+            ws[name] = max(ws.get(name, 0), rows * width * item)
             note()
             return f"ws:{name}"
 
@@ -165,11 +171,11 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
             if model == "sage":
                 take("root", d_out)  # H·W_rᵀ, read once by the addition
             take(f"out {i}", d_out)
-        logits = f"ws:out {L - 1}"
-        # the loss: row maxima and argmax, the gradient (computed in the forward), two vectors of row sums
+        # the loss: row maxima and argmax, the gradient (computed in the forward, over the logits), two vectors of
+        # row sums
         take("row max", 1)
         take("row argmax", 1, INT64)
-        grad = take_grad(C, avoid=logits)
+        grad = f"ws:out {L - 1}"
         alloc("row sums", 1)
         alloc("row sums / scale", 1)
         free("row sums", "row sums / scale")
@@ -185,18 +191,23 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
                     free(f"dropout mask {i}", f"dropped input {i}")
                     grad = new
                 continue
-            if i == 0:  # no gradient for X: the GEMM computes dW only, after the SpMM when it multiplies first
-                if not agg:
-                    take_grad(d_out, avoid=grad)
+            if i == 0:  # no gradient for X: the GEMM computes dW only, after the SpMM (into H·W) when it multiplies
+                if not agg:  # first
+                    take("H.W", d_out)
                 break
             if agg:
-                inner = take_grad(d_in, avoid=grad)  # GEMM backward: the gradient of Â·H
-                free(grad)
+                inner = take(f"A.H {i}", d_in)  # GEMM backward: the gradient of Â·H, over it
                 grad = take_grad(d_in, avoid=inner)  # SpMM backward with Âᵀ
             else:
-                inner = take_grad(d_out, avoid=grad)  # SpMM backward with Âᵀ
-                free(grad)
-                grad = take_grad(d_in, avoid=inner)  # GEMM backward
+                inner = take("H.W", d_out)  # SpMM backward with Âᵀ, over H·W
+                if f"dropout mask {i}" in live:
+                    grad = take_grad(d_in, avoid=inner)  # GEMM backward
+                else:  # GEMM backward over σ's output, σ's backward from its signs kept as bits
+                    nb, rows = -(-d_in // 8), mask_chunk_rows(m, d_in)
+                    take("mask bits", nb, 1)
+                    take("mask block", 8 * nb, 1, rows=rows)
+                    take("mask sign", d_in, rows=rows)
+                    grad = f"ws:out {i - 1}"
             if f"dropout mask {i}" in live:
                 new = alloc(f"grad dropped {i}", d_in)
                 free(f"dropout mask {i}", f"dropped input {i}")

@@ -178,7 +178,9 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         shard.x = x = None
     split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
-    criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace)
+    # the gradient of the logits overwrites them (the model returns them on its workspace; nothing reads them after)
+    criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
+                                   in_place=model.workspace is not None)
     params = list(model.parameters())
     stochastic = cfg.dropout > 0 or cfg.input_dropout > 0
 
@@ -324,7 +326,9 @@ def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor |
                      y: torch.Tensor, split_rows: dict[str, torch.Tensor], split_sizes: torch.Tensor) -> dict:
     """Global train/val/test accuracies of the model as it stands, in eval mode (one forward, one all-reduce)."""
     model.eval()
-    correct = _correct_counts(model(x, adj, x_aggregated=x_agg).argmax(dim=1), y, split_rows).to(y.device)
+    with torch.no_grad():  # no graph kept; the logits on the workspace (no new m × C tensor at the end of training)
+        logits = model(x, adj, x_aggregated=x_agg, logits_in_workspace=True)
+    correct = _correct_counts(logits.argmax(dim=1), y, split_rows).to(y.device)
     correct = all_reduce_sum(ctx, correct).cpu()
     acc = (correct / split_sizes).tolist()
     return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}

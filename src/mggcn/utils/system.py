@@ -31,7 +31,7 @@ from mggcn.config import MMAP_THRESHOLD
 
 __all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "caller_settings_kept",
            "enter_rank", "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
-           "sigterm_as_interrupt", "sparse_warnings_silenced", "torch_threads"]
+           "sigterm_as_interrupt", "sparse_warnings_silenced", "torch_threads", "trim_heap"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -43,6 +43,7 @@ _PR_SET_PDEATHSIG = 1
 class _State:
     owned = False  # this process belongs to mggcn: a launched worker, or the mggcn command
     mmap_threshold: int | None = None  # what this module set (None: glibc's own, dynamic threshold)
+    libc: Any = None  # the C library, once trim_heap loaded it (False: not glibc)
 
 
 def own_process() -> None:
@@ -84,6 +85,24 @@ def set_mmap_threshold(nbytes: int | None) -> bool:
     if done:
         _State.mmap_threshold = int(nbytes)
     return done
+
+
+def trim_heap() -> None:
+    """Give the free pages of the heap back to the system (glibc's ``malloc_trim``), so that the holes a pass's
+    temporaries leave between the arrays it keeps do not stay resident; a no-op where the C library is not glibc.
+    Called between the chunks of the shard's setup (:mod:`mggcn.distributed.sharding`)."""
+    if _State.libc is None:
+        try:
+            import ctypes
+
+            _State.libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            _State.libc = False
+    if _State.libc:
+        try:
+            _State.libc.malloc_trim(0)
+        except AttributeError:
+            _State.libc = False
 
 
 def mmap_threshold() -> int | None:

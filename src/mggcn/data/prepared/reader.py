@@ -165,7 +165,7 @@ def _sha256(arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _pair_hash(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def pair_hash(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A 64-bit mix (splitmix64's finalizer) of the pairs ``(a, b)``; sums of it compare multisets of pairs."""
     with np.errstate(over="ignore"):
         z = a * np.uint64(0x9E3779B97F4A7C15) + b * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)
@@ -300,8 +300,8 @@ class PreparedDataset:
             ptr = np.asarray(indptr[b:b + step + 1])
             targets = np.repeat(np.arange(b, b + ptr.shape[0] - 1, dtype=np.uint64), np.diff(ptr))
             sources = np.asarray(indices[int(ptr[0]):int(ptr[-1])]).astype(np.uint64)
-            forward += _pair_hash(targets, sources).sum(dtype=np.uint64)
-            backward += _pair_hash(sources, targets).sum(dtype=np.uint64)
+            forward += pair_hash(targets, sources).sum(dtype=np.uint64)
+            backward += pair_hash(sources, targets).sum(dtype=np.uint64)
         if forward != backward:
             raise _err(self.path / MANIFEST, "says \"symmetric\": true but the edges of in_indices are not "
                                              "symmetric: prepare the dataset again")

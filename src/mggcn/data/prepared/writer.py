@@ -193,6 +193,7 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
             a :class:`~mggcn.data.graph.Graph`, or a PyG ``Data``.
         fmt: the layout of a path, one of :data:`mggcn.data.formats.FORMATS`.
         undirected: add the reverse of every edge (the stored graph is then symmetric and one CSR serves A and Aᵀ).
+            A graph whose edges are already symmetric (GraphSAINT's ``adj_full``) is found so and stored once too.
         dedup: keep one copy of each (source, target) pair (after adding reverse edges).
         memory_limit: bytes (or ``"2G"``) for edge chunks and bucket sorts; default :data:`DEFAULT_MEMORY_LIMIT`.
             Per-vertex arrays and the interpreter come on top.
@@ -277,6 +278,7 @@ def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, 
                 step.update(ei.shape[1])
     csr = sorter.finish(tmp)
     shutil.rmtree(work)
+    symmetric = sorter.symmetric or _same_csrs(csr.arrays, tmp)
 
     def in_degree() -> np.ndarray:
         return np.diff(np.load(tmp / "in_indptr.npy", mmap_mode="r"))
@@ -296,12 +298,27 @@ def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, 
         "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "name": src.name,
         "num_nodes": n, "num_edges": csr.num_edges, "num_features": vd.num_features, "num_classes": vd.num_classes,
         "split_sizes": split_sizes, "num_labelled": int(np.count_nonzero(vd.y >= 0)),
-        "symmetric": sorter.symmetric, "self_loops": csr.self_loops, "nnz_hat": int(csr.hat_nnz_in.sum()),
+        "symmetric": symmetric, "self_loops": csr.self_loops, "nnz_hat": int(csr.hat_nnz_in.sum()),
         "balance": balance,
         "built": dict(src.built, mggcn_version=_mggcn_version(),
                       created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")),
         "arrays": arrays,
     }
+
+
+def _same_csrs(arrays: dict[str, dict], tmp: Path) -> bool:
+    """Whether the out-CSR came out byte for byte the in-CSR (a symmetric graph read as directed edges, as GraphSAINT's
+    ``adj_full`` is): then its files are dropped and the dataset says ``"symmetric": true``, so that a rank stores
+    one set of blocks for Â and Âᵀ. The files' sha256 decide (both CSRs list each row's neighbours in order)."""
+    def record(name: str) -> tuple:
+        r = arrays[name]
+        return r["dtype"], tuple(r["shape"]), r["sha256"]
+
+    if "out_indices" not in arrays or any(record(f"in_{k}") != record(f"out_{k}") for k in ("indptr", "indices")):
+        return False
+    for k in ("indptr", "indices"):
+        (tmp / arrays.pop(f"out_{k}")["file"]).unlink()
+    return True
 
 
 def _mggcn_version() -> str:
