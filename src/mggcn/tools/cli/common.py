@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import textwrap
 
 from mggcn.config import ORDERINGS
@@ -13,7 +14,7 @@ from mggcn.utils.units import parse_bytes
 
 __all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
            "add_reader_options", "read_options", "rank_zero", "exit_status", "HelpFormatter", "FORMAT_HELP",
-           "flag_message"]
+           "flag_message", "job_failure_status"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -166,3 +167,18 @@ def flag_message(err: Exception) -> str:
     if text.startswith(option):
         return flag + text[len(option):]
     return f"{text} ({flag})"
+
+
+def job_failure_status(err: Exception) -> int:
+    """The exit status of a job the launcher could not finish, its one line said on stderr: 130 for Ctrl-C or
+    SIGTERM before the workers could stop by themselves, 1 for a failed rank. A rank 0 whose output went away
+    (``| head``) is re-raised as ``BrokenPipeError``, which the command ends quietly."""
+    from mggcn.distributed.launch import JobInterrupted
+
+    if isinstance(err, JobInterrupted):
+        print(f"mggcn: interrupted: {err}", file=sys.stderr)
+        return 130
+    if str(err).startswith(f"rank {err.rank} failed: BrokenPipeError"):  # rank 0's reader went away (| head)
+        raise BrokenPipeError from None
+    print(f"mggcn: {err}", file=sys.stderr)
+    return 1

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from mggcn.config import ACTIVATIONS, DEVICES, MODELS, NORMS
-from mggcn.tools.cli.common import add_dataset_options, positive_int, rank_zero, read_options
+from mggcn.tools.cli.common import add_dataset_options, job_failure_status, positive_int, rank_zero, read_options
 
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
@@ -38,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import JobInterrupted, WorkerError, launch
+    from mggcn.distributed.launch import WorkerError, launch
     from mggcn.training.predict import PredictJob, check_predict, run_predict_job
 
     reader_options = read_options(args)
@@ -55,14 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout), on_checked=note_size)
-    except JobInterrupted as err:  # a signal before the workers could stop by themselves
-        print(f"mggcn: interrupted: {err}", file=sys.stderr)
-        return 130
-    except WorkerError as err:
-        if str(err).startswith(f"rank {err.rank} failed: BrokenPipeError"):  # rank 0's reader went away (| head)
-            raise BrokenPipeError from None
-        print(f"mggcn: {err}", file=sys.stderr)
-        return 1
+    except WorkerError as err:  # JobInterrupted too: a signal before the workers could stop by themselves
+        return job_failure_status(err)
     if rank_zero():  # under torchrun, rank 0 says it
         _say_written(args, sizes["num_nodes"])
     return 0

@@ -26,6 +26,7 @@ from mggcn.tools.cli.common import (
     byte_size,
     exit_status,
     hidden_sizes,
+    job_failure_status,
     positive_int,
     rank_zero,
     read_options,
@@ -149,7 +150,7 @@ def _finish_train(args: argparse.Namespace, result) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import JobInterrupted, WorkerError, launch, under_torchrun
+    from mggcn.distributed.launch import WorkerError, launch, under_torchrun
     from mggcn.distributed.shm import ShmUnavailable
     from mggcn.training.job import TrainJob, check_job, run_train_job
 
@@ -198,12 +199,6 @@ def run(args: argparse.Namespace) -> int:
         if rank_zero():
             print(f"mggcn train: error: {err}", file=sys.stderr, flush=True)
         return 2
-    except JobInterrupted as err:  # a signal before training began: nothing to stop cleanly, nothing saved
-        print(f"mggcn: interrupted: {err}", file=sys.stderr)
-        return 130
-    except WorkerError as err:
-        if str(err).startswith(f"rank {err.rank} failed: BrokenPipeError"):  # rank 0's reader went away (| head)
-            raise BrokenPipeError from None
-        print(f"mggcn: {err}", file=sys.stderr)
-        return 1
+    except WorkerError as err:  # JobInterrupted too: a signal before the workers could stop by themselves
+        return job_failure_status(err)
     return _finish_train(args, result)
