@@ -84,7 +84,8 @@ class _Client:
         atexit.register(self.close)
 
     def run(self, argv: list[str], cwd: str, timeout: float) -> dict:
-        self.proc.stdin.write(json.dumps({"argv": argv, "cwd": cwd, "timeout": timeout}) + "\n")
+        request = {"argv": argv, "cwd": cwd, "timeout": timeout, "env": dict(os.environ, PYTHONUNBUFFERED="1")}
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         # the server kills a command at its timeout and answers; 120 s more is for the server itself
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout + 120)
@@ -118,14 +119,16 @@ def _serve(work_dir: str) -> None:
     for k, line in enumerate(sys.stdin):
         request = json.loads(line)
         out, err = (os.path.join(work_dir, f"{k}.{s}") for s in ("out", "err"))
-        result = _run_one(request["argv"], request["cwd"], out, err, request["timeout"], answers.fileno())
+        result = _run_one(request["argv"], request["cwd"], out, err, request["timeout"], request["env"],
+                          answers.fileno())
         for path in (out, err):
             os.unlink(path)
         answers.write(json.dumps(result) + "\n")
         answers.flush()
 
 
-def _run_one(argv: list[str], cwd: str, out: str, err: str, timeout: float, answers_fd: int) -> dict:
+def _run_one(argv: list[str], cwd: str, out: str, err: str, timeout: float, env: dict[str, str],
+             answers_fd: int) -> dict:
     import runpy
     import signal
     import time
@@ -136,6 +139,8 @@ def _run_one(argv: list[str], cwd: str, out: str, err: str, timeout: float, answ
         code = 1
         try:
             os.close(answers_fd)
+            os.environ.clear()  # the test's environment now (a test may have set a variable since the server began)
+            os.environ.update(env)
             os.chdir(cwd)
             for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                                     (2, err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):

@@ -111,7 +111,11 @@ def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
     import torch.distributed as dist
 
     from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.distributed import sharding
 
+    # the chunks of edges read at a time scale with the rank's share (1/16 of an average block), above a floor
+    # (4096 edges) made for real graphs that would be all of this 12,000-edge one at every P: lower it here
+    sharding.MIN_CHUNK_EDGES = 64
     ctx = init_distributed("cpu", timeout_s=120)
     groups = {p: (dist.new_group(list(range(p))) if 1 < p < ctx.world_size else None) for p in sizes}
     out = {}
