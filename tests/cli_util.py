@@ -17,6 +17,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,8 +103,6 @@ class _Client:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        import shutil
-
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -6,11 +6,15 @@ import argparse
 import os
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
 from mggcn.config import ORDERINGS
 from mggcn.data.graph import GraphError
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import parse_bytes
+
+if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse arguments must not
+    from mggcn.distributed.launch import WorkerError
 
 __all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
            "add_reader_options", "read_options", "rank_zero", "exit_status", "HelpFormatter", "FORMAT_HELP",
@@ -169,7 +173,7 @@ def flag_message(err: Exception) -> str:
     return f"{text} ({flag})"
 
 
-def job_failure_status(err: Exception) -> int:
+def job_failure_status(err: WorkerError) -> int:
     """The exit status of a job the launcher could not finish, its one line said on stderr: 130 for Ctrl-C or
     SIGTERM before the workers could stop by themselves, 1 for a failed rank. A rank 0 whose output went away
     (``| head``) is re-raised as ``BrokenPipeError``, which the command ends quietly."""
