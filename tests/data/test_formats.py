@@ -273,6 +273,30 @@ def test_saint_bad_input(tmp_path, src):
         read_saint(root)
 
 
+def test_saint_holds_at_most_the_graph_it_returns_and_the_files_arrays(tmp_path):
+    """Reading a GraphSAINT directory (issue 17) holds the graph it returns (int64 edges, features, labels, masks)
+    and, while the edges are made, the arrays of ``adj_full.npz``: no int64 copy of the file's indices, no COO matrix,
+    no map of ``feats.npy`` beside its copy (the reader before held ~1.6x this on this graph). Python's allocation
+    counter (``tracemalloc``, which numpy reports to) measures it; 1 MiB of slack for the JSON files' objects."""
+    import tracemalloc
+
+    from reference import random_graph
+
+    graph = random_graph(20_000, 400_000, features=32, classes=8, directed=False, seed=3)
+    root = write_saint(tmp_path / "s", graph)
+    with np.load(root / "adj_full.npz") as f:
+        file_bytes = sum(f[k].nbytes for k in ("indptr", "indices", "data"))
+    tracemalloc.start()
+    try:
+        got = read_saint(root)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    returned = got.edge_index.nbytes + got.x.nbytes + got.y.nbytes + sum(m.nbytes for m in got.masks.values())
+    assert kept >= returned
+    assert peak <= returned + file_bytes + (1 << 20), (peak / 2**20, returned / 2**20, file_bytes / 2**20)
+
+
 # --------------------------------------------------------------------------------------------------- DGL Reddit
 
 
@@ -562,3 +586,33 @@ def test_read_unknown_format(tmp_path):
     with pytest.raises(GraphError, match="unknown format 'csv'.*ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin"):
         read(tmp_path, "csv")
     assert FORMATS == ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid")
+
+
+# ------------------------------------------------------------------------------------------- scipy sparse .npz
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
+def test_sparse_npz_edges_equal_scipys_nonzeros(tmp_path, monkeypatch, layout):
+    """load_sparse writes each entry's edge straight into one int64 array, the row ids a few rows at a time (2 to 3
+    here): the edges scipy's own loader finds, one per nonzero entry (duplicates of a COO file kept, explicit zeros
+    dropped), whatever the file's layout and index dtype."""
+    from mggcn.data.formats import checks
+
+    monkeypatch.setattr(checks, "SPARSE_CHUNK", 7)
+    rng = np.random.default_rng(5)
+    n, e = 23, 90
+    row, col = rng.integers(0, n, e), rng.integers(0, n, e)
+    data = rng.integers(0, 3, e).astype(np.float32)  # about a third explicit zeros
+    mat = sp.coo_matrix((data, (row, col)), shape=(n, n))
+    mat = mat if layout == "coo" else mat.asformat(layout)
+    if layout != "coo":
+        mat.data[::4] = 0  # explicit zeros kept in the file
+    path = tmp_path / f"{layout}.npz"
+    sp.save_npz(path, mat, compressed=False)
+    got_n, got = checks.load_sparse(path)
+    ref = sp.load_npz(path).tocoo()
+    keep = ref.data != 0
+    want = np.stack([ref.row[keep], ref.col[keep]]).astype(np.int64)
+    assert got_n == n and got.dtype == np.int64 and got.flags.c_contiguous
+    assert np.array_equal(sorted_edges(got), sorted_edges(want))
+    assert want.shape[1] < e  # zeros were there to drop

@@ -35,12 +35,11 @@ def test_formula_by_hand():
         "optimizer": 5 * 4 * (4 * 3 + 3 + 3 * 2 + 2),  # weights, grads, 2 Adam moments, flat all-reduce buffer
         "broadcast buffers": 2 * 5 * 2 * 4,
         # workspace: out 0 [5, 3], H·W [5, 2], the logits out 1 [5, 2], each overwritten by its gradient in backward;
-        # the loss's row maxima (float32) and argmax (int64); out 0's signs as bits (one byte per row) and the two
-        # block buffers that pack and apply them (5 rows: bytes [5, 8], float32 [5, 3]); at the peak (the loss) also
-        # two float32 vectors of row sums
-        "activations": 4 * 5 * (3 + 2 + 2) + 5 * (4 + 8) + 5 * 1 + 5 * 8 + 4 * 5 * 3 + 2 * 4 * 5,
+        # the loss's row maxima (float32) and argmax (int64); the block buffer of out 0's gradient, σ's backward
+        # fused with the GEMM (5 rows: float32 [5, 3]); at the peak (the loss) also two float32 vectors of row sums
+        "activations": 4 * 5 * (3 + 2 + 2) + 5 * (4 + 8) + 4 * 5 * 3 + 2 * 4 * 5,
     }
-    assert plan.total == 104 + 120 + 80 + 95 + 460 + 80 + 345
+    assert plan.total == 104 + 120 + 80 + 95 + 460 + 80 + 300
     # before the epoch: X and the two temporaries of Â·X's broadcasts, [5, 8] each, instead of the activations
     assert plan_memory(10, 20, 8, 2, (4,), nprocs=2, train=0.0, rank_nnz=7).parts["activations"] == 3 * 5 * 8 * 4
     assert plan.comm_spmm == 2 * (1 * 5 * 2 * 4)  # two SpMMs of width 2: P - 1 blocks of [5, 2] received

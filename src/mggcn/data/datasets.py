@@ -64,26 +64,39 @@ class Dataset(Protocol):
         ...
 
 
-_GATHER_CHUNK = 1 << 20  # entries gathered at a time into an index array of another dtype
+_CHUNK = 1 << 16  # edges converted at a time (temporaries of 512 KiB, none of the edges' size)
 
 
 def _csr(keys: np.ndarray, values: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indptr, indices)``: the ``values`` grouped by ``keys``, each group in increasing order; the indices int32
-    when the ids fit (as a prepared dataset stores them), gathered a chunk at a time (no int64 copy of the edges)."""
-    order = np.lexsort((values, keys))
+    when the ids fit (as a prepared dataset stores them).
+
+    Each edge becomes one int64 ``key · n + value``, sorted in place: the only array of the edges' size besides the
+    result (``np.lexsort`` would add an int64 order and its work arrays, and take ten times as long)."""
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=num_nodes), out=indptr[1:])
-    indices = np.empty(values.shape[0], dtype=np.int32 if num_nodes < 2**31 else values.dtype)
-    for start in range(0, values.shape[0], _GATHER_CHUNK):
-        indices[start:start + _GATHER_CHUNK] = values[order[start:start + _GATHER_CHUNK]]
+    count = values.shape[0]
+    indices = np.empty(count, dtype=np.int32 if num_nodes < 2**31 else np.int64)
+    if num_nodes > 3_037_000_499:  # key · n + value would overflow int64
+        order = np.lexsort((values, keys))
+        for start in range(0, count, _CHUNK):
+            indices[start:start + _CHUNK] = values[order[start:start + _CHUNK]]
+        return indptr, indices
+    pairs = np.empty(count, dtype=np.int64)
+    for start in range(0, count, _CHUNK):
+        chunk = slice(start, start + _CHUNK)
+        np.multiply(keys[chunk], num_nodes, out=pairs[chunk], dtype=np.int64)
+        pairs[chunk] += values[chunk]
+    pairs.sort()
+    for start in range(0, count, _CHUNK):
+        indices[start:start + _CHUNK] = pairs[start:start + _CHUNK] % num_nodes
     return indptr, indices
 
 
-def graph_arrays(graph: Graph) -> tuple[dict[str, np.ndarray], bool]:
-    """The :data:`ROW_ARRAYS` of an in-memory graph, and whether A = Aᵀ (same edges both ways, multiplicity too).
-    One CSR at a time is being sorted; a symmetric graph keeps one."""
-    n = graph.num_nodes
-    src, dst = graph.edge_index
+def edge_arrays(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[dict[str, np.ndarray], bool]:
+    """The CSRs and degrees of :data:`ROW_ARRAYS` of the edges ``src -> dst``, and whether A = Aᵀ (same edges both
+    ways, multiplicity too). One CSR at a time is being sorted; a symmetric graph keeps one."""
+    n = num_nodes
     in_indptr, in_indices = _csr(dst, src, n)
     out_indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=out_indptr[1:])
@@ -95,25 +108,47 @@ def graph_arrays(graph: Graph) -> tuple[dict[str, np.ndarray], bool]:
             out_indptr, out_indices = in_indptr, in_indices
     else:
         out_indptr, out_indices = _csr(src, dst, n)
-    split = np.full(n, -1, dtype=np.int8)
-    for code, s in enumerate(SPLITS):
-        split[graph.masks[s]] = code
     loops = src == dst
     degree = np.bincount(dst, minlength=n) - np.bincount(dst[loops], minlength=n) + 1  # in-edges but self loops, + 1
-    del loops
-    arrays = {"in_indptr": in_indptr, "in_indices": in_indices, "out_indptr": out_indptr, "out_indices": out_indices,
-              "degree": degree.astype(np.int64, copy=False), "features": graph.x, "labels": graph.y, "split": split}
-    return arrays, symmetric
+    return {"in_indptr": in_indptr, "in_indices": in_indices, "out_indptr": out_indptr, "out_indices": out_indices,
+            "degree": degree.astype(np.int64, copy=False)}, symmetric
+
+
+def vertex_arrays(graph: Graph) -> dict[str, np.ndarray]:
+    """The features, labels and split codes of :data:`ROW_ARRAYS` (the graph's own arrays, but the split)."""
+    split = np.full(graph.num_nodes, -1, dtype=np.int8)
+    for code, s in enumerate(SPLITS):
+        split[graph.masks[s]] = code
+    return {"features": graph.x, "labels": graph.y, "split": split}
+
+
+def graph_arrays(graph: Graph) -> tuple[dict[str, np.ndarray], bool]:
+    """The :data:`ROW_ARRAYS` of an in-memory graph, and whether A = Aᵀ (:func:`edge_arrays`)."""
+    src, dst = graph.edge_index
+    arrays, symmetric = edge_arrays(src, dst, graph.num_nodes)
+    return {**arrays, **vertex_arrays(graph)}, symmetric
+
+
+def _narrow(ids: np.ndarray, num_nodes: int) -> np.ndarray:
+    """``ids`` as int32 when every vertex id fits (a copy of half the bytes), else as they are."""
+    return ids.astype(np.int32) if num_nodes < 2**31 else ids
 
 
 class InMemoryDataset:
-    """A whole :class:`Graph` in memory, implementing :class:`Dataset` (its arrays are built on first use)."""
+    """A whole :class:`Graph` in memory, implementing :class:`Dataset` (its arrays are built on first use).
 
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
+    ``owned``: nothing else holds ``graph`` (:func:`open_dataset` read it): building the arrays then lets go of the
+    graph, its int64 edges narrowed to int32 first and dropped before the CSRs are sorted, so that the process holds
+    the arrays a rank reads its shard from, not the graph besides. The fingerprint is taken just before (it hashes
+    the edges as given; about 1 GB/s, a fraction of reading them).
+    """
+
+    def __init__(self, graph: Graph, owned: bool = False) -> None:
+        self.graph: Graph | None = graph
         self.name, self.num_nodes, self.num_edges = graph.name, graph.num_nodes, graph.num_edges
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
         self.split_sizes = {s: int(graph.masks[s].sum()) for s in SPLITS}
+        self._owned = owned
         self._arrays: tuple[dict[str, np.ndarray], bool] | None = None
         self._fingerprint: str | None = None
 
@@ -122,8 +157,8 @@ class InMemoryDataset:
         """Identifies the content (edges, features, labels, splits; not where they were read from): a checkpoint
         refuses another dataset, and accepts this one however its path is spelled. Hashed once, when asked."""
         if self._fingerprint is None:
+            g = self._graph()
             digest = hashlib.sha256()
-            g = self.graph
             for name, array in [("edge_index", g.edge_index), ("x", g.x), ("y", g.y),
                                 *sorted((f"mask:{k}", v) for k, v in g.masks.items())]:
                 array = np.ascontiguousarray(array)
@@ -132,11 +167,23 @@ class InMemoryDataset:
             self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
 
+    def _graph(self) -> Graph:
+        if self.graph is None:
+            raise RuntimeError(f"{self.name}: released (InMemoryDataset.release); open the dataset again")
+        return self.graph
+
     def _built(self) -> tuple[dict[str, np.ndarray], bool]:
         if self._arrays is None:
-            if self.graph is None:
-                raise RuntimeError(f"{self.name}: released (InMemoryDataset.release); open the dataset again")
-            self._arrays = graph_arrays(self.graph)
+            if not self._owned:
+                self._arrays = graph_arrays(self._graph())
+            else:
+                self.fingerprint  # noqa: B018  (taken while the edges are here)
+                graph, self.graph = self._graph(), None
+                vertex, n = vertex_arrays(graph), graph.num_nodes
+                src, dst = _narrow(graph.edge_index[0], n), _narrow(graph.edge_index[1], n)
+                del graph  # the int64 edges go
+                arrays, symmetric = edge_arrays(src, dst, n)
+                self._arrays = {**arrays, **vertex}, symmetric
         return self._arrays
 
     @property
@@ -154,6 +201,7 @@ class InMemoryDataset:
         the caller's reference, not this one.)
         """
         self.graph, self._arrays = None, None
+        self._owned = False  # what is left to build from is gone
 
     def source(self, array: str) -> str:
         return f"{self.name} ({array})"
@@ -213,7 +261,7 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
             raise ConfigError(f"{spec}: {', '.join(given)} cannot change a prepared dataset; "
                               "give them when preparing it instead", given[0])
         return PreparedDataset(spec)
-    return InMemoryDataset(load_graph(spec, fmt, undirected, dedup, read_options))
+    return InMemoryDataset(load_graph(spec, fmt, undirected, dedup, read_options), owned=True)
 
 
 def as_dataset(dataset: Any) -> str | Graph:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -79,10 +80,9 @@ def _err(dataset: Dataset, array: str, msg: str) -> GraphError:
     return GraphError(" ".join(f"{dataset.source(array)}: {msg}".split()))
 
 
-def _check_rows(dataset: Dataset, ids: np.ndarray, degree: np.ndarray, x: np.ndarray, y: np.ndarray,
-                codes: np.ndarray) -> None:
+def _check_rows(dataset: Dataset, ids: np.ndarray, degree: np.ndarray, y: np.ndarray, codes: np.ndarray) -> None:
     """The vertex data of the rows a rank loads, checked (together, the ranks check every row once): a damaged
-    prepared dataset is named by its file instead of training on garbage."""
+    prepared dataset is named by its file instead of training on garbage. (The features: :func:`_check_features`.)"""
     bad = (y < -1) | (y >= dataset.num_classes)
     if bad.any():
         raise _err(dataset, "labels", f"label {int(y[np.argmax(bad)])} of vertex {int(ids[np.argmax(bad)])} is out "
@@ -94,13 +94,17 @@ def _check_rows(dataset: Dataset, ids: np.ndarray, degree: np.ndarray, x: np.nda
     bad = (codes >= 0) & (y < 0)
     if bad.any():
         raise _err(dataset, "split", f"vertex {int(ids[np.argmax(bad)])} is in a split but has no label")
-    bad = ~np.isfinite(x).all(axis=1)
-    if bad.any():
-        raise _err(dataset, "features", f"the features of vertex {int(ids[np.argmax(bad)])} contain NaN or inf")
     bad = degree < 1
     if bad.any():
         raise _err(dataset, "degree", f"degree {int(degree[np.argmax(bad)])} of vertex {int(ids[np.argmax(bad)])} "
                                       "is below 1 (the self loop counts one)")
+
+
+def _check_features(dataset: Dataset, ids: np.ndarray, x: np.ndarray) -> None:
+    """Rows ``x`` of vertices ``ids``: finite features."""
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise _err(dataset, "features", f"the features of vertex {int(ids[np.argmax(bad)])} contain NaN or inf")
 
 
 def _check_symmetric_block(dataset: Dataset, sums: list) -> None:
@@ -308,12 +312,25 @@ def _blocks(pieces: list[list[tuple]], part: Partition, tile_cols: int | None,
     m, adj, adj_t = part.rows_per_part, [], []
     for j in range(part.num_parts):
         same = both and all(p[4] is None for p in pieces[j])
-        adj.append(to_blocks(_block_csr(pieces[j], 0, m, release=not both), 1, tile_cols)[0])
+        adj.append(to_blocks(_block_csr(pieces[j], 0, m, release=same or not both), 1, tile_cols)[0])
         if both:
             adj_t.append(adj[-1] if same else to_blocks(_block_csr(pieces[j], 1, m, release=True), 1, tile_cols)[0])
         pieces[j] = []
         trim_heap()  # the pages of the entries just copied
     return adj, adj_t
+
+
+def _copy_rows(dataset: Dataset, name: str, ids: np.ndarray, local: np.ndarray, out: np.ndarray,
+               counted: dict[str, int], check: Callable[[Dataset, np.ndarray, np.ndarray], None] | None = None) -> None:
+    """``out[local] = arrays[name][ids]``, a chunk of rows at a time (each passed to ``check(dataset, ids, rows)``),
+    the pages of a mapped array dropped after each."""
+    for start in range(0, ids.size, ROWS_PER_READ):
+        rows = _read_rows(dataset.arrays[name], ids[start: start + ROWS_PER_READ])
+        if check is not None:
+            check(dataset, ids[start: start + ROWS_PER_READ], rows)
+        out[local[start: start + ROWS_PER_READ]] = rows
+        counted["bytes"] += rows.nbytes
+        _drop_pages(dataset.arrays[name])
 
 
 def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str = "sym",
@@ -349,17 +366,12 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
     degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
     degree[local] = _degree(dataset, ids, norm)
     counted["bytes"] += 8 * ids.size
-    x = np.zeros((m, dataset.num_features), dtype=np.float32)
     y = np.full(m, -1, dtype=np.int64)
     codes = np.full(m, -1, dtype=np.int8)
-    for out, name in ((x, "features"), (y, "labels"), (codes, "split")):
-        for start in range(0, ids.size, ROWS_PER_READ):  # copied a chunk at a time, the pages read dropped
-            rows = _read_rows(arrays[name], ids[start: start + ROWS_PER_READ])
-            out[local[start: start + ROWS_PER_READ]] = rows
-            counted["bytes"] += rows.nbytes
-            _drop_pages(arrays[name])
+    _copy_rows(dataset, "labels", ids, local, y, counted)
+    _copy_rows(dataset, "split", ids, local, codes, counted)
     stored = degree[local] if adds_self_loops(norm) else np.asarray(arrays["degree"][ids])
-    _check_rows(dataset, ids, stored, x[local], y[local], codes[local])
+    _check_rows(dataset, ids, stored, y[local], codes[local])
     if dataset.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
         adj, adj_t = _blocks(_entries(dataset, "in", part, first, local, ids, degree, norm, counted, both=True),
                              part, tile_cols, both=True)
@@ -369,6 +381,9 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
         adj, _ = _blocks(_entries(dataset, "in", part, first, local, ids, degree, norm, counted), part, tile_cols)
         adj_t, _ = _blocks(_entries(dataset, "out", part, first, local, ids, degree, norm, counted), part,
                            tile_cols)
+    # the features last: while the blocks were built, the rank did not hold them yet
+    x = np.zeros((m, dataset.num_features), dtype=np.float32)
+    _copy_rows(dataset, "features", ids, local, x, counted, check=_check_features)
     if reads is not None:
         reads.update(counted)
     masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}

@@ -20,9 +20,10 @@ later one: every layer's output (whether a GEMM or an SpMM produces it), the ``�
 keeps, the ``H·Wᵀ`` an SpMM reads. A gradient overwrites the buffer of what it is the gradient of once backward no
 longer reads it (the MG-GCN paper's reuse): ``∂(H·Wᵀ)`` over ``H·Wᵀ`` (the SpMM's backward reads only Âᵀ),
 ``∂(Â·H)`` over ``Â·H`` (after ``∂W``), and in a GCN the gradient of σ's output over that output when a GEMM reads
-it: ``∂W`` first, σ's signs packed as bits (1/32 of the buffer), then the GEMM's ``∂H`` over ``H`` and σ's backward
-from the bits. So a hidden layer that multiplies first holds one ``m × d_out`` buffer for its output and its
-gradient. The other gradients (an aggregate-first layer's SpMM, dropout's) go on two gradient buffers used in turn.
+it: ``∂W`` first, then the GEMM's ``∂H`` and σ's backward a block of rows at a time, each block's rows of ``∂H``
+computed into a small buffer and written over those rows of ``H`` once σ's backward has read their signs. So a
+hidden layer that multiplies first holds one ``m × d_out`` buffer for its output and its gradient. The other
+gradients (an aggregate-first layer's SpMM, dropout's) go on two gradient buffers used in turn.
 The logits are a new tensor unless the caller asks for them on the workspace too (the trainer does, and the loss
 writes their gradient over them). :mod:`mggcn.tools.plan` counts these bytes.
 
@@ -52,56 +53,31 @@ __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace"
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
 
-MASK_CHUNK = 1 << 18  # elements: σ's mask is packed and applied a block of rows of about this size at a time
+MASK_CHUNK = 1 << 18  # elements: σ's backward over a GEMM's ∂H runs a block of rows of about this size at a time
 
 
 def mask_chunk_rows(rows: int, width: int) -> int:
-    """Rows per block when σ's mask of an ``[rows, width]`` output is packed or applied."""
+    """Rows per block of σ's backward fused with a GEMM's ``∂H`` (:func:`_grad_over_activation`)."""
     return max(1, min(rows, MASK_CHUNK // max(1, width)))
 
 
-# Packing 8 flag bytes (0 or 1, flag k in byte k of a little-endian int64) into one byte (flag k as bit k), and back,
-# with one multiplication each: the 8 shifted copies of the flags that _GATHER sums meet in the top byte without
-# carries; _SPREAD copies a byte into all 8 and _SELECT keeps bit k of byte k (nonzero exactly where flag k was set).
-_GATHER, _SPREAD = 0x0102040810204080, 0x0101010101010101
-_SELECT = 0x8040201008040201 - (1 << 64)  # as a signed int64
-
-
-def _pack_positive(h: torch.Tensor, ws: Workspace) -> torch.Tensor:
-    """``h > 0`` as bits, 8 per byte (``[m, ⌈d / 8⌉]`` uint8 on the workspace buffer ``mask bits``), a block of rows
-    at a time through the byte buffer ``mask block``: what σ's backward reads of σ's output, in 1/32 of its bytes."""
+def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
+                          ws: Workspace) -> torch.Tensor:
+    """``∂H = (grad · W) ⊙ σ'`` written over ``H``, σ's output: a block of rows at a time, the GEMM's rows go to the
+    workspace buffer ``sigma block`` (about :data:`MASK_CHUNK` elements, in cache), then σ's backward — the very aten
+    op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's output, for their signs and
+    writes the gradient over them. No copy of the signs is kept: ``H`` is read once and written once."""
     m, d = h.shape
-    nb, rows = -(-d // 8), mask_chunk_rows(m, d)
-    packed = ws.take("mask bits", m, nb, h, dtype=torch.uint8)
-    block = ws.take("mask block", rows, 8 * nb, h, dtype=torch.uint8)
+    rows = mask_chunk_rows(m, d)
+    block = ws.take("sigma block", rows, d, h)
     for r in range(0, m, rows):
         c = min(rows, m - r)
-        flags = block[:c]
-        if d % 8:
-            flags[:, d:] = 0
-        torch.gt(h[r:r + c], 0, out=flags[:, :d].view(torch.bool))
-        words = flags.view(torch.int64)  # [c, nb]: 8 flags each
-        words.mul_(_GATHER).bitwise_right_shift_(56).bitwise_and_(0xFF)
-        packed[r:r + c].copy_(words)
-    return packed
-
-
-def _masked_backward(grad: torch.Tensor, packed: torch.Tensor, slope: float, ws: Workspace) -> None:
-    """σ's backward over ``grad`` in place, from the packed signs of σ's output: the very aten op of
-    :class:`_InplaceActivation`'s backward, a block of rows at a time, with the output's signs standing in for it."""
-    m, d = grad.shape
-    nb, rows = packed.shape[1], mask_chunk_rows(m, d)
-    block = ws.take("mask block", rows, 8 * nb, grad, dtype=torch.uint8)
-    sign = ws.take("mask sign", rows, d, grad)
-    for r in range(0, m, rows):
-        c = min(rows, m - r)
-        g, words = grad[r:r + c], block[:c].view(torch.int64)
-        words.copy_(packed[r:r + c]).mul_(_SPREAD).bitwise_and_(_SELECT)
-        out = sign[:c].copy_(block[:c, :d])  # > 0 exactly where σ's output was
+        part, out = torch.mm(grad[r:r + c], weight, out=block[:c]), h[r:r + c]
         if slope == 0.0:
-            torch.ops.aten.threshold_backward.grad_input(g, out, 0.0, grad_input=g)
+            torch.ops.aten.threshold_backward.grad_input(part, out, 0.0, grad_input=out)
         else:
-            torch.ops.aten.leaky_relu_backward.grad_input(g, out, slope, True, grad_input=g)
+            torch.ops.aten.leaky_relu_backward.grad_input(part, out, slope, True, grad_input=out)
+    return h
 
 
 def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> bool:
@@ -158,9 +134,9 @@ class _TimedLinear(torch.autograd.Function):
     Keeps ``H`` (read by ``∂W``) and ``W`` (a parameter, no extra memory); the bias is fused into the GEMM.
     ``out`` puts the result on a workspace buffer; ``grad_ws`` (a :data:`~mggcn.nn.workspace.GradSpec`) says where
     ``∂H`` goes. With ``sigma`` (σ's slope), ``H`` is the output of a σ whose backward this one does (see
-    :func:`activate`): ``∂W`` first, then ``∂H`` over ``H`` itself, masked by the signs ``H`` had (packed in 1/32 of
-    its bytes on the workspace ``grad_ws`` before the GEMM overwrites it), so one ``m × d`` buffer holds the
-    activation and then its gradient.
+    :func:`activate`): ``∂W`` first, then ``∂H`` over ``H`` itself, masked by the signs ``H`` had, a block of rows at
+    a time (:func:`_grad_over_activation`, through a block buffer on the workspace ``grad_ws``), so one ``m × d``
+    buffer holds the activation and then its gradient.
     """
 
     @staticmethod
@@ -186,9 +162,7 @@ class _TimedLinear(torch.autograd.Function):
                 grad_b = grad.sum(0)
             if ctx.needs_input_grad[0]:
                 if ctx.sigma is not None:
-                    packed = _pack_positive(h, ctx.grad_ws)
-                    grad_h = torch.mm(grad, weight, out=h)
-                    _masked_backward(grad_h, packed, ctx.sigma, ctx.grad_ws)
+                    grad_h = _grad_over_activation(grad, weight, h, ctx.sigma, ctx.grad_ws)
                 else:
                     dest = grad_destination(ctx.grad_ws, grad.shape[0], weight.shape[1], like=grad, avoid=grad)
                     grad_h = grad @ weight if dest is None else torch.mm(grad, weight, out=dest)

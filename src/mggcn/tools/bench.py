@@ -87,7 +87,7 @@ from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.training.trainer import build_model, shard_for, train_shard
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import torch_threads
+from mggcn.utils.system import torch_threads, trim_heap
 from mggcn.utils.timing import PHASES
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",
@@ -277,7 +277,7 @@ def _open_dataset(path: str, opts: BenchOptions):
 
     if os.path.isdir(path) and is_prepared(path):
         return PreparedDataset(path)
-    return InMemoryDataset(_read_graph(path, opts))
+    return InMemoryDataset(_read_graph(path, opts), owned=True)  # as open_dataset reads a file
 
 
 def _graph_info(graph: Graph) -> dict:
@@ -371,6 +371,7 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     if hasattr(dataset, "release"):
         dataset.release()
     del dataset
+    trim_heap()  # as mggcn.training.job does
     held = _shard_bytes(shard)
     probe.ready()
     setup_s = time.perf_counter() - start

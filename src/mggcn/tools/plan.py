@@ -22,13 +22,13 @@ reused by every later one: every layer's output (the logits too), the ``H·Wᵀ`
 aggregate-first layer's GEMM keeps, and the loss's row maxima (float32) and argmax (int64); at the loss, two float32
 vectors of row sums besides. A gradient overwrites the buffer of what it is the gradient of wherever backward no
 longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits, an SpMM's over its ``H·Wᵀ``, a GEMM's over its
-``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, keeping the
-output's signs for σ's backward as bits (``m · ⌈d / 8⌉`` bytes, ``mask bits``, through two block buffers of about
-:data:`~mggcn.nn.model.MASK_CHUNK` elements). Other gradients (an aggregate-first layer's SpMM, dropout's, GraphSAGE's
-and GIN's) go to two shared gradient buffers used in turn. :func:`activation_peak` walks an epoch tensor by tensor. For
+``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, a block of rows
+at a time through one block buffer of about :data:`~mggcn.nn.model.MASK_CHUNK` elements (``sigma block``). Other
+gradients (an aggregate-first layer's SpMM, dropout's, GraphSAGE's and GIN's) go to two shared gradient buffers used
+in turn. :func:`activation_peak` walks an epoch tensor by tensor. For
 a 2-layer GCN F → h → C with Â·X cached (the order policy's choice for F ≤ 2h, h ≥ C) it is
-``4 · m · (h + 2C + 5) + m · ⌈h / 8⌉`` plus the two block buffers (≤ 1.3 MiB): ``out 0`` (h, then its gradient),
-``H·W`` and the logits (C each, then theirs), 12 bytes per row for the loss and 8 for its row sums, and σ's bits.
+``4 · m · (h + 2C + 5)`` plus the block buffer (≤ 1 MiB): ``out 0`` (h, then its gradient), ``H·W`` and the
+logits (C each, then theirs), 12 bytes per row for the loss and 8 for its row sums.
 Before the first epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two
 temporaries of ``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
 ``max(epoch peak, 4 · m · F · (1 + 2 · [P > 1]))``.
@@ -202,11 +202,8 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
                 inner = take("H.W", d_out)  # SpMM backward with Âᵀ, over H·W
                 if f"dropout mask {i}" in live:
                     grad = take_grad(d_in, avoid=inner)  # GEMM backward
-                else:  # GEMM backward over σ's output, σ's backward from its signs kept as bits
-                    nb, rows = -(-d_in // 8), mask_chunk_rows(m, d_in)
-                    take("mask bits", nb, 1)
-                    take("mask block", 8 * nb, 1, rows=rows)
-                    take("mask sign", d_in, rows=rows)
+                else:  # GEMM backward over σ's output with σ's backward, a block of rows at a time
+                    take("sigma block", d_in, rows=mask_chunk_rows(m, d_in))
                     grad = f"ws:out {i - 1}"
             if f"dropout mask {i}" in live:
                 new = alloc(f"grad dropped {i}", d_in)

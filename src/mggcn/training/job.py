@@ -25,7 +25,7 @@ from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import epoch_progress
-from mggcn.utils.system import StopOnSignal, caller_settings_kept
+from mggcn.utils.system import StopOnSignal, caller_settings_kept, trim_heap
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final"]
 
@@ -203,6 +203,7 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         if release is not None:  # this rank keeps only its shard, also when the caller holds the dataset (P = 1)
             release()
         del dataset
+        trim_heap()  # the pages the setup freed among what it keeps go back to the system
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
         metrics_file = None  # opened with the first epoch's record: a job that fails before one writes no file

@@ -135,8 +135,8 @@ def line_of_row(path: Path, row: int, comments: Sequence[str] = (), skiprows: in
 
 
 def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
-    """An ``.npy`` array, memory-mapped first: the header is checked against the file's size (a header may claim
-    any shape) and a file of Python objects is refused before a byte of data is read."""
+    """An ``.npy`` array (``mmap``: the read-only map), memory-mapped first: the header is checked against the file's
+    size (a header may claim any shape) and a file of Python objects is refused before a byte of data is read."""
     path = require_file(path)
     try:
         arr = np.load(path, allow_pickle=False, mmap_mode="r")
@@ -145,7 +145,13 @@ def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
     if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive as well
         arr.close()
         raise file_error(path, "an .npz archive where an .npy array is expected (np.save writes one)")
-    return arr if mmap else np.array(arr)
+    if mmap:
+        return arr
+    del arr  # read, not copied out of the map: a map's pages would count in the process's memory beside the copy
+    try:
+        return np.load(path, allow_pickle=False)
+    except CORRUPT as exc:  # changed since it was checked
+        raise file_error(path, f"truncated or corrupt .npy file ({why(exc)})") from None
 
 
 def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
@@ -166,10 +172,16 @@ def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) 
         raise file_error(path, f"truncated or corrupt .npz file ({why(exc)})") from None
 
 
-def load_sparse(path: PathLike) -> sp.coo_matrix:
-    """A square scipy sparse ``.npz`` (``sp.save_npz``: CSR, CSC or COO) as a COO matrix. Its arrays are read and
-    checked here (:func:`check_csr`, :func:`check_coo`) before scipy sees them: scipy's own loader trusts the row
-    offsets, and a file whose offsets point past its arrays crashes the process in scipy's C code."""
+SPARSE_CHUNK = 1 << 16  # entries whose row ids load_sparse writes at a time (a temporary of 512 KiB)
+
+
+def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
+    """A square scipy sparse ``.npz`` (``sp.save_npz``: CSR, CSC or COO) as ``(n, edge_index)``: one edge row ->
+    column, int64 ``[2, E]``, for every entry whose value is nonzero (explicit zeros are no edge). Its arrays are read
+    and checked here (:func:`check_csr`, :func:`check_coo`): scipy's own loader trusts the row offsets, and a file
+    whose offsets point past its arrays crashes the process in scipy's C code. The edges are written straight into
+    their int64 array (no int64 copy of the file's indices, no COO matrix): a file's arrays and the edges are all
+    that is held at once."""
     path = require_file(path)
     try:
         with np.load(path, allow_pickle=False) as probe:
@@ -190,9 +202,11 @@ def load_sparse(path: PathLike) -> sp.coo_matrix:
     rows, cols = int(shape[0]), int(shape[1])
     if rows != cols:
         raise file_error(path, f"the adjacency matrix is {rows} x {cols}, not square")
-    data = arrays["data"].reshape(-1) if arrays["data"].ndim <= 1 else arrays["data"]
+    data = arrays.pop("data")
+    data = data.reshape(-1) if data.ndim <= 1 else data
     if data.ndim != 1 or not np.issubdtype(data.dtype, np.number):
         raise file_error(path, f"'data' must be a vector of numbers, got {data.dtype} {list(data.shape)}")
+    edges = np.empty((2, data.shape[0]), dtype=np.int64)
     if fmt == "coo":
         if "coords" in arrays and "row" not in arrays:
             coords = arrays["coords"]
@@ -201,23 +215,35 @@ def load_sparse(path: PathLike) -> sp.coo_matrix:
             arrays["row"], arrays["col"] = coords[0], coords[1]
         if "row" not in arrays or "col" not in arrays:
             raise file_error(path, "a coo matrix without 'row' and 'col'")
-        row, col = check_coo(arrays["row"], arrays["col"], data.shape[0], rows, cols, path)
+        edges[0], edges[1] = check_coo(arrays["row"], arrays["col"], data.shape[0], rows, cols, path, as_int64=False)
     else:
         major, minor = (rows, cols) if fmt == "csr" else (cols, rows)
-        indptr, indices = check_csr(arrays["indptr"], arrays["indices"], major, minor, path)
+        indptr, indices = check_csr(arrays["indptr"], arrays["indices"], major, minor, path, as_int64=False)
         if data.shape[0] != indices.shape[0]:
             raise file_error(path, f"'data' has {data.shape[0]} entries for {indices.shape[0]} indices")
-        outer = np.repeat(np.arange(major, dtype=np.int64), np.diff(indptr))
-        row, col = (outer, indices) if fmt == "csr" else (indices, outer)
-    return sp.coo_matrix((data, (row, col)), shape=(rows, cols))
+        outer, inner = (0, 1) if fmt == "csr" else (1, 0)
+        edges[inner] = indices
+        indptr = indptr.astype(np.int64, copy=False)
+        step = max(1, major * SPARSE_CHUNK // max(1, data.shape[0]))  # rows of about SPARSE_CHUNK entries at a time
+        for r in range(0, major, step):
+            stop = min(major, r + step)
+            edges[outer, indptr[r]:indptr[stop]] = np.repeat(np.arange(r, stop, dtype=np.int64),
+                                                             np.diff(indptr[r:stop + 1]))
+    del arrays
+    keep = data != 0
+    if not keep.all():  # explicit zeros (rare): the edges of the nonzero entries, C-contiguous
+        kept = np.empty((2, int(keep.sum())), dtype=np.int64)
+        kept[0], kept[1] = edges[0][keep], edges[1][keep]
+        edges = kept
+    return rows, edges
 
 
 def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: int,
-              path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+              path: PathLike, as_int64: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The arrays of a CSR (or CSC) matrix read from ``path``, checked before anything indexes with them.
 
     ``indptr`` must be ``[num_rows + 1]`` integers rising (not strictly) from 0 to ``len(indices)``, and
-    ``indices`` integers in ``[0, num_cols)``. Returns both as int64 vectors.
+    ``indices`` integers in ``[0, num_cols)``. Returns both as int64 vectors (``as_int64=False``: as read).
     """
     for name, arr in (("indptr", indptr), ("indices", indices)):
         if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
@@ -225,7 +251,8 @@ def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: 
     if indptr.shape[0] != num_rows + 1:
         raise file_error(path, f"'indptr' has {indptr.shape[0]} entries for {num_rows} rows (expected "
                                f"{num_rows + 1})")
-    indptr, indices = indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False)
+    if as_int64:
+        indptr, indices = indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False)
     nnz = indices.shape[0]
     if indptr[0] != 0 or indptr[-1] != nnz:
         raise file_error(path, f"corrupt row offsets: 'indptr' runs from {int(indptr[0])} to {int(indptr[-1])}, "
@@ -235,26 +262,26 @@ def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: 
         r = int(np.argmax(falls))
         raise file_error(path, f"corrupt row offsets: 'indptr' falls from {int(indptr[r])} to "
                                f"{int(indptr[r + 1])} at row {r}")
-    bad = (indices < 0) | (indices >= num_cols)
-    if bad.any():
-        k = int(np.argmax(bad))
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= num_cols):  # no mask of the entries' size
+        k = int(np.argmax((indices < 0) | (indices >= num_cols)))
         raise file_error(path, f"'indices'[{k}]: vertex id {int(indices[k])} is out of range [0, {num_cols})")
     return indptr, indices
 
 
 def check_coo(row: np.ndarray, col: np.ndarray, nnz: int, num_rows: int, num_cols: int,
-              path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+              path: PathLike, as_int64: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ``row``/``col`` vectors of a COO matrix with ``nnz`` values read from ``path``: integers, ``nnz`` long,
-    in range. Returns both as int64."""
+    in range. Returns both as int64 (``as_int64=False``: as read)."""
     for name, arr, bound in (("row", row, num_rows), ("col", col, num_cols)):
         if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
             raise file_error(path, f"'{name}' must be an integer vector, got {arr.dtype} {list(arr.shape)}")
         if arr.shape[0] != nnz:
             raise file_error(path, f"'{name}' has {arr.shape[0]} entries for {nnz} values")
-        bad = (arr < 0) | (arr >= bound)
-        if bad.any():
-            k = int(np.argmax(bad))
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= bound):
+            k = int(np.argmax((arr < 0) | (arr >= bound)))
             raise file_error(path, f"'{name}'[{k}]: vertex id {int(arr[k])} is out of range [0, {bound})")
+    if not as_int64:
+        return row, col
     return row.astype(np.int64, copy=False), col.astype(np.int64, copy=False)
 
 

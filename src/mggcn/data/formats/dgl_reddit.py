@@ -9,7 +9,6 @@ from mggcn.data.formats.checks import (
     check_features,
     check_labels,
     check_splits,
-    edges_from_sparse,
     file_error,
     load_npz,
     load_sparse,
@@ -31,11 +30,11 @@ def read_dgl_reddit(root: PathLike) -> Graph:
     if types.shape[0] != n:
         raise file_error(data_path, f"node_types has {types.shape[0]} entries for {n} vertices")
     graph_path = root / "reddit_graph.npz"
-    adj = load_sparse(graph_path)
-    if adj.shape[0] != n:
-        raise file_error(graph_path, f"the adjacency matrix is {adj.shape[0]} x {adj.shape[0]} but "
-                         f"{data_path.name} has {n} vertices")
+    n_adj, edges = load_sparse(graph_path)
+    if n_adj != n:
+        raise file_error(graph_path, f"the adjacency matrix is {n_adj} x {n_adj} but {data_path.name} has {n} "
+                                     "vertices")
     masks = {split: types == code for split, code in zip(SPLITS, (1, 2, 3))}
     check_splits(masks, y, dict.fromkeys(SPLITS, f"{data_path} (node_types)"), str(data_path))
-    return Graph(n, edges_from_sparse(adj), x, y, masks, name=str(root),
+    return Graph(n, edges, x, y, masks, name=str(root),
                  meta={"format": "dgl-reddit", "source": str(root)}).validate()

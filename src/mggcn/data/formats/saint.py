@@ -13,7 +13,6 @@ from mggcn.data.formats.checks import (
     PathLike,
     check_features,
     check_splits,
-    edges_from_sparse,
     file_error,
     load_json,
     load_npy,
@@ -33,9 +32,7 @@ def read_saint(root: PathLike) -> Graph:
     """
     root = Path(root)
     adj_path = root / "adj_full.npz"
-    adj = load_sparse(adj_path)
-    n = adj.shape[0]
-    ei = edges_from_sparse(adj)
+    n, ei = load_sparse(adj_path)
     feat_path = root / "feats.npy"
     x = check_features(load_npy(feat_path), feat_path, n, f"{adj_path.name} is {n} x {n}")
 
