@@ -53,7 +53,7 @@ __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace"
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
 
-MASK_CHUNK = 1 << 18  # elements: σ's backward over a GEMM's ∂H runs a block of rows of about this size at a time
+MASK_CHUNK = 1 << 19  # elements (2 MiB of float32): σ's backward with a GEMM's ∂H runs a block of rows this size
 
 
 def mask_chunk_rows(rows: int, width: int) -> int:

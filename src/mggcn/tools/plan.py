@@ -27,7 +27,7 @@ at a time through one block buffer of about :data:`~mggcn.nn.model.MASK_CHUNK` e
 gradients (an aggregate-first layer's SpMM, dropout's, GraphSAGE's and GIN's) go to two shared gradient buffers used
 in turn. :func:`activation_peak` walks an epoch tensor by tensor. For
 a 2-layer GCN F → h → C with Â·X cached (the order policy's choice for F ≤ 2h, h ≥ C) it is
-``4 · m · (h + 2C + 5)`` plus the block buffer (≤ 1 MiB): ``out 0`` (h, then its gradient), ``H·W`` and the
+``4 · m · (h + 2C + 5)`` plus the block buffer (≤ 2 MiB): ``out 0`` (h, then its gradient), ``H·W`` and the
 logits (C each, then theirs), 12 bytes per row for the loss and 8 for its row sums.
 Before the first epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two
 temporaries of ``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
