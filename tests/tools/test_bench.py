@@ -207,13 +207,24 @@ def test_bench_options_from_the_command_line(monkeypatch):
                         lambda opts, log, out=None: seen.setdefault("opts", opts) and {"rows": [], "failed": []})
     monkeypatch.setattr(bench, "format_table", lambda report: "")
     main(["bench", "--nodes", "500", "--hidden", "8,8", "--nprocs", "1,2,4", "--partition", "random,random-local",
-          "--no-pyg", "--threads", "1", "--repeats", "3", "--mmap-threshold", "0",
+          "--no-pyg", "--threads", "1", "--repeats", "3", "--repeat-pyg", "--mmap-threshold", "0",
           "--tile-bytes", "2M", "--compare-tiles", "0,1M", "--shm", "off", "--compare-shm"])
     opts = seen["opts"]
     assert (opts.nodes, opts.hidden, opts.nprocs, opts.partitions, opts.pyg, opts.threads, opts.repeats,
             opts.mmap_threshold, opts.tile_bytes, opts.compare_tiles, opts.shm, opts.compare_shm) == (
         500, (8, 8), (1, 2, 4), ("random", "random-local"), False, 1, 3, 0, 2 << 20, (0, 1 << 20), "off", True)
-    assert opts.features == bench.BenchOptions().features
+    assert opts.features == bench.BenchOptions().features and opts.repeat_pyg
+
+
+def test_saint_graph_repeats_pyg_in_every_round():
+    """--saint-graph's ratios to PyG: 3 rounds, PyG's epoch measured in each as mggcn's are (the median round of
+    each), so that a slow spell of the machine does not fall on one side only; elsewhere PyG runs once."""
+    saint, plain = bench.options_from(saint=True), bench.options_from(repeats=3)
+    assert saint.repeats == 3 and saint.repeat_pyg and not plain.repeat_pyg
+    for opts, pyg_rounds in ((saint, 3), (plain, 1)):
+        rounds = bench._rounds(bench._runs(opts, gpus=0), opts)
+        assert len(rounds) == 3 and all(any(r.kind == "mggcn" for r in todo) for todo in rounds)
+        assert sum(r.kind == "pyg" for todo in rounds for r in todo) == pyg_rounds
 
 
 # ----------------------------------------------------------------------------------------------------------------------

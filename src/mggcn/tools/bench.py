@@ -13,7 +13,8 @@ processes right after their epochs, all cores, the other ranks waiting) and the 
 predicts.
 
 Noise: on a shared machine the same run varies by 10-20% from one minute to the next. ``--repeats K`` runs the mggcn
-configurations K times, round after round in the same order, and reports each one's median round; the overlap
+configurations K times (PyG's too with ``--repeat-pyg``, as ``--saint-graph`` does: 3 rounds), round after round in
+the same order, and reports each one's median round; the overlap
 line gives the ratio off/on of every round, so a slow spell that hits one round hits both sides of its ratio. On CPU
 with P > 1 the bench also measures a 16 MiB broadcast between two ranks: its rate and how busy it keeps the cores,
 the room that overlapping communication with computation has on this machine. Ranks on one CPU host broadcast
@@ -109,6 +110,7 @@ class BenchOptions:
     epochs: int = 8  # timed epochs, after the warm-up
     warmup: int = 2
     repeats: int = 1  # rounds over the mggcn configurations, interleaved (their medians are reported)
+    repeat_pyg: bool = False  # PyG in every round too (its median round is then the ratios' denominator)
     threads: int | None = None  # per configuration (P ranks get threads // P each); default: the cores
     nprocs: tuple[int, ...] = (1, 2)
     partitions: tuple[str, ...] = ("random-local", "random")  # the first is the main one
@@ -138,7 +140,7 @@ SMALL = BenchOptions(nodes=3000, degree=10.0, features=32, classes=4, hidden=(16
 # --saint-graph: issue 17's graph (100k vertices, 5.0M nonzeros of A, 128 features, 40 classes) in GraphSAINT's
 # layout, at P = 1, 2, 4 against PyG; few epochs (the whole-process peak is reached in the first)
 SAINT = BenchOptions(nodes=100_000, degree=50.0, epochs=3, warmup=1, nprocs=(1, 2, 4), partitions=("random",),
-                     saint_graph=True)
+                     saint_graph=True, repeats=3, repeat_pyg=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -546,6 +548,13 @@ def _runs(opts: BenchOptions, gpus: int) -> list[_Run]:
     return runs
 
 
+def _rounds(runs: list[_Run], opts: BenchOptions) -> list[list[_Run]]:
+    """Round 1 runs every configuration; later rounds the mggcn ones again (PyG too with ``repeat_pyg``), in the same
+    order, so that a slow spell of a shared machine falls on every configuration alike."""
+    again = [r for r in runs if r.kind == "mggcn" or opts.repeat_pyg]
+    return [runs] + [again] * max(0, opts.repeats - 1)
+
+
 def _tiles_label(tile_bytes: int) -> str:
     return "untiled" if tile_bytes == 0 else f"tiles {tile_bytes >> 10}K"
 
@@ -674,9 +683,7 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, sav
             log(f"  machine probe: FAILED: {err}")
         save()
         runs = _runs(opts, gpus)
-        # round 1 runs every configuration; later rounds the mggcn ones again, in the same order, so that a slow
-        # spell of a shared machine falls on every configuration alike
-        rounds = [runs] + [[r for r in runs if r.kind == "mggcn"]] * max(0, opts.repeats - 1)
+        rounds = _rounds(runs, opts)
         for number, todo in enumerate(rounds, 1):
             for run in todo:
                 if any(f["name"] == run.name for f in failed):

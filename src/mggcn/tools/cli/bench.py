@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=positive_int,
                    help="rounds over the mggcn configurations, interleaved; each row reports the median round "
                         f"(default {d.repeats})")
+    p.add_argument("--repeat-pyg", action="store_true", default=None,
+                   help="PyG in every round too, not only the first (--saint-graph does)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per configuration (default: the cores)")
     p.add_argument("--nprocs", type=int_list, help="process counts to run (default 1,2)")
     p.add_argument("--partition", dest="partitions", type=orderings,
@@ -74,10 +76,9 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError
     from mggcn.tools.bench import format_table, options_from, run_bench
 
-    keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "threads",
-            "nprocs",
-            "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s", "mmap_threshold",
-            "tile_bytes", "compare_tiles", "shm", "compare_shm")
+    keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "repeat_pyg",
+            "threads", "nprocs", "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s",
+            "mmap_threshold", "tile_bytes", "compare_tiles", "shm", "compare_shm")
     opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     try:  # with --out, the report is written as it grows and before the table is printed
         report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out)
