@@ -119,6 +119,68 @@ class _Stats:
     SIZE = 5
 
 
+@dataclass
+class _BestWeights:
+    """Early stopping (``cfg.patience``): the best validation accuracy so far, the weights that had it, its epoch,
+    and the epochs since. Accuracies are those of the weights before an epoch's update."""
+
+    patience: int
+    val_acc: float = -1.0
+    state: dict[str, torch.Tensor] | None = None
+    epoch: int | None = None
+    since: int = 0
+
+    @classmethod
+    def resumed(cls, patience: int, best: dict | None) -> _BestWeights:
+        """From a checkpoint's ``best`` entry (:meth:`saved`), or fresh."""
+        if best is None:
+            return cls(patience)
+        return cls(patience, best["val_acc"], best["model"], best["epoch"], best["since"])
+
+    def saved(self) -> dict | None:
+        return None if self.state is None else {"val_acc": self.val_acc, "since": self.since, "model": self.state,
+                                                "epoch": self.epoch}
+
+    def update(self, epoch: int, val_acc: float, model: LayerStack) -> None:
+        if self.patience <= 0:
+            return
+        if val_acc > self.val_acc:
+            self.val_acc, self.since, self.epoch = val_acc, 0, epoch
+            self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            self.since += 1
+
+    @property
+    def exhausted(self) -> bool:
+        return self.patience > 0 and self.since >= self.patience
+
+
+def _spmm_operator(ctx: DistContext, shard: Shard, cfg: TrainConfig, widths: list[int],
+                   timer: PhaseTimer) -> tuple[StagedSpMM | SparseExchangeSpMM, str | None]:
+    """The distributed ``Â·H`` of ``cfg.comm`` on this rank's blocks, and the broadcast's transport (None: none)."""
+    if cfg.comm != "broadcast":
+        return SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=cfg.comm, overlap=cfg.overlap, timer=timer), None
+    rows, dtype = shard.x.shape[0], shard.x.dtype
+    outboxes, transport = host_outboxes(ctx, cfg.shm, rows, max(widths), dtype)
+    buffers = BroadcastBuffers(rows, max(widths), dtype, ctx.device) if ctx.world_size > 1 and outboxes is None \
+        else None
+    adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer,
+                     outboxes=outboxes)
+    return adj, transport if ctx.world_size > 1 else None
+
+
+def _reduce_gradients(ctx: DistContext, params: list[torch.Tensor], stats: torch.Tensor) -> torch.Tensor:
+    """Sum the parameters' gradients and the epoch's ``stats`` (:class:`_Stats`) over ranks in one collective; the
+    gradients in place, the stats returned (float64, on the CPU)."""
+    flat = torch.cat([p.grad.reshape(-1) for p in params] + [stats.to(params[0].dtype)])
+    all_reduce_sum(ctx, flat)
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+    return flat[offset:].to(torch.float64).cpu()
+
+
 def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
                 on_epoch: Callable[[dict], None] | None = None, *,
                 checkpointer=None, checkpoint_meta: dict | None = None, resume: dict | None = None,
@@ -141,34 +203,25 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     (``shard.x`` becomes ``None``; predictions read ``Â·X``, :attr:`TrainResult.x_agg`); GraphSAGE and GIN keep
     ``X`` (their root terms read it).
     """
+    # setup: the model, the SpMM operator, the optimizer, what a checkpoint resumes, Â·X
     device = ctx.device
     shard.to(device)
     timer = PhaseTimer(device)
     model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
     widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
-    if cfg.comm == "broadcast":
-        rows, dtype = shard.x.shape[0], shard.x.dtype
-        outboxes, transport = host_outboxes(ctx, cfg.shm, rows, max(widths), dtype)
-        buffers = BroadcastBuffers(rows, max(widths), dtype, device) if ctx.world_size > 1 and outboxes is None \
-            else None
-        adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer,
-                         outboxes=outboxes)
-    else:
-        adj = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=cfg.comm, overlap=cfg.overlap, timer=timer)
+    adj, transport = _spmm_operator(ctx, shard, cfg, widths, timer)
     balance = partition_balance(ctx, shard)
-    if cfg.comm == "broadcast" and ctx.world_size > 1:
+    if transport is not None:
         balance["broadcast"] = transport
     optimizer = Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                      weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
-    best_val, best_state, since_best = -1.0, None, 0
+    best = _BestWeights.resumed(cfg.patience, resume.get("best") if resume is not None else None)
     if resume is not None:
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         result.history = list(resume["history"])
-        if resume.get("best") is not None:
-            best_val, since_best = resume["best"]["val_acc"], resume["best"]["since"]
-            best_state, result.best_epoch = resume["best"]["model"], resume["best"]["epoch"]
+        result.best_epoch = best.epoch
 
     x, y = shard.x, shard.y
     with torch.no_grad():
@@ -185,14 +238,12 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     stochastic = cfg.dropout > 0 or cfg.input_dropout > 0
 
     def checkpoint_state(epoch: int) -> dict:
-        best = None if best_state is None else {"val_acc": best_val, "since": since_best, "model": best_state,
-                                                "epoch": result.best_epoch}
         return {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "history": result.history, "best": best, "dims": model.dims, "model_kind": cfg.model,
-                "config": asdict(cfg),
-                **(checkpoint_meta or {})}
+                "history": result.history, "best": best.saved(), "dims": model.dims, "model_kind": cfg.model,
+                "config": asdict(cfg), **(checkpoint_meta or {})}
 
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
+        # one step: forward, loss, backward, the gradients and the epoch's numbers summed over ranks, the update
         model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
         timer.reset(trace=epoch == cfg.trace_epoch)
         moved = (adj.sent_bytes, adj.recv_bytes)
@@ -215,23 +266,12 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             stats[_Stats.LOSS] = loss.detach()
             stats[_Stats.CORRECT] = correct
             stats[_Stats.STOP] = float(bool(stop_requested and stop_requested()))
-            flat = torch.cat([p.grad.reshape(-1) for p in params] + [stats.to(params[0].dtype)])
-            all_reduce_sum(ctx, flat)
-            offset = 0
-            for p in params:
-                p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
-                offset += p.numel()
-            stats = flat[offset:].to(torch.float64).cpu()
+            stats = _reduce_gradients(ctx, params, stats)
         if not math.isfinite(float(stats[_Stats.LOSS])):
             raise NonFiniteLoss(_non_finite_message(ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
                                                     checkpointer))
-        if cfg.patience > 0:  # the accuracies are those of the weights before this epoch's update
-            val_acc = float(stats[_Stats.CORRECT][1] / split_sizes[1])
-            if val_acc > best_val:
-                best_val, since_best, result.best_epoch = val_acc, 0, epoch
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                since_best += 1
+        best.update(epoch, float(stats[_Stats.CORRECT][1] / split_sizes[1]), model)
+        result.best_epoch = best.epoch
         with timer("optimizer"):
             optimizer.step()
         epoch_s = time.perf_counter() - start
@@ -242,16 +282,16 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         result.history.append(record)
         if on_epoch is not None:
             on_epoch(record)
+        # stopping: a signal on any rank, or no better validation accuracy for cfg.patience epochs
         interrupted = stats[_Stats.STOP] > 0
-        early = cfg.patience > 0 and since_best >= cfg.patience
         if checkpointer is not None and ctx.is_main and (checkpointer.due(epoch) or interrupted):
             result.checkpoint = checkpointer.save(checkpoint_state(epoch))
-        if interrupted or early:
+        if interrupted or best.exhausted:
             result.stopped = "interrupted" if interrupted else "early"
             break
 
-    if best_state is not None:
-        model.load_state_dict(best_state)
+    if best.state is not None:
+        model.load_state_dict(best.state)
     result.final = final_accuracies(ctx, model, adj, x, x_agg, y, split_rows, split_sizes)
     result.state_dict = model.pyg_state_dict()
     result.model, result.adj, result.x_agg = model, adj, x_agg
