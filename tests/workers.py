@@ -64,6 +64,10 @@ def failing_worker(bad_rank: int, mode: str):
     if ctx.rank == bad_rank:
         if mode == "raise":
             raise RuntimeError("boom from the test")
+        if mode == "pipe":  # its own output went away (`| head`)
+            raise BrokenPipeError(32, "Broken pipe")
+        if mode == "pipe text":  # an error that only reads like one
+            raise RuntimeError("BrokenPipeError: a message that only looks like it")
         if mode == "hang":
             time.sleep(600)
         if mode == "kill":

@@ -32,6 +32,22 @@ def test_a_failing_rank_fails_the_job_and_is_named(mode, expected):
     assert mp.active_children() == []
 
 
+@pytest.mark.parametrize("mode, kind", [("pipe", "broken_pipe"), ("pipe text", "error"), ("raise", "error")])
+def test_what_ended_a_rank_is_told_by_its_exception_type_not_its_text(mode, kind):
+    """`| head` closing rank 0's output ends the command quietly (mggcn.tools.cli.common.job_failure_status): the
+    launcher knows it from the exception's type, so an error whose text merely starts the same way is an error."""
+    from mggcn.tools.cli.common import job_failure_status
+
+    with pytest.raises(WorkerError) as info:
+        run_workers(workers.failing_worker, 2, (1, mode), timeout_s=120)
+    assert info.value.rank == 1 and info.value.kind == kind
+    if kind == "broken_pipe":
+        with pytest.raises(BrokenPipeError):
+            job_failure_status(info.value)
+    else:
+        assert job_failure_status(info.value) == 1
+
+
 @pytest.mark.slow
 def test_a_hanging_rank_is_stopped_at_the_timeout():
     with pytest.raises(WorkerError) as info:

@@ -38,11 +38,20 @@ __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch",
 
 
 class WorkerError(RuntimeError):
-    """A worker of a local job failed or hung. ``rank`` is the first failed rank; ``detail`` its traceback."""
+    """A worker of a local job failed or hung. ``rank`` is the first failed rank; ``detail`` its traceback;
+    ``kind`` what ended it (:func:`_kind_of`: ``"broken_pipe"`` when its own output went away, ``"interrupt"``
+    for Ctrl-C, else ``"error"``)."""
 
-    def __init__(self, rank: int, message: str, detail: str = "") -> None:
+    def __init__(self, rank: int, message: str, detail: str = "", kind: str = "error") -> None:
         super().__init__(f"rank {rank} {message}")
-        self.rank, self.detail = rank, detail
+        self.rank, self.detail, self.kind = rank, detail, kind
+
+
+def _kind_of(exc: BaseException) -> str:
+    """What a worker's exception says of how the job ended (:attr:`WorkerError.kind`), by its type."""
+    if isinstance(exc, BrokenPipeError):
+        return "broken_pipe"
+    return "interrupt" if isinstance(exc, KeyboardInterrupt) else "error"
 
 
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
@@ -62,7 +71,7 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
         atomic_write(os.path.join(workdir, f"result.{rank}"), lambda tmp: _pickle_to(tmp, result))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent, KeyboardInterrupt included
         report = {"time": time.time(), "error": " ".join(f"{type(exc).__name__}: {exc}".split()),  # one line
-                  "detail": traceback.format_exc()}
+                  "detail": traceback.format_exc(), "kind": _kind_of(exc)}
         atomic_write(os.path.join(workdir, f"error.{rank}"), lambda tmp: _json_to(tmp, report))
         os._exit(1)  # skip atexit handlers that could block on a broken process group
     exit_now(0)
@@ -288,8 +297,10 @@ class _Failure:
     """One rank's failure: when, what (its error report, or the signal or status it died of), and whether it only
     says that a peer went away."""
 
-    def __init__(self, rank: int, when: float, message: str, detail: str = "", peer_lost: bool = False) -> None:
+    def __init__(self, rank: int, when: float, message: str, detail: str = "", peer_lost: bool = False,
+                 kind: str = "error") -> None:
         self.rank, self.when, self.message, self.detail, self.peer_lost = rank, when, message, detail, peer_lost
+        self.kind = kind
 
     @classmethod
     def of(cls, rank: int, exitcode: int, workdir: str) -> _Failure:
@@ -297,9 +308,11 @@ class _Failure:
         try:
             with open(path) as f:
                 report = json.load(f)
+            kind = str(report.get("kind", "error"))
             # a BrokenPipeError of the rank's own output (`| head`) is its own cause, whatever its text says
-            peer_lost = bool(_PEER_LOST.search(report["error"])) and not report["error"].startswith("BrokenPipeError")
-            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], peer_lost)
+            peer_lost = bool(_PEER_LOST.search(report["error"])) and kind != "broken_pipe"
+            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], peer_lost,
+                       kind)
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if exitcode == UNGUARDED_EXIT:
@@ -312,7 +325,7 @@ class _Failure:
 def _interrupted_by(failure: _Failure, sig: signal.Signals | None) -> bool:
     """Whether ``failure`` is a worker ended by the interrupt: Ctrl-C (KeyboardInterrupt) or, once the launcher
     was interrupted (``sig``), the SIGTERM it forwarded or the signal itself."""
-    if failure.message.startswith("failed: KeyboardInterrupt"):
+    if failure.kind == "interrupt":
         return True
     return sig is not None and failure.message in (_describe_exit(-sig), _describe_exit(-signal.SIGTERM))
 
@@ -322,7 +335,7 @@ def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
     a peer (a death by signal writes no report: it counts from when the launcher saw it), else the earliest."""
     causes = [f for f in failed.values() if not f.peer_lost] or list(failed.values())
     first = min(causes, key=lambda f: (f.when, f.rank))
-    return WorkerError(first.rank, first.message, first.detail)
+    return WorkerError(first.rank, first.message, first.detail, first.kind)
 
 
 def under_torchrun() -> bool:

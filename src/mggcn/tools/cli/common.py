@@ -182,7 +182,7 @@ def job_failure_status(err: WorkerError) -> int:
     if isinstance(err, JobInterrupted):
         print(f"mggcn: interrupted: {err}", file=sys.stderr)
         return 130
-    if str(err).startswith(f"rank {err.rank} failed: BrokenPipeError"):  # rank 0's reader went away (| head)
+    if err.kind == "broken_pipe":  # rank 0's reader went away (| head)
         raise BrokenPipeError from None
     print(f"mggcn: {err}", file=sys.stderr)
     return 1
