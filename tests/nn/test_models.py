@@ -19,6 +19,7 @@ from mggcn.nn.gin import GIN, GINLayer
 from mggcn.nn.models import MODELS, make_model
 from mggcn.nn.norm import adjacency, normalize, operator_for
 from mggcn.nn.sage import GraphSAGE, SAGELayer
+from mggcn.utils.errors import ConfigError
 from reference import random_graph
 
 # float32, another summation order than PyG's scatter: a few ulps of values of order 1-10
@@ -64,8 +65,9 @@ def test_operators():
     np.testing.assert_array_equal(normalize(a, "sum").toarray(), [[0, 1, 2, 0], [1, 0, 0, 0], [0, 0, 0, 0],
                                                                    [0, 0, 0, 1]])
     assert [operator_for(m) for m in MODELS] == ["sym", "in-mean", "sum"]
-    with pytest.raises(ValueError, match="--model must be one of"):
+    with pytest.raises(ConfigError, match="^model must be one of") as info:  # the library's name; the CLI's is --model
         operator_for("gat")
+    assert info.value.option == "model"
 
 
 @pytest.mark.parametrize("kind,order,first,train_eps", [
@@ -138,8 +140,12 @@ def test_models_and_their_parameters():
     again = GraphSAGE([5, 8, 3], seed=2)
     for p, q in zip(sage.parameters(), again.parameters(), strict=True):
         assert torch.equal(p, q)
-    with pytest.raises(ValueError, match="--model must be one of"):
+    with pytest.raises(ConfigError, match="^model must be one of"):
         make_model("gat", [5, 3])
+    for layers in (GIN, GraphSAGE):
+        with pytest.raises(ConfigError, match="^order must be one of") as info:
+            layers([5, 8, 3], order="sideways")
+        assert info.value.option == "order"
 
 
 def _layer_cases():

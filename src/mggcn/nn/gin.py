@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mggcn.nn.model import ORDERS, Adj, LayerStack, _TimedLinear, activate, aggregate_first, glorot_
+from mggcn.nn.model import Adj, LayerStack, _TimedLinear, activate, aggregate_first, check_order, glorot_
 from mggcn.nn.workspace import Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -69,8 +69,7 @@ class GINLayer(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto",
                  activation: str = "relu", train_eps: bool = False, eps: float = 0.0) -> None:
         super().__init__()
-        if order not in ORDERS:
-            raise ValueError(f"--order must be one of {', '.join(ORDERS)}, got '{order}'")
+        check_order(order)
         self.nn = _MLP(in_dim, out_dim)
         if train_eps:
             self.eps = nn.Parameter(torch.full((1,), float(eps)))

@@ -48,7 +48,7 @@ from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "activate",
-           "dropout", "glorot_", "spmm_widths", "MASK_CHUNK", "mask_chunk_rows"]
+           "dropout", "glorot_", "spmm_widths", "check_order", "MASK_CHUNK", "mask_chunk_rows"]
 
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
@@ -78,6 +78,12 @@ def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Ten
         else:
             torch.ops.aten.leaky_relu_backward.grad_input(part, out, slope, True, grad_input=out)
     return h
+
+
+def check_order(order: str) -> None:
+    """``order`` one of :data:`ORDERS`, or a :class:`~mggcn.utils.errors.ConfigError` naming it."""
+    if order not in ORDERS:
+        raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got '{order}'", "order")
 
 
 def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> bool:
@@ -247,8 +253,7 @@ class GCNLayer(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True,
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
-        if order not in ORDERS:
-            raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got '{order}'", "order")
+        check_order(order)
         if generator is None:
             self.lin = nn.Linear(in_dim, out_dim, bias=False)
         else:  # no default initialization drawn (from the global RNG) only to be overwritten

@@ -15,6 +15,7 @@ from mggcn.config import MODELS, operator_for
 from mggcn.nn.gin import GIN
 from mggcn.nn.model import GCN, LayerStack
 from mggcn.nn.sage import GraphSAGE
+from mggcn.utils.errors import ConfigError
 
 __all__ = ["MODELS", "PYG_MODELS", "make_model", "operator_for"]
 
@@ -33,4 +34,4 @@ def make_model(kind: str, dims: Sequence[int], activation: str = "relu", dropout
         return GraphSAGE(dims, **common)
     if kind == "gin":
         return GIN(dims, train_eps=train_eps, **common)
-    raise ValueError(f"--model must be one of {', '.join(MODELS)}, got '{kind}'")
+    raise ConfigError(f"model must be one of {', '.join(MODELS)}, got '{kind}'", "model")

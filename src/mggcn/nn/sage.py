@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mggcn.nn.model import ORDERS, Adj, LayerStack, _TimedLinear, aggregate_first, glorot_
+from mggcn.nn.model import Adj, LayerStack, _TimedLinear, aggregate_first, check_order, glorot_
 from mggcn.nn.workspace import Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -56,8 +56,7 @@ class SAGELayer(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True) -> None:
         super().__init__()
-        if order not in ORDERS:
-            raise ValueError(f"--order must be one of {', '.join(ORDERS)}, got '{order}'")
+        check_order(order)
         self.lin_l = nn.Linear(in_dim, out_dim, bias=bias)
         self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
         if bias:
