@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mggcn.utils.errors import ConfigError
-
 __all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "operator_for",
            "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "DEVICES",
            "TILE_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
@@ -40,7 +38,7 @@ def operator_for(model: str, norm: str = "sym") -> str:
         return "in-mean"
     if model == "gin":
         return "sum"
-    raise ConfigError(f"model must be one of {', '.join(MODELS)}, got '{model}'", "model")
+    raise ValueError(f"model must be one of {', '.join(MODELS)}, got '{model}'")  # the lowest layer: no ConfigError
 
 
 @dataclass(frozen=True)

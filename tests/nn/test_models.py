@@ -65,9 +65,8 @@ def test_operators():
     np.testing.assert_array_equal(normalize(a, "sum").toarray(), [[0, 1, 2, 0], [1, 0, 0, 0], [0, 0, 0, 0],
                                                                    [0, 0, 0, 1]])
     assert [operator_for(m) for m in MODELS] == ["sym", "in-mean", "sum"]
-    with pytest.raises(ConfigError, match="^model must be one of") as info:  # the library's name; the CLI's is --model
+    with pytest.raises(ValueError, match="^model must be one of"):  # the library's name; the CLI's is --model
         operator_for("gat")
-    assert info.value.option == "model"
 
 
 @pytest.mark.parametrize("kind,order,first,train_eps", [
