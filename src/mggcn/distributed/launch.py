@@ -354,7 +354,8 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
 
     * under torchrun (``torchrun=True``): this process is one rank; it dies with its agent
       (:func:`~mggcn.utils.system.die_with_parent`: a killed agent must not leave its workers training on, unnoticed
-      by the other nodes), then ``fn(job)``, with P torchrun's world size (``nprocs``, when given, must agree);
+      by the other nodes), then ``fn(job, dataset)`` with the dataset it checked, P torchrun's world size
+      (``nprocs``, when given, must agree);
     * ``nprocs`` 1 (or None): ``fn(job, dataset)`` in this process, reusing the checked dataset;
     * ``nprocs`` P > 1: ``fn(job)`` on P spawned workers (:func:`run_workers`); in a worker still importing an
       unguarded script, nothing is checked: it ends at once (:func:`refuse_unguarded_script`).
@@ -371,8 +372,7 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
         dataset = check(job, world)
         if on_checked is not None:
             on_checked(dataset, world)
-        del dataset
-        return fn(job)
+        return fn(job, dataset)  # the dataset checked, not read a second time
     nprocs = nprocs or 1
     if nprocs > 1:
         refuse_unguarded_script()
