@@ -11,7 +11,7 @@ import torch
 from mggcn.config import TrainConfig
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.partition import make_partition
-from mggcn.distributed.sharding import build_shard, partition_dataset
+from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.training.trainer import train_shard
@@ -329,9 +329,7 @@ def setup_memory_worker(source, fmt, cfg: TrainConfig, chunk: int | None = None)
             return None
         dataset = open_dataset(source, fmt)
         shard = shard_for(cfg, dataset, ctx)
-        release = getattr(dataset, "release", None)
-        if release is not None:
-            release()
+        release_dataset(dataset)
         del dataset
         gc.collect()
         setup = peak_rss() - base

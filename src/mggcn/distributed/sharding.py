@@ -43,7 +43,7 @@ from mggcn.distributed.tiled import TiledCSR
 from mggcn.nn.norm import adds_self_loops, entry_values
 from mggcn.utils.system import trim_heap
 
-__all__ = ["SHARD_CHUNK_EDGES", "build_shard", "partition_dataset"]
+__all__ = ["SHARD_CHUNK_EDGES", "build_shard", "partition_dataset", "release_dataset"]
 
 SHARD_CHUNK_EDGES = 1 << 20  # the most edges a rank reads at a time while building its shard
 MIN_CHUNK_EDGES = 1 << 12  # ... and the least, unless SHARD_CHUNK_EDGES is smaller
@@ -331,6 +331,16 @@ def _copy_rows(dataset: Dataset, name: str, ids: np.ndarray, local: np.ndarray, 
         out[local[start: start + ROWS_PER_READ]] = rows
         counted["bytes"] += rows.nbytes
         _drop_pages(dataset.arrays[name])
+
+
+def release_dataset(dataset: Dataset) -> None:
+    """Once this rank has cut its shard: drop what ``dataset`` holds (an in-memory graph's arrays, also when the
+    caller holds the dataset, at P = 1 in its process) and give the heap pages the setup freed back to the system, so
+    that the rank keeps only its shard."""
+    release = getattr(dataset, "release", None)
+    if release is not None:
+        release()
+    trim_heap()
 
 
 def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str = "sym",

@@ -83,12 +83,13 @@ from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.graph import SPLITS, Graph, GraphError
 from mggcn.distributed.context import available_cores, init_distributed
 from mggcn.distributed.launch import WorkerError, run_workers
+from mggcn.distributed.sharding import release_dataset
 from mggcn.nn.adam import Adam
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
 from mggcn.training.trainer import build_model, shard_for, train_shard
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import torch_threads, trim_heap
+from mggcn.utils.system import torch_threads
 from mggcn.utils.timing import PHASES
 
 __all__ = ["BenchOptions", "SMALL", "run_bench", "format_table", "bench_graph", "peak_rss", "current_rss",
@@ -370,10 +371,8 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
     cfg = _train_config(**config)
     dataset = _open_dataset(path, opts)  # as `mggcn train` cuts its shards
     shard = shard_for(cfg, dataset, ctx)
-    if hasattr(dataset, "release"):
-        dataset.release()
+    release_dataset(dataset)
     del dataset
-    trim_heap()  # as mggcn.training.job does
     held = _shard_bytes(shard)
     probe.ready()
     setup_s = time.perf_counter() - start

@@ -20,12 +20,12 @@ from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, MODELS, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
 from mggcn.distributed.context import available_cores, init_distributed, shutdown
-from mggcn.distributed.sharding import partition_dataset
+from mggcn.distributed.sharding import partition_dataset, release_dataset
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
 from mggcn.utils.progress import epoch_progress
-from mggcn.utils.system import StopOnSignal, caller_settings_kept, trim_heap
+from mggcn.utils.system import StopOnSignal, caller_settings_kept
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final"]
 
@@ -199,11 +199,8 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         shard = shard_for(cfg, dataset, ctx)
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
         identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
-        release = getattr(dataset, "release", None)
-        if release is not None:  # this rank keeps only its shard, also when the caller holds the dataset (P = 1)
-            release()
+        release_dataset(dataset)
         del dataset
-        trim_heap()  # the pages the setup freed among what it keeps go back to the system
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
         metrics_file = None  # opened with the first epoch's record: a job that fails before one writes no file

@@ -26,7 +26,7 @@ from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph, GraphError
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
-from mggcn.distributed.sharding import build_shard, partition_dataset
+from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import LayerStack, activate
 from mggcn.training.job import check_threads
@@ -118,6 +118,7 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     tiles = shard_tile_columns(_DEFAULTS, dataset, ctx, max(widths))
     operator = operator_for(card["model"], card["norm"])  # the Â the model was trained with
     shard = build_shard(dataset, part, ctx.rank, operator, tile_cols=tiles).to(ctx.device)
+    release_dataset(dataset)
     del dataset
     model.to(ctx.device)
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t)
