@@ -201,7 +201,6 @@ class InMemoryDataset:
         the caller's reference, not this one.)
         """
         self.graph, self._arrays = None, None
-        self._owned = False  # what is left to build from is gone
 
     def source(self, array: str) -> str:
         return f"{self.name} ({array})"
