@@ -221,7 +221,6 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         result.history = list(resume["history"])
-        result.best_epoch = best.epoch
 
     x, y = shard.x, shard.y
     with torch.no_grad():
@@ -271,7 +270,6 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             raise NonFiniteLoss(_non_finite_message(ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
                                                     checkpointer))
         best.update(epoch, float(stats[_Stats.CORRECT][1] / split_sizes[1]), model)
-        result.best_epoch = best.epoch
         with timer("optimizer"):
             optimizer.step()
         epoch_s = time.perf_counter() - start
@@ -290,6 +288,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             result.stopped = "interrupted" if interrupted else "early"
             break
 
+    result.best_epoch = best.epoch
     if best.state is not None:
         model.load_state_dict(best.state)
     result.final = final_accuracies(ctx, model, adj, x, x_agg, y, split_rows, split_sizes)
