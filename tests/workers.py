@@ -407,3 +407,60 @@ def layer_worker(cases, seed):
         grads = {name: p.grad.clone() for name, p in layer.named_parameters()}
         out.append((y.detach().clone(), None if x.grad is None else x.grad.clone(), grads))
     return ctx.rank, out
+
+
+def training_columns_worker(cases):
+    """For each (graph, norm, partition, tile columns, training mask, B, G), with every operator (gloo broadcast,
+    shared-memory broadcast, sparse and auto exchange) after ``use_training_columns``: Âᵀ·G from a backward marked
+    ``grad_on_train_rows`` and from one not marked, and the bytes the marked backward received."""
+    from mggcn.distributed.exchange import SparseExchangeSpMM
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    out = []
+    for graph, norm, part, tile_cols, train_orig, b_orig, g_orig in cases:
+        shard = build_shard(graph, part, ctx.rank, norm, tile_cols=tile_cols)
+        train = rows_of(to_new_order(train_orig, part), part, ctx.rank)
+        width = b_orig.shape[1]
+        outboxes = SharedOutboxes.create(ctx, part.rows_per_part, width, torch.float32) if ctx.world_size > 1 \
+            else None
+        ops = {"broadcast": StagedSpMM(ctx, shard.adj, shard.adj_t),
+               "shm": StagedSpMM(ctx, shard.adj, shard.adj_t, outboxes=outboxes),
+               "sparse": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="sparse"),
+               "auto": SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="auto")}
+        results = {}
+        for name, op in ops.items():
+            op.use_training_columns(train)
+            b = rows_of(to_new_order(b_orig, part), part, ctx.rank).clone().requires_grad_()
+            g = rows_of(to_new_order(g_orig, part), part, ctx.rank)
+            op(b, grad_on_train_rows=True).backward(g)
+            received = op.recv_bytes
+            marked = b.grad.clone()
+            b.grad = None
+            before = op.recv_bytes
+            op(b).backward(g)
+            results[name] = (marked, b.grad, received, op.recv_bytes - before)
+        out.append(results)
+    return ctx.rank, out
+
+
+def training_columns_train_worker(cases):
+    """Train each (graph, config) twice in one process group: with Âᵀ's training columns for the last layer's
+    backward (the rule's default) and without (the rule's threshold set to 0 in this process); per case and run:
+    losses, weights, whether the operator kept them, and the bytes it received."""
+    from mggcn.distributed import spmm
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    out = []
+    for graph, cfg in cases:
+        runs = []
+        for threshold in (spmm.TRAINING_COLUMNS_MAX, 0.0):
+            default, spmm.TRAINING_COLUMNS_MAX = spmm.TRAINING_COLUMNS_MAX, threshold
+            try:
+                part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
+                result = train_shard(ctx, build_shard(graph, part, ctx.rank, cfg.operator), cfg)
+            finally:
+                spmm.TRAINING_COLUMNS_MAX = default
+            runs.append(([r["loss"] for r in result.history], result.state_dict, result.adj.has_training_columns,
+                         result.adj.recv_bytes))
+        out.append(runs)
+    return ctx.rank, out

@@ -74,6 +74,22 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
                            rank_nnz=shard.nnz).parts["features X"] == shard.x.nbytes
         assert plan.parts["labels, splits"] == (shard.y.nbytes + sum(k.nbytes for k in shard.masks.values())
                                                 + 8 * _split_rows(shard))
+        # at most half the vertices train: Âᵀ's blocks again, with only the training columns (block j: rank j's)
+        train = graph.masks["train"]
+        assert train.mean() <= 0.5
+        kept = [block.keep_columns(torch.from_numpy(_in_order(train, part, j))) for j, block in enumerate(shard.adj_t)]
+        with_train = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, train=float(train.mean()),
+                                 rank_nnz=shard.nnz, rank_nnz_t=sum(b.nnz for b in shard.adj_t),
+                                 rank_nnz_train_t=sum(b.nnz for b in kept))
+        assert with_train.parts["A^T training columns"] == nbytes(kept)
+        assert "A^T training columns" not in plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs,
+                                                         train=0.6).parts
+
+
+def _in_order(mask: np.ndarray, part, rank: int) -> np.ndarray:
+    """``mask`` (original ids) on ``rank``'s rows in partition order, padding rows False."""
+    ids = part.order[part.rows(rank)]
+    return np.where(ids >= 0, mask[np.maximum(ids, 0)], False)
 
 
 @pytest.mark.parametrize("hidden", [(64,), (16, 96)])

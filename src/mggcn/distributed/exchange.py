@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from mggcn.config import COMM_MODES
 from mggcn.distributed.context import DistContext
-from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm
+from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm, training_columns
 from mggcn.distributed.tiled import TiledCSR
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -110,9 +110,12 @@ class SparseExchangeSpMM(SpMMOperator):
         self.rows = adj[0].rows
         self.overlap, self.timer = overlap, timer
         self.sent_bytes = self.recv_bytes = 0
+        self.mode, self.dense_fraction = mode, dense_fraction
         self.plans = None
         if ctx.world_size > 1:
             self.plans = (ExchangePlan(ctx, adj, mode, dense_fraction), ExchangePlan(ctx, adj_t, mode, dense_fraction))
+        self.adj_t_train: list[TiledCSR] | None = None
+        self.train_plan: ExchangePlan | None = None
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _views(self, plan: ExchangePlan, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,11 +129,24 @@ class SparseExchangeSpMM(SpMMOperator):
                              torch.empty(max(need_recv, old[1]), dtype=b.dtype, device=b.device))
         return (self._buffers[0][:need_send].view(-1, width), self._buffers[1][:need_recv].view(-1, width))
 
-    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
-        """One exchange SpMM with Â (or Âᵀ) on this rank's rows ``b``, into ``out`` or a new tensor; no autograd."""
+    def use_training_columns(self, train: torch.Tensor) -> None:
+        """Âᵀ's training columns, and their own exchange: a rank then sends only the training rows the others'
+        restricted blocks reference."""
+        self.adj_t_train = training_columns(self.ctx, self.adj_t, train)
+        if self.ctx.world_size > 1:
+            self.train_plan = ExchangePlan(self.ctx, self.adj_t_train, self.mode, self.dense_fraction)
+            self.adj_t_train = self.train_plan.blocks  # what it multiplies with (compacted where sparse)
+        self.has_training_columns = True
+
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
+            train_columns: bool = False) -> torch.Tensor:
+        """One exchange SpMM with Â (or Âᵀ, or Âᵀ's training columns) on this rank's rows ``b``, into ``out`` or a
+        new tensor; no autograd."""
+        train_columns = transpose and train_columns
         if self.ctx.world_size == 1:
-            return local_spmm(self.adj_t if transpose else self.adj, b, self.timer, out)
-        plan = self.plans[1 if transpose else 0]
+            blocks = self.adj_t_train if train_columns else self.adj_t if transpose else self.adj
+            return local_spmm(blocks, b, self.timer, out)
+        plan = self.train_plan if train_columns else self.plans[1 if transpose else 0]
         b = b.contiguous()
         send, recv = self._views(plan, b)
         with self.timer("spmm"):  # packing is memory traffic of the SpMM's kind

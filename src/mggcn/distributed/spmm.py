@@ -33,7 +33,39 @@ from mggcn.distributed.tiled import TiledCSR
 from mggcn.nn.workspace import GradSpec, OutSpec, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["BlockAccumulator", "BroadcastBuffers", "SpMMOperator", "StagedSpMM", "local_adj", "local_spmm"]
+__all__ = ["BlockAccumulator", "BroadcastBuffers", "SpMMOperator", "StagedSpMM", "local_adj", "local_spmm",
+           "TRAINING_COLUMNS_MAX", "keeps_training_columns", "training_columns"]
+
+# Âᵀ's training columns are kept when the training split is at most this fraction of the vertices (see
+# keeps_training_columns)
+TRAINING_COLUMNS_MAX = 0.5
+
+
+def keeps_training_columns(num_train: int, num_nodes: int, layers: int) -> bool:
+    """Whether training keeps a copy of Âᵀ's blocks restricted to the training vertices' columns for the last
+    layer's backward SpMM (:meth:`SpMMOperator.use_training_columns`).
+
+    The loss reads the logits only at the training rows and every layer is row-wise after its SpMM, so the gradient
+    reaching the last layer's SpMM is zero on the other rows and ``Âᵀ·∂C`` needs only the columns of training
+    vertices. The copy costs the fraction ``t = num_train / num_nodes`` of Âᵀ's nonzeros and saves the fraction
+    ``1 − t`` of one SpMM every epoch: it is kept when ``t ≤`` :data:`TRAINING_COLUMNS_MAX` (ogbn-products 0.08,
+    ogbn-papers100M 0.01; Reddit's 0.66 is not) and the last layer is not the first (whose SpMM has no backward).
+    The same on every rank: both counts are global."""
+    return layers >= 2 and 0 < num_train <= TRAINING_COLUMNS_MAX * num_nodes
+
+
+def training_columns(ctx: DistContext, blocks: list[TiledCSR], train: torch.Tensor) -> list[TiledCSR]:
+    """This rank's blocks of Âᵀ with only the columns of training vertices: block j keeps the columns of rank j's
+    training rows. ``train``: this rank's training mask (bool [m]). Collective at P > 1: each rank broadcasts its
+    mask in turn (m bytes)."""
+    out = []
+    for j, block in enumerate(blocks):
+        mask = train.to(device=ctx.device, dtype=torch.uint8)
+        if ctx.world_size > 1:
+            mask = mask if j == ctx.rank else torch.empty_like(mask)
+            dist.broadcast(mask, src=j, group=ctx.group)
+        out.append(block.keep_columns(mask.bool()))
+    return out
 
 
 class BroadcastBuffers:
@@ -94,15 +126,26 @@ class SpMMOperator:
     rows: int
     sent_bytes: int
     recv_bytes: int
+    has_training_columns = False
 
-    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None) -> torch.Tensor:
+    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None,
+                 grad_on_train_rows: bool = False) -> torch.Tensor:
         """``Â·b`` with autograd; ``out``: a workspace buffer for the result (None: a new tensor); ``grad_ws``:
         where ``Âᵀ·∂C`` goes in backward (:data:`~mggcn.nn.workspace.GradSpec`: the workspace's gradient buffers,
-        or a named buffer — b's own, which backward does not read; None: a new tensor)."""
-        return _SpMMFunction.apply(b, self, out, grad_ws)
+        or a named buffer — b's own, which backward does not read; None: a new tensor). ``grad_on_train_rows``: the
+        caller promises ``∂C`` is zero outside the training rows (the last layer of a model whose loss reads only
+        those), so backward may multiply by Âᵀ's training columns (:meth:`use_training_columns`)."""
+        return _SpMMFunction.apply(b, self, out, grad_ws, grad_on_train_rows and self.has_training_columns)
 
-    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
-        """``Â·b`` (or ``Âᵀ·b``) on this rank's rows ``b`` (m × d), into ``out`` (not ``b``) or a new tensor."""
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
+            train_columns: bool = False) -> torch.Tensor:
+        """``Â·b`` (or ``Âᵀ·b``; with ``train_columns`` Âᵀ's training columns) on this rank's rows ``b`` (m × d),
+        into ``out`` (not ``b``) or a new tensor."""
+        raise NotImplementedError
+
+    def use_training_columns(self, train: torch.Tensor) -> None:
+        """Keep Âᵀ's blocks restricted to the training vertices' columns (:func:`training_columns`; ``train`` this
+        rank's training mask) for backward passes whose gradient is zero outside the training rows. Collective."""
         raise NotImplementedError
 
 
@@ -132,14 +175,24 @@ class StagedSpMM(SpMMOperator):
         self.overlap = overlap
         self.timer = timer
         self.skip = [b.nnz == 0 for b in adj], [b.nnz == 0 for b in adj_t]
+        self.adj_t_train: list[TiledCSR] | None = None
         # bytes handed to / received from the broadcasts, the root counted as sending to each of the P - 1 others
         self.sent_bytes = self.recv_bytes = 0
 
-    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
-        """One staged SpMM with Â (or Âᵀ) on this rank's rows ``b``, into ``out`` (m × d, not ``b``) or a new
-        tensor; no autograd."""
+    def use_training_columns(self, train: torch.Tensor) -> None:
+        self.adj_t_train = training_columns(self.ctx, self.adj_t, train)
+        self.has_training_columns = True
+
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
+            train_columns: bool = False) -> torch.Tensor:
+        """One staged SpMM with Â (or Âᵀ, or Âᵀ's training columns) on this rank's rows ``b``, into ``out``
+        (m × d, not ``b``) or a new tensor; no autograd. The broadcasts are the same with the training columns:
+        only the multiplies shrink."""
         blocks = self.adj_t if transpose else self.adj
         empty = self.skip[1] if transpose else self.skip[0]
+        if transpose and train_columns:
+            blocks = self.adj_t_train
+            empty = [block.nnz == 0 for block in blocks]
         if self.ctx.world_size == 1:
             return local_spmm(blocks, b, self.timer, out)
         b = b.contiguous()
@@ -196,8 +249,8 @@ class _SpMMFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, b: torch.Tensor, op: SpMMOperator, out: OutSpec,  # type: ignore[override]
-                grad_ws: GradSpec) -> torch.Tensor:
-        ctx.op, ctx.grad_ws = op, grad_ws
+                grad_ws: GradSpec, train_columns: bool) -> torch.Tensor:
+        ctx.op, ctx.grad_ws, ctx.train_columns = op, grad_ws, train_columns
         dest = None if out is None else out[0].take(out[1], op.rows, b.shape[1], b)
         return op.run(b, out=dest)
 
@@ -205,9 +258,10 @@ class _SpMMFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None
+            return None, None, None, None, None
         dest = grad_destination(ctx.grad_ws, ctx.op.rows, grad.shape[1], like=grad, avoid=grad)
-        return ctx.op.run(grad, transpose=True, out=dest), None, None, None
+        restricted = {"train_columns": True} if ctx.train_columns else {}
+        return ctx.op.run(grad, transpose=True, out=dest, **restricted), None, None, None, None
 
 
 def local_adj(adj: torch.Tensor | TiledCSR, adj_t: torch.Tensor | TiledCSR,

@@ -174,6 +174,24 @@ class TiledCSR:
             return TiledCSR([empty], [0], 0)
         return TiledCSR(tiles, starts, needed.numel())
 
+    def keep_columns(self, keep: torch.Tensor) -> TiledCSR:
+        """The block with only the nonzeros whose column ``keep`` (bool [w]) marks: same shape, tiles and column
+        numbers, so it multiplies the same ``b``; rows of ``b`` in the other columns are never read. Tile by tile:
+        besides the result, one byte and one index per nonzero of a tile at a time."""
+        tiles = []
+        for tile, (start, cols) in zip(self.tiles, self.spans()):
+            crow, col = tile.crow_indices(), tile.col_indices()
+            kept = keep[start: start + cols].to(col.device)[col]
+            # kept entries before each row's first: the running count of kept entries, read at the row pointers
+            before = torch.zeros(kept.numel() + 1, dtype=crow.dtype, device=crow.device)
+            torch.cumsum(kept, 0, dtype=crow.dtype, out=before[1:])
+            crow = torch.index_select(before, 0, crow)
+            del before
+            with sparse_warnings_silenced():
+                tiles.append(torch.sparse_csr_tensor(crow, col[kept], tile.values()[kept], size=tile.shape,
+                                                     device=tile.device))
+        return TiledCSR(tiles, self.starts, self.width)
+
     def to_scipy(self) -> sp.csr_matrix:
         """The whole block as one scipy CSR (tests, checks)."""
         parts = []

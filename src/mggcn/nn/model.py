@@ -34,6 +34,7 @@ state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``con
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -357,11 +358,16 @@ class LayerStack(nn.Module):
         return self.kind != "gcn"
 
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
-                x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False) -> torch.Tensor:
+                x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
+                loss_on_train_rows: bool = False) -> torch.Tensor:
         """Logits [m, classes] for the rows ``x`` [m, d_0]; ``x_aggregated`` is a precomputed ``Â·x``.
 
         ``logits_in_workspace``: return the logits on the workspace buffer ``out {L-1}`` (overwritten by the next
-        forward) instead of a new tensor, so that an epoch allocates nothing of their size."""
+        forward) instead of a new tensor, so that an epoch allocates nothing of their size.
+        ``loss_on_train_rows``: the loss reads the logits only at the training rows (the trainer's
+        :class:`~mggcn.nn.loss.MaskedCrossEntropy`); every layer is row-wise after its SpMM, so the gradient of the
+        last layer's SpMM is zero elsewhere, and ``adj`` (an :class:`~mggcn.distributed.spmm.SpMMOperator`) is told
+        so: its backward may read only Âᵀ's training columns."""
         if x_aggregated is not None and not self.caches_input_aggregation:
             raise ValueError("x_aggregated cannot be used with input dropout")
         h = self._drop(x, self.input_dropout)
@@ -371,7 +377,8 @@ class LayerStack(nn.Module):
             if i > 0:
                 h = self._drop(h, self.dropout)
             extra = {"input_activation": self.activation} if deferred else {}
-            h = conv(h, adj, timer, h_aggregated=x_aggregated if i == 0 else None, workspace=self.workspace,
+            layer_adj = functools.partial(adj, grad_on_train_rows=True) if loss_on_train_rows and i == last else adj
+            h = conv(h, layer_adj, timer, h_aggregated=x_aggregated if i == 0 else None, workspace=self.workspace,
                      key=str(i), output_in_workspace=i < last or logits_in_workspace, **extra)
             if i < last:
                 deferred = self._defers_activation(i + 1)

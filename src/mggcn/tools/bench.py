@@ -385,8 +385,11 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
         memory["whole"] = max(memory["setup_peak"], memory["peak"])
     machine = _measure_after(ctx, machine_threads, opts)
     workspace = getattr(result.model, "workspace", None)
+    train_t = getattr(result.adj, "adj_t_train", None) or []
+    held["A^T training columns"] = sum(b.nbytes for b in train_t)
     return {"rank": ctx.rank, "history": [{k: v for k, v in r.items() if k != "timeline"} for r in result.history],
             "memory": memory, "held": held, "nnz": shard.nnz, "nnz_t": sum(b.nnz for b in shard.adj_t),
+            "nnz_train_t": sum(b.nnz for b in train_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
             "tile_cols": shard.tile_cols, "shm": outboxes is not None,
             "rows": int(shard.y.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
@@ -584,7 +587,7 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
             plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
                                opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"],
                                rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"], tile_cols=r["tile_cols"],
-                               model=opts.model)
+                               model=opts.model, rank_nnz_train_t=r.get("nnz_train_t"))
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)
@@ -604,7 +607,7 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
         row["raw_over_predicted"] = max(e["raw_over_predicted"] for e in ranks)
         for key in ("whole_over_plan_base", "whole_net_over_plan"):
             row[key] = max((e[key] for e in ranks if key in e), default=None)
-        work = mggcn_work(graph["nodes"], nnz, opts.dims, run.nprocs, model=opts.model)
+        work = mggcn_work(graph["nodes"], nnz, opts.dims, run.nprocs, model=opts.model, train=graph["train"])
     else:
         work = pyg_work(graph["nodes"], nnz, opts.dims, model=opts.model)
     machine = Machine(device=run.machines[0]["device"], threads=run.machines[0]["threads"],

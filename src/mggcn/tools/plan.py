@@ -5,6 +5,10 @@ ordering; self loops included), ``ib`` bytes per CSR index (4 while a block has 
 values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` parameters::
 
     adjacency    Â and Âᵀ, P column blocks each:  2 · [T · (m + 1) · ib + nnz_i · (ib + 4)]
+    A^T training columns
+                 when the training split is at most half the vertices, Âᵀ's blocks once more with only the
+                 training vertices' columns, for the last layer's backward (distributed.spmm.keeps_training_columns):
+                 T · (m + 1) · ib + t · nnz_i · (ib + 4)
     features     X, unless the GCN caches Â·X:    4 · m · F
     Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F;
                  X is then released before the first epoch, and counts in ``activations`` (below)
@@ -50,7 +54,8 @@ Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` byt
 broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
 once.
 
-Legend: n = vertices, m = rows per rank, F = features, C = classes, W = parameters, s = fraction of rows in a split.
+Legend: n = vertices, m = rows per rank, F = features, C = classes, W = parameters, s = fraction of rows in a split,
+t = fraction of vertices in the training split.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.distributed.tiled import index_bytes, num_tiles
 from mggcn.nn.model import aggregate_first, mask_chunk_rows, spmm_widths
 from mggcn.utils.errors import ConfigError
@@ -286,13 +292,15 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                 order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
                 splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
-                train_eps: bool = False) -> MemoryPlan:
+                train_eps: bool = False, rank_nnz_train_t: int | None = None) -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
     Args:
         train: fraction of the vertices in the training split; ``splits``: fraction in any split.
-        rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``).
+        rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``);
+            ``rank_nnz_train_t`` those of Âᵀ's training columns (default ``⌈train · nnz / P⌉``), kept when
+            :func:`~mggcn.distributed.spmm.keeps_training_columns` says so.
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
         tile_cols: columns per CSR tile on a CPU (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled, as on
             GPUs).
@@ -320,6 +328,9 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     ntrain = math.ceil(train * m)
     plan.parts["adjacency A"] = blocks(nnz_rank)
     plan.parts["adjacency A^T"] = 0 if symmetric else blocks(nnz_rank_t)
+    if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1):
+        nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
+        plan.parts["A^T training columns"] = blocks(nnz_train)
     plan.parts["features X"] = FLOAT * m * features
     plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
     plan.parts["labels, splits"] = m * (INT64 + 3) + INT64 * math.ceil(splits * m)

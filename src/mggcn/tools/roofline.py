@@ -8,22 +8,25 @@ gives the compulsory traffic, each row of B read once (``4·n·d``), a floor no 
 GEMM ``[M×K]·[K×N]``: ``2·M·K·N`` flops; its time is the larger of flops / GEMM rate and bytes / bandwidth.
 
 Per epoch (:func:`mggcn.nn.model.spmm_widths` gives the SpMMs under the order policy): for each layer the
-forward GEMM and ``∂W``, and ``∂H`` for every layer but the first. On a CPU the ranks of one machine share its cores and
-memory, so the floor of P ranks is the whole job's work over the machine; on GPUs each rank has its own device.
-Broadcast rows received over the machine's memory count as moved bytes there; on GPUs they travel on their own links and
-are not in the floor.
+forward GEMM and ``∂W``, and ``∂H`` for every layer but the first; the last layer's backward SpMM reads only the
+training columns when mggcn keeps them (:func:`mggcn.distributed.spmm.keeps_training_columns`). On a CPU the ranks of
+one machine share its cores and memory, so the floor of P ranks is the whole job's work over the machine; on GPUs
+each rank has its own device. Broadcast rows received over the machine's memory count as moved bytes there; on GPUs
+they travel on their own links and are not in the floor.
 
 Legend: n = vertices, m = rows per rank, ib = bytes per CSR index.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
+from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.distributed.tiled import index_bytes
 from mggcn.nn.model import spmm_widths
 from mggcn.tools.plan import FLOAT
@@ -96,8 +99,13 @@ def _spmm(rows: int, cols_total: int, nnz: int, width: int, blocks: int) -> tupl
 
 
 def _work(rows: int, num_nodes: int, nnz: int, widths: Sequence[int], gemms: list[tuple[int, int, int]],
-          nprocs: int) -> EpochWork:
+          nprocs: int, last_fraction: float = 1.0) -> EpochWork:
+    """``last_fraction``: the last SpMM (the last layer's backward) reads that fraction of the nonzeros and of the
+    columns (Âᵀ's training columns)."""
     spmm = [_spmm(rows, num_nodes, nnz, w, nprocs) for w in widths]
+    if widths and last_fraction < 1.0:
+        spmm[-1] = _spmm(rows, math.ceil(last_fraction * num_nodes), math.ceil(last_fraction * nnz), widths[-1],
+                         nprocs)
     return EpochWork(
         spmm_bytes=sum(s[0] for s in spmm), spmm_bytes_min=sum(s[1] for s in spmm),
         gemm_flops=sum(2 * a * b * c for a, b, c in gemms),
@@ -120,12 +128,16 @@ def _layer_gemms(rows: int, d_in: int, d_out: int, first: bool, model: str) -> l
 
 
 def mggcn_work(num_nodes: int, nnz: int, dims: Sequence[int], nprocs: int = 1, order: str = "auto",
-               caches_input: bool = True, model: str = "gcn") -> EpochWork:
+               caches_input: bool = True, model: str = "gcn", train: float = 1.0) -> EpochWork:
     """One rank's epoch in mggcn (``nnz`` of Â, spread evenly over the ranks) training ``model``. The order policy
-    changes the SpMM widths, not the GEMM shapes."""
+    changes the SpMM widths, not the GEMM shapes; ``train`` (the training split's fraction of the vertices) decides
+    whether the last layer's backward reads only Âᵀ's training columns
+    (:func:`~mggcn.distributed.spmm.keeps_training_columns`)."""
     m = -(-num_nodes // nprocs)
     gemms = [g for i in range(len(dims) - 1) for g in _layer_gemms(m, dims[i], dims[i + 1], i == 0, model)]
-    return _work(m, num_nodes, -(-nnz // nprocs), spmm_widths(list(dims), order, caches_input), gemms, nprocs)
+    restricted = keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1)
+    return _work(m, num_nodes, -(-nnz // nprocs), spmm_widths(list(dims), order, caches_input), gemms, nprocs,
+                 train if restricted else 1.0)
 
 
 def pyg_work(num_nodes: int, nnz: int, dims: Sequence[int], model: str = "gcn") -> EpochWork:

@@ -33,7 +33,7 @@ from mggcn.distributed.exchange import SparseExchangeSpMM
 from mggcn.distributed.partition import Shard
 from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.shm import host_outboxes
-from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM
+from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM, keeps_training_columns
 from mggcn.distributed.tiled import tile_columns
 from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy
@@ -228,6 +228,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     if x_agg is not None and not model.reads_input_with_aggregation:
         # no epoch reads X again: release it before the first epoch allocates its activations
         shard.x = x = None
+    if keeps_training_columns(shard.split_sizes["train"], shard.partition.num_nodes, len(model.convs)):
+        adj.use_training_columns(shard.masks["train"])  # the last layer's backward reads only these columns
     split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
     # the gradient of the logits overwrites them (the model returns them on its workspace; nothing reads them after)
@@ -254,7 +256,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
                 correct = _correct_counts(logits.argmax(dim=1), y, split_rows)
                 model.train()
         optimizer.zero_grad(set_to_none=False)
-        logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
+        logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
         with timer("criterion"):
             loss, pred = criterion(logits)
         loss.backward()
