@@ -42,7 +42,7 @@ class MaskedCrossEntropy:
                  workspace: Workspace | None = None, in_place: bool = False) -> None:
         self.rows = train.nonzero().squeeze(1)
         self.labels = y[self.rows]
-        self.outside = ~train.unsqueeze(1)  # [m, 1]: rows whose gradient is zero
+        self.outside = ~train  # [m]: rows whose gradient is zero
         self.scale = 1.0 / max(1, num_train)
         self.workspace = workspace if workspace is not None else Workspace()
         self.in_place = in_place
@@ -71,7 +71,12 @@ class _MaskedCrossEntropyFunction(torch.autograd.Function):
         torch.sub(z, top.unsqueeze(1), out=grad).exp_()
         total = grad.sum(dim=1)
         loss = ((total[rows].log() + top[rows]).sum() - picked) * spec.scale
-        grad.div_((total / spec.scale).unsqueeze(1)).masked_fill_(spec.outside, 0.0)  # softmax / N, train rows
+        # softmax / N on the training rows, 0 elsewhere: one multiply by a per-row factor (0 outside)
+        factor = total.reciprocal_().mul_(spec.scale).masked_fill_(spec.outside, 0.0)
+        grad.mul_(factor.unsqueeze(1))
+        unread = spec.outside & ~torch.isfinite(top)  # 0 · NaN: a row outside with a NaN or inf logit
+        if bool(unread.any()):
+            grad[unread] = 0.0
         grad.index_put_((rows, spec.labels), torch.tensor(-spec.scale, dtype=z.dtype, device=z.device),
                         accumulate=True)
         ctx.save_for_backward(grad)
