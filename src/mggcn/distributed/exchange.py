@@ -5,7 +5,9 @@ lists, per block, the distinct columns it references (for Â and, separately, fo
 ``mean`` norm the patterns differ), tells each rank j which of j's rows it needs (one ``all_to_all`` of counts, one
 of indices), and compacts the columns of ``Â[i, j]`` to those rows (a ``m × k_ij`` CSR, built once). Every call is then
 one ``all_to_all_single`` with split sizes: rank j packs, for each i, the ``k_ij`` rows i needs; rank i receives
-them back to back and multiplies each compacted block with its slice. Nothing is sent to oneself.
+them back to back and multiplies each compacted block with its slice. Nothing is sent to oneself. Âᵀ's training
+columns (:meth:`SparseExchangeSpMM.use_training_columns`) get an exchange of their own: the last layer's backward
+then moves only the training rows the blocks reference.
 
 Overlap: the all-to-all is issued asynchronously, the diagonal block ``Â[i, i] · B_i`` (local rows only) multiplies
 while it is in flight, then the off-diagonal blocks. ``overlap=False`` waits for the exchange first.

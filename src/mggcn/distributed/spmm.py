@@ -1,7 +1,10 @@
 """The distributed SpMM ``C = Â · B`` with B row-distributed like H, as an autograd function.
 
 Forward, P stages: in stage j rank j broadcasts its rows ``B_j`` (m × d) and every rank i computes
-``C_i += Â[i, j] · B_j``. Backward is the same scheme with the blocks of Âᵀ: ``dB_i = Σ_j Âᵀ[i, j] · dC_j``.
+``C_i += Â[i, j] · B_j``. Backward is the same scheme with the blocks of Âᵀ: ``dB_i = Σ_j Âᵀ[i, j] · dC_j``. When
+``dC`` is zero outside the training rows (the last layer: the loss reads nothing else) and the operator keeps Âᵀ's
+training columns (:func:`keeps_training_columns`), the backward multiplies those instead: the same broadcasts,
+smaller multiplies.
 
 Overlap: received rows land in two buffers used alternately (stage j in buffer j mod 2), shared by every layer and
 by forward and backward. Rank i multiplies its own block ``Â[i, i] · B_i`` first, while the broadcasts of stages 0
