@@ -181,7 +181,7 @@ class TiledCSR:
         tiles = []
         for tile, (start, cols) in zip(self.tiles, self.spans()):
             crow, col = tile.crow_indices(), tile.col_indices()
-            kept = keep[start: start + cols].to(col.device)[col]
+            kept = torch.index_select(keep[start: start + cols].to(col.device), 0, col)
             # kept entries before each row's first: the running count of kept entries, read at the row pointers
             before = torch.zeros(kept.numel() + 1, dtype=crow.dtype, device=crow.device)
             torch.cumsum(kept, 0, dtype=crow.dtype, out=before[1:])
