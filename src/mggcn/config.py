@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "operator_for",
-           "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "DEVICES",
+           "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "TRAIN_COLUMNS", "DEVICES",
            "TILE_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
 
 __version__ = "0.1.0"
@@ -24,6 +24,8 @@ ACTIVATIONS = ("relu", "leaky_relu")
 ORDERINGS = ("random", "none", "random-local", "metis")  # the vertex order before the row split
 COMM_MODES = ("broadcast", "sparse", "auto")  # staged broadcast (MG-GCN) or only the referenced rows
 SHM_MODES = ("auto", "on", "off")  # CPU ranks of one host broadcast through shared memory, or gloo
+# the last layer's backward on a copy of Âᵀ's training columns: auto (when at most half the vertices train), on, off
+TRAIN_COLUMNS = ("auto", "on", "off")
 DEVICES = ("cpu", "cuda", "auto")
 TILE_BYTES = 4 << 20  # CPU SpMM: bytes of the dense operand one column tile reads, per machine
 MMAP_THRESHOLD = 1 << 20  # ranks return host blocks above this size to the system when freed
@@ -62,6 +64,7 @@ class TrainConfig:
     partition: str = "random"
     comm: str = "broadcast"  # "sparse" / "auto": mggcn.distributed.exchange.SparseExchangeSpMM
     shm: str = "auto"  # CPU ranks of one host: broadcast through shared memory (mggcn.distributed.shm) or gloo
+    train_columns: str = "auto"  # one of TRAIN_COLUMNS (mggcn.distributed.spmm.keeps_training_columns)
     seed: int = 0
     patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
     trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)

@@ -14,10 +14,15 @@ import torch
 from test_exchange import _assemble, _rows_needed
 
 import workers
+from mggcn.config import TrainConfig
+from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
+from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import TRAINING_COLUMNS_MAX, keeps_training_columns
 from mggcn.distributed.tiled import TiledCSR
+from mggcn.training.trainer import train_shard
+from mggcn.utils.errors import ConfigError
 from reference import adj_hat, random_graph
 
 N, D = 37, 5
@@ -49,6 +54,29 @@ def test_the_rule_keeps_them_when_the_training_split_is_at_most_half():
     assert not keeps_training_columns(51, 100, 2)  # the copy would cost more memory than the SpMM it saves
     assert not keeps_training_columns(10, 100, 1)  # one layer: its SpMM is the first layer's, with no backward
     assert not keeps_training_columns(0, 100, 2)
+    # --train-columns on / off override the fraction, not the rest
+    assert keeps_training_columns(90, 100, 2, "on") and not keeps_training_columns(90, 100, 1, "on")
+    assert not keeps_training_columns(0, 100, 2, "on") and not keeps_training_columns(10, 100, 2, "off")
+    with pytest.raises(ConfigError, match="^train_columns must be one of auto, on, off, got 'always'$") as err:
+        keeps_training_columns(10, 100, 2, "always")
+    assert err.value.option == "train_columns"
+
+
+@pytest.mark.parametrize("mode, kept", [("auto", False), ("on", True), ("off", False)])
+def test_the_trainer_follows_the_setting(mode, kept):
+    """In one process: 70% of the vertices train, so auto keeps no copy; on keeps one; the losses are the same."""
+    graph = random_graph(40, 160, features=6, classes=3, seed=4)
+    train = np.zeros(40, dtype=bool)
+    train[:28] = True
+    graph.masks = {"train": train, "val": ~train, "test": np.zeros(40, dtype=bool)}
+    cfg = TrainConfig(hidden=(8,), epochs=4, train_columns=mode)
+    shard = build_shard(graph, make_partition(40, 1, cfg.seed, cfg.partition), 0, cfg.operator)
+    result = train_shard(DistContext(), shard, cfg)
+    assert result.adj.has_training_columns is kept
+    reference = train_shard(DistContext(), build_shard(graph, make_partition(40, 1, 0), 0, "sym"),
+                            TrainConfig(hidden=(8,), epochs=4, train_columns="off"))
+    torch.testing.assert_close(torch.tensor([r["loss"] for r in result.history]),
+                               torch.tensor([r["loss"] for r in reference.history]), rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])

@@ -84,6 +84,11 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
         assert with_train.parts["A^T training columns"] == nbytes(kept)
         assert "A^T training columns" not in plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs,
                                                          train=0.6).parts
+        for mode, counted in (("on", True), ("off", False)):  # --train-columns overrides the fraction
+            for fraction in (0.3, 0.6):
+                parts = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, train=fraction,
+                                    train_columns=mode).parts
+                assert ("A^T training columns" in parts) is counted
 
 
 def _in_order(mask: np.ndarray, part, rank: int) -> np.ndarray:

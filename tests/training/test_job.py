@@ -22,6 +22,8 @@ KARATE = "builtin:karate"
     (TrainJob(KARATE, checkpoint_dir="ck", checkpoint_every=-2), "checkpoint_every", "at least 0, got -2"),
     (TrainJob(KARATE, metrics="/no/such/dir/m.jsonl"), "metrics", "the directory /no/such/dir does not exist"),
     (TrainJob(KARATE, config=TrainConfig(partition="diagonal")), "partition", "partition must be one of"),
+    (TrainJob(KARATE, config=TrainConfig(train_columns="yes")), "train_columns",
+     "train_columns must be one of auto, on, off, got 'yes'"),
 ])
 def test_check_job_refuses_bad_settings_by_name(job, option, message):
     with pytest.raises(ConfigError, match=message) as err:

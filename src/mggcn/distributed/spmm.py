@@ -30,23 +30,27 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
+from mggcn.config import TRAIN_COLUMNS
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.tiled import TiledCSR
 from mggcn.nn.workspace import GradSpec, OutSpec, grad_destination
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["BlockAccumulator", "BroadcastBuffers", "SpMMOperator", "StagedSpMM", "local_adj", "local_spmm",
-           "TRAINING_COLUMNS_MAX", "keeps_training_columns", "training_columns"]
+           "TRAINING_COLUMNS_MAX", "check_train_columns", "keeps_training_columns", "training_columns"]
 
 # Âᵀ's training columns are kept when the training split is at most this fraction of the vertices (see
 # keeps_training_columns)
 TRAINING_COLUMNS_MAX = 0.5
 
 
-def keeps_training_columns(num_train: int, num_nodes: int, layers: int) -> bool:
+def keeps_training_columns(num_train: int, num_nodes: int, layers: int, mode: str = "auto") -> bool:
     """Whether training keeps a copy of Âᵀ's blocks restricted to the training vertices' columns for the last
-    layer's backward SpMM (:meth:`SpMMOperator.use_training_columns`).
+    layer's backward SpMM (:meth:`SpMMOperator.use_training_columns`); ``mode`` (``--train-columns``, one of
+    :data:`~mggcn.config.TRAIN_COLUMNS`): ``auto`` as below, ``on`` whenever there is a training vertex and a
+    backward SpMM in the last layer, ``off`` never.
 
     The loss reads the logits only at the training rows and every layer is row-wise after its SpMM, so the gradient
     reaching the last layer's SpMM is zero on the other rows and ``Âᵀ·∂C`` needs only the columns of training
@@ -54,7 +58,17 @@ def keeps_training_columns(num_train: int, num_nodes: int, layers: int) -> bool:
     ``1 − t`` of one SpMM every epoch: it is kept when ``t ≤`` :data:`TRAINING_COLUMNS_MAX` (ogbn-products 0.08,
     ogbn-papers100M 0.01; Reddit's 0.66 is not) and the last layer is not the first (whose SpMM has no backward).
     The same on every rank: both counts are global."""
-    return layers >= 2 and 0 < num_train <= TRAINING_COLUMNS_MAX * num_nodes
+    check_train_columns(mode)
+    if mode == "off" or layers < 2 or num_train <= 0:
+        return False
+    return mode == "on" or num_train <= TRAINING_COLUMNS_MAX * num_nodes
+
+
+def check_train_columns(mode: str) -> None:
+    """``mode`` one of :data:`~mggcn.config.TRAIN_COLUMNS`, or a :class:`~mggcn.utils.errors.ConfigError` naming
+    the option."""
+    if mode not in TRAIN_COLUMNS:
+        raise ConfigError(f"train_columns must be one of {', '.join(TRAIN_COLUMNS)}, got '{mode}'", "train_columns")
 
 
 def training_columns(ctx: DistContext, blocks: list[TiledCSR], train: torch.Tensor) -> list[TiledCSR]:

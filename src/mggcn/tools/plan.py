@@ -6,8 +6,9 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
 
     adjacency    Â and Âᵀ, P column blocks each:  2 · [T · (m + 1) · ib + nnz_i · (ib + 4)]
     A^T training columns
-                 when the training split is at most half the vertices, Âᵀ's blocks once more with only the
-                 training vertices' columns, for the last layer's backward (distributed.spmm.keeps_training_columns):
+                 when the training split is at most half the vertices (or --train-columns on), Âᵀ's blocks once
+                 more with only the training vertices' columns, for the last layer's backward
+                 (distributed.spmm.keeps_training_columns):
                  T · (m + 1) · ib + t · nnz_i · (ib + 4)
     features     X, unless the GCN caches Â·X:    4 · m · F
     Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F;
@@ -292,7 +293,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                 order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
                 splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
-                train_eps: bool = False, rank_nnz_train_t: int | None = None) -> MemoryPlan:
+                train_eps: bool = False, rank_nnz_train_t: int | None = None,
+                train_columns: str = "auto") -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -300,7 +302,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         train: fraction of the vertices in the training split; ``splits``: fraction in any split.
         rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``);
             ``rank_nnz_train_t`` those of Âᵀ's training columns (default ``⌈train · nnz / P⌉``), kept when
-            :func:`~mggcn.distributed.spmm.keeps_training_columns` says so.
+            :func:`~mggcn.distributed.spmm.keeps_training_columns` says so for ``train_columns`` (its ``mode``).
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
         tile_cols: columns per CSR tile on a CPU (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled, as on
             GPUs).
@@ -328,7 +330,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     ntrain = math.ceil(train * m)
     plan.parts["adjacency A"] = blocks(nnz_rank)
     plan.parts["adjacency A^T"] = 0 if symmetric else blocks(nnz_rank_t)
-    if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1):
+    if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1, train_columns):
         nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
         plan.parts["A^T training columns"] = blocks(nnz_train)
     plan.parts["features X"] = FLOAT * m * features

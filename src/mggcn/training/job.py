@@ -21,6 +21,7 @@ from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
 from mggcn.distributed.context import available_cores, init_distributed, shutdown
 from mggcn.distributed.sharding import partition_dataset, release_dataset
+from mggcn.distributed.spmm import check_train_columns
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
 from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
@@ -150,6 +151,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     for option, p in (("dropout", cfg.dropout), ("input_dropout", cfg.input_dropout)):
         if not 0.0 <= p < 1.0:
             raise ConfigError(f"{option} must be in [0, 1), got {p}", option)
+    check_train_columns(cfg.train_columns)
     if job.resume and not job.checkpoint_dir:
         raise ConfigError("resume needs a checkpoint directory", "resume")
     if job.checkpoint_every < 0:

@@ -228,7 +228,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     if x_agg is not None and not model.reads_input_with_aggregation:
         # no epoch reads X again: release it before the first epoch allocates its activations
         shard.x = x = None
-    if keeps_training_columns(shard.split_sizes["train"], shard.partition.num_nodes, len(model.convs)):
+    if keeps_training_columns(shard.split_sizes["train"], shard.partition.num_nodes, len(model.convs),
+                              cfg.train_columns):
         adj.use_training_columns(shard.masks["train"])  # the last layer's backward reads only these columns
     split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)

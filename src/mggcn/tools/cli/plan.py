@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mggcn.config import MODELS, ORDERS, TrainConfig
+from mggcn.config import MODELS, ORDERS, TRAIN_COLUMNS, TrainConfig
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli.common import byte_size, hidden_sizes, int_list, positive_int
 
@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile-bytes", type=byte_size, default=None, help="with --device cpu: as for mggcn train")
     p.add_argument("--train", type=float, default=None, help="fraction of vertices in the training split")
     p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order, help="as for mggcn train")
+    p.add_argument("--train-columns", choices=TRAIN_COLUMNS, default=DEFAULTS.train_columns,
+                   help="as for mggcn train: whether the copy of Âᵀ's training columns is counted (default auto)")
     p.add_argument("--input-dropout", type=float, default=0.0,
                    help="as for mggcn train (above 0, Â·X is recomputed every epoch)")
     p.add_argument("--dropout", type=float, default=0.0, help="as for mggcn train")
@@ -72,6 +74,6 @@ def run(args: argparse.Namespace) -> int:
                            nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                            train=sizes["train"] if sizes["train"] is not None else 0.5,
                            symmetric=not args.directed and args.model != "sage", tile_cols=tiles, model=args.model,
-                           train_eps=args.gin_train_eps)
+                           train_eps=args.gin_train_eps, train_columns=args.train_columns)
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}", args.memory))
     return 0

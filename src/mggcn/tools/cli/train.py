@@ -18,6 +18,7 @@ from mggcn.config import (
     ORDERS,
     SHM_MODES,
     TILE_BYTES,
+    TRAIN_COLUMNS,
     TrainConfig,
 )
 from mggcn.data.graph import GraphError
@@ -94,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shm", choices=SHM_MODES, default=DEFAULTS.shm,
                    help="CPU ranks of one host broadcast through shared memory instead of gloo's loopback TCP "
                         "(auto: where every rank is on this host; on: or fail; off: gloo)")
+    p.add_argument("--train-columns", choices=TRAIN_COLUMNS, default=DEFAULTS.train_columns,
+                   help="the last layer's backward SpMM on a copy of Âᵀ with only the training vertices' columns "
+                        "(the loss's gradient is zero elsewhere): auto: when at most half the vertices train; on; "
+                        "off: no copy (mggcn plan counts it)")
     p.add_argument("--tile-bytes", type=byte_size, default=DEFAULTS.tile_bytes, metavar="SIZE",
                    help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default "
                         f"{TILE_BYTES >> 20}M per machine, shared by its ranks; 0: no tiling)")
@@ -164,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
                       seed=args.seed, patience=args.patience, trace_epoch=args.trace_epoch, comm=args.comm,
-                      tile_bytes=args.tile_bytes, shm=args.shm)
+                      tile_bytes=args.tile_bytes, shm=args.shm, train_columns=args.train_columns)
     reader_options = read_options(args)
     job = TrainJob(dataset=args.dataset, config=cfg, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
                    read_options=reader_options,
