@@ -445,21 +445,17 @@ def training_columns_worker(cases):
 
 def training_columns_train_worker(cases):
     """Train each (graph, config) twice in one process group: with Âᵀ's training columns for the last layer's
-    backward (the rule's default) and without (the rule's threshold set to 0 in this process); per case and run:
-    losses, weights, whether the operator kept them, and the bytes it received."""
-    from mggcn.distributed import spmm
+    backward (the config's ``train_columns``, by default the rule) and without (``train_columns="off"``); per case
+    and run: losses, weights, whether the operator kept them, and the bytes it received."""
+    from dataclasses import replace
 
     ctx = init_distributed("cpu", timeout_s=60)
     out = []
     for graph, cfg in cases:
         runs = []
-        for threshold in (spmm.TRAINING_COLUMNS_MAX, 0.0):
-            default, spmm.TRAINING_COLUMNS_MAX = spmm.TRAINING_COLUMNS_MAX, threshold
-            try:
-                part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
-                result = train_shard(ctx, build_shard(graph, part, ctx.rank, cfg.operator), cfg)
-            finally:
-                spmm.TRAINING_COLUMNS_MAX = default
+        for run_cfg in (cfg, replace(cfg, train_columns="off")):
+            part = make_partition(graph.num_nodes, ctx.world_size, run_cfg.seed, run_cfg.partition)
+            result = train_shard(ctx, build_shard(graph, part, ctx.rank, run_cfg.operator), run_cfg)
             runs.append(([r["loss"] for r in result.history], result.state_dict, result.adj.has_training_columns,
                          result.adj.recv_bytes))
         out.append(runs)

@@ -116,7 +116,6 @@ class SparseExchangeSpMM(SpMMOperator):
         self.plans = None
         if ctx.world_size > 1:
             self.plans = (ExchangePlan(ctx, adj, mode, dense_fraction), ExchangePlan(ctx, adj_t, mode, dense_fraction))
-        self.adj_t_train: list[TiledCSR] | None = None
         self.train_plan: ExchangePlan | None = None
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -134,11 +133,11 @@ class SparseExchangeSpMM(SpMMOperator):
     def use_training_columns(self, train: torch.Tensor) -> None:
         """Âᵀ's training columns, and their own exchange: a rank then sends only the training rows the others'
         restricted blocks reference."""
-        self.adj_t_train = training_columns(self.ctx, self.adj_t, train)
+        blocks = training_columns(self.ctx, self.adj_t, train)
         if self.ctx.world_size > 1:
-            self.train_plan = ExchangePlan(self.ctx, self.adj_t_train, self.mode, self.dense_fraction)
-            self.adj_t_train = self.train_plan.blocks  # what it multiplies with (compacted where sparse)
-        self.has_training_columns = True
+            self.train_plan = ExchangePlan(self.ctx, blocks, self.mode, self.dense_fraction)
+            blocks = self.train_plan.blocks  # what it multiplies with (compacted where sparse)
+        self.adj_t_train = blocks
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
             train_columns: bool = False) -> torch.Tensor:

@@ -75,11 +75,11 @@ def training_columns(ctx: DistContext, blocks: list[TiledCSR], train: torch.Tens
     """This rank's blocks of Âᵀ with only the columns of training vertices: block j keeps the columns of rank j's
     training rows. ``train``: this rank's training mask (bool [m]). Collective at P > 1: each rank broadcasts its
     mask in turn (m bytes)."""
+    own = train.to(device=ctx.device, dtype=torch.uint8)
     out = []
     for j, block in enumerate(blocks):
-        mask = train.to(device=ctx.device, dtype=torch.uint8)
+        mask = own if j == ctx.rank else torch.empty_like(own)
         if ctx.world_size > 1:
-            mask = mask if j == ctx.rank else torch.empty_like(mask)
             dist.broadcast(mask, src=j, group=ctx.group)
         out.append(block.keep_columns(mask.bool()))
     return out
@@ -143,7 +143,11 @@ class SpMMOperator:
     rows: int
     sent_bytes: int
     recv_bytes: int
-    has_training_columns = False
+    adj_t_train: list[TiledCSR] | None = None  # Âᵀ's training columns, once use_training_columns kept them
+
+    @property
+    def has_training_columns(self) -> bool:
+        return self.adj_t_train is not None
 
     def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None,
                  grad_on_train_rows: bool = False) -> torch.Tensor:
@@ -192,13 +196,13 @@ class StagedSpMM(SpMMOperator):
         self.overlap = overlap
         self.timer = timer
         self.skip = [b.nnz == 0 for b in adj], [b.nnz == 0 for b in adj_t]
-        self.adj_t_train: list[TiledCSR] | None = None
+        self.skip_train: list[bool] = []
         # bytes handed to / received from the broadcasts, the root counted as sending to each of the P - 1 others
         self.sent_bytes = self.recv_bytes = 0
 
     def use_training_columns(self, train: torch.Tensor) -> None:
         self.adj_t_train = training_columns(self.ctx, self.adj_t, train)
-        self.has_training_columns = True
+        self.skip_train = [b.nnz == 0 for b in self.adj_t_train]
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
             train_columns: bool = False) -> torch.Tensor:
@@ -208,8 +212,7 @@ class StagedSpMM(SpMMOperator):
         blocks = self.adj_t if transpose else self.adj
         empty = self.skip[1] if transpose else self.skip[0]
         if transpose and train_columns:
-            blocks = self.adj_t_train
-            empty = [block.nnz == 0 for block in blocks]
+            blocks, empty = self.adj_t_train, self.skip_train
         if self.ctx.world_size == 1:
             return local_spmm(blocks, b, self.timer, out)
         b = b.contiguous()
