@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 __all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "operator_for",
            "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "TRAIN_COLUMNS", "DEVICES",
-           "TILE_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
+           "TILE_BYTES", "GATHER_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,7 @@ SHM_MODES = ("auto", "on", "off")  # CPU ranks of one host broadcast through sha
 TRAIN_COLUMNS = ("auto", "on", "off")
 DEVICES = ("cpu", "cuda", "auto")
 TILE_BYTES = 4 << 20  # CPU SpMM: bytes of the dense operand one column tile reads, per machine
+GATHER_BYTES = 32 << 20  # CPU SpMM: a dense operand up to this size (per machine) is read whole by the gather kernel
 MMAP_THRESHOLD = 1 << 20  # ranks return host blocks above this size to the system when freed
 DEFAULT_DATASET = "synthetic"
 

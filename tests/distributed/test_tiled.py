@@ -6,9 +6,19 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.config import TILE_BYTES
+from mggcn.distributed import tiled
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
-from mggcn.distributed.tiled import MIN_TILE_COLUMNS, TiledCSR, max_tiles, num_tiles, tile_columns
+from mggcn.distributed.tiled import (
+    GATHER_BYTES,
+    MIN_TILE_COLUMNS,
+    TiledCSR,
+    gather_kernel,
+    gather_matmul,
+    max_tiles,
+    num_tiles,
+    tile_columns,
+)
 from mggcn.tools.plan import plan_memory
 from reference import random_graph
 
@@ -55,20 +65,73 @@ def test_columns_and_compaction(tile_cols):
 
 
 def test_tile_columns_policy():
-    rows, dense_nnz = 200_000, 20_000_000  # the benchmark's block: 100 nonzeros per row
-    cols = tile_columns(40, rows, dense_nnz)
+    # MKL's tiles (an explicit tile size, or B past GATHER_BYTES where the gather kernel runs)
+    rows, dense_nnz, tb = 200_000, 20_000_000, TILE_BYTES  # the benchmark's block: 100 nonzeros per row
+    cols = tile_columns(40, rows, dense_nnz, tile_bytes=tb)
     assert cols == TILE_BYTES // (4 * 40)  # a tile reads TILE_BYTES of B
-    assert tile_columns(40, rows, dense_nnz, local_ranks=2) == cols // 2  # ranks of one machine share its cache
+    assert tile_columns(40, rows, dense_nnz, local_ranks=2, tile_bytes=tb) == cols // 2  # ranks share the cache
     assert tile_columns(40, rows, dense_nnz, device="cuda") is None  # cuSPARSE: whole blocks
     assert tile_columns(40, rows, dense_nnz, tile_bytes=0) is None
     assert tile_columns(4096, rows, 10 * dense_nnz) == MIN_TILE_COLUMNS  # no narrower than 1024 columns
     assert tile_columns(4096, rows, dense_nnz) == rows // 25  # at most 25 tiles: 1/8 of 8 bytes per nonzero
-    assert tile_columns(40, 10_000, 10**6) is None  # B's 10k rows fit one tile
+    assert tile_columns(40, 10_000, 10**6, tile_bytes=tb) is None  # B's 10k rows fit one tile
     # few nonzeros per row: tiles widen until their row pointers cost <= 1/8 of the nonzeros' bytes
-    sparse = tile_columns(40, rows, 5 * rows)
+    sparse = tile_columns(40, rows, 5 * rows, tile_bytes=tb)
     assert max_tiles(rows, 5 * rows) == 2 and sparse == rows // 2
     assert (num_tiles(rows, sparse) - 1) * (rows + 1) * 4 <= 0.125 * 5 * rows * 8
-    assert tile_columns(40, rows, 4 * rows) is None  # 4 nonzeros per row: a second tile costs more than 1/8
+    assert tile_columns(40, rows, 4 * rows, tile_bytes=tb) is None  # 4 nonzeros per row: a second tile costs more
+
+
+def test_blocks_stay_whole_for_the_gather_kernel_while_b_fits():
+    rows, nnz = 100_000, 5_100_000  # issue 17's graph at P = 1: B at width 40 is 16 MB
+    gathers = gather_kernel("cpu")
+    assert gathers == ("fbgemm" in torch.backends.quantized.supported_engines
+                       and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
+    assert not gather_kernel("cpu", torch.float64) and not gather_kernel("cuda")
+    mkl = tile_columns(40, rows, nnz, tile_bytes=TILE_BYTES)
+    assert mkl == TILE_BYTES // 160
+    assert tile_columns(40, rows, nnz) == (None if gathers else mkl)
+    assert rows * 40 * 4 * 2 <= GATHER_BYTES < rows * 40 * 4 * 4  # two ranks of a machine fit, four do not
+    assert tile_columns(40, rows, nnz, local_ranks=2) == (None if gathers else mkl // 2)
+    four = tile_columns(40, rows, nnz, local_ranks=4, tile_bytes=TILE_BYTES)
+    assert four is not None and tile_columns(40, rows, nnz, local_ranks=4) == four
+    assert tile_columns(128, rows, nnz) == TILE_BYTES // 512  # 51 MB of B: MKL's tiles
+
+
+@pytest.mark.parametrize("chunk", [None, 7, 41 * 6, 1])
+def test_gather_kernel_equals_the_block_product(monkeypatch, chunk):
+    """The embedding_bag SpMM, one chunk of rows at a time (chunk: output elements per call; 7 with width 6 is one
+    row, 41 * 6 the whole block), writing and accumulating, on a block with an empty row and column; int32 and
+    int64 indices; B not contiguous."""
+    if chunk is not None:
+        monkeypatch.setattr(tiled, "GATHER_CHUNK", chunk)
+    mat = _block()
+    expected_b = torch.randn(6, 57).t()  # 57 x 6, not contiguous
+    expected = torch.from_numpy(mat.toarray()) @ expected_b
+    for idx in (torch.int32, torch.int64):
+        csr = torch.sparse_csr_tensor(torch.from_numpy(mat.indptr).to(idx), torch.from_numpy(mat.indices).to(idx),
+                                      torch.from_numpy(mat.data), size=mat.shape)
+        out = torch.full((41, 6), float("nan"))
+        # float32 sums of <= ~12 products in another order than the dense product: a few ulps
+        torch.testing.assert_close(gather_matmul(csr, expected_b, out), expected, rtol=1e-5, atol=1e-6)
+        start = torch.randn(41, 6)
+        torch.testing.assert_close(gather_matmul(csr, expected_b, start.clone(), accumulate=True), start + expected,
+                                   rtol=1e-5, atol=1e-6)
+    empty = torch.sparse_csr_tensor(torch.zeros(42, dtype=torch.int32), torch.zeros(0, dtype=torch.int32),
+                                    torch.zeros(0), size=(41, 57))
+    assert gather_matmul(empty, expected_b, torch.full((41, 6), float("nan"))).eq(0).all()
+
+
+def test_whole_float32_blocks_multiply_with_the_gather_kernel(monkeypatch):
+    calls = []
+    real = tiled.gather_matmul
+    monkeypatch.setattr(tiled, "gather_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    mat = _block()
+    b = torch.randn(57, 6)
+    TiledCSR.from_scipy(mat).matmul(b, torch.empty(41, 6))
+    assert len(calls) == int(gather_kernel("cpu"))
+    TiledCSR.from_scipy(mat, 13).matmul(b, torch.empty(41, 6))  # tiles: MKL
+    assert len(calls) == int(gather_kernel("cpu"))
 
 
 def test_shard_of_tiles_matches_the_plan():

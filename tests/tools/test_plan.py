@@ -9,10 +9,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from mggcn.config import TILE_BYTES, TrainConfig
+from mggcn.distributed import tiled
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import BroadcastBuffers, local_adj
+from mggcn.distributed.tiled import gather_kernel
 from mggcn.nn.model import GCN
 from mggcn.tools.cli import main
 from mggcn.tools.plan import PRESETS, activation_peak, plan_memory
@@ -122,10 +124,16 @@ def test_workspace_and_epoch_allocations_match_the_walk(hidden):
     assert expected == 2 * 4 * m
     events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.profiler.function_events
                     if e.self_cpu_memory_usage)
-    assert max(b for _, b in events) <= 8 * m < 4 * m * min(dims)  # [m, d] tensors are all on the workspace
+    # the CPU gather kernel's chunk of rows in flight (the whole 3000 rows here; at most ~0.5 MiB on any graph), a
+    # part of the plan beside the activations
+    plan = plan_memory(graph.num_nodes, graph.num_edges, 24, 6, hidden, gather=gather_kernel("cpu"))
+    chunk = plan.parts.get("SpMM row chunk", 0)
+    assert (chunk > 0) == gather_kernel("cpu") and chunk <= 4 * tiled.GATHER_CHUNK + 3 * 4 * (m + 1)
+    largest = max(b for _, b in events)
+    assert largest <= 8 * m < 4 * m * min(dims) or largest <= chunk  # [m, d] tensors are all on the workspace
     allocated = int(np.cumsum([b for _, b in events]).max())
     # beyond the walk: a few vectors of the width of a layer or of the training rows, well under 64 KiB
-    assert allocated <= expected + 64 * 1024, (allocated, expected, alive)
+    assert allocated <= expected + chunk + 64 * 1024, (allocated, expected, chunk, alive)
 
 
 def _saved_by_forward(model, x, adj, x_agg=None):
@@ -236,20 +244,27 @@ def test_symmetric_shard_stores_no_transpose_and_the_plan_says_so():
 
 
 def test_plan_command_on_cpu_counts_the_column_tiles(capsys):
-    sizes = ["--nodes", "200000", "--edges", "20000000", "--features", "128", "--classes", "40"]
-
-    def adjacency(*extra):
+    def adjacency(nodes, edges, *extra):
+        sizes = ["--nodes", str(nodes), "--edges", str(edges), "--features", "128", "--classes", "40"]
         assert main(["plan", *sizes, *extra]) == 0
-        line = next(t for t in capsys.readouterr().out.splitlines() if t.strip().startswith("adjacency A "))
-        return line.split()[-2:]
+        lines = capsys.readouterr().out.splitlines()
+        line = next(t for t in lines if t.strip().startswith("adjacency A "))
+        return line.split()[-2:], any(t.strip().startswith("SpMM row chunk") for t in lines)
 
-    # 200k rows, 101 nonzeros per row, widest SpMM 40: tiles of TILE_BYTES / (4 * 40) columns, 8 per block
-    tiles = -(-200_000 // (TILE_BYTES // 160))
-    expected = plan_memory(200_000, 20_000_000, 128, 40, (128,), 1, tile_cols=TILE_BYTES // 160).parts["adjacency A"]
-    assert expected - plan_memory(200_000, 20_000_000, 128, 40, (128,), 1).parts["adjacency A"] == \
-        (tiles - 1) * 200_001 * 4
-    assert adjacency("--device", "cpu") == format_bytes(expected).split()
-    assert adjacency() == adjacency("--device", "cpu", "--tile-bytes", "0")  # GPUs: whole blocks
+    # 400k rows, 101 nonzeros per row, widest SpMM 40 (64 MB of B, past GATHER_BYTES): tiles of TILE_BYTES / (4 * 40)
+    # columns, 16 per block
+    n, e = 400_000, 40_000_000
+    tiles = -(-n // (TILE_BYTES // 160))
+    expected = plan_memory(n, e, 128, 40, (128,), 1, tile_cols=TILE_BYTES // 160).parts["adjacency A"]
+    assert expected - plan_memory(n, e, 128, 40, (128,), 1).parts["adjacency A"] == (tiles - 1) * (n + 1) * 4
+    assert adjacency(n, e, "--device", "cpu") == (format_bytes(expected).split(), False)
+    assert adjacency(n, e)[0] == adjacency(n, e, "--device", "cpu", "--tile-bytes", "0")[0]  # GPUs: whole blocks
+    # 100k rows at width 40 (16 MB of B): whole blocks for the gather kernel where it runs, one chunk of rows in flight
+    whole = plan_memory(100_000, 5_000_000, 128, 40, (128,), 1).parts["adjacency A"]
+    gathers = gather_kernel("cpu")
+    assert adjacency(100_000, 5_000_000, "--device", "cpu")[1] == gathers
+    if gathers:
+        assert adjacency(100_000, 5_000_000, "--device", "cpu")[0] == format_bytes(whole).split()
 
 
 @pytest.mark.parametrize("kind,train_eps,hidden,order", [

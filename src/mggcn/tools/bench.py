@@ -84,6 +84,7 @@ from mggcn.data.graph import SPLITS, Graph, GraphError
 from mggcn.distributed.context import available_cores, init_distributed
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.distributed.sharding import release_dataset
+from mggcn.distributed.tiled import gather_kernel
 from mggcn.nn.adam import Adam
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, measure_machine, mggcn_work, pyg_work
@@ -392,6 +393,7 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
             "nnz_train_t": sum(b.nnz for b in train_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
             "tile_cols": shard.tile_cols, "shm": outboxes is not None,
+            "gather": shard.tile_cols is None and gather_kernel(ctx.device),
             "rows": int(shard.y.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads(), "machine": machine}
 
@@ -587,7 +589,7 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
             plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
                                opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"],
                                rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"], tile_cols=r["tile_cols"],
-                               model=opts.model, rank_nnz_train_t=r.get("nnz_train_t"))
+                               model=opts.model, rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"])
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)

@@ -66,7 +66,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mggcn.distributed.spmm import keeps_training_columns
-from mggcn.distributed.tiled import index_bytes, num_tiles
+from mggcn.distributed.tiled import gather_chunk_bytes, index_bytes, num_tiles
 from mggcn.nn.model import aggregate_first, mask_chunk_rows, spmm_widths
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
@@ -294,7 +294,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                 splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
                 train_eps: bool = False, rank_nnz_train_t: int | None = None,
-                train_columns: str = "auto") -> MemoryPlan:
+                train_columns: str = "auto", gather: bool = False) -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -309,6 +309,9 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         model: ``gcn``, ``sage`` or ``gin`` (``train_eps``: GIN's learnable ε): its parameters
             (:func:`num_parameters`) and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no
             self loops (``nnz = edges``).
+        gather: the CPU's gather kernel multiplies the (whole) blocks (:func:`~mggcn.distributed.tiled.gather_kernel`:
+            untiled, float32, FBGEMM): each SpMM holds one chunk of rows in flight
+            (:func:`~mggcn.distributed.tiled.gather_chunk_bytes`, at most ~0.5 MiB).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
@@ -338,6 +341,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     plan.parts["labels, splits"] = m * (INT64 + 3) + INT64 * math.ceil(splits * m)
     plan.parts["optimizer"] = 5 * FLOAT * params
     plan.parts["broadcast buffers"] = 2 * FLOAT * m * max(widths or [features]) if nprocs > 1 else 0
+    if gather and tile_cols is None:
+        plan.parts["SpMM row chunk"] = max(gather_chunk_bytes(m, w, nnz_rank) for w in widths + [features])
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps)
     before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0

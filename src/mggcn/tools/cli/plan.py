@@ -54,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mggcn.distributed.tiled import gather_kernel
     from mggcn.tools.plan import PRESETS, format_plan, plan_memory
     from mggcn.training.trainer import epoch_tile_columns
 
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                            nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                            train=sizes["train"] if sizes["train"] is not None else 0.5,
                            symmetric=not args.directed and args.model != "sage", tile_cols=tiles, model=args.model,
-                           train_eps=args.gin_train_eps, train_columns=args.train_columns)
+                           train_eps=args.gin_train_eps, train_columns=args.train_columns,
+                           gather=gather_kernel(args.device))
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}", args.memory))
     return 0

@@ -11,6 +11,7 @@ from mggcn.config import (
     COMM_MODES,
     DEFAULT_DATASET,
     DEVICES,
+    GATHER_BYTES,
     MMAP_THRESHOLD,
     MODELS,
     NORMS,
@@ -100,8 +101,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the loss's gradient is zero elsewhere): auto: when at most half the vertices train; on; "
                         "off: no copy (mggcn plan counts it)")
     p.add_argument("--tile-bytes", type=byte_size, default=DEFAULTS.tile_bytes, metavar="SIZE",
-                   help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default "
-                        f"{TILE_BYTES >> 20}M per machine, shared by its ranks; 0: no tiling)")
+                   help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default: "
+                        f"whole blocks for the gather kernel where the operand fits {GATHER_BYTES >> 20}M per machine "
+                        f"on x86, else {TILE_BYTES >> 20}M, shared by the machine's ranks; 0: no tiling)")
     p.add_argument("--mmap-threshold", type=byte_size, default=MMAP_THRESHOLD, metavar="SIZE",
                    help="host memory blocks above this size go back to the system when freed (glibc; default 1M; "
                         "0: glibc's own threshold, which keeps freed blocks of up to 32 MiB resident)")
