@@ -62,7 +62,7 @@ class TrainConfig:
     gin_train_eps: bool = False  # GIN: learn ε (default: fixed at 0)
     order: str = "auto"
     overlap: bool = True
-    partition: str = "random"
+    partition: str = "random-local"  # random parts (MG-GCN's balance), the original order inside each (locality)
     comm: str = "broadcast"  # "sparse" / "auto": mggcn.distributed.exchange.SparseExchangeSpMM
     shm: str = "auto"  # CPU ranks of one host: broadcast through shared memory (mggcn.distributed.shm) or gloo
     train_columns: str = "auto"  # one of TRAIN_COLUMNS (mggcn.distributed.spmm.keeps_training_columns)

@@ -79,7 +79,7 @@ def gather_matmul(csr: torch.Tensor, b: torch.Tensor, out: torch.Tensor, accumul
     a torch sparse CSR ``m × w``, ``b`` ``w × d`` (float32, CPU)."""
     crow, col, val = csr.crow_indices(), csr.col_indices(), csr.values()
     m, d = out.shape
-    b = b.contiguous()
+    b = b.detach().contiguous()  # embedding_bag's forward-only path: no per-bag vectors kept for a backward
     step = max(1, GATHER_CHUNK // max(1, d))
     rows = list(range(0, m, step)) + [m]
     ptr = crow[rows].tolist()

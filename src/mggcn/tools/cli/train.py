@@ -88,8 +88,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", dest="overlap", action="store_false",
                    help="finish each broadcast before its multiply (to measure what overlap buys)")
     p.add_argument("--partition", choices=ORDERINGS, default=DEFAULTS.partition,
-                   help="vertex order before the row split: random permutation, the original order, or "
-                        "random-local (random parts, original order inside each), or metis (needs pymetis)")
+                   help="vertex order before the row split: random-local (default: random parts, the original "
+                        "order inside each), random (a random permutation), none (the original order), or metis "
+                        "(needs pymetis)")
     p.add_argument("--comm", choices=COMM_MODES, default=DEFAULTS.comm,
                    help="SpMM exchange: broadcast every row block (MG-GCN), send only the rows each block "
                         "references (sparse), or per rank pair whichever fits (auto)")
