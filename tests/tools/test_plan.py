@@ -15,6 +15,7 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import BroadcastBuffers, local_adj
 from mggcn.distributed.tiled import gather_kernel
+from mggcn.nn.loss import MaskedCrossEntropy
 from mggcn.nn.model import GCN
 from mggcn.tools.cli import main
 from mggcn.tools.plan import PRESETS, activation_peak, plan_memory
@@ -33,7 +34,7 @@ def test_formula_by_hand():
         "adjacency A^T": 2 * 6 * 4 + 9 * (4 + 4),
         "features X": 0,  # released once Â·X is computed: it counts in the activations' peak, before the epoch
         "A.X (cached)": 5 * 4 * 4,
-        "labels, splits": 5 * (8 + 3) + 8 * 5,  # int64 y, 3 bool masks, int64 rows of the splits (all rows)
+        "labels, splits": 5 * (8 + 3),  # int64 y, 3 bool masks (no training rows: the loss keeps none)
         "optimizer": 5 * 4 * (4 * 3 + 3 + 3 * 2 + 2),  # weights, grads, 2 Adam moments, flat all-reduce buffer
         "broadcast buffers": 2 * 5 * 2 * 4,
         # workspace: out 0 [5, 3], H·W [5, 2], the logits out 1 [5, 2], each overwritten by its gradient in backward;
@@ -41,16 +42,12 @@ def test_formula_by_hand():
         # fused with the GEMM (5 rows: float32 [5, 3]); at the peak (the loss) also two float32 vectors of row sums
         "activations": 4 * 5 * (3 + 2 + 2) + 5 * (4 + 8) + 4 * 5 * 3 + 2 * 4 * 5,
     }
-    assert plan.total == 104 + 120 + 80 + 95 + 460 + 80 + 300
+    assert plan.total == 104 + 120 + 80 + 55 + 460 + 80 + 300
     # before the epoch: X and the two temporaries of Â·X's broadcasts, [5, 8] each, instead of the activations
     assert plan_memory(10, 20, 8, 2, (4,), nprocs=2, train=0.0, rank_nnz=7).parts["activations"] == 3 * 5 * 8 * 4
     assert plan.comm_spmm == 2 * (1 * 5 * 2 * 4)  # two SpMMs of width 2: P - 1 blocks of [5, 2] received
     assert plan.comm_once == 1 * 5 * 4 * 4
     assert plan.fits(plan.total) and not plan.fits(plan.total - 1)
-
-
-def _split_rows(shard) -> int:
-    return sum(int(m.sum()) for m in shard.masks.values())
 
 
 @pytest.mark.parametrize("nprocs", [1, 3])
@@ -61,7 +58,7 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
         shard = build_shard(graph, part, rank, "sym")
         m = shard.x.shape[0]
         plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, rank_nnz=shard.nnz,
-                           rank_nnz_t=sum(b.nnz for b in shard.adj_t), splits=_split_rows(shard) / m)
+                           rank_nnz_t=sum(b.nnz for b in shard.adj_t), train=float(shard.masks["train"].sum()) / m)
 
         def nbytes(blocks):
             return sum(t.nbytes for b in blocks for tile in b.tiles
@@ -74,8 +71,9 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
         assert plan.parts["activations"] >= shard.x.nbytes
         assert plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, input_dropout=0.5,
                            rank_nnz=shard.nnz).parts["features X"] == shard.x.nbytes
+        loss = MaskedCrossEntropy(shard.y, shard.masks["train"], 1)  # keeps its training rows and their labels
         assert plan.parts["labels, splits"] == (shard.y.nbytes + sum(k.nbytes for k in shard.masks.values())
-                                                + 8 * _split_rows(shard))
+                                                + loss.rows.nbytes + loss.labels.nbytes)
         # at most half the vertices train: Âᵀ's blocks again, with only the training columns (block j: rank j's)
         train = graph.masks["train"]
         assert train.mean() <= 0.5

@@ -291,7 +291,7 @@ class MemoryPlan:
 
 def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden: Sequence[int], nprocs: int = 1, *,
                 order: str = "auto", dropout: float = 0.0, input_dropout: float = 0.0, train: float = 0.5,
-                splits: float = 1.0, rank_nnz: int | None = None, rank_nnz_t: int | None = None,
+                rank_nnz: int | None = None, rank_nnz_t: int | None = None,
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
                 train_eps: bool = False, rank_nnz_train_t: int | None = None,
                 train_columns: str = "auto", gather: bool = False) -> MemoryPlan:
@@ -299,7 +299,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
     Args:
-        train: fraction of the vertices in the training split; ``splits``: fraction in any split.
+        train: fraction of the vertices in the training split (the loss keeps their rows and labels).
         rank_nnz, rank_nnz_t: this rank's nonzeros of Â and Âᵀ when known (default ``⌈nnz / P⌉``);
             ``rank_nnz_train_t`` those of Âᵀ's training columns (default ``⌈train · nnz / P⌉``), kept when
             :func:`~mggcn.distributed.spmm.keeps_training_columns` says so for ``train_columns`` (its ``mode``).
@@ -338,7 +338,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         plan.parts["A^T training columns"] = blocks(nnz_train)
     plan.parts["features X"] = FLOAT * m * features
     plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
-    plan.parts["labels, splits"] = m * (INT64 + 3) + INT64 * math.ceil(splits * m)
+    plan.parts["labels, splits"] = m * (INT64 + 3) + 2 * INT64 * ntrain  # y, 3 masks; the loss's rows and labels
     plan.parts["optimizer"] = 5 * FLOAT * params
     plan.parts["broadcast buffers"] = 2 * FLOAT * m * max(widths or [features]) if nprocs > 1 else 0
     if gather and tile_cols is None:

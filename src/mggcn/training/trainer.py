@@ -231,7 +231,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     if keeps_training_columns(shard.split_sizes["train"], shard.partition.num_nodes, len(model.convs),
                               cfg.train_columns):
         adj.use_training_columns(shard.masks["train"])  # the last layer's backward reads only these columns
-    split_rows = {s: shard.masks[s].nonzero().squeeze(1) for s in SPLITS}
+    split_masks = [shard.masks[s] for s in SPLITS]
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
     # the gradient of the logits overwrites them (the model returns them on its workspace; nothing reads them after)
     criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
@@ -254,7 +254,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             with torch.no_grad():
                 model.eval()
                 logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
-                correct = _correct_counts(logits.argmax(dim=1), y, split_rows)
+                correct = _correct_counts(logits.argmax(dim=1), y, split_masks)
                 model.train()
         optimizer.zero_grad(set_to_none=False)
         logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
@@ -262,7 +262,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             loss, pred = criterion(logits)
         loss.backward()
         if not stochastic:
-            correct = _correct_counts(pred, y, split_rows)
+            correct = _correct_counts(pred, y, split_masks)
         with timer("allreduce"):
             stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=device)
             stats[_Stats.LOSS] = loss.detach()
@@ -294,7 +294,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     result.best_epoch = best.epoch
     if best.state is not None:
         model.load_state_dict(best.state)
-    result.final = final_accuracies(ctx, model, adj, x, x_agg, y, split_rows, split_sizes)
+    result.final = final_accuracies(ctx, model, adj, x, x_agg, y, split_masks, split_sizes)
     result.state_dict = model.pyg_state_dict()
     result.model, result.adj, result.x_agg = model, adj, x_agg
     return result
@@ -365,19 +365,21 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
 
 @torch.no_grad()
 def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor | None, x_agg: torch.Tensor | None,
-                     y: torch.Tensor, split_rows: dict[str, torch.Tensor], split_sizes: torch.Tensor) -> dict:
+                     y: torch.Tensor, split_masks: list[torch.Tensor], split_sizes: torch.Tensor) -> dict:
     """Global train/val/test accuracies of the model as it stands, in eval mode (one forward, one all-reduce)."""
     model.eval()
     with torch.no_grad():  # no graph kept; the logits on the workspace (no new m × C tensor at the end of training)
         logits = model(x, adj, x_aggregated=x_agg, logits_in_workspace=True)
-    correct = _correct_counts(logits.argmax(dim=1), y, split_rows).to(y.device)
+    correct = _correct_counts(logits.argmax(dim=1), y, split_masks).to(y.device)
     correct = all_reduce_sum(ctx, correct).cpu()
     acc = (correct / split_sizes).tolist()
     return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
 
 
-def _correct_counts(pred: torch.Tensor, y: torch.Tensor, split_rows: dict[str, torch.Tensor]) -> torch.Tensor:
-    return torch.stack([(pred[r] == y[r]).sum() for r in split_rows.values()]).to(torch.float64)
+def _correct_counts(pred: torch.Tensor, y: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
+    """Correct predictions in each split (bool masks [m], in :data:`SPLITS` order): one comparison, no gathers."""
+    hits = pred == y
+    return torch.stack([(hits & mask).sum() for mask in split_masks]).to(torch.float64)
 
 
 def gather_original(ctx: DistContext, shard: Shard, rows: torch.Tensor) -> np.ndarray | None:
