@@ -122,7 +122,7 @@ def test_workspace_and_epoch_allocations_match_the_walk(hidden):
     assert expected == 2 * 4 * m
     events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.profiler.function_events
                     if e.self_cpu_memory_usage)
-    # the CPU gather kernel's chunk of rows in flight (the whole 3000 rows here; at most ~0.5 MiB on any graph), a
+    # the CPU gather kernel's chunk of rows in flight (the whole 3000 rows here; under 1 MiB on any graph), a
     # part of the plan beside the activations
     plan = plan_memory(graph.num_nodes, graph.num_edges, 24, 6, hidden, gather=gather_kernel("cpu"))
     chunk = plan.parts.get("SpMM row chunk", 0)

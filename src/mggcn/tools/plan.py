@@ -311,7 +311,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
             self loops (``nnz = edges``).
         gather: the CPU's gather kernel multiplies the (whole) blocks (:func:`~mggcn.distributed.tiled.gather_kernel`:
             untiled, float32, FBGEMM): each SpMM holds one chunk of rows in flight
-            (:func:`~mggcn.distributed.tiled.gather_chunk_bytes`, at most ~0.5 MiB).
+            (:func:`~mggcn.distributed.tiled.gather_chunk_bytes`, under 1 MiB).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
