@@ -15,9 +15,10 @@ is multiplied by the gather-sum kernel instead: ``torch.nn.functional.embedding_
 values as per-sample weights is exactly a CSR SpMM (bag r = row r, its indices the row's columns), and on x86 it runs
 FBGEMM's fused gather-multiply-add (2-2.5× faster than MKL here at widths 16-64). It runs a chunk of rows at a time
 (:data:`GATHER_CHUNK` output elements: the chunk's result is a new tensor just under the allocator's mmap threshold,
-so it reuses heap memory instead of faulting in fresh pages, then is copied or added into ``out``). A wider B is cut into tiles for MKL as above (measured here, the
-gather kernel gains nothing once B is past the cache, and tiles cost it a pass over every row per tile). Where
-FBGEMM is not (no AVX2, other CPUs) or the operands are not float32, blocks use MKL, tiled as above.
+so it reuses heap memory instead of faulting in fresh pages, then is copied or added into ``out``). A wider B is cut
+into tiles for MKL as above (measured here, the gather kernel gains nothing once B is past the cache, and tiles cost
+it a pass over every row per tile). Where FBGEMM is not (no AVX2, other CPUs) or the operands are not float32, blocks
+use MKL, tiled as above.
 
 Storage: each tile is a torch sparse CSR ``m × w_t`` with its own row pointers (int32 indices where they fit), so a
 block of ``T`` tiles costs ``T · (m + 1)`` row pointers besides its nonzeros. :func:`tile_columns` chooses tiles
