@@ -50,8 +50,9 @@ __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "GATHER_BYTES", "GATHER_CHUNK", "
 # per core).
 MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
 MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
-# GATHER_BYTES, bytes of B up to which a block stays whole for the gather kernel, per machine: at 100k rows (32 MiB
-# L3) it was 2.4x faster than tiled MKL at width 40 (16 MB), 1.6x at 64 (26 MB), even at 40 on 200k rows (32 MB)
+# GATHER_BYTES (mggcn.config), bytes of B up to which a block stays whole for the gather kernel, per machine: at 100k
+# rows (32 MiB L3) it was 2.4x faster than tiled MKL at width 40 (16 MB), 1.6x at 64 (26 MB), even at 40 on 200k rows
+# (32 MB).
 # output elements per gather call: as many float32 as stay 16 KiB under the mmap threshold (1 MiB), so that each
 # call's result comes from the heap, not from fresh pages (measured: 1.5 ms per epoch less than 512 KiB chunks)
 GATHER_CHUNK = (MMAP_THRESHOLD - (16 << 10)) // 4
