@@ -395,7 +395,7 @@ def mggcn_worker(path: str, config: dict, opts: BenchOptions, threads: int, mach
             "nnz_train_t": sum(b.nnz for b in train_t),
             "shared_t": all(a is t for a, t in zip(shard.adj, shard.adj_t)),
             "tile_cols": shard.tile_cols, "shm": outboxes is not None,
-            "gather": shard.tile_cols is None and gather_kernel(ctx.device),
+            "gather": gather_kernel(ctx.device),
             "rows": int(shard.y.shape[0]), "workspace": workspace.sizes if workspace is not None else {},
             "setup_s": setup_s, "threads": torch.get_num_threads(), "machine": machine}
 

@@ -309,8 +309,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         model: ``gcn``, ``sage`` or ``gin`` (``train_eps``: GIN's learnable ε): its parameters
             (:func:`num_parameters`) and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no
             self loops (``nnz = edges``).
-        gather: the CPU's gather kernel multiplies the (whole) blocks (:func:`~mggcn.distributed.tiled.gather_kernel`:
-            untiled, float32, FBGEMM): each SpMM holds one chunk of rows in flight
+        gather: the CPU's gather kernel runs (:func:`~mggcn.distributed.tiled.gather_kernel`: float32, FBGEMM); it
+            multiplies whole blocks (``tile_cols`` None), each SpMM holding one chunk of rows in flight
             (:func:`~mggcn.distributed.tiled.gather_chunk_bytes`, under 1 MiB).
     """
     if nprocs < 1 or num_nodes < nprocs:
