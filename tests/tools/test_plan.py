@@ -34,15 +34,16 @@ def test_formula_by_hand():
         "adjacency A^T": 2 * 6 * 4 + 9 * (4 + 4),
         "features X": 0,  # released once Â·X is computed: it counts in the activations' peak, before the epoch
         "A.X (cached)": 5 * 4 * 4,
-        "labels, splits": 5 * (8 + 3),  # int64 y, 3 bool masks (no training rows: the loss keeps none)
+        "labels, splits": 5 * (8 + 3 + 8),  # int64 y, 3 bool masks, the loss's label positions (no training rows)
         "optimizer": 5 * 4 * (4 * 3 + 3 + 3 * 2 + 2),  # weights, grads, 2 Adam moments, flat all-reduce buffer
         "broadcast buffers": 2 * 5 * 2 * 4,
         # workspace: out 0 [5, 3], H·W [5, 2], the logits out 1 [5, 2], each overwritten by its gradient in backward;
-        # the loss's row maxima (float32) and argmax (int64); the block buffer of out 0's gradient, σ's backward
-        # fused with the GEMM (5 rows: float32 [5, 3]); at the peak (the loss) also two float32 vectors of row sums
-        "activations": 4 * 5 * (3 + 2 + 2) + 5 * (4 + 8) + 4 * 5 * 3 + 2 * 4 * 5,
+        # the loss's row maxima and labels' logits (float32) and hits (bool); the block buffer of out 0's gradient,
+        # σ's backward fused with the GEMM (5 rows: float32 [5, 3]); at the peak (the loss) also two float32 vectors
+        # of row sums
+        "activations": 4 * 5 * (3 + 2 + 2) + 5 * (4 + 4 + 1) + 4 * 5 * 3 + 2 * 4 * 5,
     }
-    assert plan.total == 104 + 120 + 80 + 55 + 460 + 80 + 300
+    assert plan.total == 104 + 120 + 80 + 95 + 460 + 80 + 285
     # before the epoch: X and the two temporaries of Â·X's broadcasts, [5, 8] each, instead of the activations
     assert plan_memory(10, 20, 8, 2, (4,), nprocs=2, train=0.0, rank_nnz=7).parts["activations"] == 3 * 5 * 8 * 4
     assert plan.comm_spmm == 2 * (1 * 5 * 2 * 4)  # two SpMMs of width 2: P - 1 blocks of [5, 2] received
@@ -71,9 +72,11 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
         assert plan.parts["activations"] >= shard.x.nbytes
         assert plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, input_dropout=0.5,
                            rank_nnz=shard.nnz).parts["features X"] == shard.x.nbytes
-        loss = MaskedCrossEntropy(shard.y, shard.masks["train"], 1)  # keeps its training rows and their labels
+        # the loss keeps its training rows and the label positions of every row and of its training rows
+        loss = MaskedCrossEntropy(shard.y, shard.masks["train"], 1)
+        loss(torch.zeros(m, 5))
         assert plan.parts["labels, splits"] == (shard.y.nbytes + sum(k.nbytes for k in shard.masks.values())
-                                                + loss.rows.nbytes + loss.labels.nbytes)
+                                                + loss.rows.nbytes + loss.index.nbytes + loss.train_index.nbytes)
         # at most half the vertices train: Âᵀ's blocks again, with only the training columns (block j: rank j's)
         train = graph.masks["train"]
         assert train.mean() <= 0.5

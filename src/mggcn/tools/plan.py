@@ -13,7 +13,8 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
     features     X, unless the GCN caches Â·X:    4 · m · F
     Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F;
                  X is then released before the first epoch, and counts in ``activations`` (below)
-    labels       y (int64), three split masks (bool), the row indices of each split (int64):  m · (8 + 3 + 8 · s)
+    labels       y (int64), three split masks (bool), the loss's label positions (int64), its training rows and
+                 their label positions (int64):                                               m · (19 + 16 · t)
     optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
     buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (distributed.shm),
                  shared by every SpMM of the epoch:                                              2 · 4 · m · max(widths)
@@ -24,16 +25,15 @@ each block is cut into column tiles (:func:`mggcn.distributed.tiled.tile_columns
 of the nonzeros' bytes). ``widths`` are :func:`mggcn.nn.model.spmm_widths` (the order policy decides them).
 Activations are the buffers of the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and
 reused by every later one: every layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an
-aggregate-first layer's GEMM keeps, and the loss's row maxima (float32) and argmax (int64); at the loss, two float32
-vectors of row sums besides. A gradient overwrites the buffer of what it is the gradient of wherever backward no
-longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits, an SpMM's over its ``H·Wᵀ``, a GEMM's over its
-``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, a block of rows
-at a time through one block buffer of about :data:`~mggcn.nn.model.MASK_CHUNK` elements (``sigma block``). Other
-gradients (an aggregate-first layer's SpMM, dropout's, GraphSAGE's and GIN's) go to two shared gradient buffers used
-in turn. :func:`activation_peak` walks an epoch tensor by tensor. For
-a 2-layer GCN F → h → C with Â·X cached (the order policy's choice for F ≤ 2h, h ≥ C) it is
-``4 · m · (h + 2C + 5)`` plus the block buffer (≤ 2 MiB): ``out 0`` (h, then its gradient), ``H·W`` and the
-logits (C each, then theirs), 12 bytes per row for the loss and 8 for its row sums.
+aggregate-first layer's GEMM keeps, and the loss's row maxima and labels' logits (float32) and hits (bool); at the loss,
+two float32 vectors of row sums besides. A gradient overwrites the buffer of what it is the gradient of wherever
+backward no longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits, an SpMM's over its ``H·Wᵀ``, a GEMM's
+over its ``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, a block of
+rows at a time through one block buffer of about :data:`~mggcn.nn.model.MASK_CHUNK` elements (``sigma block``). Other
+gradients (an aggregate-first layer's SpMM, dropout's, GraphSAGE's and GIN's) go to two shared gradient buffers used in
+turn. :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order
+policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (h + 2C) + 17 · m`` plus the block buffer (≤ 2 MiB): ``out 0`` (h,
+then its gradient), ``H·W`` and the logits (C each, then theirs), 9 bytes per row for the loss and 8 for its row sums.
 Before the first epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two
 temporaries of ``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
 ``max(epoch peak, 4 · m · F · (1 + 2 · [P > 1]))``.
@@ -55,7 +55,7 @@ Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` byt
 broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
 once.
 
-Legend: n = vertices, m = rows per rank, F = features, C = classes, W = parameters, s = fraction of rows in a split,
+Legend: n = vertices, m = rows per rank, F = features, C = classes, W = parameters,
 t = fraction of vertices in the training split.
 """
 
@@ -76,6 +76,7 @@ __all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_pe
 
 FLOAT = 4
 INT64 = 8
+BOOL = 1
 
 
 @dataclass(frozen=True)
@@ -178,10 +179,13 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
             if model == "sage":
                 take("root", d_out)  # H·W_rᵀ, read once by the addition
             take(f"out {i}", d_out)
-        # the loss: row maxima and argmax, the gradient (computed in the forward, over the logits), two vectors of
-        # row sums
+        # the loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the
+        # logits), two vectors of row sums
         take("row max", 1)
-        take("row argmax", 1, INT64)
+        take("label logit", 1)
+        take("label hits", 1, BOOL)
+        alloc("label comparisons", 1, 2 * BOOL)
+        free("label comparisons")
         grad = f"ws:out {L - 1}"
         alloc("row sums", 1)
         alloc("row sums / scale", 1)
@@ -338,7 +342,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         plan.parts["A^T training columns"] = blocks(nnz_train)
     plan.parts["features X"] = FLOAT * m * features
     plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
-    plan.parts["labels, splits"] = m * (INT64 + 3) + 2 * INT64 * ntrain  # y, 3 masks; the loss's rows and labels
+    # y, 3 masks; the loss's label positions (every row's, the training rows') and training rows
+    plan.parts["labels, splits"] = m * (2 * INT64 + 3) + 2 * INT64 * ntrain
     plan.parts["optimizer"] = 5 * FLOAT * params
     plan.parts["broadcast buffers"] = 2 * FLOAT * m * max(widths or [features]) if nprocs > 1 else 0
     if gather and tile_cols is None:

@@ -3,7 +3,8 @@
 Loss: softmax cross-entropy averaged over the GLOBAL training set (:class:`mggcn.nn.loss.MaskedCrossEntropy`): each
 rank sums over its own training rows and divides by the global count, so the all-reduced sum of the ranks' losses
 is the mean and the all-reduced gradients are its gradients. Accuracies are global correct counts over global split
-sizes, from the argmax the loss computes anyway. Padding rows belong to no split.
+sizes, from whether each row's argmax is its label, which the loss finds anyway (:func:`mggcn.nn.loss.label_hits`).
+Padding rows belong to no split.
 The gradient all-reduce also carries the epoch's loss and correct counts: one collective per epoch for all of them.
 
 Legend: m = rows of this rank, C = classes.
@@ -36,7 +37,7 @@ from mggcn.distributed.shm import host_outboxes
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM, keeps_training_columns
 from mggcn.distributed.tiled import tile_columns
 from mggcn.nn.adam import Adam
-from mggcn.nn.loss import MaskedCrossEntropy
+from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
 from mggcn.nn.models import make_model
 from mggcn.utils.timing import PHASES, PhaseTimer
@@ -254,15 +255,15 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             with torch.no_grad():
                 model.eval()
                 logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
-                correct = _correct_counts(logits.argmax(dim=1), y, split_masks)
+                correct = _correct_counts(label_hits(logits, y), split_masks)
                 model.train()
         optimizer.zero_grad(set_to_none=False)
         logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
         with timer("criterion"):
-            loss, pred = criterion(logits)
+            loss, hits = criterion(logits)
         loss.backward()
         if not stochastic:
-            correct = _correct_counts(pred, y, split_masks)
+            correct = _correct_counts(hits, split_masks)
         with timer("allreduce"):
             stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=device)
             stats[_Stats.LOSS] = loss.detach()
@@ -370,15 +371,15 @@ def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor |
     model.eval()
     with torch.no_grad():  # no graph kept; the logits on the workspace (no new m × C tensor at the end of training)
         logits = model(x, adj, x_aggregated=x_agg, logits_in_workspace=True)
-    correct = _correct_counts(logits.argmax(dim=1), y, split_masks).to(y.device)
+    correct = _correct_counts(label_hits(logits, y), split_masks).to(y.device)
     correct = all_reduce_sum(ctx, correct).cpu()
     acc = (correct / split_sizes).tolist()
     return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
 
 
-def _correct_counts(pred: torch.Tensor, y: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
-    """Correct predictions in each split (bool masks [m], in :data:`SPLITS` order): one comparison, no gathers."""
-    hits = pred == y
+def _correct_counts(hits: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
+    """Correct predictions in each split (``hits``: bool [m], :func:`~mggcn.nn.loss.label_hits`; bool masks [m], in
+    :data:`SPLITS` order)."""
     return torch.stack([(hits & mask).sum() for mask in split_masks]).to(torch.float64)
 
 
