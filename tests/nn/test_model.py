@@ -164,3 +164,52 @@ def test_gradients_over_the_outputs_they_belong_to_equal_fresh_tensors(dims, act
     assert torch.equal(losses[0], losses[1])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
+@pytest.mark.parametrize("dims, cached", [([6, 8, 3], True), ([5, 4, 16, 3], False), ([5, 4, 16, 3], True)])
+def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_one(dims, cached, bias, activation,
+                                                                                  monkeypatch):
+    """A layer that ends with its GEMM, σ and a layer that multiplies first run as one step a few rows at a time
+    (``_GemmActGemm``; [6, 8, 3] cached: layers 0-1, Â·X given; [5, 4, 16, 3]: layers 1-2, whose input Â·H needs a
+    gradient): outputs and every gradient equal the same model without a workspace, which runs layer by layer with
+    whole GEMMs, to float32 rounding (a GEMM of a few rows may sum in another order: rtol 1e-5); without autograd too.
+    A second forward before the first one's backward makes that backward raise, as elsewhere; a forward hook on either
+    layer turns the fusion off."""
+    from mggcn.nn import model as model_module
+
+    monkeypatch.setattr(model_module, "GEMM_CHUNK", 40)  # blocks of 2-10 rows and a shorter last one
+    monkeypatch.setattr(model_module, "MASK_CHUNK", 24)
+    fused = []
+    apply = model_module._GemmActGemm.apply
+    monkeypatch.setattr(model_module._GemmActGemm, "apply", lambda *args: fused.append(args[-2]) or apply(*args))
+    graph = random_graph(31, 120, features=dims[0], classes=dims[-1], directed=True, seed=4)
+    adj, x = _local(graph), torch.from_numpy(graph.x)
+    weights = torch.randn(31, dims[-1], generator=torch.Generator().manual_seed(1))
+    outs, grads = [], []
+    for reuse in (False, True):
+        model = GCN(dims, activation=activation, bias=bias, seed=3, reuse_buffers=reuse)
+        x_agg = adj(x) if cached else None
+        out = model(x, adj, x_aggregated=x_agg)
+        (out * weights).sum().backward()
+        outs.append(out.detach().clone())
+        grads.append([p.grad.clone() for p in model.parameters()])
+        with torch.no_grad():
+            torch.testing.assert_close(model(x, adj, x_aggregated=x_agg), outs[-1], rtol=1e-5, atol=1e-6)
+    pair = "0" if cached and dims[1] == 8 else "1"
+    assert fused == [pair, pair]  # the model with a workspace only, with and without autograd
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    first = model(x, adj, x_aggregated=adj(x) if cached else None)
+    model(x, adj, x_aggregated=adj(x) if cached else None)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        first.sum().backward()
+    # a forward hook on a layer sees its call: hooked layers run one by one, with the same outputs
+    seen = []
+    handle = model.convs[int(pair) + 1].register_forward_hook(lambda _m, _i, out: seen.append(out.detach().clone()))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, adj, x_aggregated=x_agg), outs[1], rtol=1e-5, atol=1e-6)
+    handle.remove()
+    assert len(seen) == 1 and len(fused) == 4
