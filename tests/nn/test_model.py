@@ -213,3 +213,24 @@ def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_on
         torch.testing.assert_close(model(x, adj, x_aggregated=x_agg), outs[1], rtol=1e-5, atol=1e-6)
     handle.remove()
     assert len(seen) == 1 and len(fused) == 4
+
+
+@pytest.mark.parametrize("rows", [3, 40, 41, 47, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkeypatch):
+    """weight_grad sums its rows in 2 · threads parts by one bmm, plus the rows left over: the GEMM's result, summed
+    in another order (float32: rtol 1e-5 over ≤ 64 products); too few rows, or a strided operand, take the GEMM."""
+    from mggcn.nn import model as model_module
+
+    monkeypatch.setattr(model_module, "SPLIT_ROWS", 5)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # 4 parts: 40 rows split, 41 and 47 leave rows over
+    gen = torch.Generator().manual_seed(rows)
+    grad, h = torch.randn(rows, 6, generator=gen, dtype=dtype), torch.randn(rows, 9, generator=gen, dtype=dtype)
+    bmm = torch.bmm
+    calls = []
+    monkeypatch.setattr(torch, "bmm", lambda *args: calls.append(1) or bmm(*args))
+    torch.testing.assert_close(model_module.weight_grad(grad, h), grad.t() @ h, rtol=1e-5, atol=1e-6)
+    assert len(calls) == (rows >= 20)
+    strided = torch.randn(9, rows, generator=gen, dtype=dtype).t()
+    torch.testing.assert_close(model_module.weight_grad(grad, strided), grad.t() @ strided, rtol=1e-5, atol=1e-6)
+    assert len(calls) == (rows >= 20)

@@ -170,13 +170,33 @@ class _TimedLinear(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None
 
 
+SPLIT_ROWS = 4096  # weight_grad splits the rows among the threads when each part gets at least this many
+
+
+def weight_grad(grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """``gradᵀ·h`` (``∂W`` of ``h·Wᵀ``), a sum over the rows. On a CPU the rows are cut into two parts per thread and
+    multiplied by one ``bmm`` (the threads share out the parts), then the partial products are added: MKL's GEMM
+    splits the small ``d_out × d_in`` result among the threads instead, and each of them then reads all of both
+    operands (100k rows, 2 threads: 8.5 against 10.9 ms at 40 × 128, 23.3 against 26.4 ms at 128 × 128). The sum
+    is taken in another order than the GEMM's: float rounding apart, the same result."""
+    rows = grad.shape[0]
+    parts = 2 * torch.get_num_threads()
+    if (grad.device.type != "cpu" or parts < 4 or rows < parts * SPLIT_ROWS or not grad.is_contiguous()
+            or not h.is_contiguous()):
+        return grad.t() @ h
+    n = rows - rows % parts
+    a = grad[:n].view(parts, n // parts, grad.shape[1]).transpose(1, 2)
+    out = torch.bmm(a, h[:n].view(parts, n // parts, h.shape[1])).sum(0)
+    return out if n == rows else out.addmm_(grad[n:].t(), h[n:])
+
+
 def _linear_backward(grad: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, needs: Sequence[bool],
                      grad_ws: GradSpec, sigma: float | None):
     """``∂H, ∂W, ∂b`` of ``H·Wᵀ + b`` (each None unless ``needs`` it, in that order): ``∂W`` first, since ``∂H`` may
     overwrite ``H`` (with ``sigma``, see :class:`_TimedLinear`); ``∂H`` goes where ``grad_ws`` says."""
     grad_h = grad_w = grad_b = None
     if needs[1]:
-        grad_w = grad.t() @ h
+        grad_w = weight_grad(grad, h)
     if needs[2]:
         grad_b = grad.sum(0)
     if needs[0]:
