@@ -321,3 +321,16 @@ def test_plan_per_model(capsys):
     out = capsys.readouterr().out
     optimizer = next(line for line in out.splitlines() if line.strip().startswith("optimizer"))
     assert "graph, gin" in out and optimizer.split()[-2:] == format_bytes(5 * 4 * num_parameters(dims, "gin")).split()
+
+
+def test_a_gpu_plan_counts_the_gpu_block_of_sigmas_backward():
+    """On a GPU σ's backward runs blocks of MASK_CHUNK_GPU elements (few large kernels), on a CPU of MASK_CHUNK (in
+    cache); the first GEMM, σ and the second GEMM run whole on a GPU (blocks would only add kernels)."""
+    from mggcn.nn.model import MASK_CHUNK, MASK_CHUNK_GPU, chain_rows, mask_chunk_rows
+
+    rows = 10**6
+    assert mask_chunk_rows(rows, 128, "cuda") == MASK_CHUNK_GPU // 128 < rows
+    assert mask_chunk_rows(rows, 128) == mask_chunk_rows(rows, 128, torch.device("cpu")) == MASK_CHUNK // 128
+    assert chain_rows(rows, 128, "cuda") == rows > chain_rows(rows, 128, "cpu")
+    cpu, gpu = (plan_memory(rows, 10**7, 128, 40, (128,), 1, device=d) for d in ("cpu", "cuda"))
+    assert gpu.parts["activations"] - cpu.parts["activations"] == 4 * (MASK_CHUNK_GPU - MASK_CHUNK)

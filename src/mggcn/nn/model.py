@@ -53,17 +53,19 @@ from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "activate",
-           "dropout", "glorot_", "spmm_widths", "check_order", "MASK_CHUNK", "mask_chunk_rows"]
+           "dropout", "glorot_", "spmm_widths", "check_order", "MASK_CHUNK", "mask_chunk_rows", "chain_rows"]
 
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
 
 MASK_CHUNK = 1 << 19  # elements (2 MiB of float32): σ's backward with a GEMM's ∂H runs a block of rows this size
+MASK_CHUNK_GPU = 1 << 24  # elements (64 MiB) on a GPU: no cache to fit, few and large kernels (and Python calls)
 
 
-def mask_chunk_rows(rows: int, width: int) -> int:
-    """Rows per block of σ's backward fused with a GEMM's ``∂H`` (:func:`_grad_over_activation`)."""
-    return max(1, min(rows, MASK_CHUNK // max(1, width)))
+def mask_chunk_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
+    """Rows per block of σ's backward fused with a GEMM's ``∂H`` (:func:`_grad_over_activation`) on ``device``."""
+    chunk = MASK_CHUNK if torch.device(device).type == "cpu" else MASK_CHUNK_GPU
+    return max(1, min(rows, chunk // max(1, width)))
 
 
 def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
@@ -73,7 +75,7 @@ def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Ten
     op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's output, for their signs and
     writes the gradient over them. No copy of the signs is kept: ``H`` is read once and written once."""
     m, d = h.shape
-    rows = mask_chunk_rows(m, d)
+    rows = mask_chunk_rows(m, d, h.device)
     block = ws.take("sigma block", rows, d, h)
     for r in range(0, m, rows):
         c = min(rows, m - r)
@@ -257,8 +259,11 @@ def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.
 GEMM_CHUNK = 1 << 20  # elements (4 MiB of float32): a GEMM, σ and the next GEMM run a block of rows this size
 
 
-def chain_rows(rows: int, width: int) -> int:
-    """Rows per block of :class:`_GemmActGemm` (``width``: the wider of its two outputs)."""
+def chain_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
+    """Rows per block of :class:`_GemmActGemm` (``width``: the wider of its two outputs); all of them on a GPU, where
+    blocks would only add kernels."""
+    if torch.device(device).type != "cpu":
+        return rows
     return max(1, min(rows, GEMM_CHUNK // max(1, width)))
 
 
@@ -277,7 +282,7 @@ class _GemmActGemm(torch.autograd.Function):
                 grad_ws: GradSpec) -> torch.Tensor:
         m, d1, d2 = a.shape[0], w1.shape[0], w2.shape[0]
         h, hw = ws.take(f"out {key}", m, d1, a), ws.take("H.W", m, d2, a)
-        rows = chain_rows(m, max(d1, d2))
+        rows = max(1, chain_rows(m, max(d1, d2), a.device))
         with timer("gemm"):
             for r in range(0, m, rows):
                 block = h[r:r + rows]

@@ -591,7 +591,8 @@ def _summarize(run: _Run, opts: BenchOptions, graph: dict) -> dict:
             plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
                                opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"],
                                rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"], tile_cols=r["tile_cols"],
-                               model=opts.model, rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"])
+                               model=opts.model, rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"],
+                               device=opts.device)
             measured = mem["cuda_peak"] if cuda else entry["net"]
             entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                          measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)

@@ -110,7 +110,7 @@ PRESETS = {
 
 def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
                     train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0, model: str = "gcn",
-                    train_eps: bool = False) -> tuple[int, dict]:
+                    train_eps: bool = False, device: str = "cpu") -> tuple[int, dict]:
     """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
 
     Walks the forward and backward passes of :class:`mggcn.nn.model.GCN` (``model="sage"``:
@@ -120,7 +120,8 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     drops their last reference. Returns ``(peak, alive)``, ``alive`` naming what is held at the peak of an epoch
     after the first. With dropout (approximate): its output and 1-byte mask per dropped input, kept until that
     layer's backward, and the gradient of the dropped input. ``train_rows`` (this rank's training rows) only sizes
-    vectors of the loss, below the resolution that matters here, and is kept for callers.
+    vectors of the loss, below the resolution that matters here, and is kept for callers. ``device`` (``cpu`` or
+    ``cuda``) sizes σ's block buffer.
     """
     m, L = rows, len(dims) - 1
     ws: dict[str, int] = {}
@@ -214,7 +215,7 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
                 if f"dropout mask {i}" in live:
                     grad = take_grad(d_in, avoid=inner)  # GEMM backward
                 else:  # GEMM backward over σ's output with σ's backward, a block of rows at a time
-                    take("sigma block", d_in, rows=mask_chunk_rows(m, d_in))
+                    take("sigma block", d_in, rows=mask_chunk_rows(m, d_in, device))
                     grad = f"ws:out {i - 1}"
             if f"dropout mask {i}" in live:
                 new = alloc(f"grad dropped {i}", d_in)
@@ -298,7 +299,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                 rank_nnz: int | None = None, rank_nnz_t: int | None = None,
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
                 train_eps: bool = False, rank_nnz_train_t: int | None = None,
-                train_columns: str = "auto", gather: bool = False) -> MemoryPlan:
+                train_columns: str = "auto", gather: bool = False, device: str = "cpu") -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -316,6 +317,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         gather: the CPU's gather kernel runs (:func:`~mggcn.distributed.tiled.gather_kernel`: float32, FBGEMM); it
             multiplies whole blocks (``tile_cols`` None), each SpMM holding one chunk of rows in flight
             (:func:`~mggcn.distributed.tiled.gather_chunk_bytes`, under 1 MiB).
+        device: ``cpu`` or ``cuda``, the size of σ's block buffer (:func:`~mggcn.nn.model.mask_chunk_rows`).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
@@ -349,7 +351,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     if gather and tile_cols is None:
         plan.parts["SpMM row chunk"] = max(gather_chunk_bytes(m, w, nnz_rank) for w in widths + [features])
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
-                                   dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps)
+                                   dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
+                                   device=device)
     before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0
     if cached and model == "gcn":  # X lives until Â·X is computed (GraphSAGE and GIN read it every epoch)
         plan.parts["features X"] = 0

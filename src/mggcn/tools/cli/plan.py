@@ -76,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
                            train=sizes["train"] if sizes["train"] is not None else 0.5,
                            symmetric=not args.directed and args.model != "sage", tile_cols=tiles, model=args.model,
                            train_eps=args.gin_train_eps, train_columns=args.train_columns,
-                           gather=gather_kernel(args.device))
+                           gather=gather_kernel(args.device), device=args.device)
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}", args.memory))
     return 0
