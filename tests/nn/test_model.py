@@ -215,11 +215,12 @@ def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_on
     assert len(seen) == 1 and len(fused) == 4
 
 
-@pytest.mark.parametrize("rows", [3, 40, 41, 47, 64])
+@pytest.mark.parametrize("rows", [3, 12, 40, 41, 47, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkeypatch):
     """weight_grad sums its rows in 2 · threads parts by one bmm, plus the rows left over: the GEMM's result, summed
-    in another order (float32: rtol 1e-5 over ≤ 64 products); too few rows, or a strided operand, take the GEMM."""
+    in another order (float32: rtol 1e-5 over ≤ 64 products); fewer parts where the rows or the bytes of the partial
+    products bound them; too few rows for two parts, or a strided operand, take the GEMM."""
     from mggcn.nn import model as model_module
 
     monkeypatch.setattr(model_module, "SPLIT_ROWS", 5)
@@ -227,10 +228,14 @@ def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkey
     gen = torch.Generator().manual_seed(rows)
     grad, h = torch.randn(rows, 6, generator=gen, dtype=dtype), torch.randn(rows, 9, generator=gen, dtype=dtype)
     bmm = torch.bmm
-    calls = []
-    monkeypatch.setattr(torch, "bmm", lambda *args: calls.append(1) or bmm(*args))
+    parts = []
+    monkeypatch.setattr(torch, "bmm", lambda a, b: parts.append(a.shape[0]) or bmm(a, b))
     torch.testing.assert_close(model_module.weight_grad(grad, h), grad.t() @ h, rtol=1e-5, atol=1e-6)
-    assert len(calls) == (rows >= 20)
+    assert parts == ([min(4, rows // 5)] if rows >= 10 else [])
     strided = torch.randn(9, rows, generator=gen, dtype=dtype).t()
     torch.testing.assert_close(model_module.weight_grad(grad, strided), grad.t() @ strided, rtol=1e-5, atol=1e-6)
-    assert len(calls) == (rows >= 20)
+    assert len(parts) == (rows >= 10)
+    # partial products of 6 × 9 elements: room for 2 of them
+    monkeypatch.setattr(model_module, "SPLIT_BYTES", 2 * 6 * 9 * grad.element_size() + 1)
+    torch.testing.assert_close(model_module.weight_grad(grad, h), grad.t() @ h, rtol=1e-5, atol=1e-6)
+    assert parts[len(parts) - 1:] == ([2] if rows >= 10 else [])

@@ -173,6 +173,7 @@ class _TimedLinear(torch.autograd.Function):
 
 
 SPLIT_ROWS = 4096  # weight_grad splits the rows among the threads when each part gets at least this many
+SPLIT_BYTES = 1 << 21  # and its partial products take at most this much (2 MiB) together
 
 
 def weight_grad(grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -180,11 +181,13 @@ def weight_grad(grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     multiplied by one ``bmm`` (the threads share out the parts), then the partial products are added: MKL's GEMM
     splits the small ``d_out × d_in`` result among the threads instead, and each of them then reads all of both
     operands (100k rows, 2 threads: 8.5 against 10.9 ms at 40 × 128, 23.3 against 26.4 ms at 128 × 128). The sum
-    is taken in another order than the GEMM's: float rounding apart, the same result."""
+    is taken in another order than the GEMM's: float rounding apart, the same result. Each part has at least
+    :data:`SPLIT_ROWS` rows and the partial products take at most :data:`SPLIT_BYTES` (fewer parts, or the GEMM,
+    where they would not)."""
     rows = grad.shape[0]
-    parts = 2 * torch.get_num_threads()
-    if (grad.device.type != "cpu" or parts < 4 or rows < parts * SPLIT_ROWS or not grad.is_contiguous()
-            or not h.is_contiguous()):
+    product = grad.shape[1] * h.shape[1] * grad.element_size()
+    parts = min(2 * torch.get_num_threads(), rows // SPLIT_ROWS, SPLIT_BYTES // max(1, product))
+    if grad.device.type != "cpu" or parts < 2 or not grad.is_contiguous() or not h.is_contiguous():
         return grad.t() @ h
     n = rows - rows % parts
     a = grad[:n].view(parts, n // parts, grad.shape[1]).transpose(1, 2)
