@@ -77,7 +77,7 @@ def label_index(y: torch.Tensor, classes: int) -> torch.Tensor:
 
 def label_hits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """bool [m]: ``logits.argmax(dim=1) == y`` exactly (torch's argmax: the first largest, NaN largest), and False
-    where ``y < 0`` (no label), in less than half of ``argmax``'s time on a CPU (see :func:`_scores`)."""
+    where ``y < 0`` (no label), in about half of ``argmax``'s time on a CPU (see :func:`_scores`)."""
     z = logits.detach()
     m = z.shape[0]
     top, picked = z.new_empty(m), z.new_empty(m)
