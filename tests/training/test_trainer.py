@@ -66,9 +66,12 @@ def test_loss_curve_equals_single_process_reference(nprocs):
                 assert torch.equal(tensor, other[k][2][name]), name
 
 
-def test_accuracies_are_global_fractions():
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_accuracies_are_global_fractions(dropout):
+    # with dropout an epoch's accuracies come from an eval-mode pass before the training pass (the loss's hits
+    # buffer, criterion.hits); without, from the training pass's loss: the initial weights' accuracies either way
     graph, cfg = _cases()[0]
-    results = _run_all(3, [(graph, TrainConfig(hidden=(16,), epochs=2, seed=1))])
+    results = _run_all(3, [(graph, TrainConfig(hidden=(16,), epochs=2, seed=1, dropout=dropout))])
     losses, history, state = results[0][0]
     model = GCN(cfg.dims(graph.num_features, graph.num_classes)[:1] + [16, graph.num_classes], seed=1)
     # the accuracy of epoch 1 is that of the initial weights, computed on one process here

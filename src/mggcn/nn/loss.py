@@ -55,6 +55,12 @@ class MaskedCrossEntropy:
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return _MaskedCrossEntropyFunction.apply(logits, self)
 
+    def hits(self, logits: torch.Tensor) -> torch.Tensor:
+        """bool [m]: whether each row's argmax is its label (:func:`label_hits`), on the workspace buffer the loss
+        uses, with the label positions it keeps (the trainer's accuracies of an epoch with dropout, taken in eval
+        mode before the training pass)."""
+        return self.scores(logits.detach())[2]
+
     def scores(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every row's maximum, its label's logit and whether its argmax is its label (:func:`label_hits`), on three
         [m] buffers of the workspace."""

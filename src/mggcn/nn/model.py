@@ -141,6 +141,12 @@ def dropout(h: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tens
     return _Dropout.apply(h, p, generator)
 
 
+def _linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    """``h·Wᵀ (+ b)`` into ``out`` (None: a new tensor), the bias added inside the GEMM."""
+    return torch.mm(h, weight.t(), out=out) if bias is None else torch.addmm(bias, h, weight.t(), out=out)
+
+
 class _TimedLinear(torch.autograd.Function):
     """``H·Wᵀ (+ b)`` whose forward and backward GEMMs are accounted as the ``gemm`` phase.
 
@@ -159,9 +165,7 @@ class _TimedLinear(torch.autograd.Function):
         ctx.timer, ctx.grad_ws, ctx.sigma = timer, grad_ws, sigma
         dest = None if out is None else out[0].take(out[1], h.shape[0], weight.shape[0], h)
         with timer("gemm"):
-            if dest is None:
-                return h @ weight.t() if bias is None else torch.addmm(bias, h, weight.t())
-            return torch.mm(h, weight.t(), out=dest) if bias is None else torch.addmm(bias, h, weight.t(), out=dest)
+            return _linear(h, weight, bias, dest)
 
     @staticmethod
     @once_differentiable
@@ -266,7 +270,7 @@ def chain_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int
     """Rows per block of :class:`_GemmActGemm` (``width``: the wider of its two outputs); all of them on a GPU, where
     blocks would only add kernels."""
     if torch.device(device).type != "cpu":
-        return rows
+        return max(1, rows)
     return max(1, min(rows, GEMM_CHUNK // max(1, width)))
 
 
@@ -285,14 +289,10 @@ class _GemmActGemm(torch.autograd.Function):
                 grad_ws: GradSpec) -> torch.Tensor:
         m, d1, d2 = a.shape[0], w1.shape[0], w2.shape[0]
         h, hw = ws.take(f"out {key}", m, d1, a), ws.take("H.W", m, d2, a)
-        rows = max(1, chain_rows(m, max(d1, d2), a.device))
+        rows = chain_rows(m, max(d1, d2), a.device)
         with timer("gemm"):
             for r in range(0, m, rows):
-                block = h[r:r + rows]
-                if b1 is None:
-                    torch.mm(a[r:r + rows], w1.t(), out=block)
-                else:
-                    torch.addmm(b1, a[r:r + rows], w1.t(), out=block)
+                block = _linear(a[r:r + rows], w1, b1, h[r:r + rows])
                 block.relu_() if slope == 0.0 else F.leaky_relu_(block, slope)
                 torch.mm(block, w2.t(), out=hw[r:r + rows])
         ctx.save_for_backward(a, w1, h, w2)

@@ -255,7 +255,7 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
             with torch.no_grad():
                 model.eval()
                 logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
-                correct = _correct_counts(label_hits(logits, y), split_masks)
+                correct = _correct_counts(criterion.hits(logits), split_masks)
                 model.train()
         optimizer.zero_grad(set_to_none=False)
         logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
