@@ -28,6 +28,7 @@ from typing import Any
 # resident, 20-40% above the live tensors. An epoch of mggcn allocates nothing large (the workspace), so a fixed
 # threshold costs no page faults while training and keeps the memory what the plan says.
 from mggcn.config import MMAP_THRESHOLD
+from mggcn.utils.parallel import configured_threads, set_threads
 
 __all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "caller_settings_kept",
            "enter_rank", "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
@@ -132,6 +133,7 @@ def enter_rank(threads: int, mmap_threshold: int | None = MMAP_THRESHOLD) -> Non
     if _State.owned:
         set_mmap_threshold(mmap_threshold)
     torch.set_num_threads(threads)
+    set_threads(threads)  # the data layer's thread pools (mggcn.utils.parallel) keep to the same cores
     quiet_sparse_warnings()
 
 
@@ -144,12 +146,13 @@ def caller_settings_kept() -> Iterator[None]:
         return
     import torch
 
-    threads = torch.get_num_threads()
+    threads, data_threads = torch.get_num_threads(), configured_threads()
     try:
         with warnings.catch_warnings():  # puts the filters back on exit
             yield
     finally:
         torch.set_num_threads(threads)
+        set_threads(data_threads)
 
 
 @contextmanager
