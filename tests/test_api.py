@@ -11,13 +11,13 @@ from torch_geometric.nn.models import GCN as PygGCN
 
 import mggcn
 from mggcn.config import TrainConfig
-from mggcn.data.synthetic import parse_spec
+from mggcn.data.generators import parse_spec
 from mggcn.tools.cli import main
 from mggcn.training.job import TrainJob, run_train_job
 from mggcn.training.outputs import load_model
 from reference import adj_hat, random_graph
 
-_TIMING = ("epoch_s", "spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer", "other", "timeline")
+_TIMING = ("epoch_s", "spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer", "other", "timeline", "setup")
 
 
 def _numbers(history):

@@ -39,6 +39,7 @@ from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
+from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 
@@ -123,7 +124,7 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         job_options = {k: v for k, v in options.items() if k in _JOB_KEYS}
         job_options.setdefault("save_predictions", os.path.join(tmp, "predictions.npy"))
         job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
-                       **job_options)
+                       clock=SetupClock(), **job_options)
         identity: dict = {}
 
         def note_identity(dataset: Dataset, _: int) -> None:

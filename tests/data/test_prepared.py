@@ -36,11 +36,11 @@ import workers
 from mggcn.config import TrainConfig
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
+from mggcn.data.generators import parse_spec
 from mggcn.data.graph import SPLITS, ConfigError, Graph
 from mggcn.data.prepared.edgesort import EdgeSorter
 from mggcn.data.prepared.reader import PreparedDataset, nnz_per_rank
 from mggcn.data.prepared.writer import parse_memory, prepare
-from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard

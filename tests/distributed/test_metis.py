@@ -7,7 +7,7 @@ import pytest
 import workers
 from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset
-from mggcn.data.synthetic import parse_spec
+from mggcn.data.generators import parse_spec
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.metis import metis_partition, partition_from_parts
 from mggcn.distributed.partition import make_partition

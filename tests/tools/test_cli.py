@@ -9,7 +9,7 @@ from torch_geometric.nn.models import GCN as PygGCN
 
 from cli_util import run_cli
 from mggcn.data.formats import read_edgelist
-from mggcn.data.synthetic import parse_spec
+from mggcn.data.generators import parse_spec
 
 
 def test_train_two_workers_writes_metrics_model_and_predictions(tmp_path):

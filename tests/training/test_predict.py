@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
 from mggcn.config import TrainConfig
+from mggcn.data.generators import parse_spec
 from mggcn.data.graph import GraphError
-from mggcn.data.synthetic import parse_spec
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
 from mggcn.tools.cli import main

@@ -205,7 +205,7 @@ def test_same_seed_same_numbers(tmp_path):
 
 
 def test_resume_knows_the_dataset_by_content_not_by_path(tmp_path):
-    from mggcn.data.synthetic import parse_spec
+    from mggcn.data.generators import parse_spec
 
     graph = parse_spec("synthetic:n=400,features=8")
     valid = tmp_path / "valid"

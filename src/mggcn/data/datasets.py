@@ -23,11 +23,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from mggcn.config import DEFAULT_DATASET
+from mggcn.data.csr import MAX_KEY_NODES, directed_csr
+from mggcn.data.generators.common import GeneratedGraph
+from mggcn.data.generators.spec import GENERATED_PREFIXES, generate_spec, is_generated
 from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
-from mggcn.data.synthetic import GENERATED_PREFIXES, is_generated
 
-__all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "ROW_ARRAYS", "Dataset", "InMemoryDataset", "graph_arrays",
-           "is_generated", "load_graph", "open_dataset"]
+__all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset",
+           "content_hash", "graph_arrays", "is_generated", "load_graph", "open_dataset", "split_codes"]
 
 # The arrays a dataset holds (n vertices, E edges, F features; original ids), the layout of a prepared directory:
 ROW_ARRAYS = {
@@ -64,32 +66,22 @@ class Dataset(Protocol):
         ...
 
 
-_CHUNK = 1 << 16  # edges converted at a time (temporaries of 512 KiB, none of the edges' size)
+_CHUNK = 1 << 16  # edges converted at a time by the lexsort path (temporaries of 512 KiB)
 
 
 def _csr(keys: np.ndarray, values: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indptr, indices)``: the ``values`` grouped by ``keys``, each group in increasing order; the indices int32
-    when the ids fit (as a prepared dataset stores them).
-
-    Each edge becomes one int64 ``key · n + value``, sorted in place: the only array of the edges' size besides the
-    result (``np.lexsort`` would add an int64 order and its work arrays, and take ten times as long)."""
+    when the ids fit (as a prepared dataset stores them). Sorted as int64 keys ``key · n + value`` on every core
+    (:func:`mggcn.data.csr.directed_csr`); where those would overflow, by ``np.lexsort``."""
+    if num_nodes <= MAX_KEY_NODES:
+        csr = directed_csr(keys, values, num_nodes)
+        return csr.indptr, csr.indices
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=num_nodes), out=indptr[1:])
-    count = values.shape[0]
-    indices = np.empty(count, dtype=np.int32 if num_nodes < 2**31 else np.int64)
-    if num_nodes > 3_037_000_499:  # key · n + value would overflow int64
-        order = np.lexsort((values, keys))
-        for start in range(0, count, _CHUNK):
-            indices[start:start + _CHUNK] = values[order[start:start + _CHUNK]]
-        return indptr, indices
-    pairs = np.empty(count, dtype=np.int64)
-    for start in range(0, count, _CHUNK):
-        chunk = slice(start, start + _CHUNK)
-        np.multiply(keys[chunk], num_nodes, out=pairs[chunk], dtype=np.int64)
-        pairs[chunk] += values[chunk]
-    pairs.sort()
-    for start in range(0, count, _CHUNK):
-        indices[start:start + _CHUNK] = pairs[start:start + _CHUNK] % num_nodes
+    indices = np.empty(values.shape[0], dtype=np.int64)
+    order = np.lexsort((values, keys))
+    for start in range(0, values.shape[0], _CHUNK):
+        indices[start:start + _CHUNK] = values[order[start:start + _CHUNK]]
     return indptr, indices
 
 
@@ -114,12 +106,17 @@ def edge_arrays(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[dict[
             "degree": degree.astype(np.int64, copy=False)}, symmetric
 
 
+def split_codes(masks: dict[str, np.ndarray], num_nodes: int) -> np.ndarray:
+    """The ``split`` array of :data:`ROW_ARRAYS`: int8, 0 train, 1 val, 2 test, -1 none."""
+    split = np.full(num_nodes, -1, dtype=np.int8)
+    for code, s in enumerate(SPLITS):
+        split[masks[s]] = code
+    return split
+
+
 def vertex_arrays(graph: Graph) -> dict[str, np.ndarray]:
     """The features, labels and split codes of :data:`ROW_ARRAYS` (the graph's own arrays, but the split)."""
-    split = np.full(graph.num_nodes, -1, dtype=np.int8)
-    for code, s in enumerate(SPLITS):
-        split[graph.masks[s]] = code
-    return {"features": graph.x, "labels": graph.y, "split": split}
+    return {"features": graph.x, "labels": graph.y, "split": split_codes(graph.masks, graph.num_nodes)}
 
 
 def graph_arrays(graph: Graph) -> tuple[dict[str, np.ndarray], bool]:
@@ -132,6 +129,63 @@ def graph_arrays(graph: Graph) -> tuple[dict[str, np.ndarray], bool]:
 def _narrow(ids: np.ndarray, num_nodes: int) -> np.ndarray:
     """``ids`` as int32 when every vertex id fits (a copy of half the bytes), else as they are."""
     return ids.astype(np.int32) if num_nodes < 2**31 else ids
+
+
+def content_hash(named: list[tuple[str, np.ndarray]]) -> str:
+    """A short sha256 of named arrays: their names, dtypes, shapes and bytes."""
+    digest = hashlib.sha256()
+    for name, array in named:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{name} {array.dtype.str} {array.shape}\n".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()[:16]
+
+
+class GeneratedDataset:
+    """A generated dataset in memory (:class:`~mggcn.data.generators.common.GeneratedGraph`), implementing
+    :class:`Dataset` on the generator's own CSR: the graph is undirected and simple, so that CSR is A's and Aᵀ's, and
+    nothing is sorted again."""
+
+    symmetric = True
+
+    def __init__(self, generated: GeneratedGraph) -> None:
+        g = generated
+        self.name, self.num_nodes, self.num_edges = g.name, g.num_nodes, g.csr.nnz
+        self.num_features, self.num_classes = int(g.x.shape[1]), g.num_classes
+        self.split_sizes = {s: int(g.masks[s].sum()) for s in SPLITS}
+        indptr, indices = g.csr.indptr, g.csr.indices
+        degree = np.diff(indptr)
+        degree += 1  # no self loop: every in-edge counts, and the unit loop of Â
+        self._arrays: dict[str, np.ndarray] | None = {
+            "in_indptr": indptr, "in_indices": indices, "out_indptr": indptr, "out_indices": indices,
+            "degree": degree, "features": g.x, "labels": g.y, "split": split_codes(g.masks, g.num_nodes)}
+        self._generated: GeneratedGraph | None = generated
+        self._fingerprint: str | None = None
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        if self._arrays is None:
+            raise RuntimeError(f"{self.name}: released (GeneratedDataset.release); generate the dataset again")
+        return self._arrays
+
+    @property
+    def fingerprint(self) -> str:
+        """As :attr:`InMemoryDataset.fingerprint`, over the CSR and vertex arrays."""
+        if self._fingerprint is None:
+            self._fingerprint = content_hash([(k, self.arrays[k]) for k in ("in_indptr", "in_indices", "features",
+                                                                           "labels", "split")])
+        return self._fingerprint
+
+    def to_graph(self) -> Graph:
+        if self._generated is None:
+            raise RuntimeError(f"{self.name}: released (GeneratedDataset.release); generate the dataset again")
+        return self._generated.to_graph()
+
+    def release(self) -> None:
+        self._arrays, self._generated = None, None
+
+    def source(self, array: str) -> str:
+        return f"{self.name} ({array})"
 
 
 class InMemoryDataset:
@@ -158,13 +212,8 @@ class InMemoryDataset:
         refuses another dataset, and accepts this one however its path is spelled. Hashed once, when asked."""
         if self._fingerprint is None:
             g = self._graph()
-            digest = hashlib.sha256()
-            for name, array in [("edge_index", g.edge_index), ("x", g.x), ("y", g.y),
-                                *sorted((f"mask:{k}", v) for k, v in g.masks.items())]:
-                array = np.ascontiguousarray(array)
-                digest.update(f"{name} {array.dtype.str} {array.shape}\n".encode())
-                digest.update(memoryview(array).cast("B"))
-            self._fingerprint = digest.hexdigest()[:16]
+            self._fingerprint = content_hash([("edge_index", g.edge_index), ("x", g.x), ("y", g.y),
+                                              *sorted((f"mask:{k}", v) for k, v in g.masks.items())])
         return self._fingerprint
 
     def _graph(self) -> Graph:
@@ -210,7 +259,7 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
                dedup: bool = False, read_options: dict[str, Any] | None = None) -> Graph:
     """Read or generate the dataset ``spec`` whole and check it (raises :class:`GraphError` naming what is wrong)."""
     if is_generated(spec) and fmt is None:
-        from mggcn.data.synthetic import parse_spec
+        from mggcn.data.generators.spec import parse_spec
 
         graph = parse_spec(spec)
     else:
@@ -260,6 +309,8 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
             raise ConfigError(f"{spec}: {', '.join(given)} cannot change a prepared dataset; "
                               "give them when preparing it instead", given[0])
         return PreparedDataset(spec)
+    if fmt is None and is_generated(spec) and not read_options:
+        return GeneratedDataset(generate_spec(spec))  # symmetric and simple: undirected and dedup change nothing
     return InMemoryDataset(load_graph(spec, fmt, undirected, dedup, read_options), owned=True)
 
 

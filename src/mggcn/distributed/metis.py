@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from mggcn.data.graph import ConfigError
 from mggcn.distributed.partition import Partition
 
-__all__ = ["UFACTOR", "metis_parts", "metis_partition", "partition_from_parts", "symmetric_pattern"]
+__all__ = ["UFACTOR", "require_pymetis", "metis_parts", "metis_partition", "partition_from_parts", "symmetric_pattern"]
 
 UFACTOR = 10  # METIS' allowed imbalance in thousandths: 1.01
 
@@ -39,13 +39,19 @@ def symmetric_pattern(rows: np.ndarray, cols: np.ndarray, num_nodes: int) -> sp.
     return sym
 
 
-def metis_parts(sym: sp.csr_matrix, weights: np.ndarray, num_parts: int, seed: int = 0) -> np.ndarray:
-    """METIS' part of every vertex of the symmetric pattern ``sym``, balancing ``weights`` (int, > 0)."""
+def require_pymetis():
+    """The pymetis module, or a one-line error that says how to install it."""
     try:
         import pymetis
     except ImportError:
         raise ConfigError("partition metis needs pymetis: pip install 'mggcn[metis]' (or pip install pymetis)",
                           "partition") from None
+    return pymetis
+
+
+def metis_parts(sym: sp.csr_matrix, weights: np.ndarray, num_parts: int, seed: int = 0) -> np.ndarray:
+    """METIS' part of every vertex of the symmetric pattern ``sym``, balancing ``weights`` (int, > 0)."""
+    pymetis = require_pymetis()
     if num_parts == 1:
         return np.zeros(sym.shape[0], dtype=np.int64)
     options = pymetis.Options()

@@ -34,7 +34,8 @@ from mggcn.config import ORDERINGS
 from mggcn.data.graph import ConfigError
 from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
 
-__all__ = ["ORDERINGS", "Partition", "Shard", "make_partition", "split_row_block", "csr_to_torch", "to_blocks"]
+__all__ = ["ORDERINGS", "Partition", "Shard", "check_partition", "make_partition", "split_row_block", "csr_to_torch",
+           "to_blocks"]
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,20 @@ class Partition:
         return slice(part * m, (part + 1) * m)
 
 
-def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
-    """Renumber ``num_nodes`` vertices for ``num_parts`` ranks; see the module docstring."""
+def check_partition(num_nodes: int, num_parts: int, ordering: str) -> None:
+    """What a partition of ``num_nodes`` vertices into ``num_parts`` parts by ``ordering`` needs, checked without
+    computing it (the launcher checks a job with it before any worker starts)."""
     if num_parts < 1:
         raise ConfigError(f"nprocs must be at least 1, got {num_parts}", "nprocs")
     if num_parts > num_nodes:
         raise ConfigError(f"nprocs {num_parts} is larger than the graph's {num_nodes} vertices", "nprocs")
+    if ordering not in ORDERINGS:
+        raise ConfigError(f"partition must be one of {', '.join(ORDERINGS)}, got '{ordering}'", "partition")
+
+
+def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
+    """Renumber ``num_nodes`` vertices for ``num_parts`` ranks; see the module docstring."""
+    check_partition(num_nodes, num_parts, ordering)
     if ordering in ("random", "random-local"):
         real = np.random.default_rng(seed).permutation(num_nodes).astype(np.int64)
         if ordering == "random-local":

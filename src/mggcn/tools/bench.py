@@ -4,7 +4,7 @@
 ``SAGEConv`` / ``GINConv`` given the unweighted adjacency as a torch CSR, int32 or int64 indices by ``--pyg-adj``,
 or the ``edge_index``), from the same initial weights.
 
-Every configuration trains the same synthetic graph (a degree-corrected block model, :func:`mggcn.data.synthetic.
+Every configuration trains the same synthetic graph (a degree-corrected block model, :func:`mggcn.data.generators.
 community_graph`, generated once and shared through a file) with the same model, initial weights, epochs and
 thread count, each in fresh processes of its own so that peak memories do not mix. Reported per configuration:
 the median epoch time after a warm-up, the per-phase times, the test accuracy after the last epoch, the peak
@@ -241,7 +241,7 @@ class _MemoryProbe:
 
 def bench_graph(opts: BenchOptions) -> Graph:
     """The benchmark's graph; see the module docstring for ``ids``."""
-    from mggcn.data.synthetic import community_graph
+    from mggcn.data.generators import community_graph
 
     if opts.ids not in ("clustered", "random"):
         raise ConfigError(f"ids must be clustered or random, got '{opts.ids}'", "ids")

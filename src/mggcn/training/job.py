@@ -20,15 +20,19 @@ from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, MODELS, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
 from mggcn.distributed.context import available_cores, init_distributed, shutdown
-from mggcn.distributed.sharding import partition_dataset, release_dataset
+from mggcn.distributed.metis import require_pymetis
+from mggcn.distributed.partition import check_partition
+from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import check_train_columns
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
-from mggcn.training.trainer import format_balance, predict_shard, shard_for, train_shard
+from mggcn.training.trainer import format_balance, predict_shard, shard_tile_columns, train_shard
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
+from mggcn.utils.timing import SetupClock
 
-__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final"]
+__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final",
+           "format_setup"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class TrainJob:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     resume: bool = False
+    clock: SetupClock | None = None  # the job's setup phases since its start (the command's process start)
 
 
 @dataclass
@@ -158,10 +163,25 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         raise ConfigError(f"checkpoint_every must be at least 0, got {job.checkpoint_every}", "checkpoint_every")
     check_checkpoint_dir(job.checkpoint_dir)
     check_threads(job.threads)
+    if cfg.partition == "metis":
+        require_pymetis()
+    _mark(job, "start")
     dataset = open_job_dataset(job)
-    partition_dataset(dataset, nprocs, cfg.seed, cfg.partition)  # raises for P > n
+    _mark(job, "dataset")
+    check_partition(dataset.num_nodes, nprocs, cfg.partition)
     find_resume(job, dataset, report=_silent)  # raises for another dataset or model; rank 0 says what it skips
     return dataset
+
+
+def _mark(job: TrainJob, phase: str) -> None:
+    if job.clock is not None:
+        job.clock.mark(phase)
+
+
+def format_setup(setup: dict) -> str:
+    """The line that says how long the job took to its first epoch (rank 0's view), and where the time went."""
+    phases = ", ".join(f"{name} {seconds:.1f}" for name, seconds in setup["phases"].items())
+    return f"mggcn: first epoch after {setup['seconds']:.1f} s ({phases})"
 
 
 def format_epoch(record: dict) -> str:
@@ -194,11 +214,17 @@ def run_train_job(job: TrainJob, dataset: Dataset | None = None) -> JobResult:
 
 def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
     ctx = init_distributed(job.device, job.timeout_s, job.threads, job.mmap_threshold)
+    clock = job.clock or SetupClock()
     try:
-        if dataset is None:
+        if dataset is None:  # a worker: its own start, then its dataset
+            clock.mark("launch")
             dataset = open_job_dataset(job)
+            clock.mark("dataset")
         cfg = job.config
-        shard = shard_for(cfg, dataset, ctx)
+        part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+        clock.mark("partition")
+        shard = build_shard(dataset, part, ctx.rank, cfg.operator, shard_tile_columns(cfg, dataset, ctx))
+        clock.mark("shard")
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
         identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
         release_dataset(dataset)
@@ -229,6 +255,8 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
                 return
             if not balance_shown:  # every record carries the partition's balance; say it once
                 balance_shown = True
+                if "setup" in record:
+                    progress.note(format_setup(record["setup"]))
                 via = f" ({record['broadcast']})" if "broadcast" in record else ""
                 backend, _, why = record.get("broadcast", "").partition(", no shared memory: ")
                 if why:  # --shm auto could not use shared memory: one warning line, the partition line stays short
@@ -244,7 +272,8 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
             with StopOnSignal() as stop:
                 result = train_shard(ctx, shard, cfg, on_epoch, checkpointer=checkpointer,
                                      checkpoint_meta={"dataset": identity},
-                                     resume=resume[0] if resume else None, stop_requested=lambda: stop.requested)
+                                     resume=resume[0] if resume else None, stop_requested=lambda: stop.requested,
+                                     clock=clock)
             if job.metrics and ctx.is_main:
                 log_metrics(None)  # no epoch left to run: the file all the same
         finally:

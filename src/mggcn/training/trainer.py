@@ -40,7 +40,7 @@ from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
 from mggcn.nn.models import make_model
-from mggcn.utils.timing import PHASES, PhaseTimer
+from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
            "gather_original", "spmm_widths", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
@@ -185,7 +185,7 @@ def _reduce_gradients(ctx: DistContext, params: list[torch.Tensor], stats: torch
 def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
                 on_epoch: Callable[[dict], None] | None = None, *,
                 checkpointer=None, checkpoint_meta: dict | None = None, resume: dict | None = None,
-                stop_requested: Callable[[], bool] | None = None) -> TrainResult:
+                stop_requested: Callable[[], bool] | None = None, clock: SetupClock | None = None) -> TrainResult:
     """Train on this rank's shard up to epoch ``cfg.epochs``; every rank returns the same history and weights.
 
     Args:
@@ -197,6 +197,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         resume: a checkpoint's contents: training continues after its epoch.
         stop_requested: polled once per epoch on every rank; when any rank says yes, all stop after that epoch
             (saving a checkpoint first if a checkpointer is given).
+        clock: the job's setup phases so far; marked ``device``, ``model`` and ``A.X`` here, and put in the first
+            epoch's record (``setup``: its seconds and phases, this rank's).
     Raises:
         NonFiniteLoss: the global loss is NaN or inf (before that epoch's update, so the weights are the last good).
 
@@ -206,7 +208,9 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     """
     # setup: the model, the SpMM operator, the optimizer, what a checkpoint resumes, Â·X
     device = ctx.device
+    clock = clock or SetupClock()
     shard.to(device)
+    clock.mark("device")
     timer = PhaseTimer(device)
     model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
     widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
@@ -224,8 +228,12 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         result.history = list(resume["history"])
 
     x, y = shard.x, shard.y
+    clock.mark("model")
     with torch.no_grad():
         x_agg = adj.run(x) if model.caches_input_aggregation else None
+        if x_agg is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)
+    clock.mark("A.X")
     if x_agg is not None and not model.reads_input_with_aggregation:
         # no epoch reads X again: release it before the first epoch allocates its activations
         shard.x = x = None
@@ -281,6 +289,8 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start,
                                adj.sent_bytes - moved[0], adj.recv_bytes - moved[1])
         record.update(balance)
+        if clock is not None:  # the first epoch this run trains: how long it took to get there
+            record["setup"], clock = clock.record(), None
         result.history.append(record)
         if on_epoch is not None:
             on_epoch(record)

@@ -1,4 +1,5 @@
-"""Per-phase wall-clock accounting of an epoch: where the time goes (SpMM, waiting on communication, GEMM, ...).
+"""Per-phase wall-clock accounting: of an epoch (SpMM, waiting on communication, GEMM, ...), and of a job's setup up
+to its first epoch (:class:`SetupClock`: start-up, dataset, partition, shard, device, model).
 
 One :class:`PhaseTimer` per rank, passed explicitly to the pieces that do the work. On CUDA a phase is timed by
 synchronizing the compute stream at its ends (not the whole device, so broadcasts in flight on NCCL's stream keep
@@ -7,13 +8,14 @@ overlapping); this costs a little launch latency, so disable the timer where onl
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
-__all__ = ["PHASES", "PhaseTimer", "NULL_TIMER"]
+__all__ = ["PHASES", "PhaseTimer", "NULL_TIMER", "SetupClock", "process_start"]
 
 # Phases reported per epoch; "other" is the epoch's time not covered by the rest.
 PHASES = ("spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer")
@@ -57,3 +59,45 @@ class PhaseTimer:
 
 
 NULL_TIMER = PhaseTimer(enabled=False)
+
+
+def process_start() -> float:
+    """When this process started (``time.time()``'s clock; from ``/proc`` on Linux, to its 10 ms ticks), so that
+    a setup's time counts the interpreter's start and its imports; elsewhere: now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22, starttime, after the command name
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
+        return time.time()
+
+
+class SetupClock:
+    """Wall-clock phases of a job from its start to its first epoch: each :meth:`mark` gives the time since the
+    previous one (or since ``started``) to a phase, so the phases add up to :meth:`elapsed`.
+
+    The clock travels with the job (a worker gets the launcher's phases so far, and counts its own start-up as the
+    next phase), so its start is the command's, whatever process reads it last.
+    """
+
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.time() if started is None else started
+        self.last = self.started
+        self.phases: dict[str, float] = {}
+
+    def mark(self, phase: str) -> float:
+        """The time since the last mark, added to ``phase``; returns it."""
+        now = time.time()
+        spent = max(0.0, now - self.last)
+        self.phases[phase] = self.phases.get(phase, 0.0) + spent
+        self.last = now
+        return spent
+
+    def elapsed(self) -> float:
+        return self.last - self.started
+
+    def record(self) -> dict:
+        """``{"seconds": ..., "phases": {...}}`` up to the last mark."""
+        return {"seconds": self.elapsed(), "phases": dict(self.phases)}

@@ -8,7 +8,7 @@ Sources:
   the other formats are read whole by their reader, then written out like an in-memory graph;
 * a generated spec: ``rmat:...`` is streamed (the same dataset as ``mggcn train rmat:...``, at any scale);
   ``synthetic:...`` is built in memory like ``mggcn train synthetic:...`` up to :data:`STREAM_MIN_EDGES` edges and
-  streamed beyond (:func:`mggcn.data.synthetic.community_stream`); ``builtin:karate|digits`` in memory;
+  streamed beyond (:func:`mggcn.data.generators.community_stream`); ``builtin:karate|digits`` in memory;
 * a :class:`~mggcn.data.graph.Graph`, or a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and the three masks.
 
 Out of core: edges pass through in chunks into bucket files on disk, which are then sorted one at a time
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from mggcn.data import formats
+from mggcn.data.generators import GENERATED_PREFIXES, GraphStream, is_generated, parse_spec, stream_spec
 from mggcn.data.graph import SPLITS, Graph, GraphError
 from mggcn.data.prepared.edgesort import (
     CHUNK_BYTES_PER_EDGE,
@@ -46,7 +47,6 @@ from mggcn.data.prepared.edgesort import (
     NpyWriter,
 )
 from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
-from mggcn.data.synthetic import GENERATED_PREFIXES, GraphStream, is_generated, parse_spec, stream_spec
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress

@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, launch, under_torchrun
     from mggcn.distributed.shm import ShmUnavailable
     from mggcn.training.job import TrainJob, check_job, run_train_job
+    from mggcn.utils.timing import SetupClock, process_start
 
     if args.dataset is None:
         if args.fmt is not None:
@@ -180,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
                    mmap_threshold=args.mmap_threshold or None, metrics=args.metrics,
                    save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet,
                    log_every=args.log_every, checkpoint_dir=args.checkpoint_dir,
-                   checkpoint_every=args.checkpoint_every, resume=args.resume)
+                   checkpoint_every=args.checkpoint_every, resume=args.resume, clock=SetupClock(process_start()))
     torchrun = under_torchrun()
     if not torchrun:
         _check_tensorboard(args)

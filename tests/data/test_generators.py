@@ -1,4 +1,5 @@
-"""Tests for mggcn.data.synthetic: the DC-SBM, R-MAT, the built-in datasets and the spec parser."""
+"""Tests for mggcn.data.generators: the DC-SBM, R-MAT, the built-in datasets, the spec parser, and what makes them
+fast (the CSR of drawn pairs, the guide-table search, features in blocks) without changing what they draw."""
 
 from __future__ import annotations
 
@@ -6,17 +7,24 @@ import numpy as np
 import pytest
 import torch
 
-from mggcn.data.graph import Graph, GraphError
-from mggcn.data.synthetic import (
-    RMAT_BLOCK,
+import mggcn.data.generators.community as community
+import mggcn.data.generators.rmat as rmat
+from mggcn.data.csr import directed_csr
+from mggcn.data.generators import (
     SPEC_PREFIXES,
     community_graph,
     digits_graph,
+    generate_spec,
     karate_graph,
     parse_spec,
     rmat_edges,
     rmat_graph,
 )
+from mggcn.data.generators.common import FEATURE_BLOCK_ROWS, CentroidFeatures, PairGraph
+from mggcn.data.graph import Graph, GraphError
+from mggcn.utils.parallel import set_threads
+
+RMAT_BLOCK = rmat.RMAT_BLOCK
 
 torch.set_num_threads(2)
 
@@ -97,14 +105,118 @@ def test_community_bad_arguments():
         community_graph(num_nodes=5, num_classes=10)
 
 
-def test_community_speed_one_million_edges():
-    import time
+@pytest.fixture
+def threads():
+    """Set the data layer's thread budget in a test; the default (every core) comes back after it."""
+    yield set_threads
+    set_threads(None)
 
-    t = time.perf_counter()
-    g = community_graph(num_nodes=50_000, avg_degree=20, num_features=8, seed=0)
-    elapsed = time.perf_counter() - t
-    assert g.num_edges == 1_000_000
-    assert elapsed < 5.0, f"{elapsed:.2f}s for 10^6 edges"
+
+@pytest.mark.parametrize("spec", ["synthetic:n=3000,degree=40,exponent=2.1,seed=2", "rmat:scale=12,edge_factor=8"])
+def test_same_graph_whatever_the_thread_count(spec, threads, monkeypatch):
+    """Blocks of a few thousand pairs (so that many blocks are drawn in threads, and the DC-SBM tops up its
+    duplicates over several rounds), row ranges as many as the threads ask for: the same arrays at 1, 2, 3 threads and
+    every core."""
+    monkeypatch.setattr(community, "COMMUNITY_BLOCK", 4096)
+    monkeypatch.setattr(rmat, "RMAT_BLOCK", 4096)
+    graphs = []
+    for count in (1, 2, 3, None):
+        threads(count)
+        graphs.append(parse_spec(spec))
+    for g in graphs[1:]:
+        assert _same(g, graphs[0])
+
+
+def test_rmat_graph_is_the_symmetric_closure_of_its_edge_stream():
+    g = rmat_graph(12, edge_factor=8, seed=5)
+    raw = np.concatenate(list(rmat_edges(12, 8, seed=5)), axis=1)
+    raw = raw[:, raw[0] != raw[1]]
+    n = g.num_nodes
+    want = np.unique(np.concatenate([raw[0] * n + raw[1], raw[1] * n + raw[0]]))
+    assert np.array_equal(np.sort(g.edge_index[1] * n + g.edge_index[0]), want)
+
+
+def test_community_tops_up_to_the_exact_count_and_keeps_a_subset_of_the_pairs_drawn(monkeypatch):
+    """A dense, skewed request: many duplicates, so pairs are drawn again (a second block); every edge is one of the
+    pairs drawn."""
+    drawn, block = [], community._Communities.block
+
+    def recorded(self, seed, b, count):
+        pairs = block(self, seed, b, count)
+        drawn.append(pairs)
+        return pairs
+
+    monkeypatch.setattr(community._Communities, "block", recorded)
+    g = community_graph(num_nodes=400, avg_degree=60, degree_exponent=2.1, seed=3)
+    assert g.num_edges == 400 * 60 and len(drawn) > 1
+    _assert_undirected_simple(g)
+    u, v = np.concatenate([d[0] for d in drawn]), np.concatenate([d[1] for d in drawn])
+    assert np.isin(g.edge_index[0] * 400 + g.edge_index[1], np.concatenate([u * 400 + v, v * 400 + u])).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_guide_table_search_equals_searchsorted(seed):
+    rng = np.random.default_rng(seed)
+    model = community._Communities.draw(5000, 7, 0.8, 2.05 + seed, rng)
+    cum = model.cum
+    pos = np.concatenate([rng.random(20_000) * cum[-1], cum[rng.integers(0, cum.size, 1000)],
+                          np.nextafter(cum[rng.integers(0, cum.size, 1000)], 0), [0.0, cum[-1], cum[-1] * 1.5]])
+    want = np.minimum(np.searchsorted(cum, pos, side="right"), cum.size - 1)
+    assert np.array_equal(model.search(pos), want)
+
+
+def test_features_are_the_same_in_any_chunks():
+    y = np.arange(3 * FEATURE_BLOCK_ROWS + 17) % 5
+    feats = CentroidFeatures(y, 5, 3, 2.0, np.random.SeedSequence(7))
+    whole = feats.all()
+    assert whole.shape == (y.size, 3) and whole.dtype == np.float32
+    for rows in (1000, FEATURE_BLOCK_ROWS + 3, 2 * FEATURE_BLOCK_ROWS):
+        assert np.array_equal(np.concatenate(list(feats.chunks(rows))), whole)
+    assert np.array_equal(feats.rows(FEATURE_BLOCK_ROWS - 5, FEATURE_BLOCK_ROWS + 5),
+                          whole[FEATURE_BLOCK_ROWS - 5:FEATURE_BLOCK_ROWS + 5])
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_csr_of_edges_equals_scipy_with_parallel_edges(count, threads):
+    threads(count)
+    rng = np.random.default_rng(count)
+    n = 1000
+    rows, cols = rng.integers(0, n, 50_000), rng.integers(0, n, 50_000)
+    csr = directed_csr(rows.astype(np.int32), cols.astype(np.int32), n, block=7000)
+    import scipy.sparse as sp
+
+    want = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+    want.sum_duplicates()
+    assert np.array_equal(csr.indptr, np.cumsum(np.r_[0, np.bincount(rows, minlength=n)]))
+    expanded = np.repeat(want.indices, want.data.astype(np.int64))
+    assert csr.indices.dtype == np.int32 and np.array_equal(csr.indices, expanded)
+
+
+def test_pair_graph_keeps_exact_counts_symmetric():
+    rng = np.random.default_rng(0)
+    graph = PairGraph(300)
+    graph.add(range(3), lambda b: (rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)) if b < 3 else None)
+    held = graph.num_pairs
+    graph.keep_pairs(held - 1000)
+    assert graph.num_pairs == held - 1000
+    csr = graph.csr()
+    rows = np.repeat(np.arange(300), np.diff(csr.indptr))
+    keys = rows * 300 + csr.indices
+    assert np.array_equal(np.sort(keys), np.sort(csr.indices * 300 + rows))  # symmetric
+    assert not (rows == csr.indices).any() and np.unique(keys).size == keys.size
+
+
+def test_generated_dataset_arrays_serve_both_views():
+    from mggcn.data.datasets import GeneratedDataset, graph_arrays
+
+    generated = generate_spec("rmat:scale=9,edge_factor=4")
+    dataset = GeneratedDataset(generated)
+    arrays, symmetric = graph_arrays(generated.to_graph())
+    assert symmetric and dataset.symmetric
+    for name in ("in_indptr", "in_indices", "degree", "features", "labels", "split"):
+        assert np.array_equal(dataset.arrays[name], arrays[name]), name
+    assert dataset.arrays["out_indices"] is dataset.arrays["in_indices"]
+    assert len(dataset.fingerprint) == 16
 
 
 def _train(g: Graph, model: torch.nn.Module, forward, epochs: int = 100, every: int = 10) -> float:
@@ -266,7 +378,7 @@ def test_parse_spec_rmat_and_builtin():
     ("synthetic:n", "n needs a value"),
     ("synthetic:n=10,classes=20", "classes must not exceed n"),
     ("rmat:scale=x", "rmat:scale=x: scale must be a positive integer"),
-    ("rmat:scale=30", "scale must be at most 24"),
+    ("rmat:scale=31", "scale must be at most 30"),
     ("rmat:a=0.9,b=0.1,c=0.1", "a + b + c must be at most 1"),
     ("rmat:k=3", "unknown key 'k'"),
     ("builtin:digits:k=0", "builtin:digits:k=0: k must be a positive integer"),

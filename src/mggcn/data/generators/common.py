@@ -1,0 +1,244 @@
+"""What the generators share: the symmetric graph of drawn vertex pairs, random splits, class-centroid features,
+degree-bucket labels, and the stream of blocks that ``mggcn prepare`` writes.
+
+Every random draw comes from a generator seeded by ``(seed, what, block)``: edges in blocks of a fixed number of
+pairs, features in blocks of :data:`FEATURE_BLOCK_ROWS` rows. The blocks are drawn on every core at once
+(:func:`mggcn.utils.parallel.thread_map`) and put together in block order, so a seed gives the same graph whatever
+the thread count, the machine or the chunk size a caller streams it in.
+
+Legend: n = vertices, F = features, C = classes, K = undirected pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from mggcn.data.csr import CSR, RowBuckets, keys_csr, mix64
+from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.utils.parallel import thread_map
+
+__all__ = ["DEFAULT_SPLIT", "FEATURE_BLOCK_ROWS", "GeneratedGraph", "GraphStream", "CentroidFeatures", "PairGraph",
+           "degree_buckets", "random_split", "rechunk", "undirected_keys"]
+
+DEFAULT_SPLIT = (0.5, 0.25, 0.25)
+FEATURE_BLOCK_ROWS = 1 << 16  # feature rows drawn from one generator
+
+
+@dataclass
+class GeneratedGraph:
+    """A generated dataset in memory: the CSR of its simple undirected graph (both directions of every edge, no self
+    loop, no parallel edge) and its vertex data, as :class:`~mggcn.data.graph.Graph` has them."""
+
+    name: str
+    csr: CSR
+    x: np.ndarray
+    y: np.ndarray
+    masks: dict[str, np.ndarray]
+    num_classes: int
+    meta: dict
+
+    @property
+    def num_nodes(self) -> int:
+        return self.csr.num_nodes
+
+    def to_graph(self) -> Graph:
+        """The same dataset as an edge list (``edge_index`` sorted by target, then source), validated."""
+        n = self.num_nodes
+        targets = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.csr.indptr))
+        edge_index = np.stack([self.csr.indices.astype(np.int64), targets])
+        return Graph(n, edge_index, self.x, self.y, self.masks, self.num_classes, self.name, self.meta).validate()
+
+
+def undirected_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """The keys ``row · n + col`` of both directions of the pairs ``u[i] — v[i]``, self loops left out."""
+    keep = u != v
+    u, v = u[keep].astype(np.int64, copy=False), v[keep].astype(np.int64, copy=False)
+    keys = np.empty(2 * u.size, dtype=np.int64)
+    np.multiply(u, n, out=keys[:u.size])
+    keys[:u.size] += v
+    np.multiply(v, n, out=keys[u.size:])
+    keys[u.size:] += u
+    return keys
+
+
+class PairGraph:
+    """The simple undirected graph of drawn pairs: self loops dropped, a pair drawn twice (either way) kept once.
+
+    Held as the sorted keys of both directions in row ranges (:class:`~mggcn.data.csr.RowBuckets`), so that pairs
+    drawn later merge in (:meth:`add`) and a subset can be dropped (:meth:`keep_pairs`) before :meth:`csr`.
+    """
+
+    def __init__(self, num_nodes: int) -> None:
+        self.buckets = RowBuckets(num_nodes)
+        self.ranges: list[np.ndarray] | None = None
+
+    @property
+    def num_pairs(self) -> int:
+        return 0 if self.ranges is None else sum(r.size for r in self.ranges) // 2
+
+    def add(self, blocks: Iterable[int], pairs_of: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> None:
+        """The pairs ``pairs_of(b)`` of every block ``b`` (drawn in threads), merged into the graph."""
+        n = self.buckets.num_nodes
+        self.buckets.add_blocks(blocks, lambda b: undirected_keys(*pairs_of(b), n))
+        new = self.buckets.finish(dedup=True)
+        self.ranges = new if self.ranges is None else thread_map(_merge, zip(self.ranges, new))
+
+    def keep_pairs(self, count: int) -> None:
+        """Keep ``count`` of the pairs: those whose undirected key ``min · n + max`` comes first in the order of
+        :func:`~mggcn.data.csr.mix64` (a random-looking subset, the same on every machine)."""
+        if self.ranges is None or count >= self.num_pairs:
+            return
+        n = self.buckets.num_nodes
+
+        def pair_hash(keys: np.ndarray) -> np.ndarray:
+            rows = keys // n
+            cols = keys - rows * n
+            return mix64(np.minimum(rows, cols) * n + np.maximum(rows, cols))
+
+        hashes = thread_map(pair_hash, self.ranges)
+        upper = np.concatenate([h[k % n > k // n] for h, k in zip(hashes, self.ranges)])  # each pair once
+        cut = np.partition(upper, count - 1)[count - 1]
+        del upper
+        self.ranges = [k[h <= cut] for k, h in zip(self.ranges, hashes)]
+
+    def csr(self) -> CSR:
+        ranges = self.ranges if self.ranges is not None else self.buckets.finish(dedup=True)
+        self.ranges = None
+        return keys_csr(ranges, self.buckets)
+
+    @staticmethod
+    def of(u: np.ndarray, v: np.ndarray, num_nodes: int) -> CSR:
+        """The CSR of the simple undirected graph of the pairs ``u[i] — v[i]`` (a small graph, in one block)."""
+        graph = PairGraph(num_nodes)
+        graph.add([0], lambda _: (u, v))
+        return graph.csr()
+
+
+def _merge(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Two sorted arrays of distinct keys as one (each key once)."""
+    held, new = pair
+    if not new.size:
+        return held
+    at = np.searchsorted(held, new)
+    seen = at < held.size
+    seen[seen] = held[at[seen]] == new[seen]
+    return np.insert(held, at[~seen], new[~seen])
+
+
+def random_split(n: int, split: tuple[float, float, float], rng: np.random.Generator,
+                 y: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Disjoint random train/val/test masks with the given fractions (the rest, if any, is in no split).
+
+    With ``y`` the split is stratified per class and every class present gets at least one training vertex, which
+    matters on tiny graphs such as karate.
+    """
+    if len(split) != 3 or min(split) < 0 or sum(split) > 1 + 1e-9 or split[0] <= 0:
+        raise GraphError(f"split {split}: need three non-negative fractions, train > 0, summing to at most 1")
+    masks = {s: np.zeros(n, dtype=bool) for s in SPLITS}
+    groups = [np.arange(n)] if y is None else [np.flatnonzero(y == c) for c in np.unique(y[y >= 0])]
+    for members in groups:
+        perm = members[rng.permutation(members.size)]
+        k = perm.size
+        n_train = max(1, int(round(split[0] * k)))
+        n_val = min(k - n_train, int(round(split[1] * k)))
+        n_test = min(k - n_train - n_val, int(round(split[2] * k)))
+        masks["train"][perm[:n_train]] = True
+        masks["val"][perm[n_train:n_train + n_val]] = True
+        masks["test"][perm[n_train + n_val:n_train + n_val + n_test]] = True
+    return masks
+
+
+class CentroidFeatures:
+    """``x[v] = mu[y[v]] + noise · N(0, I_F)`` with ``mu[c] ~ N(0, I_F)``, float32, drawn in blocks of
+    :data:`FEATURE_BLOCK_ROWS` rows, block ``b`` from its own generator (``seq``'s child ``b``)."""
+
+    def __init__(self, y: np.ndarray, num_classes: int, num_features: int, noise: float,
+                 seq: np.random.SeedSequence) -> None:
+        self.y, self.num_features, self.noise, self.seq = y, num_features, np.float32(noise), seq
+        self.mu = np.random.default_rng(seq).standard_normal((num_classes, num_features), dtype=np.float32)
+
+    def _fill(self, begin: int, out: np.ndarray) -> None:
+        """Rows ``[begin, begin + len(out))``, which lie in one block."""
+        block = begin // FEATURE_BLOCK_ROWS
+        rng = np.random.default_rng(np.random.SeedSequence(self.seq.entropy, spawn_key=(*self.seq.spawn_key, block)))
+        if begin > block * FEATURE_BLOCK_ROWS:  # the block's earlier rows: drawn and dropped, the same stream
+            rng.standard_normal((begin - block * FEATURE_BLOCK_ROWS, self.num_features), dtype=np.float32)
+        rng.standard_normal(dtype=np.float32, out=out)
+        out *= self.noise
+        out += self.mu[self.y[begin:begin + out.shape[0]]]
+
+    def rows(self, begin: int, end: int) -> np.ndarray:
+        """Rows ``[begin, end)`` (float32 ``[end - begin, F]``), their blocks in threads."""
+        out = np.empty((max(0, end - begin), self.num_features), dtype=np.float32)
+        starts = [begin, *range((begin // FEATURE_BLOCK_ROWS + 1) * FEATURE_BLOCK_ROWS, end, FEATURE_BLOCK_ROWS)]
+        bounds = [*starts, end] if end > begin else [begin]
+        thread_map(lambda i: self._fill(bounds[i], out[bounds[i] - begin:bounds[i + 1] - begin]),
+                   range(len(bounds) - 1))
+        return out
+
+    def all(self) -> np.ndarray:
+        return self.rows(0, self.y.size)
+
+    def chunks(self, rows: int) -> Iterator[np.ndarray]:
+        """The features about ``rows`` rows at a time (whole blocks where ``rows`` allows; the last chunk may be
+        shorter)."""
+        if rows >= FEATURE_BLOCK_ROWS:
+            rows -= rows % FEATURE_BLOCK_ROWS
+        for begin in range(0, self.y.size, rows):
+            yield self.rows(begin, min(begin + rows, self.y.size))
+
+
+def degree_buckets(deg: np.ndarray, num_classes: int) -> np.ndarray:
+    """Labels = ``num_classes`` quantile buckets of the degree; rank-based (ties in vertex order), so classes stay
+    balanced even though many vertices share a degree."""
+    order = np.argsort(deg, kind="stable")
+    rank = np.empty(deg.size, dtype=np.int64)
+    rank[order] = np.arange(deg.size, dtype=np.int64)
+    return rank * num_classes // max(1, deg.size)
+
+
+def rechunk(blocks: Iterable[np.ndarray], chunk_size: int) -> Iterator[np.ndarray]:
+    """Re-cut a stream of ``[2, k]`` blocks into chunks of exactly ``chunk_size`` columns (the last may be shorter)."""
+    pending: list[np.ndarray] = []
+    pending_len = 0
+    for e in blocks:
+        pending.append(e)
+        pending_len += e.shape[1]
+        if pending_len < chunk_size:
+            continue
+        buf = np.concatenate(pending, axis=1) if len(pending) > 1 else pending[0]
+        cut = (buf.shape[1] // chunk_size) * chunk_size
+        for i in range(0, cut, chunk_size):
+            yield buf[:, i:i + chunk_size]
+        pending = [buf[:, cut:]] if cut < buf.shape[1] else []
+        pending_len = buf.shape[1] - cut
+    if pending_len:
+        yield np.concatenate(pending, axis=1)
+
+
+@dataclass(frozen=True)
+class GraphStream:
+    """A generated graph that is written piece by piece (``mggcn prepare``): edge chunks first, then vertex data.
+
+    The graph is the symmetric closure of the streamed edges with duplicates merged: the writer adds the reverse of
+    every edge and deduplicates. Self loops are never streamed.
+
+    Attributes:
+        edges: ``edges(chunk_size)`` yields ``int64 [2, k]`` chunks, ``k <= chunk_size``; deterministic.
+        max_edges: how many edges ``edges`` yields at most (before the reverse edges are added).
+        vertex_data: ``vertex_data(in_degree)`` -> ``(y, masks, x_chunks)``, given the in-degree of every vertex in
+            the final (symmetric, deduplicated) graph; ``x_chunks(rows)`` yields the features ``rows`` at a time.
+    """
+
+    name: str
+    num_nodes: int
+    num_features: int
+    num_classes: int
+    max_edges: int
+    edges: Callable[[int], Iterator[np.ndarray]]
+    vertex_data: Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray],
+                                              Callable[[int], Iterator[np.ndarray]]]]
+    meta: dict

@@ -1,0 +1,202 @@
+"""The ``DATASET`` spec strings that name generated and built-in datasets: ``synthetic[:...]``, ``rmat:...``,
+``builtin:karate``, ``builtin:digits``.
+
+:func:`generate_spec` builds the dataset a spec names (:class:`~mggcn.data.generators.common.GeneratedGraph`: its
+CSR and vertex data, what ``mggcn train`` trains on); :func:`parse_spec` the same as a validated
+:class:`~mggcn.data.graph.Graph`; :func:`stream_spec` a :class:`~mggcn.data.generators.common.GraphStream` that
+``mggcn prepare`` writes to disk chunk by chunk, at sizes that do not fit in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from mggcn.data.generators.builtin import DIGITS_NODES, digits_generated, karate_generated
+from mggcn.data.generators.common import GeneratedGraph, GraphStream
+from mggcn.data.generators.community import (
+    DEFAULT_CLASSES,
+    DEFAULT_NODES,
+    community_generated,
+    community_stream,
+)
+from mggcn.data.generators.rmat import MAX_MEMORY_SCALE, rmat_generated, rmat_stream
+from mggcn.data.graph import Graph, GraphError
+
+__all__ = ["BUILTINS", "GENERATED_PREFIXES", "SPEC_PREFIXES", "is_generated", "generate_spec", "parse_spec",
+           "stream_spec"]
+
+
+def _pos_int(spec: str, key: str, value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise GraphError(f"{spec}: {key} must be a positive integer, got {value!r}")
+    return v
+
+
+def _nonneg_int(spec: str, key: str, value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise GraphError(f"{spec}: {key} must be a non-negative integer, got {value!r}")
+    return v
+
+
+def _float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str, str, str], float]:
+    def parse(spec: str, key: str, value: str) -> float:
+        try:
+            v = float(value)
+        except ValueError:
+            v = float("nan")
+        ok = (v > lo if lo_open else v >= lo) and v <= hi  # NaN fails every comparison
+        if not ok:
+            rng = f"{'(' if lo_open else '['}{lo}, {hi}]"
+            raise GraphError(f"{spec}: {key} must be a number in {rng}, got {value!r}")
+        return v
+    return parse
+
+
+_Parser = Callable[[str, str, str], object]
+
+# spec key -> (keyword argument, parser)
+_SYNTHETIC_KEYS: dict[str, tuple[str, _Parser]] = {
+    "n": ("num_nodes", _pos_int),
+    "classes": ("num_classes", _pos_int),
+    "features": ("num_features", _pos_int),
+    "degree": ("avg_degree", _float_in(0.0, float("inf"), lo_open=True)),
+    "seed": ("seed", _nonneg_int),
+    "p_in": ("p_in", _float_in(0.0, 1.0)),
+    "noise": ("noise", _float_in(0.0, float("inf"))),
+    "exponent": ("degree_exponent", _float_in(2.0, float("inf"), lo_open=True)),
+}
+_RMAT_KEYS: dict[str, tuple[str, _Parser]] = {
+    "scale": ("scale", _pos_int),
+    "edge_factor": ("edge_factor", _pos_int),
+    "seed": ("seed", _nonneg_int),
+    "classes": ("num_classes", _pos_int),
+    "features": ("num_features", _pos_int),
+    "noise": ("noise", _float_in(0.0, float("inf"))),
+    "a": ("a", _float_in(0.0, 1.0)),
+    "b": ("b", _float_in(0.0, 1.0)),
+    "c": ("c", _float_in(0.0, 1.0)),
+}
+_DIGITS_KEYS: dict[str, tuple[str, _Parser]] = {"k": ("k", _pos_int), "seed": ("seed", _nonneg_int)}
+_KARATE_KEYS: dict[str, tuple[str, _Parser]] = {"seed": ("seed", _nonneg_int)}
+
+# The one list of dataset specs that need no file: their first words, and the full forms an error lists.
+BUILTINS = ("karate", "digits")
+GENERATED_PREFIXES = ("synthetic", "rmat", "builtin")
+SPEC_PREFIXES = ("synthetic", "rmat") + tuple(f"builtin:{name}" for name in BUILTINS)
+
+
+def is_generated(spec: str) -> bool:
+    """Whether ``spec`` names a generated or built-in dataset (``synthetic...``, ``rmat...``, ``builtin:...``)."""
+    return spec.strip().split(":", 1)[0] in GENERATED_PREFIXES
+
+
+
+def _options(spec: str, text: str, keys: dict[str, tuple[str, _Parser]]) -> dict[str, object]:
+    """``"k1=v1,k2=v2"`` -> keyword arguments, each value parsed and checked; errors name the spec and the key."""
+    out: dict[str, object] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in keys:
+            raise GraphError(f"{spec}: unknown key '{key}' (known: {', '.join(keys)})")
+        if not eq or not value:
+            raise GraphError(f"{spec}: {key} needs a value, as in {key}=...")
+        kwarg, parse = keys[key]
+        if kwarg in out:
+            raise GraphError(f"{spec}: {key} is given twice")
+        out[kwarg] = parse(spec, key, value)
+    return out
+
+
+def _synthetic_options(spec: str, rest: str) -> dict[str, object]:
+    kw = _options(spec, rest, _SYNTHETIC_KEYS)
+    if kw.get("num_classes", DEFAULT_CLASSES) > kw.get("num_nodes", DEFAULT_NODES):
+        raise GraphError(f"{spec}: classes must not exceed n")
+    if kw.get("num_nodes", DEFAULT_NODES) < 2:
+        raise GraphError(f"{spec}: n must be at least 2")
+    return kw
+
+
+def _rmat_options(spec: str, rest: str, max_scale: int) -> dict[str, object]:
+    kw = _options(spec, rest, _RMAT_KEYS)
+    kw.setdefault("scale", 12)
+    if kw["scale"] > max_scale:
+        where = "for an in-memory graph (mggcn prepare streams larger ones)" if max_scale == MAX_MEMORY_SCALE else ""
+        raise GraphError(f"{spec}: scale must be at most {max_scale} {where}".rstrip())
+    if kw.get("a", 0.57) + kw.get("b", 0.19) + kw.get("c", 0.19) > 1.0:
+        raise GraphError(f"{spec}: a + b + c must be at most 1")
+    if kw.get("num_classes", 4) > 1 << kw["scale"]:
+        raise GraphError(f"{spec}: classes must not exceed 2^scale")
+    return kw
+
+
+def stream_spec(spec: str) -> GraphStream:
+    """The :class:`GraphStream` of a ``synthetic:...`` or ``rmat:...`` spec (same keys as :func:`parse_spec`).
+
+    ``rmat:`` streams :func:`rmat_graph`'s dataset exactly, at scales up to 40; ``synthetic:`` streams
+    :func:`community_stream`, the same model as :func:`community_graph` with edges drawn block by block.
+    """
+    spec = spec.strip()
+    head, _, rest = spec.partition(":")
+    if head not in ("synthetic", "rmat"):
+        raise GraphError(f"{spec}: only synthetic: and rmat: specs stream (builtin: datasets are small)")
+    stream = (community_stream(**_synthetic_options(spec, rest)) if head == "synthetic"
+              else rmat_stream(**_rmat_options(spec, rest, max_scale=40)))
+    return dataclasses.replace(stream, name=spec)
+
+
+def generate_spec(spec: str) -> GeneratedGraph:
+    """Build the dataset a spec string names (forms: :func:`parse_spec`).
+
+    Raises:
+        GraphError: unknown prefix (the message lists the known ones), unknown key, or a bad value (the message names
+            the spec and the key, e.g. ``"synthetic:n=abc: n must be a positive integer, got 'abc'"``).
+    """
+    spec = spec.strip()
+    head, _, rest = spec.partition(":")
+    if head == "synthetic":
+        g = community_generated(**_synthetic_options(spec, rest))
+    elif head == "rmat":
+        g = rmat_generated(**_rmat_options(spec, rest, max_scale=MAX_MEMORY_SCALE))
+    elif head == "builtin":
+        name, _, opts = rest.partition(":")
+        if name == BUILTINS[0]:
+            g = karate_generated(**_options(spec, opts, _KARATE_KEYS))
+        elif name == BUILTINS[1]:
+            kw = _options(spec, opts, _DIGITS_KEYS)
+            if kw.get("k", 10) >= DIGITS_NODES:
+                raise GraphError(f"{spec}: k must be below the {DIGITS_NODES} vertices")
+            g = digits_generated(**kw)
+        else:
+            raise GraphError(f"{spec}: unknown dataset spec (known: {', '.join(SPEC_PREFIXES)})")
+    else:
+        raise GraphError(f"{spec}: unknown dataset spec (known: {', '.join(SPEC_PREFIXES)})")
+    g.name = spec
+    return g
+
+
+def parse_spec(spec: str) -> Graph:
+    """Build the dataset a spec string names, as a :class:`Graph` that has passed :meth:`Graph.validate`.
+
+    Forms (options are ``key=value`` pairs separated by commas, all optional):
+
+    * ``synthetic[:n=,classes=,features=,degree=,seed=,p_in=,noise=,exponent=]`` —
+      :func:`~mggcn.data.generators.community.community_graph`.
+    * ``rmat[:scale=,edge_factor=,seed=,classes=,features=,noise=,a=,b=,c=]`` —
+      :func:`~mggcn.data.generators.rmat.rmat_graph`, scale default 12.
+    * ``builtin:karate[:seed=]`` — :func:`~mggcn.data.generators.builtin.karate_graph`.
+    * ``builtin:digits[:k=,seed=]`` — :func:`~mggcn.data.generators.builtin.digits_graph`.
+
+    Raises:
+        GraphError: as :func:`generate_spec`.
+    """
+    return generate_spec(spec).to_graph()
