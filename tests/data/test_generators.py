@@ -399,3 +399,17 @@ def test_parse_spec_unknown_lists_known():
         parse_spec("ogbn-arxiv")
     for prefix in SPEC_PREFIXES:
         assert prefix in str(info.value)
+
+
+def test_clustered_ids_are_the_same_graph_relabelled_community_by_community():
+    """The bench's ids: vertices numbered community by community; the same edges (the duplicates' top-up and the
+    trim included) and labels under that relabelling."""
+    g = community.community_generated(3000, avg_degree=30, degree_exponent=2.1, seed=1)
+    c = community.community_generated(3000, avg_degree=30, degree_exponent=2.1, seed=1, clustered=True)
+    order = np.argsort(g.y, kind="stable")  # new id -> old id
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    assert np.array_equal(c.y, g.y[order]) and (np.diff(c.y) >= 0).all()
+    rows = np.repeat(np.arange(3000), np.diff(g.csr.indptr))
+    moved = np.sort(position[rows] * 3000 + position[g.csr.indices])
+    assert np.array_equal(np.repeat(np.arange(3000), np.diff(c.csr.indptr)) * 3000 + c.csr.indices, moved)

@@ -86,9 +86,10 @@ class PairGraph:
         new = self.buckets.finish(dedup=True)
         self.ranges = new if self.ranges is None else thread_map(_merge, zip(self.ranges, new))
 
-    def keep_pairs(self, count: int) -> None:
+    def keep_pairs(self, count: int, names: np.ndarray | None = None) -> None:
         """Keep ``count`` of the pairs: those whose undirected key ``min · n + max`` comes first in the order of
-        :func:`~mggcn.data.csr.mix64` (a random-looking subset, the same on every machine)."""
+        :func:`~mggcn.data.csr.mix64` (a random-looking subset, the same on every machine). ``names``: the keys are
+        of ``names[vertex]`` instead (so that a relabelled graph keeps the same pairs)."""
         if self.ranges is None or count >= self.num_pairs:
             return
         n = self.buckets.num_nodes
@@ -96,6 +97,8 @@ class PairGraph:
         def pair_hash(keys: np.ndarray) -> np.ndarray:
             rows = keys // n
             cols = keys - rows * n
+            if names is not None:
+                rows, cols = names[rows], names[cols]
             return mix64(np.minimum(rows, cols) * n + np.maximum(rows, cols))
 
         hashes = thread_map(pair_hash, self.ranges)

@@ -97,19 +97,21 @@ class _Communities:
             ahead = ahead[cum[at[ahead]] <= pos[ahead]]
         return np.minimum(at, n - 1)
 
-    def pairs(self, rng: np.random.Generator, want: int) -> tuple[np.ndarray, np.ndarray]:
+    def pairs(self, rng: np.random.Generator, want: int, clustered: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``want`` raw edge draws ``(u, v)``: ``u`` ∝ theta; ``v`` ∝ theta in u's community w.p. p_in, else in
-        a uniformly chosen other one. Self loops and duplicates included."""
+        a uniformly chosen other one. Self loops and duplicates included. ``clustered``: vertices named by their
+        position in ``order`` (community by community) instead of their id."""
         C = self.start.size
-        u = self.order[self.search(rng.random(want) * self.cum[-1])]
+        u = self.search(rng.random(want) * self.cum[-1])  # positions in order
+        own = self.y[self.order[u]]
         inside = rng.random(want) < self.p_in
-        other = (self.y[u] + rng.integers(1, max(C, 2), size=want)) % C  # a uniformly chosen different community
-        comm = np.where(inside, self.y[u], other)
-        v = self.order[self.search(self.start[comm] + rng.random(comm.size) * self.width[comm])]
-        return u, v
+        other = (own + rng.integers(1, max(C, 2), size=want)) % C  # a uniformly chosen different community
+        comm = np.where(inside, own, other)
+        v = self.search(self.start[comm] + rng.random(comm.size) * self.width[comm])
+        return (u, v) if clustered else (self.order[u], self.order[v])
 
-    def block(self, seed: int, block: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.pairs(np.random.default_rng([seed, _TAG, block]), count)
+    def block(self, seed: int, block: int, count: int, clustered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        return self.pairs(np.random.default_rng([seed, _TAG, block]), count, clustered)
 
 
 def _check(name: str, num_nodes: int, num_classes: int, num_features: int, avg_degree: float,
@@ -141,8 +143,13 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
                         num_features: int = DEFAULT_FEATURES, avg_degree: float = DEFAULT_DEGREE,
                         p_in: float = DEFAULT_P_IN, noise: float = DEFAULT_NOISE,
                         degree_exponent: float = DEFAULT_DEGREE_EXPONENT,
-                        split: tuple[float, float, float] = DEFAULT_SPLIT, seed: int = 0) -> GeneratedGraph:
-    """:func:`community_graph` as a :class:`~mggcn.data.generators.common.GeneratedGraph` (its CSR, no edge list)."""
+                        split: tuple[float, float, float] = DEFAULT_SPLIT, seed: int = 0,
+                        clustered: bool = False) -> GeneratedGraph:
+    """:func:`community_graph` as a :class:`~mggcn.data.generators.common.GeneratedGraph` (its CSR, no edge list).
+
+    ``clustered``: the vertices numbered community by community (by id within one), as crawled and real datasets
+    often come with locality in their ids: the same edges and labels relabelled; the features and the split are
+    drawn in that order (the same distribution, other draws)."""
     name = f"community_graph(n={num_nodes}, seed={seed})"
     _check(name, num_nodes, num_classes, num_features, avg_degree, p_in, noise, degree_exponent)
     n, C = num_nodes, num_classes
@@ -154,18 +161,19 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
     for _ in range(_TOP_UP_ROUNDS):
         blocks = _blocks(next_block, want)
         before = graph.num_pairs
-        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b]))
+        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b], clustered))
         next_block += len(blocks)
         gained = graph.num_pairs - before
         if graph.num_pairs >= target or gained == 0:
             break
         want = int((target - graph.num_pairs) * want / gained * 1.02) + 16
-    graph.keep_pairs(target)  # a random subset of the pairs, so the mean degree is met exactly
-    x = CentroidFeatures(model.y, C, num_features, noise, seeds[2]).all()
+    graph.keep_pairs(target, model.order if clustered else None)  # a random subset, to meet the mean degree exactly
+    y = model.y[model.order] if clustered else model.y
+    x = CentroidFeatures(y, C, num_features, noise, seeds[2]).all()
     masks = random_split(n, split, np.random.default_rng(seeds[3]))
     meta = dict(generator="community_graph", p_in=model.p_in, noise=noise, degree_exponent=degree_exponent,
-                avg_degree=avg_degree, seed=seed)
-    return GeneratedGraph(name, graph.csr(), x, model.y, masks, C, meta)
+                avg_degree=avg_degree, seed=seed, clustered=clustered)
+    return GeneratedGraph(name + (", clustered ids" if clustered else ""), graph.csr(), x, y, masks, C, meta)
 
 
 def community_graph(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_CLASSES,

@@ -65,10 +65,11 @@ class NpyWriter:
     ``sha256`` is over the data bytes (everything after the header), so a reader can check it from a memory map.
     """
 
-    def __init__(self, path: Path, dtype: np.dtype | type, row_shape: tuple[int, ...] = ()) -> None:
+    def __init__(self, path: Path, dtype: np.dtype | type, row_shape: tuple[int, ...] = (),
+                 checksum: bool = True) -> None:
         self.path, self.dtype, self.row_shape = Path(path), np.dtype(dtype), tuple(row_shape)
         self.rows = 0
-        self._hash = hashlib.sha256()
+        self._hash = hashlib.sha256() if checksum else None
         # numpy pads the header so that the first dimension can grow to 21 digits at the same length.
         self._header_len = len(_npy_header(self.dtype, (0, *self.row_shape)))
         self._file = open(self.path, "wb")
@@ -79,20 +80,24 @@ class NpyWriter:
         if rows.shape[1:] != self.row_shape:
             raise ValueError(f"{self.path.name}: rows of shape {rows.shape[1:]}, expected {self.row_shape}")
         data = memoryview(rows).cast("B")
-        self._hash.update(data)
+        if self._hash is not None:
+            self._hash.update(data)
         self._file.write(data)
         self.rows += rows.shape[0]
 
     def close(self) -> dict:
-        """Finish the file; returns its manifest record ``{file, dtype, shape, sha256}``."""
+        """Finish the file; returns its manifest record ``{file, dtype, shape, sha256}`` (no ``sha256`` when it was
+        written without one)."""
         shape = (self.rows, *self.row_shape)
         header = _npy_header(self.dtype, shape)
         assert len(header) == self._header_len, "the .npy header grew"
         self._file.seek(0)
         self._file.write(header)
         self._file.close()
-        return {"file": self.path.name, "dtype": self.dtype.str, "shape": list(shape),
-                "sha256": self._hash.hexdigest()}
+        record = {"file": self.path.name, "dtype": self.dtype.str, "shape": list(shape)}
+        if self._hash is not None:
+            record["sha256"] = self._hash.hexdigest()
+        return record
 
     def abort(self) -> None:
         self._file.close()

@@ -312,7 +312,10 @@ class PreparedDataset:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the content (from the checksums in the manifest): a checkpoint refuses another dataset."""
+        """Identifies the content (from the checksums in the manifest, or the fingerprint of the dataset a job wrote
+        for its workers without checksums): a checkpoint refuses another dataset."""
+        if isinstance(self.manifest.get("fingerprint"), str):
+            return self.manifest["fingerprint"]
         sums = sorted((k, str(r.get("sha256"))) for k, r in self.manifest["arrays"].items() if isinstance(r, dict))
         return hashlib.sha256(json.dumps(sums).encode()).hexdigest()[:16]
 

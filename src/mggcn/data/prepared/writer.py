@@ -52,7 +52,7 @@ from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
 from mggcn.utils.units import parse_bytes
 
-__all__ = ["prepare", "parse_memory", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CHUNK_EDGES", "STREAM_MIN_EDGES"]
+__all__ = ["prepare", "write_dataset", "parse_memory", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CHUNK_EDGES", "STREAM_MIN_EDGES"]
 
 DEFAULT_MEMORY_LIMIT = 2 << 30  # bytes for edge chunks and bucket sorts when no limit is given
 DEFAULT_CHUNK_EDGES = 1 << 22
@@ -363,3 +363,79 @@ def _write_vertex_data(vd: _VertexData, n: int, tmp: Path, report: Progress) -> 
         w.write(arr)
         arrays[name] = w.close()
     return arrays
+
+
+# ------------------------------------------------------------------------------------------ a dataset in memory
+
+_WRITE_ROWS = 1 << 22  # CSR rows (or vertex rows) examined at a time when counting distinct neighbours
+
+
+def _hat_nnz(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, int]:
+    """Nonzeros of each row of Â (distinct neighbours other than the row itself, plus one) of a CSR whose rows are
+    sorted, and its self loops."""
+    n = indptr.size - 1
+    hat, loops = np.ones(n, dtype=np.int64), 0
+    for lo in range(0, n, _WRITE_ROWS):
+        hi = min(n, lo + _WRITE_ROWS)
+        cols = np.asarray(indices[indptr[lo]:indptr[hi]]).astype(np.int64)
+        rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
+        new = np.ones(cols.size, dtype=bool)
+        new[1:] = (cols[1:] != cols[:-1]) | (rows[1:] != rows[:-1])
+        own = cols == rows
+        loops += int(own.sum())
+        hat[lo:hi] += np.bincount(rows[new & ~own] - lo, minlength=hi - lo)
+    return hat, loops
+
+
+def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dict | None = None) -> Path:
+    """Write a dataset that is in memory (:class:`~mggcn.data.datasets.GeneratedDataset`, ``InMemoryDataset``: any
+    :class:`~mggcn.data.datasets.Dataset` with sorted CSR rows) as a prepared directory ``out_dir``, array by array:
+    no sort, the speed of the disk (or of memory, under ``/dev/shm``). ``checksums=False`` leaves out the sha256
+    of each array (a directory that only this job's workers read); ``fingerprint`` then carries the dataset's own.
+
+    ``out_dir`` must not exist; it is written in a sibling and renamed at the end, as :func:`prepare` does.
+    """
+    out = Path(out_dir).absolute()
+    if out.exists():
+        raise ConfigError(f"{out}: already exists", "out_dir")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        arrays, n = dataset.arrays, dataset.num_nodes
+        names = ["in_indptr", "in_indices", "degree", "features", "labels", "split"]
+        if not dataset.symmetric:
+            names[2:2] = ["out_indptr", "out_indices"]
+        records = {}
+        for name in names:
+            array = np.asarray(arrays[name])
+            writer = NpyWriter(tmp / f"{name}.npy", array.dtype, array.shape[1:], checksum=checksums)
+            for begin in range(0, max(1, array.shape[0]), _WRITE_ROWS):
+                writer.write(array[begin:begin + _WRITE_ROWS])
+            records[name] = writer.close()
+        hat_in, loops = _hat_nnz(arrays["in_indptr"], arrays["in_indices"])
+        hat_out = hat_in if dataset.symmetric else _hat_nnz(arrays["out_indptr"], arrays["out_indices"])[0]
+        balance = {}
+        for p in BALANCE_PARTS:
+            if p <= n:
+                a, at = nnz_per_rank(hat_in, p), nnz_per_rank(hat_out, p)
+                balance[str(p)] = {"adj_max": int(a.max()), "adj_t_max": int(at.max()), "mean": float(a.sum()) / p}
+        manifest = {
+            "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "name": dataset.name,
+            "num_nodes": n, "num_edges": dataset.num_edges, "num_features": dataset.num_features,
+            "num_classes": dataset.num_classes, "split_sizes": dict(dataset.split_sizes),
+            "num_labelled": int(np.count_nonzero(np.asarray(arrays["labels"]) >= 0)),
+            "symmetric": bool(dataset.symmetric), "self_loops": loops, "nnz_hat": int(hat_in.sum()),
+            "balance": balance, "arrays": records,
+            "built": dict(built or {}, mggcn_version=_mggcn_version(), source=dataset.name, format="memory",
+                          created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")),
+        }
+        if not checksums and getattr(dataset, "fingerprint", None):
+            manifest["fingerprint"] = dataset.fingerprint
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+        follow_umask(tmp, directory=True)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
