@@ -141,8 +141,8 @@ def test_community_tops_up_to_the_exact_count_and_keeps_a_subset_of_the_pairs_dr
     pairs drawn."""
     drawn, block = [], community._Communities.block
 
-    def recorded(self, seed, b, count):
-        pairs = block(self, seed, b, count)
+    def recorded(self, seed, b, count, clustered=False):
+        pairs = block(self, seed, b, count, clustered)
         drawn.append(pairs)
         return pairs
 

@@ -52,7 +52,8 @@ from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
 from mggcn.utils.units import parse_bytes
 
-__all__ = ["prepare", "write_dataset", "parse_memory", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CHUNK_EDGES", "STREAM_MIN_EDGES"]
+__all__ = ["prepare", "write_dataset", "parse_memory", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CHUNK_EDGES",
+           "STREAM_MIN_EDGES"]
 
 DEFAULT_MEMORY_LIMIT = 2 << 30  # bytes for edge chunks and bucket sorts when no limit is given
 DEFAULT_CHUNK_EDGES = 1 << 22
