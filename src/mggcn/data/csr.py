@@ -91,8 +91,8 @@ class RowBuckets:
         self.pieces: list[list[np.ndarray]] = [[] for _ in range(self.count)]
 
     def split(self, keys: np.ndarray) -> list[np.ndarray]:
-        """``keys`` sorted and cut at the range bounds (a pure function: safe in threads)."""
-        keys = np.sort(keys)
+        """``keys`` sorted in place and cut at the range bounds (views; safe in threads on distinct blocks)."""
+        keys.sort()  # in place: the caller's block is not used again
         cut = np.searchsorted(keys, self.bounds)
         return np.split(keys, cut)
 
@@ -132,10 +132,11 @@ def keys_csr(ranges: list[np.ndarray], buckets: RowBuckets) -> CSR:
     offsets = np.cumsum([0] + [k.size for k in ranges])
     indices = np.empty(int(offsets[-1]), dtype=index_dtype(n))
 
-    def decode(j: int) -> None:
+    def decode(j: int) -> None:  # GIL-free passes only (np.bincount holds the GIL)
         keys, (lo, hi) = ranges[j], buckets.rows(j)
         rows = keys // n
-        counts[lo:hi] = np.bincount(rows - lo, minlength=hi - lo)
+        starts = np.flatnonzero(run_starts(rows))
+        counts[rows[starts]] = np.diff(starts, append=rows.size)
         np.subtract(keys, rows * n, out=indices[offsets[j]:offsets[j + 1]], casting="unsafe")
 
     thread_map(decode, range(len(ranges)))

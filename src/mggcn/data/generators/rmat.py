@@ -35,7 +35,8 @@ MAX_MEMORY_SCALE = 30  # rmat_graph holds the graph in memory: 2^30 vertices, 2^
 
 
 def _rmat_block(scale: int, count: int, a: float, b: float, c: float, seed: int, block: int) -> np.ndarray:
-    """``count`` raw R-MAT edges of block ``block``: ``int64 [2, count]``, self loops and duplicates included.
+    """``count`` raw R-MAT edges of block ``block``: ``[2, count]`` uint32 (uint64 beyond scale 32), self loops and
+    duplicates included.
 
     At each of ``scale`` levels one uniform draw picks a quadrant: ``[0, a)`` top-left, ``[a, a+b)`` top-right,
     ``[a+b, a+b+c)`` bottom-left, the rest bottom-right; the source bit is 1 in the bottom half, the target bit 1 in
@@ -59,7 +60,7 @@ def _rmat_block(scale: int, count: int, a: float, b: float, c: float, seed: int,
         dst <<= 1
         src |= bottom
         dst |= right
-    return np.stack([src, dst]).astype(np.int64)
+    return np.stack([src, dst])
 
 
 def _scramble(ids: np.ndarray, scale: int, seed: int) -> np.ndarray:
@@ -69,13 +70,17 @@ def _scramble(ids: np.ndarray, scale: int, seed: int) -> np.ndarray:
     trivially unbalanced. O(1) memory, unlike a stored permutation of 2^scale ids.
     """
     if scale == 0:
-        return ids
-    mask = np.uint64((1 << scale) - 1)
+        return ids.astype(np.int64)
+    # The low `scale` bits of a product depend only on the low `scale` bits of its factors: where the ids fit,
+    # uint32 arithmetic (wrapping mod 2^32) gives the bits uint64 would, at half the bytes.
+    word = np.uint32 if scale <= 32 else np.uint64
+    mask = word((1 << scale) - 1)
     rng = np.random.default_rng([seed, 0x5C4A])
-    h = ids.astype(np.uint64)
-    shift = np.uint64(max(1, scale // 2))
+    h = ids.astype(word)
+    shift = word(max(1, scale // 2))
     for mult in rng.integers(0, 1 << 62, size=3, dtype=np.uint64) | np.uint64(1):
-        h = (h * mult) & mask  # odd multiplier: a bijection mod 2^scale (uint64 wraparound is intended)
+        h *= word(int(mult) & int(np.iinfo(word).max))  # odd: a bijection mod 2^scale (wraparound intended)
+        h &= mask
         h ^= h >> shift  # xor with a right shift of itself: invertible
     return h.astype(np.int64)
 
@@ -84,7 +89,7 @@ def _edge_block(scale: int, edge_factor: int, a: float, b: float, c: float, seed
                 block: int) -> np.ndarray:
     total = edge_factor << scale
     e = _rmat_block(scale, min(RMAT_BLOCK, total - block * RMAT_BLOCK), a, b, c, seed, block)
-    return _scramble(e, scale, seed) if scramble else e
+    return _scramble(e, scale, seed) if scramble else e.astype(np.int64)
 
 
 def _check_edges(scale: int, edge_factor: int, a: float, b: float, c: float, chunk_size: int = 1) -> None:
