@@ -36,7 +36,7 @@ from mggcn.distributed.spmm import StagedSpMM, local_adj
 from mggcn.distributed.tiled import csr_to_torch
 from mggcn.nn.model import LayerStack
 from mggcn.nn.norm import adjacency, normalize
-from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job
+from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job, share_dataset
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
 from mggcn.utils.timing import SetupClock
@@ -131,7 +131,7 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
             identity.update(dataset_identity(dataset))
 
         result = launch(run_train_job, job, check_job, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
-                        on_checked=note_identity)
+                        on_checked=note_identity, share=share_dataset)
         predictions = result.predictions
     model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)

@@ -549,3 +549,26 @@ def test_a_symmetric_graph_is_stored_once_without_being_told(tmp_path):
         assert (out / "out_indices.npy").exists() == directed
         (tmp_path / f"train-{directed}").mkdir()
         assert_trains_the_same(tmp_path / f"train-{directed}", out, graph)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_a_dataset_in_memory_written_whole_equals_its_preparation(tmp_path, directed):
+    """write_dataset (a dataset in memory, array by array) and prepare (edges bucketed and sorted) make the same
+    directory: arrays, and the manifest's counts (self loops, nonzeros of Â, balance), on a graph with parallel
+    edges and self loops."""
+    from mggcn.data.prepared.writer import write_dataset
+
+    g = random_graph(500, 4000, features=5, classes=3, directed=directed, seed=2)
+    extra = np.stack([np.arange(20), np.arange(20)])
+    g.edge_index = np.concatenate([g.edge_index, g.edge_index[:, :100], extra, extra[:, :5]], axis=1)
+    a = PreparedDataset(write_dataset(InMemoryDataset(g), tmp_path / "whole"), verify=True)
+    b = PreparedDataset(prepare(g, tmp_path / "prepared", progress=False), verify=True)
+    for key in ("num_edges", "symmetric", "self_loops", "nnz_hat", "balance", "split_sizes", "num_labelled"):
+        assert a.manifest[key] == b.manifest[key], key
+    assert a.manifest["self_loops"] >= 25  # the loops added, and those random_graph draws
+    for name in b.arrays:
+        np.testing.assert_array_equal(a.arrays[name], b.arrays[name], err_msg=name)
+    unsummed = PreparedDataset(write_dataset(InMemoryDataset(g), tmp_path / "quick", checksums=False,
+                                             fingerprint="0123456789abcdef"))
+    assert unsummed.fingerprint == "0123456789abcdef"
+    assert all("sha256" not in r for r in unsummed.manifest["arrays"].values())

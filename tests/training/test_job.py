@@ -59,3 +59,29 @@ def test_format_epoch():
               "spmm": 0.001, "comm_wait": 0.002, "gemm": 0.003}
     assert format_epoch(record) == ("epoch    7 | loss 0.5000 | train 0.7500 val 0.5000 test 0.2500 | 0.013 s "
                                     "(spmm 0.001, wait 0.002, gemm 0.003)")
+
+
+def test_local_workers_read_the_dataset_the_launcher_generated(tmp_path):
+    """P > 1 on a generated dataset: the launcher writes what it generated once into the job's directory
+    (share_dataset) and every worker reads its rows from there; the losses are those of one process, and the setup
+    line names the hand-over."""
+    from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.distributed.launch import launch
+    from mggcn.training.job import share_dataset
+    from mggcn.utils.timing import SetupClock
+
+    spec = "synthetic:n=600,degree=8,features=6,classes=3"
+    job = TrainJob(spec, TrainConfig(hidden=(8,), epochs=4, trace_epoch=0), quiet=True, clock=SetupClock())
+    dataset = check_job(job, 2)
+    shared = share_dataset(job, dataset, str(tmp_path))
+    prepared = PreparedDataset(shared.dataset, verify=True)
+    again = check_job(TrainJob(spec), 1)
+    for name, array in prepared.arrays.items():
+        np.testing.assert_array_equal(array, again.arrays[name], err_msg=name)
+    assert "hand-over" in job.clock.phases and shared.fmt is None
+    one = run_train_job(TrainJob(spec, job.config, quiet=True))
+    two = launch(run_train_job, TrainJob(spec, job.config, quiet=True, clock=SetupClock()), check_job, 2,
+                 share=share_dataset)
+    # the same shard arithmetic whatever P is not promised bit for bit; a float32 ulp-level margin is
+    assert [r["loss"] for r in two.history] == pytest.approx([r["loss"] for r in one.history], rel=1e-5)
+    assert set(two.history[0]["setup"]["phases"]) >= {"hand-over", "launch", "dataset", "shard"}

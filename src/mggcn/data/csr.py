@@ -133,7 +133,7 @@ def keys_csr(ranges: list[np.ndarray], buckets: RowBuckets) -> CSR:
     indices = np.empty(int(offsets[-1]), dtype=index_dtype(n))
 
     def decode(j: int) -> None:  # GIL-free passes only (np.bincount holds the GIL)
-        keys, (lo, hi) = ranges[j], buckets.rows(j)
+        keys = ranges[j]
         rows = keys // n
         starts = np.flatnonzero(run_starts(rows))
         counts[rows[starts]] = np.diff(starts, append=rows.size)

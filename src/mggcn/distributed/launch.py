@@ -130,7 +130,8 @@ def _stop(procs: list[mp.process.BaseProcess], grace_s: float = 3.0) -> None:
 
 
 def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s: float | None = None,
-                grace_s: float = 60.0, settle_s: float = 5.0) -> list[Any]:
+                grace_s: float = 60.0, settle_s: float = 5.0,
+                handoff: Callable[[str], tuple] | None = None) -> list[Any]:
     """Run ``fn(*args)`` in ``nprocs`` spawned processes (ranks 0..P-1) and return their results in rank order.
 
     ``fn`` must be importable (a module-level function); it joins the job with
@@ -147,17 +148,22 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     came before training started) raise :class:`JobInterrupted`.
 
     The private directory of the job is removed when this returns, and, by a small watcher process, when the
-    launcher is killed (a killed launcher's workers die with it: :func:`die_with_parent`).
+    launcher is killed (a killed launcher's workers die with it: :func:`die_with_parent`). ``handoff(directory)``,
+    when given, runs once that directory exists, before any worker starts, and returns the workers' ``args``: what
+    it writes there (a dataset the workers read) goes with the directory.
     """
     refuse_unguarded_script()
     workdir = tempfile.mkdtemp(prefix="mggcn-job-")
     cleaner = _start_cleaner(workdir)
-    context = _worker_context(fn)
-    environ = dict(os.environ)
-    procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ),
-                             name=f"mggcn-rank{rank}") for rank in range(nprocs)]
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    procs: list[mp.process.BaseProcess] = []
     try:
+        if handoff is not None:
+            args = handoff(workdir)
+        context = _worker_context(fn)
+        environ = dict(os.environ)
+        procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ),
+                                 name=f"mggcn-rank{rank}") for rank in range(nprocs)]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with sigterm_as_interrupt():  # the launcher's handler is back before the workers are stopped
             return _run(procs, nprocs, workdir, deadline, timeout_s, grace_s, settle_s)
     finally:
@@ -346,7 +352,8 @@ def under_torchrun() -> bool:
 
 
 def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], nprocs: int | None = None,
-           grace_s: float = 60.0, torchrun: bool = True, on_checked: Callable[[Any, int], None] | None = None) -> Any:
+           grace_s: float = 60.0, torchrun: bool = True, on_checked: Callable[[Any, int], None] | None = None,
+           share: Callable[[Any, Any, str], Any] | None = None) -> Any:
     """Run the job function ``fn`` on every rank: the one dispatch of ``mggcn train``, ``mggcn predict`` and the API.
 
     ``check(job, P)`` runs first, in this process, and returns the dataset it opened (so bad input stops the job
@@ -357,8 +364,11 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
       by the other nodes), then ``fn(job, dataset)`` with the dataset it checked, P torchrun's world size
       (``nprocs``, when given, must agree);
     * ``nprocs`` 1 (or None): ``fn(job, dataset)`` in this process, reusing the checked dataset;
-    * ``nprocs`` P > 1: ``fn(job)`` on P spawned workers (:func:`run_workers`); in a worker still importing an
-      unguarded script, nothing is checked: it ends at once (:func:`refuse_unguarded_script`).
+    * ``nprocs`` P > 1: ``fn(job)`` on P spawned workers (:func:`run_workers`), where ``share(job, dataset,
+      directory)``, when given, may hand the checked dataset over through the job's private directory and return
+      the job the workers run (so that they read what this process already read or generated, instead of doing it
+      P times over); in a worker still importing an unguarded script, nothing is checked: it ends at once
+      (:func:`refuse_unguarded_script`).
 
     Returns this process's result (under torchrun) or rank 0's. Raises :class:`WorkerError` when a worker fails
     (:class:`JobInterrupted` when Ctrl-C or SIGTERM ended the workers before they could stop by themselves).
@@ -381,5 +391,13 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
         on_checked(dataset, nprocs)
     if nprocs == 1:
         return fn(job, dataset)
+    if share is None:
+        del dataset
+        return run_workers(fn, nprocs, (job,), grace_s=grace_s)[0]
+    held = [dataset]  # handed over inside run_workers, then let go of before the workers start
     del dataset
-    return run_workers(fn, nprocs, (job,), grace_s=grace_s)[0]
+
+    def handoff(directory: str) -> tuple:
+        return (share(job, held.pop(), directory),)
+
+    return run_workers(fn, nprocs, (job,), grace_s=grace_s, handoff=handoff)[0]

@@ -11,7 +11,8 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +20,8 @@ import torch
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, MODELS, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
+from mggcn.data.prepared.reader import PreparedDataset
+from mggcn.data.prepared.writer import write_dataset
 from mggcn.distributed.context import available_cores, init_distributed, shutdown
 from mggcn.distributed.metis import require_pymetis
 from mggcn.distributed.partition import check_partition
@@ -32,7 +35,7 @@ from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final",
-           "format_setup"]
+           "format_setup", "share_dataset"]
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,21 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
 def _mark(job: TrainJob, phase: str) -> None:
     if job.clock is not None:
         job.clock.mark(phase)
+
+
+def share_dataset(job: Any, dataset: Dataset, directory: str) -> Any:
+    """The job local workers run, reading ``dataset`` as this process checked it: a dataset in memory (a generated
+    graph, files read whole, a Graph) is written once into ``directory`` as a prepared dataset (no checksums: only
+    this job reads it), and each worker then reads only its rows from it, instead of every worker reading or
+    generating the whole graph again; a prepared directory is read where it is."""
+    if isinstance(dataset, PreparedDataset):
+        return job
+    fingerprint = dataset.fingerprint if getattr(job, "checkpoint_dir", None) else None  # hashed only for those
+    path = write_dataset(dataset, os.path.join(directory, "dataset"), checksums=False, fingerprint=fingerprint)
+    release_dataset(dataset)
+    if getattr(job, "clock", None) is not None:
+        job.clock.mark("hand-over")
+    return replace(job, dataset=str(path), fmt=None, undirected=False, dedup=False, read_options={})
 
 
 def format_setup(setup: dict) -> str:

@@ -29,7 +29,7 @@ from mggcn.distributed.launch import launch
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import LayerStack, activate
-from mggcn.training.job import check_threads
+from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.trainer import gather_original, shard_tile_columns
 from mggcn.utils.system import caller_settings_kept
@@ -162,4 +162,5 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
             ``read_options``, ...).
     """
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
-    return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False)
+    return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
+                  share=share_dataset)

@@ -371,28 +371,28 @@ def _write_vertex_data(vd: _VertexData, n: int, tmp: Path, report: Progress) -> 
 _WRITE_ROWS = 1 << 22  # CSR rows (or vertex rows) examined at a time when counting distinct neighbours
 
 
-def _hat_nnz(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, int]:
+def _hat_nnz(indptr: np.ndarray, indices: np.ndarray, loops: np.ndarray) -> np.ndarray:
     """Nonzeros of each row of Â (distinct neighbours other than the row itself, plus one) of a CSR whose rows are
-    sorted, and its self loops."""
+    sorted, given how many self loops each row holds: the runs of equal columns, counted through a running sum."""
     n = indptr.size - 1
-    hat, loops = np.ones(n, dtype=np.int64), 0
-    for lo in range(0, n, _WRITE_ROWS):
-        hi = min(n, lo + _WRITE_ROWS)
-        cols = np.asarray(indices[indptr[lo]:indptr[hi]]).astype(np.int64)
-        rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
-        new = np.ones(cols.size, dtype=bool)
-        new[1:] = (cols[1:] != cols[:-1]) | (rows[1:] != rows[:-1])
-        own = cols == rows
-        loops += int(own.sum())
-        hat[lo:hi] += np.bincount(rows[new & ~own] - lo, minlength=hi - lo)
-    return hat, loops
+    starts = np.ones(indices.size, dtype=bool)
+    if indices.size:
+        np.not_equal(indices[1:], indices[:-1], out=starts[1:])
+        starts[indptr[:-1][np.diff(indptr) > 0]] = True  # every row starts a run
+    runs = np.zeros(indices.size + 1, dtype=np.int64)
+    np.cumsum(starts, out=runs[1:])
+    del starts
+    distinct = runs[indptr[1:]] - runs[indptr[:-1]]
+    return distinct - (loops > 0) + 1 if n else distinct
 
 
-def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dict | None = None) -> Path:
+def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dict | None = None,
+                  fingerprint: str | None = None) -> Path:
     """Write a dataset that is in memory (:class:`~mggcn.data.datasets.GeneratedDataset`, ``InMemoryDataset``: any
     :class:`~mggcn.data.datasets.Dataset` with sorted CSR rows) as a prepared directory ``out_dir``, array by array:
     no sort, the speed of the disk (or of memory, under ``/dev/shm``). ``checksums=False`` leaves out the sha256
-    of each array (a directory that only this job's workers read); ``fingerprint`` then carries the dataset's own.
+    of each array (a directory that only this job's workers read); ``fingerprint``, the dataset's own identity
+    (:attr:`~mggcn.data.datasets.InMemoryDataset.fingerprint`), is then recorded for checkpoints to compare.
 
     ``out_dir`` must not exist; it is written in a sibling and renamed at the end, as :func:`prepare` does.
     """
@@ -412,8 +412,10 @@ def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dic
             for begin in range(0, max(1, array.shape[0]), _WRITE_ROWS):
                 writer.write(array[begin:begin + _WRITE_ROWS])
             records[name] = writer.close()
-        hat_in, loops = _hat_nnz(arrays["in_indptr"], arrays["in_indices"])
-        hat_out = hat_in if dataset.symmetric else _hat_nnz(arrays["out_indptr"], arrays["out_indices"])[0]
+        # a vertex's self loops: its in-edges but those the stored degree counts (all but self loops, plus one)
+        loops = np.diff(arrays["in_indptr"]) + 1 - np.asarray(arrays["degree"])
+        hat_in = _hat_nnz(arrays["in_indptr"], arrays["in_indices"], loops)
+        hat_out = hat_in if dataset.symmetric else _hat_nnz(arrays["out_indptr"], arrays["out_indices"], loops)
         balance = {}
         for p in BALANCE_PARTS:
             if p <= n:
@@ -424,13 +426,13 @@ def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dic
             "num_nodes": n, "num_edges": dataset.num_edges, "num_features": dataset.num_features,
             "num_classes": dataset.num_classes, "split_sizes": dict(dataset.split_sizes),
             "num_labelled": int(np.count_nonzero(np.asarray(arrays["labels"]) >= 0)),
-            "symmetric": bool(dataset.symmetric), "self_loops": loops, "nnz_hat": int(hat_in.sum()),
+            "symmetric": bool(dataset.symmetric), "self_loops": int(loops.sum()), "nnz_hat": int(hat_in.sum()),
             "balance": balance, "arrays": records,
             "built": dict(built or {}, mggcn_version=_mggcn_version(), source=dataset.name, format="memory",
                           created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")),
         }
-        if not checksums and getattr(dataset, "fingerprint", None):
-            manifest["fingerprint"] = dataset.fingerprint
+        if fingerprint is not None:
+            manifest["fingerprint"] = fingerprint
         with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1)
             f.write("\n")

@@ -38,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, launch
+    from mggcn.training.job import share_dataset
     from mggcn.training.predict import PredictJob, check_predict, run_predict_job
 
     reader_options = read_options(args)
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         sizes["num_nodes"] = dataset.num_nodes
 
     try:
-        launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout), on_checked=note_size)
+        launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout), on_checked=note_size,
+               share=share_dataset)
     except WorkerError as err:  # JobInterrupted too: a signal before the workers could stop by themselves
         return job_failure_status(err)
     if rank_zero():  # under torchrun, rank 0 says it

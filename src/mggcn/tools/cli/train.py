@@ -160,7 +160,7 @@ def _finish_train(args: argparse.Namespace, result) -> int:
 def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, launch, under_torchrun
     from mggcn.distributed.shm import ShmUnavailable
-    from mggcn.training.job import TrainJob, check_job, run_train_job
+    from mggcn.training.job import TrainJob, check_job, run_train_job, share_dataset
     from mggcn.utils.timing import SetupClock, process_start
 
     if args.dataset is None:
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = launch(run_train_job, job, check_job, args.nprocs, grace_s=max(60.0, args.timeout),
-                        on_checked=announce)
+                        on_checked=announce, share=share_dataset)
     except ShmUnavailable as err:  # --shm on, under torchrun: every rank has the same error; rank 0 says it once
         if rank_zero():
             print(f"mggcn train: error: {err}", file=sys.stderr, flush=True)
