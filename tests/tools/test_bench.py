@@ -17,10 +17,13 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
 from mggcn.tools import bench
+from mggcn.tools.bench import run as bench_run
 from mggcn.tools.cli import main
 from mggcn.training.trainer import train_shard
 from reference import random_graph
 
+MGGCN_SETUP = ["dataset", "partition", "shard", "release", "device", "model", "A.X"]  # as mggcn train's ranks
+PYG_SETUP = ["read", "edge_index", "gcn_norm", "csr", "device", "model", "optimizer"]
 OPTIONS = bench.options_from(small=True, nprocs=(1, 2), partitions=("random-local",), epochs=2, warmup=1, repeats=2,
                              compare_tiles=(0,), compare_shm=True)
 
@@ -67,6 +70,11 @@ def test_report_numbers_are_consistent(report):
         assert row["floor"]["floor_min_s"] <= row["floor"]["floor_s"]
         assert row["peak"] == max(m["peak"] for m in row["memory"])
         assert row["net"] == max(m["peak"] - m["base"] for m in row["memory"])
+    for row in report["rows"]:  # the setup: the time to the first epoch, by phase (the slowest rank's)
+        assert not row["oom"] and row["setup_s"] > 0
+        assert list(row["setup_phases"]) == (MGGCN_SETUP if row["kind"] == "mggcn" else PYG_SETUP)
+        assert row["setup_s"] == pytest.approx(sum(row["setup_phases"].values()), rel=0.5)
+        assert row["setup_vs_pyg"] == pytest.approx(row["setup_s"] / pyg["setup_s"])
     for row in [r for r in report["rows"] if r["kind"] == "mggcn"]:
         assert set(row["phases"]) == {"spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer", "other"}
         for rank in row["memory"]:
@@ -108,7 +116,8 @@ def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     for row in report["rows"]:
         assert row["name"] in printed
-    for part in ("P=2 shm: overlap on", "P=2 gloo: overlap on", "2 rounds", "loopback broadcast"):
+    for part in ("P=2 shm: overlap on", "P=2 gloo: overlap on", "2 rounds", "loopback broadcast", "setup s",
+                 "PyG GCNConv (csr): setup "):
         assert part in printed
     assert json.loads(out.read_text())["rows"][0]["name"] == report["rows"][0]["name"]
 
@@ -142,9 +151,9 @@ def test_saint_graph_bench_reports_the_whole_process(tmp_path, capsys):
 
 
 def test_bench_writes_its_report_before_the_table_when_every_configuration_fails(tmp_path, monkeypatch, capsys):
-    # as on a GPU where PyG runs out of memory and mggcn hits a CUDA error: no rates to take a min or max of
+    # as on a GPU where every configuration hits a CUDA error: no rates to take a min or max of
     def fail(run, *args):
-        raise WorkerError(0, f"failed: {run.name} ran out of memory")
+        raise WorkerError(0, f"failed: {run.name}: CUDA error: an illegal memory access was encountered")
 
     out, seen = tmp_path / "bench.json", {}
 
@@ -153,7 +162,7 @@ def test_bench_writes_its_report_before_the_table_when_every_configuration_fails
         return real_table(report)
 
     real_table = bench.format_table
-    monkeypatch.setattr(bench, "_run_one", fail)
+    monkeypatch.setattr(bench_run, "run_one", fail)
     monkeypatch.setattr(bench, "format_table", table)
     assert main(["bench", "--small", "--nprocs", "1", "--out", str(out)]) == 1
     captured = capsys.readouterr()
@@ -161,14 +170,15 @@ def test_bench_writes_its_report_before_the_table_when_every_configuration_fails
     for report in (seen["json"], json.loads(out.read_text())):
         assert report["rows"] == [] and report["complete"] and report["graph"]["nodes"] == bench.SMALL.nodes
         assert [f["name"] for f in report["failed"]] == names
-        assert all(f["error"] == f"rank 0 failed: {f['name']} ran out of memory" for f in report["failed"])
+        assert all(f["error"] == f"rank 0 failed: {f['name']}: CUDA error: an illegal memory access was encountered"
+                   for f in report["failed"])
     assert "(no configuration finished)" in captured.out and "PyG GCNConv (csr): FAILED: rank 0" in captured.out
     assert captured.err.strip() == "mggcn bench: failed: mggcn P=1 random-local, mggcn P=1 random"
 
 
 def test_bench_report_keeps_what_finished_when_it_is_stopped(tmp_path, monkeypatch):
     calls = []
-    real_run_one = bench._run_one
+    real_run_one = bench_run.run_one
 
     def stop_at_the_second(run, *args):
         calls.append(run.name)
@@ -176,7 +186,7 @@ def test_bench_report_keeps_what_finished_when_it_is_stopped(tmp_path, monkeypat
             raise KeyboardInterrupt
         return real_run_one(run, *args)
 
-    monkeypatch.setattr(bench, "_run_one", stop_at_the_second)
+    monkeypatch.setattr(bench_run, "run_one", stop_at_the_second)
     out = tmp_path / "bench.json"
     opts = bench.options_from(small=True, nprocs=(1,), partitions=("random-local",), epochs=1, warmup=1)
     with pytest.raises(KeyboardInterrupt):
@@ -190,7 +200,7 @@ def test_bench_without_a_graph_is_a_one_line_error_and_a_report(tmp_path, monkey
     def no_graph(fn, *args, **kwargs):
         raise WorkerError(0, f"died in {fn.__name__}: out of memory")
 
-    monkeypatch.setattr(bench, "run_workers", no_graph)
+    monkeypatch.setattr(bench_run, "run_workers", no_graph)
     out = tmp_path / "bench.json"
     assert main(["bench", "--small", "--out", str(out)]) == 1
     err = capsys.readouterr().err
@@ -222,9 +232,51 @@ def test_saint_graph_repeats_pyg_in_every_round():
     saint, plain = bench.options_from(saint=True), bench.options_from(repeats=3)
     assert saint.repeats == 3 and saint.repeat_pyg and not plain.repeat_pyg
     for opts, pyg_rounds in ((saint, 3), (plain, 1)):
-        rounds = bench._rounds(bench._runs(opts, gpus=0), opts)
+        rounds = bench_run.rounds(bench_run.configurations(opts, gpus=0), opts)
         assert len(rounds) == 3 and all(any(r.kind == "mggcn" for r in todo) for todo in rounds)
         assert sum(r.kind == "pyg" for todo in rounds for r in todo) == pyg_rounds
+
+
+def test_bench_graph_is_generated_once_and_cached_as_a_prepared_directory(tmp_path, capsys):
+    """--graph-cache DIR: the generator's graph written as a prepared directory (CSR, features, labels, split; the
+    clustered ids), its generation time and rate reported; reused by the next run; refused for other options."""
+    from mggcn.data.generators.community import community_generated
+    from mggcn.data.prepared.reader import PreparedDataset
+
+    cache, out = tmp_path / "graph", tmp_path / "bench.json"
+    args = ["bench", "--small", "--nprocs", "1", "--partition", "random-local", "--epochs", "1", "--warmup", "1",
+            "--graph-cache", str(cache), "--out", str(out)]
+    assert main(args) == 0
+    graph = json.loads(out.read_text())["graph"]
+    assert not graph["cached"] and graph["generate_s"] > 0
+    assert graph["nnz_per_s"] == pytest.approx(graph["nnz"] / graph["generate_s"])
+    expected = community_generated(3000, 4, 32, 10.0, seed=0, clustered=True)
+    dataset = PreparedDataset(cache)
+    np.testing.assert_array_equal(dataset.arrays["in_indptr"], expected.csr.indptr)
+    np.testing.assert_array_equal(dataset.arrays["in_indices"], expected.csr.indices)
+    np.testing.assert_array_equal(dataset.arrays["features"], expected.x)
+    np.testing.assert_array_equal(dataset.arrays["labels"], expected.y)
+    assert graph["nnz"] == expected.csr.nnz + 3000 == 3000 * 10 + 3000  # nonzeros of A = nodes · degree, plus I
+    assert "generated in" in capsys.readouterr().out
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["graph"]["cached"] and report["graph"]["generate_s"] is None and report["rows"][0]["setup_s"] > 0
+    assert f"reused {cache}" in capsys.readouterr().out
+    assert main(args + ["--nodes", "4000"]) == 2
+    assert capsys.readouterr().err.startswith(f"mggcn bench: error: --graph-cache: {cache} holds the graph of nodes "
+                                              "3000")
+
+
+def test_pyg_edge_index_from_the_csr(monkeypatch):
+    """PyG's edge_index, formed from the prepared CSR in blocks of rows: the generator's own edge list."""
+    from mggcn.data.generators.community import community_generated
+    from mggcn.tools.bench import pyg
+
+    monkeypatch.setattr(pyg, "_TARGET_ROWS", 7)  # several blocks, the last one short
+    generated = community_generated(50, 3, 4, 6.0, seed=1)
+    edge_index = pyg._edge_index(generated.csr.indptr, generated.csr.indices)
+    assert edge_index.dtype == torch.int64
+    np.testing.assert_array_equal(edge_index.numpy(), generated.to_graph().edge_index)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -266,6 +318,23 @@ def test_cuda_training_equals_cpu():
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
 
 
+@cuda
+def test_cuda_gpu_memory_cap_makes_out_of_memory_rows(tmp_path, capsys):
+    """--gpu-memory 1M: every configuration runs out of memory on its GPU (torch.cuda.OutOfMemoryError), each is a
+    row that says so, and the bench ends complete; a cap larger than the GPU is refused before the graph is made."""
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--small", "--device", "cuda", "--nprocs", "1", "--partition", "random-local",
+                 "--gpu-memory", "1M", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["complete"] and report["failed"] == [] and len(report["rows"]) == 2
+    for row in report["rows"]:
+        assert row["oom"] and "OutOfMemoryError" in row["error"] and row["epoch_s"] is None
+    printed = capsys.readouterr().out
+    assert printed.count("out of memory") >= 2
+    assert main(["bench", "--small", "--device", "cuda", "--gpu-memory", "1000T"]) == 2
+    assert "--gpu-memory 1000.00 TiB is more than the GPU's" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_cuda_two_ranks_with_nccl_equal_one_cpu_rank():
     graph = random_graph(400, 3000, features=16, classes=5, directed=True, seed=7)
@@ -280,9 +349,12 @@ def test_cuda_two_ranks_with_nccl_equal_one_cpu_rank():
 
 @cuda
 def test_cuda_bench_reports_device_memory_against_the_plan():
+    # under a cap that every configuration fits in (the cap's path taken, nothing running out)
     opts = bench.options_from(small=True, nprocs=(1,), partitions=("random-local",), epochs=2, warmup=1,
-                              device="cuda")
+                              device="cuda", gpu_memory="8G")
     report = bench.run_bench(opts, log=lambda line: None)
+    assert report["gpu_memory"]["cap"] == 8 << 30 and report["failed"] == []
+    assert [r["oom"] for r in report["rows"]] == [False, False, False]
     mggcn_row = report["rows"][0]
     assert all("cuda_peak" in m for m in mggcn_row["memory"])
     assert mggcn_row["net"] == max(m["cuda_peak"] for m in mggcn_row["memory"])
@@ -318,7 +390,7 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     for module in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn.tools.bench"):
         assert f"\n{module} " in imports or f"\n{module}\n" in imports, imports
     assert os.path.join(root, "src", "mggcn") in imports  # this checkout's mggcn, not an installed one
-    assert "6 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
+    assert "7 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
     table = json.loads((out / "gpu_check.json").read_text())
     assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("plan", 0),
                                                                  ("bench", 0)]

@@ -1,0 +1,98 @@
+"""Every option of ``mggcn bench`` and its default, in one place, and the presets ``--small`` and ``--saint-graph``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mggcn.config import MODELS, TrainConfig
+from mggcn.data.graph import GraphError
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.units import parse_bytes
+
+__all__ = ["BenchOptions", "SMALL", "SAINT", "PYG_ADJ", "IDS", "options_from"]
+
+PYG_ADJ = ("csr", "csr64", "edge_index")
+IDS = ("clustered", "random")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """Every option of ``mggcn bench`` and its default, in one place."""
+
+    nodes: int = 200_000
+    degree: float = 100.0  # mean degree: nonzeros of A = nodes · degree
+    features: int = 128
+    classes: int = 40
+    hidden: tuple[int, ...] = (128,)
+    model: str = "gcn"  # gcn, sage or gin (mggcn.nn.models), against PyG's GCNConv, GraphSAGE or GIN
+    epochs: int = 8  # timed epochs, after the warm-up
+    warmup: int = 2
+    repeats: int = 1  # rounds over the mggcn configurations, interleaved (their medians are reported)
+    repeat_pyg: bool = False  # PyG in every round too (its median round is then the ratios' denominator)
+    threads: int | None = None  # per configuration (P ranks get threads // P each); default: the cores
+    nprocs: tuple[int, ...] = (1, 2)
+    partitions: tuple[str, ...] = ("random-local", "random")  # the first is the main one
+    ids: str = "clustered"
+    device: str = "cpu"
+    pyg: bool = True
+    pyg_adj: str = "csr"
+    seed: int = 0
+    graph_cache: str | None = None  # a prepared directory to reuse (written when missing); --saint-graph: SAINT's
+    timeout_s: float = 3600.0
+    mmap_threshold: int | None = None  # for every configuration (0: glibc's dynamic one); None: each its default
+    tile_bytes: int | None = None  # mggcn's --tile-bytes (None: its default; 0: untiled blocks)
+    compare_tiles: tuple[int, ...] = ()  # more --tile-bytes values, each run at P = 1 for every partition
+    shm: str = "auto"  # mggcn's --shm for every mggcn configuration
+    compare_shm: bool = False  # also run P > 1 through gloo's broadcast (overlap on and off), in the same rounds
+    saint_graph: bool = False  # the graph as a GraphSAINT directory, prepared once; see the package docstring
+    probe_gemm: int = 4096  # the machine's rates: a probe_gemm² matmul and a probe_copy-byte copy (x2, x4 on CUDA)
+    probe_copy: int = 512 << 20
+    gpu_memory: int | None = None  # bytes each configuration's process may allocate on its GPU (None: all)
+    host_memory: int | None = None  # RLIMIT_DATA of each configuration's process on a CPU run (None: none)
+
+    @property
+    def dims(self) -> list[int]:
+        return [self.features, *self.hidden, self.classes]
+
+
+SMALL = BenchOptions(nodes=3000, degree=10.0, features=32, classes=4, hidden=(16,), epochs=3, warmup=1,
+                     probe_gemm=1024, probe_copy=64 << 20)
+# --saint-graph: issue 17's graph (100k vertices, 5.0M nonzeros of A, 128 features, 40 classes) in GraphSAINT's
+# layout, at P = 1, 2, 4 against PyG, in mggcn train's order; few epochs (the whole-process peak is reached in the
+# first)
+SAINT = BenchOptions(nodes=100_000, degree=50.0, epochs=3, warmup=1, nprocs=(1, 2, 4),
+                     partitions=(TrainConfig.partition,),
+                     saint_graph=True, repeats=3, repeat_pyg=True)
+
+
+def options_from(small: bool = False, saint: bool = False, **overrides) -> BenchOptions:
+    """The defaults (or :data:`SMALL`, or :data:`SAINT`; ``small`` and ``saint``: the small graph in GraphSAINT's
+    layout) with the given options replaced (``None`` keeps the default). ``gpu_memory`` and ``host_memory`` may be
+    given as text (``64G``)."""
+    base = replace(SMALL, saint_graph=saint) if small else SAINT if saint else BenchOptions()
+    for key in ("gpu_memory", "host_memory"):
+        if overrides.get(key) is not None:
+            overrides[key] = parse_bytes(overrides[key], key)
+    opts = replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    if opts.model not in MODELS:
+        raise GraphError(f"--model must be one of {', '.join(MODELS)}, got '{opts.model}'")
+    if opts.model != "gcn" and opts.pyg and len(set(opts.hidden)) > 1:
+        raise GraphError(f"--model {opts.model}: PyG's GraphSAGE and GIN have one hidden width, got --hidden "
+                         f"{','.join(map(str, opts.hidden))} (or give --no-pyg)")
+    if opts.ids not in IDS:
+        raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")
+    _check_caps(opts)
+    return opts
+
+
+def _check_caps(opts: BenchOptions) -> None:
+    """What can be said of the memory caps without a GPU at hand (the GPU's size is checked by the bench)."""
+    if opts.gpu_memory is not None and opts.device != "cuda":
+        raise ConfigError(f"gpu_memory caps a GPU's memory: give --device cuda (the device is {opts.device})",
+                          "gpu_memory")
+    if opts.host_memory is not None and opts.device != "cpu":
+        raise ConfigError("host_memory caps a CPU run (a CUDA process reserves host address space far beyond what "
+                          "it uses): give --device cpu, or --gpu-memory", "host_memory")
+    for key in ("gpu_memory", "host_memory"):
+        if getattr(opts, key) == 0:
+            raise ConfigError(f"{key} must be more than 0", key)

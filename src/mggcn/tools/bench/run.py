@@ -1,0 +1,225 @@
+"""The whole benchmark: the graph, the probes, then every configuration in its own processes, round after round,
+the report saved after every step."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import asdict, replace
+
+import torch
+
+from mggcn.distributed.context import available_cores
+from mggcn.distributed.launch import WorkerError, run_workers
+from mggcn.tools.bench.graph import cached_info, generate_worker, info_worker, prepare_worker
+from mggcn.tools.bench.limits import check_gpu_memory, gpu_memory_worker, out_of_memory, read_notes
+from mggcn.tools.bench.options import BenchOptions
+from mggcn.tools.bench.probes import baseline_worker, broadcast_worker, machine_worker
+from mggcn.tools.bench.pyg import PYG_LAST_SETUP_PHASE, pyg_worker
+from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
+from mggcn.tools.bench.table import write_report
+from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
+
+__all__ = ["run_bench", "configurations", "rounds", "run_one"]
+
+
+def run_bench(opts: BenchOptions, log=print, out: str | None = None) -> dict:
+    """Run every configuration; the report (also what ``--out`` writes).
+
+    With ``out``, the report is written there after the graph, after every configuration and at the end, whatever
+    happens: a configuration that runs out of memory is a row that says so; one that fails otherwise is listed in
+    ``failed`` with its error; the others still run. A step that stops the bench (the graph cannot be made, a
+    ``--gpu-memory`` larger than the GPU, Ctrl-C) is named in ``error`` before the exception goes on. ``complete``
+    says whether every step ran.
+    """
+    threads = opts.threads or available_cores()
+    gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
+    report = {"options": {**asdict(opts), "threads": threads}, "graph": None, "machine": None, "broadcast": None,
+              "rows": [], "failed": [], "load_average": {"before": os.getloadavg(), "after": None},
+              "complete": False}
+
+    def save() -> None:
+        report["load_average"]["after"] = os.getloadavg()
+        add_ratios(report)
+        if out:
+            write_report(report, out)
+
+    try:
+        _run_all(opts, threads, gpus, log, report, save)
+        report["complete"] = True
+    except BaseException as err:  # the report says where it stopped; the error goes on to the caller
+        report["error"] = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        save()
+    return report
+
+
+def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, save) -> None:
+    """Every step of the bench, into ``report``; ``save()`` after each."""
+    if opts.gpu_memory is not None:
+        totals = run_workers(gpu_memory_worker, 1, timeout_s=opts.timeout_s)[0]
+        check_gpu_memory(opts.gpu_memory, totals, max(opts.nprocs))
+        report["gpu_memory"] = {"cap": opts.gpu_memory, "totals": totals}
+    with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
+        path = _graph_step(opts, threads, tmp, log, report)
+        baseline = run_workers(baseline_worker, 1, (opts.device,), timeout_s=opts.timeout_s)[0]
+        report["graph"]["baseline"] = baseline
+        log(f"interpreter baseline: {baseline['import'] / 2**20:.0f} MiB after importing torch and mggcn, "
+            f"{baseline['warm'] / 2**20:.0f} MiB once its kernels and optimizer ran")
+        prepared = _prepare_step(path, tmp, opts, log, report) if opts.saint_graph else None
+        save()
+        _machine_step(opts, threads, log, report)
+        save()
+        _configurations_step(opts, threads, gpus, (path, prepared), tmp, log, report, save)
+        if opts.device == "cpu" and max(opts.nprocs) > 1:
+            _broadcast_step(opts, log, report)
+
+
+def _graph_step(opts: BenchOptions, threads: int, tmp: str, log, report: dict) -> str:
+    """Generate the graph (or reuse ``--graph-cache``); its path."""
+    path = opts.graph_cache or os.path.join(tmp, "saint" if opts.saint_graph else "graph")
+    start = time.perf_counter()
+    if opts.graph_cache and os.path.exists(path):
+        if opts.saint_graph:
+            graph = run_workers(info_worker, 1, (path,), timeout_s=opts.timeout_s)[0]
+        else:
+            graph = cached_info(path, opts)
+        graph.update(cached=True, generate_s=None, write_s=None, nnz_per_s=None)
+        made = f"reused {path}"
+    else:
+        graph = run_workers(generate_worker, 1, (opts, path, threads), timeout_s=opts.timeout_s)[0]
+        made = (f"generated in {graph['generate_s']:.1f} s, {graph['nnz_per_s'] / 1e6:.1f}M nonzeros/s; written in "
+                f"{graph['write_s']:.1f} s")
+    report["graph"] = graph
+    log(f"graph: {graph['nodes']:,} vertices, {graph['nnz']:,} nonzeros of Â, {graph['features']} features, "
+        f"{graph['classes']} classes ({made}; {time.perf_counter() - start:.0f} s)")
+    return path
+
+
+def _prepare_step(path: str, tmp: str, opts: BenchOptions, log, report: dict) -> str:
+    """``--saint-graph``: prepare the GraphSAINT directory once; the prepared directory."""
+    prepared = os.path.join(tmp, "prepared")
+    start = time.perf_counter()
+    report["graph"]["prepare"] = run_workers(prepare_worker, 1, (path, prepared), timeout_s=opts.timeout_s)[0]
+    log(f"prepared for any P ({time.perf_counter() - start:.0f} s, peak "
+        f"{report['graph']['prepare']['peak'] / 2**20:.0f} MiB)")
+    return prepared
+
+
+def _machine_step(opts: BenchOptions, threads: int, log, report: dict) -> None:
+    try:
+        machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
+    except WorkerError as err:  # the configurations measure the machine again after their epochs
+        report["failed"].append({"name": "machine probe", "kind": "probe", "error": str(err)})
+        log(f"  machine probe: FAILED: {err}")
+        return
+    report["machine"] = machine.as_dict()
+    log(f"machine: {machine.bandwidth / 1e9:.1f} GB/s copy, {machine.gemm_rate / 1e9:.0f} GFLOP/s GEMM "
+        f"({machine.threads} threads)")
+
+
+def _broadcast_step(opts: BenchOptions, log, report: dict) -> None:
+    try:
+        comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
+    except WorkerError as err:
+        report["failed"].append({"name": "loopback broadcast", "kind": "probe", "error": str(err)})
+        log(f"  loopback broadcast: FAILED: {err}")
+        return
+    report["broadcast"] = comm
+    busy = "" if comm["busy"] is None else f", cores {100 * comm['busy']:.0f}% busy"
+    log(f"loopback broadcast: {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
+
+
+def configurations(opts: BenchOptions, gpus: int) -> list[Run]:
+    """Every configuration the options ask for, mggcn's first, PyG's last."""
+    main, others = opts.partitions[0], opts.partitions[1:]
+    runs = [Run(f"mggcn P={p} {main}", "mggcn", p, True, main) for p in opts.nprocs]
+    runs += [Run(f"mggcn P={p} {main} no-overlap", "mggcn", p, False, main) for p in opts.nprocs if p > 1]
+    runs += [Run(f"mggcn P={p} {o}", "mggcn", p, True, o) for o in others for p in opts.nprocs if p <= 2]
+    runs = [replace(r, tile_bytes=opts.tile_bytes, shm=opts.shm) for r in runs]
+    if opts.compare_shm and opts.device == "cpu":
+        runs += [Run(f"mggcn P={p} {main} gloo{'' if on else ' no-overlap'}", "mggcn", p, on, main,
+                     opts.tile_bytes, "off") for p in opts.nprocs if p > 1 for on in (True, False)]
+    runs += [Run(f"mggcn P=1 {o} {_tiles_label(t)}", "mggcn", 1, True, o, t)
+             for t in opts.compare_tiles for o in opts.partitions]
+    if opts.saint_graph:  # P ranks read their shares of the prepared directory; P = 1 also the SAINT files whole
+        runs = [r for r in runs if r.overlap]
+        runs.insert(1, Run(f"mggcn P=1 {main}, SAINT files", "mggcn", 1, True, main, opts.tile_bytes, opts.shm,
+                           files=True))
+    if opts.device == "cuda":
+        runs = [r for r in runs if r.nprocs <= gpus]
+    if opts.pyg:
+        pyg_name = {"gcn": "GCNConv", "sage": "GraphSAGE", "gin": "GIN"}[opts.model]
+        runs.append(Run(f"PyG {pyg_name} ({opts.pyg_adj})", "pyg"))
+    return runs
+
+
+def rounds(runs: list[Run], opts: BenchOptions) -> list[list[Run]]:
+    """Round 1 runs every configuration; later rounds the mggcn ones again (PyG too with ``repeat_pyg``), in the same
+    order, so that a slow spell of a shared machine falls on every configuration alike."""
+    again = [r for r in runs if r.kind == "mggcn" or opts.repeat_pyg]
+    return [runs] + [again] * max(0, opts.repeats - 1)
+
+
+def _tiles_label(tile_bytes: int) -> str:
+    return "untiled" if tile_bytes == 0 else f"tiles {tile_bytes >> 10}K"
+
+
+def _configurations_step(opts: BenchOptions, threads: int, gpus: int, paths: tuple[str, str | None], tmp: str,
+                         log, report: dict, save) -> None:
+    """Every configuration, round after round; a row for each that ran (or ran out of memory)."""
+    runs = configurations(opts, gpus)
+    todo = rounds(runs, opts)
+    path, prepared = paths
+    for number, this_round in enumerate(todo, 1):
+        for index, run in enumerate(this_round):
+            if run.oom or any(f["name"] == run.name for f in report["failed"]):
+                continue
+            start = time.perf_counter()
+            source = prepared if prepared and run.kind == "mggcn" and not run.files else path
+            notes = tempfile.mkdtemp(prefix=f"notes-{number}-{index}-", dir=tmp)
+            try:
+                results = run_one(run, opts, source, threads, notes)
+            except WorkerError as err:
+                _record_failure(run, err, number, notes, log, report)
+                report["rows"][:] = [summarize(r, opts, report["graph"]) for r in runs if r.results or r.oom]
+                save()
+                continue
+            run.results = run.results or results
+            run.histories.append(results[0]["history"])
+            run.machines.append(results[0]["machine"])
+            run.round_s.append(median(results[0]["history"], "epoch_s", opts.warmup))
+            label = f" (round {number})" if len(todo) > 1 else ""
+            log(f"  {run.name}{label}: {run.round_s[-1]:.3f} s/epoch, first epoch after "
+                f"{max(r['setup']['seconds'] for r in results):.1f} s ({time.perf_counter() - start:.0f} s)")
+            report["rows"][:] = [summarize(r, opts, report["graph"]) for r in runs if r.results or r.oom]
+            save()
+
+
+def _record_failure(run: Run, err: WorkerError, number: int, notes: str, log, report: dict) -> None:
+    """A configuration that ran out of memory in its first round becomes a row that says so; any other failure
+    (and running out of memory in a later round, after rows of the earlier ones) goes to ``failed``."""
+    oom = out_of_memory(str(err))
+    if oom and not run.results:
+        ranks = read_notes(notes, run.nprocs)
+        last = MGGCN_LAST_SETUP_PHASE if run.kind == "mggcn" else PYG_LAST_SETUP_PHASE
+        during = "training" if ranks and all(n and last in n["phases"] for n in ranks) else \
+            "setup" if any(ranks) else None
+        run.oom = {"error": str(err), "round": number, "notes": ranks, "during": during}
+        log(f"  {run.name}: out of memory{f' in its {during}' if during else ''}: {err}")
+        return
+    report["failed"].append({"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "round": number,
+                             "error": str(err), **({"oom": True} if oom else {})})
+    log(f"  {run.name}: {'out of memory' if oom else 'FAILED'}: {err}")
+
+
+def run_one(run: Run, opts: BenchOptions, path: str, threads: int, notes: str | None = None) -> list:
+    """One round of a configuration in fresh processes: each rank's result."""
+    if run.kind == "pyg":
+        return run_workers(pyg_worker, 1, (path, opts, threads, notes), timeout_s=opts.timeout_s)
+    config = dict(model=opts.model, hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
+                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm)
+    args = (path, config, opts, max(1, threads // run.nprocs), threads, notes)
+    return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)

@@ -1,0 +1,153 @@
+"""The report as the table ``mggcn bench`` prints, and as the JSON ``--out`` writes."""
+
+from __future__ import annotations
+
+import json
+
+from mggcn.utils.units import format_bytes
+
+__all__ = ["format_table", "write_report"]
+
+_MIB = 2**20
+_HEAD = (f"{'configuration':<34}{'epoch s':>8}{'xPyG':>6}{'setup s':>8}{'xPyG':>6}{'floor s':>8}{'xfloor':>7}"
+         f"{'spmm':>7}{'wait':>7}{'gemm':>7}{'allred':>7}{'loss':>6}{'opt':>6}{'other':>7}{'test':>6}{'peak MB':>9}"
+         f"{'net MB':>8}{'xPyG':>6}{'plan MB':>9}{'net/plan':>9}{'whole MB':>9}{'xPyG':>6}{'w/(p+b)':>8}")
+_NOTES = ("epoch s: median after the warm-up (max over ranks), the median round; setup s: from opening the graph to "
+          "the first epoch (max over ranks; PyG: reading the arrays, edge_index, gcn_norm, CSR, to the device, model, "
+          "optimizer); phases: medians; floor: SpMM bytes (a row per nonzero) / bandwidth + GEMM flops / rate, with "
+          "the rates measured right after the configuration's epochs; peak: training-phase peak RSS (max over ranks); "
+          "net = peak - RSS before loading; plan: mggcn.tools.plan per rank; net/plan: max over ranks; whole: the peak "
+          "RSS of the whole process, setup included (max over ranks); w/(p+b) = whole / (plan + the interpreter's "
+          "baseline); -: not measured (out of memory)")
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-".rjust(int(spec.split(".")[0]))
+    return format(value, spec)
+
+
+def _mib(value) -> float | None:
+    return value / _MIB if value else None
+
+
+def _row_line(r: dict) -> str:
+    """One configuration's line of the table ("-" for what it has no number of)."""
+    p = r.get("phases") or {}
+    phases = [p.get(k) for k in ("spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer", "other")]
+    if r["kind"] == "pyg":
+        phases = [None] * 5 + [p.get("optimizer"), None]
+    floor = (r.get("floor") or {}).get("floor_s")
+    line = (f"{r['name']:<34}{_fmt(r.get('epoch_s'), '8.3f')}{_fmt(r.get('time_vs_pyg'), '6.2f')}"
+            f"{_fmt(r.get('setup_s'), '8.1f')}{_fmt(r.get('setup_vs_pyg'), '6.2f')}"
+            f"{_fmt(floor, '8.3f')}{_fmt(r.get('over_floor'), '7.2f')}"
+            + "".join(_fmt(v, w) for v, w in zip(phases, ("7.3f",) * 4 + ("6.3f",) * 2 + ("7.3f",)))
+            + f"{_fmt(r.get('test_acc'), '6.3f')}{_fmt(_mib(r.get('peak')), '9.0f')}{_fmt(_mib(r.get('net')), '8.0f')}"
+            f"{_fmt(r.get('net_vs_pyg'), '6.2f')}{_fmt(_mib(r.get('predicted')), '9.0f')}"
+            f"{_fmt(r.get('measured_over_predicted'), '9.2f')}"
+            f"{_fmt(_mib(r.get('whole')), '9.0f')}{_fmt(r.get('whole_vs_pyg'), '6.2f')}"
+            f"{_fmt(r.get('whole_over_plan_base'), '8.2f')}")
+    return line + "  out of memory" if r.get("oom") else line
+
+
+def _graph_line(g: dict | None) -> str:
+    if g is None:
+        return "graph not made"
+    line = f"graph {g['nodes']:,} vertices, {g['nnz']:,} nonzeros of Â"
+    if g.get("generate_s") is not None:
+        line += f" (generated in {g['generate_s']:.1f} s: {g['nnz_per_s'] / 1e6:.1f}M nonzeros/s)"
+    return line
+
+
+def _machine_line(m: dict | None, after: list[dict]) -> str:
+    """The rates measured at the start, and their range over the configurations (those that finished)."""
+    start = "machine not measured at the start" if m is None else \
+        f"machine {m['bandwidth'] / 1e9:.1f} GB/s copy, {m['gemm_rate'] / 1e9:.0f} GFLOP/s GEMM at the start"
+    if not after:
+        return start
+    bw, gemm = [r["bandwidth"] / 1e9 for r in after], [r["gemm_rate"] / 1e9 for r in after]
+    return (f"{start} ({min(bw):.1f}-{max(bw):.1f} GB/s, {min(gemm):.0f}-{max(gemm):.0f} GFLOP/s after the "
+            "configurations)")
+
+
+def _load(report: dict, when: str) -> str:
+    value = report["load_average"].get(when)
+    return "-" if not value else f"{value[0]:.1f}"
+
+
+def _caps_line(options: dict) -> str | None:
+    caps = [f"{name} {format_bytes(options[key])} per process" for key, name in
+            (("gpu_memory", "GPU memory"), ("host_memory", "host memory (RLIMIT_DATA)")) if options.get(key)]
+    return "memory caps: " + ", ".join(caps) if caps else None
+
+
+def format_table(report: dict) -> str:
+    """The table ``mggcn bench`` prints."""
+    rows = report["rows"]
+    lines = [_HEAD, "-" * len(_HEAD)] + [_row_line(r) for r in rows]
+    if not rows:
+        lines.append("(no configuration finished)")
+    g, m = report.get("graph"), report.get("machine")
+    measured = [r for r in rows if not r.get("oom")]
+    lines.append("")
+    lines.append(f"{_graph_line(g)}; {_machine_line(m, [r['machine'] for r in measured])}, "
+                 f"{report['options']['threads']} threads per configuration; load average before/after "
+                 f"{_load(report, 'before')}/{_load(report, 'after')}")
+    caps = _caps_line(report["options"])
+    if caps:
+        lines.append(caps)
+    lines.append(_NOTES)
+    lines += _detail_lines(report, g)
+    return "\n".join(lines)
+
+
+def _detail_lines(report: dict, g: dict | None) -> list[str]:
+    """Below the table: the baseline, PyG's phases, setup phases, what ran out of memory or failed, the overlap, the
+    broadcast probe."""
+    lines, rows = [], report["rows"]
+    base = (g or {}).get("baseline")
+    if base:
+        lines.append(f"interpreter baseline (a process that imported torch and mggcn): {base['import'] / _MIB:.0f} MB, "
+                     f"{base['warm'] / _MIB:.0f} MB once its kernels and optimizer ran (PyTorch code loaded on first "
+                     "use; whole - that, over plan: "
+                     + ", ".join(f"P={r['nprocs']} {r['whole_net_over_plan']:.2f}" for r in rows
+                                 if r.get("whole_net_over_plan") is not None) + ")")
+    pyg = next((r for r in rows if r["kind"] == "pyg" and not r.get("oom")), None)
+    if pyg:
+        p = pyg["phases"]
+        lines.append(f"PyG phases: forward {p['forward']:.3f} s, backward {p['backward']:.3f} s, optimizer "
+                     f"{p['optimizer']:.3f} s")
+    for r in rows:
+        if r.get("setup_phases"):
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in r["setup_phases"].items())
+            seconds = "not finished" if r.get("setup_s") is None else f"{r['setup_s']:.2f} s"
+            lines.append(f"{r['name']}: setup {seconds} ({phases})")
+    for r in rows:
+        if r.get("oom"):
+            during = f" in its {r['oom_during']}" if r.get("oom_during") else ""
+            lines.append(f"{r['name']}: out of memory{during}: {r['error']}")
+    for f in report.get("failed", []):
+        lines.append(f"{f['name']}: {'out of memory' if f.get('oom') else 'FAILED'}: {f['error']}")
+    if report.get("error"):
+        lines.append(f"the bench stopped early: {report['error']}")
+    for n, o in report.get("overlap", {}).items():
+        pairs = o.get("speedup_rounds", [])
+        spread = (f", {len(pairs)} rounds: {min(pairs):.2f}x to {max(pairs):.2f}x" if len(pairs) > 1 else "")
+        lines.append(f"P={n}: overlap on {o['on_s']:.3f} s vs off {o['off_s']:.3f} s per epoch ({o['speedup']:.2f}x"
+                     f"{spread}); waiting on broadcasts {o['comm_wait_on_s']:.3f} s vs {o['comm_wait_off_s']:.3f} s")
+    comm = report.get("broadcast")
+    if comm:
+        busy = "" if comm["busy"] is None else f", the cores {100 * comm['busy']:.0f}% busy meanwhile"
+        lines.append(f"loopback broadcast between 2 ranks (gloo): {comm['bytes_per_s'] / 1e9:.2f} GB/s{busy}")
+    return lines
+
+
+def write_report(report: dict, path: str) -> None:
+    """The report as JSON at ``path`` (written whole or not at all)."""
+    from mggcn.utils.files import atomic_write
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=1)
+
+    atomic_write(path, write)
