@@ -21,11 +21,12 @@ import numpy as np
 
 from mggcn.data.graph import GraphError
 
-__all__ = ["MERGE_GAP_BYTES", "drop_pages", "file_of", "gather", "pread", "read_rows"]
+__all__ = ["MERGE_GAP_BYTES", "SCRATCH_BYTES", "drop_pages", "file_of", "gather", "pread", "read_rows"]
 
 # two ranges at most this far apart in a file are read by one call: copying a gap this size through the page cache
 # costs about what a system call does
 MERGE_GAP_BYTES = 1 << 14
+SCRATCH_BYTES = 1 << 18  # read into scratch memory at a time: under the allocator's mmap threshold, so it is reused
 
 
 def drop_pages(arr: Any) -> None:
@@ -46,17 +47,6 @@ def file_of(arr: Any) -> tuple[str, int] | None:
     return None
 
 
-def _joined(gaps: np.ndarray, budget: int) -> np.ndarray:
-    """Which gaps between consecutive ranges (in file order) one read spans: those of 0 to :data:`MERGE_GAP_BYTES`
-    bytes, the smallest first, while the bytes read for nothing stay within ``budget``."""
-    joined = (gaps >= 0) & (gaps <= MERGE_GAP_BYTES)
-    if int(gaps[joined].sum()) > budget:
-        cand = np.flatnonzero(joined)
-        cand = cand[np.argsort(gaps[cand], kind="stable")]
-        joined[cand[np.cumsum(gaps[cand]) > budget]] = False
-    return joined
-
-
 def _read_into(fd: int, path: str, view: memoryview, position: int) -> None:
     """All of ``view`` from byte ``position`` of the open file (a call may return less than asked)."""
     at = 0
@@ -67,43 +57,60 @@ def _read_into(fd: int, path: str, view: memoryview, position: int) -> None:
         at += got
 
 
+def _read_scattered(fd: int, path: str, offset: int, out: np.ndarray, ranges: tuple[np.ndarray, ...],
+                    runs: tuple[np.ndarray, ...], unit: int) -> None:
+    """The runs of :func:`pread` read into scratch memory :data:`SCRATCH_BYTES` at a time, each range then copied
+    to its place in ``out``. ``ranges``: start, size and place in ``out`` of each range, in file order; ``runs``:
+    the first range of each run, its first and its last byte."""
+    s, z, d = ranges
+    heads, lo, hi = runs
+    unit_t = np.dtype((np.void, unit))
+    out_u = out.reshape(-1).view(np.uint8).view(unit_t)
+    size = hi - lo
+    cuts = np.flatnonzero(np.diff((np.cumsum(size) - size) // SCRATCH_BYTES)) + 1
+    for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), heads.size]):
+        scratch = np.empty(int(size[a:b].sum()), dtype=np.uint8)
+        view, at = memoryview(scratch), 0
+        for first, last in zip(lo[a:b].tolist(), hi[a:b].tolist()):
+            _read_into(fd, path, view[at:at + last - first], offset + first)
+            at += last - first
+        p0, p1 = int(heads[a]), int(heads[b]) if b < heads.size else s.size
+        run_at = np.cumsum(size[a:b]) - size[a:b]
+        src = np.repeat(run_at - lo[a:b], np.diff(np.append(heads[a:b], p1))) + s[p0:p1]  # in the scratch
+        n = z[p0:p1] // unit
+        step = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+        out_u[np.repeat(d[p0:p1] // unit, n) + step] = scratch.view(unit_t)[np.repeat(src // unit, n) + step]
+
+
 def pread(path: str, offset: int, out: np.ndarray, starts: np.ndarray, sizes: np.ndarray, unit: int) -> None:
     """Fill ``out`` with the byte ranges ``[offset + start, + size)`` of ``path``, one after the other.
 
-    ``unit`` divides every start and size (an item or a row). Ranges are read in file order, neighbours and those
-    a small gap apart by one call (:func:`_joined`, at most as many bytes of gaps as of ranges); straight into
-    ``out`` when that keeps their order and no gap is read, else into scratch memory and gathered from it.
+    ``unit`` divides every start and size (an item or a row). The ranges are read in file order, in runs: ranges
+    that touch, or lie at most :data:`MERGE_GAP_BYTES` apart, are read by one call. A run lands straight in
+    ``out`` when it holds no gap and the ranges come in file order, else in scratch memory, from which its ranges
+    are copied to their places.
     """
     starts, sizes = np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
     if starts.size == 0:
         return
     order = None if bool((starts[1:] >= starts[:-1]).all()) else np.argsort(starts, kind="stable")
-    s, z = (starts, sizes) if order is None else (starts[order], sizes[order])
+    place = np.cumsum(sizes) - sizes
+    s, z, d = (starts, sizes, place) if order is None else (starts[order], sizes[order], place[order])
     ends = s + z
     gaps = s[1:] - ends[:-1]
-    joined = _joined(gaps, int(z.sum()))
+    joined = (gaps >= 0) & (gaps <= MERGE_GAP_BYTES)
     heads = np.flatnonzero(np.concatenate(([True], ~joined)))
     lo, hi = s[heads], ends[np.append(heads[1:] - 1, s.size - 1)]
-    direct = order is None and not bool(gaps[joined].any())
-    dest = out.reshape(-1).view(np.uint8) if direct else np.empty(int((hi - lo).sum()), dtype=np.uint8)
-    view, at = memoryview(dest), 0
     fd = os.open(path, os.O_RDONLY)
     try:
-        for first, last in zip(lo.tolist(), hi.tolist()):
-            _read_into(fd, path, view[at:at + last - first], offset + first)
-            at += last - first
+        if order is None and not bool(gaps[joined].any()):
+            view = memoryview(out.reshape(-1).view(np.uint8))
+            for first, last, at in zip(lo.tolist(), hi.tolist(), d[heads].tolist()):
+                _read_into(fd, path, view[at:at + last - first], offset + first)
+        else:
+            _read_scattered(fd, path, offset, out, (s, z, d), (heads, lo, hi), unit)
     finally:
         os.close(fd)
-    if direct:
-        return
-    run_at = np.cumsum(hi - lo) - (hi - lo)  # where each run begins in the scratch
-    src = np.repeat(run_at - lo, np.diff(np.append(heads, s.size))) + s  # where each range begins there, file order
-    if order is not None:
-        src[order] = src.copy()
-    unit_t = np.dtype((np.void, unit))
-    index = np.repeat((src - (np.cumsum(sizes) - sizes)) // unit, sizes // unit)
-    index += np.arange(index.size, dtype=np.int64)
-    out.reshape(-1).view(np.uint8).view(unit_t)[:] = dest.view(unit_t)[index]
 
 
 def read_rows(arr: Any, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
