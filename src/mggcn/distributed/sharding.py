@@ -12,12 +12,13 @@ GIN's ``sum`` keep the edges as given and add no diagonal), parallel edges summe
 :func:`mggcn.nn.norm.entry_values` with the degrees of :func:`_degree` (``Â[t, s]``: t is the row of Â, the column of
 Âᵀ).
 
-Memory: the setup holds at most the shard plus about one block in flight. The rows are read a chunk of edges at a
-time (:data:`SHARD_CHUNK_EDGES`, at most 1/16 of an average block's: an edge's temporaries take ~12 times its bytes in
-the block), the heap trimmed after each chunk; each chunk's entries go to the column block they belong to, in CSR
-order, as columns, values and counts per row (8 bytes an entry, as in the block; 12 with the values of a symmetric
-A's Âᵀ when they differ from Â's); a block is then assembled and cut into tiles while the entries of the blocks after
-it wait, and its entries are released as they are copied: never the rank's entries and its CSR at once.
+Speed and memory: the rows are read a chunk of edges at a time (:data:`SHARD_CHUNK_EDGES`, fewer on a small graph,
+so that a batch of chunks in flight stays within 1/8 of an average block), batches of chunks on the rank's threads.
+A chunk's entries are one sorted int64 key each (:func:`_chunk_keys`: column group, row, column, and the column's
+degree riding along; parallel edges are runs of equal keys), decoded into values and written in chunk order
+straight into the arrays of their column group (:class:`_BlockFill`; a group is a tile of a column block, or the
+block), which become the tiles without a copy: the setup holds the shard plus the chunks in flight, never the
+rank's entries and its CSR at once.
 
 Legend: n = vertices, m = rows of a rank, P = ranks.
 """
@@ -39,20 +40,23 @@ from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
 from mggcn.data.mapped import drop_pages, gather, read_rows
 from mggcn.data.prepared.reader import pair_hash
 from mggcn.distributed.metis import metis_partition
-from mggcn.distributed.partition import Partition, Shard, make_partition, to_blocks
-from mggcn.distributed.tiled import TiledCSR
+from mggcn.distributed.partition import Partition, Shard, make_partition
+from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
 from mggcn.nn.norm import adds_self_loops, entry_values
 from mggcn.utils.parallel import thread_budget, thread_map
 from mggcn.utils.system import trim_heap
 
 __all__ = ["SHARD_CHUNK_EDGES", "build_shard", "partition_dataset", "release_dataset"]
 
-SHARD_CHUNK_EDGES = 1 << 16  # the most edges a rank reads at a time while building its shard
+# the most edges a rank reads at a time while building its shard: a chunk's temporaries (8 bytes an edge each) stay
+# under the allocator's mmap threshold (mggcn.config.MMAP_THRESHOLD), so the heap reuses their pages
+SHARD_CHUNK_EDGES = 1 << 16
+MIN_CHUNK_EDGES = 1 << 12  # ... and the least, unless SHARD_CHUNK_EDGES is smaller
 BATCH_CHUNKS = 8  # chunks per thread built, then placed, together (_entries)
 # the least edges of a chunk worth a thread: below it the GIL, held by numpy between and within its calls on small
 # arrays, serializes the threads and its hand-offs cost more than the cores gain
 THREAD_CHUNK_EDGES = 1 << 12
-MIN_CHUNK_EDGES = 1 << 12  # ... and the least, unless SHARD_CHUNK_EDGES is smaller
+KEY_BITS = 63  # of an int64 sort key (_chunk_keys)
 ROWS_PER_READ = 1 << 14  # vertex rows copied out of a mapped array between two drop_pages
 
 
@@ -127,8 +131,8 @@ def _degree(dataset: Dataset, ids: np.ndarray, norm: str) -> np.ndarray:
 class _Rows:
     """One view of this rank's rows, as every chunk of it reads them: ``ids[i]`` (original id) is local row
     ``local[i]``, its CSR row in ``{view}_indices`` starts at ``starts[i]`` and holds ``counts[i]`` ids;
-    ``degree`` is :func:`_degree` of the local rows; ``shift``: the bits of a key that hold a column
-    (:func:`_chunk_keys`)."""
+    ``degree`` is :func:`_degree` of the local rows. The columns fall in groups of ``width``: the tiles of each
+    column block, ``tiles`` of them (group ``j · tiles + t`` is tile t of block j), or the blocks themselves."""
 
     dataset: Dataset
     view: str
@@ -141,7 +145,31 @@ class _Rows:
     degree: np.ndarray
     norm: str
     both: bool
-    shift: int
+    width: int
+    tiles: int
+
+    @property
+    def groups(self) -> int:
+        return self.part.num_parts * self.tiles
+
+    @property
+    def shift(self) -> int:
+        """The bits of a key that hold a column within its group (:func:`_chunk_keys`)."""
+        return (self.width - 1).bit_length()
+
+    def group_columns(self, col: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """The group of each new id ``col`` (None: there is one) and its column within the group."""
+        if self.groups == 1:
+            return None, col
+        m = self.part.rows_per_part
+        block = col // m if self.part.num_parts > 1 else 0
+        within = col - block * m
+        tile = within // self.width if self.tiles > 1 else 0
+        return block * self.tiles + tile, within - tile * self.width
+
+    def first_column(self, group: int) -> int:
+        """The new id of the first column of ``group``."""
+        return group // self.tiles * self.part.rows_per_part + group % self.tiles * self.width
 
 
 def _spans(rows: _Rows) -> tuple[list[tuple[int, int]], int]:
@@ -157,7 +185,7 @@ def _spans(rows: _Rows) -> tuple[list[tuple[int, int]], int]:
     if threads > 1 and chunk < THREAD_CHUNK_EDGES:
         threads = 1
         chunk = min(SHARD_CHUNK_EDGES, max(MIN_CHUNK_EDGES, total // (8 * BATCH_CHUNKS * part.num_parts)))
-    tallest = min(part.rows_per_part, ((2**63 - 1) >> rows.shift) // part.num_parts)
+    tallest = min(part.rows_per_part, ((2**63 - 1) >> rows.shift) // rows.groups)
     ends = np.cumsum(counts)
     spans, begin = [], 0
     while begin < local.size:
@@ -185,13 +213,18 @@ def _check_in_degrees(rows: _Rows, begin: int, end: int, loop_rows: np.ndarray, 
                                            f"{int(kept[k])} in-edges besides self loops (expected that plus one)")
 
 
-def _chunk_keys(rows: _Rows, begin: int, end: int) -> tuple[np.ndarray, int, int, int]:
-    """The entries of rows ``ids[begin:end]`` of Â (or Âᵀ) as sorted int64 keys, a parallel edge once per copy, the
-    unit diagonal included for the GCN's norms; with the chunk's first local row ``r0``, its local rows ``height``
-    and the bytes it read. The entry in column ``c`` of column block ``j`` and local row ``r`` is
-    ``(j · height + r - r0) << shift | c``: increasing keys run block by block, each in CSR order. The ids read are
-    checked, and so is the stored degree of the rows of ``in``."""
-    dataset, part, m, shift = rows.dataset, rows.part, rows.part.rows_per_part, rows.shift
+def _column_degrees(rows: _Rows) -> bool:
+    """Whether the values of ``rows`` need the degree of each entry's column: ``D_s`` of ``sym``, ``D_t`` of Âᵀ's
+    rows (``out``, ``both``), and the GCN's norms check it (no division by less than 1); ``sum`` needs none."""
+    return adds_self_loops(rows.norm) or (rows.norm != "sum" and (rows.view == "out" or rows.both))
+
+
+def _read_chunk(rows: _Rows, begin: int, end: int) -> tuple[np.ndarray, ...]:
+    """The edges of rows ``ids[begin:end]``: per edge its row less the chunk's first ``r0``, its column (new id)
+    and the column's degree (empty unless :func:`_column_degrees`), the GCN's norms without the self loops; with
+    ``r0``, the chunk's local rows ``height`` and the bytes read. Checks the ids read, the stored degree of the rows
+    of ``in``, and the degree of the columns."""
+    dataset, part = rows.dataset, rows.part
     local, counts = rows.local[begin:end], rows.counts[begin:end]
     indices = dataset.arrays[f"{rows.view}_indices"]
     nbr = gather(indices, rows.starts[begin:end], counts)
@@ -202,28 +235,54 @@ def _chunk_keys(rows: _Rows, begin: int, end: int) -> tuple[np.ndarray, int, int
     r0, height, nbytes = int(local[0]), int(local[-1] - local[0]) + 1, nbr.nbytes
     row = np.repeat(local - r0, counts)
     col = part.position[nbr]
-    del nbr
-    loop = col == row + (rows.first_row + r0)
+    loop = col == row + (rows.first_row + r0)  # self loops
     if rows.view == "in":
         _check_in_degrees(rows, begin, end, row[loop], height)
-    loops = adds_self_loops(rows.norm)
-    if loops and loop.any():  # the GCN's Â drops them for its unit diagonal
-        col, row = col[~loop], row[~loop]
+    if adds_self_loops(rows.norm) and loop.any():  # the GCN's Â drops them for its unit diagonal
+        nbr, col, row = nbr[~loop], col[~loop], row[~loop]
     del loop
-    diag = local if loops else local[:0]
+    deg = _degree(dataset, nbr, rows.norm) if _column_degrees(rows) else np.empty(0, dtype=np.int64)
+    if adds_self_loops(rows.norm) and deg.size and int(deg.min()) < 1:  # its own rank says more
+        low = np.flatnonzero(deg < 1)
+        first = low[np.lexsort((col[low], row[low]))[0]]  # in CSR order
+        raise _err(dataset, "degree", f"degree {int(deg.min())} of vertex {int(nbr[first])} is below 1 (the self "
+                                      "loop counts one)")
+    return row, col, deg, r0, height, nbytes + deg.nbytes
+
+
+def _chunk_keys(rows: _Rows, begin: int, end: int) -> tuple[np.ndarray, int, int, int, int]:
+    """The entries of rows ``ids[begin:end]`` of Â (or Âᵀ) as sorted int64 keys, a parallel edge once per copy, the
+    unit diagonal included for the GCN's norms; with the chunk's first local row ``r0``, its local rows ``height``,
+    the bits of a key that hold its column's degree (0: none) and the bytes read. The entry in column ``c`` of
+    column group ``g`` (:class:`_Rows`) and local row ``r`` is ``((g · height + r - r0) << shift | c) << bits |
+    degree``: increasing keys run group by group, each in CSR order. The degrees ride along where they fit (else 0
+    bits), so that the sorted entries need no gather of them by column."""
+    shift = rows.shift
+    row, col, deg, r0, height, nbytes = _read_chunk(rows, begin, end)
+    local = rows.local[begin:end]
+    diag = local if adds_self_loops(rows.norm) else local[:0]
     keys = np.empty(col.size + diag.size, dtype=np.int64)
-    edges = keys[:col.size]  # col + j · ((height << shift) - m) + (row << shift), j = col // m
-    if part.num_parts > 1:
-        np.floor_divide(col, m, out=edges)
-        edges *= (height << shift) - m
-        edges += col
-    else:
-        edges[:] = col
-    row <<= shift
-    edges += row
-    keys[col.size:] = ((rows.first_row // m * height - r0 + diag) << shift) + diag  # column block = this rank
+    for at, rel, new in ((slice(None, col.size), row, col), (slice(col.size, None), diag - r0, diag + rows.first_row)):
+        group, within = rows.group_columns(new)
+        out = keys[at]
+        if group is None:
+            out[:] = within
+        else:
+            np.multiply(group, height << shift, out=out)
+            out += within
+        out += rel << shift
+    del row, col
+    bits = 0
+    if _column_degrees(rows) and keys.size:
+        most = max(int(deg.max()) if deg.size else 0, int(rows.degree[diag].max()) if diag.size else 0)
+        fits = int(deg.min()) >= 0 if deg.size else True
+        if fits and ((rows.groups * height << shift) - 1).bit_length() + most.bit_length() <= KEY_BITS:
+            bits = most.bit_length()
+            keys <<= bits
+            keys[:deg.size] |= deg
+            keys[deg.size:] |= rows.degree[diag]
     keys.sort()
-    return keys, r0, height, nbytes
+    return keys, r0, height, bits, nbytes
 
 
 def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -237,26 +296,13 @@ def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys[heads], np.diff(heads, append=keys.size)
 
 
-def _check_neighbours(rows: _Rows, found: list[tuple]) -> None:
-    """The GCN's norms divide by the degree of every column: none may be below 1. ``found``: per column block of a
-    chunk, ``(j, rows, columns, degrees)`` of its entries (rows less the chunk's first, columns within the block).
-    Names the first such column in CSR order; its own rank reports its degree in full."""
-    low = [(j, r, c, d) for j, r, c, d in found if int(d.min()) < 1]
-    if not low:
-        return
-    m = rows.part.rows_per_part
-    least = min(int(d.min()) for *_, d in low)
-    _, col = min((int(r[k]), int(c[k]) + j * m) for j, r, c, d in low for k in [int(np.argmax(d < 1))])
-    raise _err(rows.dataset, "degree", f"degree {least} of vertex {int(rows.part.order[col])} is below 1 (the self "
-                                       "loop counts one)")
-
-
-def _values(rows: _Rows, count: np.ndarray, here: np.ndarray, there: np.ndarray) -> list[np.ndarray | None]:
+def _values(rows: _Rows, count: np.ndarray, here: np.ndarray, there: np.ndarray | None) -> list[np.ndarray | None]:
     """The float32 values of entries with multiplicity ``count`` of a row of degree ``here`` and a column of degree
-    ``there``: Â's (Âᵀ's for ``out``), then, for ``both``, Âᵀ's, or None where they are Â's (then kept once)."""
-    def values(deg_t: np.ndarray, deg_s: np.ndarray, at: Any = slice(None)) -> np.ndarray:
-        return entry_values(count[at], deg_t[at], deg_s[at] if rows.norm == "sym" else None,
-                            rows.norm).astype(np.float32, copy=False)
+    ``there`` (None where unused: :func:`_column_degrees`): Â's (Âᵀ's for ``out``), then, for ``both``, Âᵀ's, or
+    None where they are Â's (then kept once)."""
+    def values(deg_t: np.ndarray | None, deg_s: np.ndarray | None, at: Any = slice(None)) -> np.ndarray:
+        return entry_values(count[at], None if deg_t is None else deg_t[at],
+                            deg_s[at] if rows.norm == "sym" else None, rows.norm).astype(np.float32, copy=False)
 
     # Â[t, s] with t = here for rows of Â, t = there (the column's) for rows of Âᵀ
     out = values(here, there) if rows.view == "in" else values(there, here)
@@ -277,40 +323,42 @@ def _values(rows: _Rows, count: np.ndarray, here: np.ndarray, there: np.ndarray)
 
 
 def _chunk_entries(rows: _Rows, span: tuple[int, int]) -> tuple[list[tuple | None], list[np.uint64], int, int]:
-    """The entries of the chunk ``span`` of ``rows`` (:func:`_spans`): per column block, its piece ``(first local
+    """The entries of the chunk ``span`` of ``rows`` (:func:`_spans`): per column group, its piece ``(first local
     row, where each of its rows starts, columns, values, values of Âᵀ or None)`` in CSR order (None: no entry
     there); the chunk's sums of :func:`_check_symmetric_block` (``both``); the edges and the bytes it read."""
     begin, end = span
-    keys, r0, height, nbytes = _chunk_keys(rows, begin, end)
-    uniq, mult = _distinct(keys)
+    keys, r0, height, bits, nbytes = _chunk_keys(rows, begin, end)
+    uniq, count = _distinct(keys)
     del keys
-    part, m, shift = rows.part, rows.part.rows_per_part, rows.shift
-    bounds = np.searchsorted(uniq, np.arange(part.num_parts + 1, dtype=np.int64) * (height << shift)).tolist()
-    found = []
-    for j in range(part.num_parts):
-        if bounds[j + 1] > bounds[j]:
-            u = uniq[bounds[j]:bounds[j + 1]]
-            r, c = u >> shift, u & ((1 << shift) - 1)
-            r -= j * height
-            deg = _degree(rows.dataset, part.order[c + j * m], rows.norm)
-            nbytes += deg.nbytes
-            found.append((j, r, c, deg))
+    deg = uniq & ((1 << bits) - 1) if bits else None
+    line = uniq >> (rows.shift + bits)  # group · height + row - r0
+    col = (uniq >> bits & ((1 << rows.shift) - 1)).astype(np.int32 if rows.width < 2**31 else np.int64)
     del uniq
-    if adds_self_loops(rows.norm):
-        _check_neighbours(rows, found)
-    blocks: list[tuple | None] = [None] * part.num_parts
+    row = line % height if rows.groups > 1 else line
+    group = line // height if rows.groups > 1 else np.zeros_like(line)
+    if deg is None and _column_degrees(rows):  # too many bits to ride along: gathered by column
+        firsts = np.array([rows.first_column(g) for g in range(rows.groups)], dtype=np.int64)
+        deg = _degree(rows.dataset, rows.part.order[firsts[group] + col], rows.norm)
+        nbytes += deg.nbytes
+    values, values_t = _values(rows, count, rows.degree[r0:r0 + height][row], deg)
+    bounds = np.searchsorted(line, np.arange(rows.groups * height + 1, dtype=np.int64))
     sums = [np.uint64(0), np.uint64(0)]
-    for j, r, c, deg in found:
-        count = mult[bounds[j]:bounds[j + 1]]
-        values = _values(rows, count, rows.degree[r0:r0 + height][r], deg)
-        if rows.both and j == rows.first_row // m:  # the diagonal block; its unit diagonal adds the same to both sums
-            pair, weight = ((r + r0).view(np.uint64), c.view(np.uint64)), count.view(np.uint64)
-            sums = [(pair_hash(*pair) * weight).sum(dtype=np.uint64),
-                    (pair_hash(*pair[::-1]) * weight).sum(dtype=np.uint64)]
-        starts = np.zeros(height + 1, dtype=np.int64)
-        np.cumsum(np.bincount(r, minlength=height), out=starts[1:])
-        blocks[j] = (r0, starts, c.astype(np.int32 if m < 2**31 else np.int64), *values)
-    return blocks, sums, int(rows.counts[begin:end].sum()), nbytes
+    if rows.both:  # the diagonal block's entries (its unit diagonal adds the same to both sums)
+        first_group = rows.first_row // rows.part.rows_per_part * rows.tiles
+        lo, hi = bounds[first_group * height], bounds[(first_group + rows.tiles) * height]
+        pair = ((row[lo:hi] + r0).view(np.uint64),
+                ((group[lo:hi] - first_group) * rows.width + col[lo:hi]).astype(np.uint64))
+        with np.errstate(over="ignore"):
+            sums = [(pair_hash(*pair) * count[lo:hi].view(np.uint64)).sum(dtype=np.uint64),
+                    (pair_hash(*pair[::-1]) * count[lo:hi].view(np.uint64)).sum(dtype=np.uint64)]
+    pieces: list[tuple | None] = [None] * rows.groups
+    for g in range(rows.groups):
+        lo, hi = int(bounds[g * height]), int(bounds[(g + 1) * height])
+        if hi > lo:
+            same = values_t is None or np.array_equal(values_t[lo:hi], values[lo:hi])
+            pieces[g] = (r0, bounds[g * height: (g + 1) * height + 1] - lo, col[lo:hi], values[lo:hi],
+                         None if same else values_t[lo:hi])
+    return pieces, sums, int(rows.counts[begin:end].sum()), nbytes
 
 
 class _Growing:
@@ -334,74 +382,79 @@ class _Growing:
 
 
 class _BlockFill:
-    """The P column blocks (``m × m``) of one view of this rank's rows, filled in CSR order as the chunks come: a
-    batch of chunks is placed in chunk order (:meth:`place`, one thread), then copied in on the rank's threads
-    (:meth:`copy`). Per block: its row pointers, its columns and values (:class:`_Growing`, sized for the average
-    block), and, with ``both``, Âᵀ's values, made once a chunk's differ from Â's (until then they are Â's)."""
+    """The column groups (:class:`_Rows`: the tiles of the P column blocks) of one view of this rank's rows, filled
+    in CSR order as the chunks come: a batch of chunks is placed in chunk order (:meth:`place`, one thread), then
+    copied in on the rank's threads (:meth:`copy`). Per group: its row pointers, its columns and values
+    (:class:`_Growing`, sized for the average group), and, with ``both``, Âᵀ's values, made once a chunk's differ
+    from Â's (until then they are Â's)."""
 
-    def __init__(self, part: Partition, edges: int, diagonal: int, both: bool) -> None:
-        m, num_parts = part.rows_per_part, part.num_parts
-        self.m, self.both = m, both
-        ptr = np.int32 if max(edges + diagonal, m) < 2**31 else np.int64  # no block holds more
-        guess = min(edges + diagonal, (edges + diagonal) * 5 // (4 * num_parts) + (1 << 12))
-        self.indptr = [np.empty(m + 1, dtype=ptr) for _ in range(num_parts)]
-        self.cols = [_Growing(np.int32 if m < 2**31 else np.int64, guess) for _ in range(num_parts)]
-        self.values = [_Growing(np.float32, guess) for _ in range(num_parts)]
-        self.values_t: list[_Growing | None] = [None] * num_parts
-        self.size, self.next_row = [0] * num_parts, [0] * num_parts
+    def __init__(self, rows: _Rows, edges: int, diagonal: int) -> None:
+        m, groups = rows.part.rows_per_part, rows.groups
+        self.m, self.both = m, rows.both
+        self.widths = [min(rows.width, m - g % rows.tiles * rows.width) for g in range(groups)]
+        ptr = np.int32 if max(edges + diagonal, m) < 2**31 else np.int64  # no group holds more
+        guess = min(edges + diagonal, (edges + diagonal) * 5 // (4 * groups) + (1 << 12))
+        self.indptr = [np.empty(m + 1, dtype=ptr) for _ in range(groups)]
+        self.cols = [_Growing(np.int32 if rows.width < 2**31 else np.int64, guess) for _ in range(groups)]
+        self.values = [_Growing(np.float32, guess) for _ in range(groups)]
+        self.values_t: list[_Growing | None] = [None] * groups
+        self.size, self.next_row = [0] * groups, [0] * groups
 
     def place(self, pieces: list[tuple | None]) -> list[int]:
-        """Where each of one chunk's pieces (:func:`_chunk_entries`) goes in its block, after the chunks before it:
-        the room made, the row pointers of the rows since the block's last piece set."""
+        """Where each of one chunk's pieces (:func:`_chunk_entries`) goes in its group, after the chunks before it:
+        the room made, the row pointers of the rows since the group's last piece set."""
         spots = []
-        for j, piece in enumerate(pieces):
-            spots.append(self.size[j])
+        for g, piece in enumerate(pieces):
+            spots.append(self.size[g])
             if piece is None:
                 continue
             r0, starts, cols, _, values_t = piece
-            at = self.size[j]
-            self.size[j] += cols.size
-            for grown in (self.cols[j], self.values[j], self.values_t[j]):
+            at = self.size[g]
+            self.size[g] += cols.size
+            for grown in (self.cols[g], self.values[g], self.values_t[g]):
                 if grown is not None:
-                    grown.reserve(self.size[j], at)
-            self.indptr[j][self.next_row[j]:r0] = at
-            self.next_row[j] = r0 + starts.size
-            if values_t is not None and self.values_t[j] is None:
-                self.values_t[j] = _Growing(np.float32, self.values[j].array.size)
-                self.values_t[j].array[:at] = self.values[j].array[:at]  # the chunks of earlier batches
+                    grown.reserve(self.size[g], at)
+            self.indptr[g][self.next_row[g]:r0] = at
+            self.next_row[g] = r0 + starts.size
+            if values_t is not None and self.values_t[g] is None:
+                self.values_t[g] = _Growing(np.float32, self.values[g].array.size)
+                self.values_t[g].array[:at] = self.values[g].array[:at]  # the chunks of earlier batches
         return spots
 
     def copy(self, placed: tuple[list[tuple | None], list[int]]) -> None:
         """Copy one chunk's pieces where :meth:`place` put them."""
-        for j, (piece, at) in enumerate(zip(*placed)):
+        for g, (piece, at) in enumerate(zip(*placed)):
             if piece is None:
                 continue
             r0, starts, cols, values, values_t = piece
-            self.indptr[j][r0:r0 + starts.size] = starts + at
-            self.cols[j].array[at:at + cols.size] = cols
-            self.values[j].array[at:at + cols.size] = values
-            if self.values_t[j] is not None:
-                self.values_t[j].array[at:at + cols.size] = values if values_t is None else values_t
+            self.indptr[g][r0:r0 + starts.size] = starts + at
+            self.cols[g].array[at:at + cols.size] = cols
+            self.values[g].array[at:at + cols.size] = values
+            if self.values_t[g] is not None:
+                self.values_t[g].array[at:at + cols.size] = values if values_t is None else values_t
 
-    def take(self, j: int) -> list[sp.csr_matrix | None]:
-        """Block ``j`` of Â and of Âᵀ (None: Â's, or not ``both``), handed over: the arrays
+    def take(self, g: int) -> list[torch.Tensor | None]:
+        """Group ``g`` of Â and of Âᵀ (None: Â's, or not ``both``) as torch CSR tiles, handed over: the arrays
         ``coo_matrix(...).tocsr()`` would make of its entries (they are distinct and in CSR order)."""
-        m, size = self.m, self.size[j]
-        self.indptr[j][self.next_row[j]:] = size
+        m, size = self.m, self.size[g]
+        self.indptr[g][self.next_row[g]:] = size
         idx = np.int32 if max(size, m) < 2**31 else np.int64
-        indptr, indices = self.indptr[j].astype(idx, copy=False), self.cols[j].final(size).astype(idx, copy=False)
-        mats = [None if grown is None else sp.csr_matrix((grown.final(size), indices, indptr), shape=(m, m))
-                for grown in (self.values[j], self.values_t[j])]
-        self.indptr[j] = self.cols[j] = self.values[j] = self.values_t[j] = None
-        return mats
+        indptr, indices = self.indptr[g].astype(idx, copy=False), self.cols[g].final(size).astype(idx, copy=False)
+        tiles = [None if grown is None else
+                 csr_to_torch(sp.csr_matrix((grown.final(size), indices, indptr), shape=(m, self.widths[g])))
+                 for grown in (self.values[g], self.values_t[g])]
+        self.indptr[g] = self.cols[g] = self.values[g] = self.values_t[g] = None
+        return tiles
 
 
 def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local: np.ndarray, ids: np.ndarray,
-             degree: np.ndarray, norm: str, reads: dict[str, int], both: bool = False) -> _BlockFill:
-    """The column blocks of this rank's rows of Â (``view="in"``) or of Âᵀ (``"out"``), the unit diagonal
-    included, and for ``both`` (a symmetric A) of Âᵀ too. The rows are read a chunk at a time, batches of chunks on
-    the rank's threads (:func:`mggcn.utils.parallel.thread_map`), placed in chunk order, so that the blocks, and the
-    first error found in damaged data, do not depend on the thread count."""
+             degree: np.ndarray, norm: str, tile_cols: int | None, reads: dict[str, int],
+             both: bool = False) -> tuple[_BlockFill, _Rows]:
+    """The column groups (tiles of ``tile_cols`` columns of the column blocks, or the blocks) of this rank's rows of
+    Â (``view="in"``) or of Âᵀ (``"out"``), the unit diagonal included, and for ``both`` (a symmetric A) of Âᵀ
+    too. The rows are read a chunk at a time, batches of chunks on the rank's threads
+    (:func:`mggcn.utils.parallel.thread_map`), placed in chunk order, so that the blocks, and the first error found
+    in damaged data, do not depend on the thread count."""
     indptr = dataset.arrays[f"{view}_indptr"]
     starts = np.asarray(indptr[ids])
     counts = np.asarray(indptr[ids + 1]) - starts
@@ -411,9 +464,10 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
         v = int(ids[np.argmax(bad)])
         raise _err(dataset, f"{view}_indptr", f"corrupt row offsets: row {v} runs from {int(indptr[v])} to "
                                               f"{int(indptr[v + 1])}, outside [0, E = {dataset.num_edges}]")
+    m, tiles = part.rows_per_part, num_tiles(part.rows_per_part, tile_cols)
     rows = _Rows(dataset, view, part, first_row, local, ids, starts, counts, degree, norm, both,
-                 (part.rows_per_part - 1).bit_length())
-    fill = _BlockFill(part, int(counts.sum()), ids.size if adds_self_loops(norm) else 0, both)
+                 m if tiles == 1 else tile_cols, tiles)
+    fill = _BlockFill(rows, int(counts.sum()), ids.size if adds_self_loops(norm) else 0)
     spans, threads = _spans(rows)
     sums = [np.uint64(0), np.uint64(0)]  # both: the diagonal block's hash sums (_check_symmetric_block)
     for first in range(0, len(spans), BATCH_CHUNKS * threads):
@@ -429,21 +483,24 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
     trim_heap()  # the chunks' temporaries: their pages go back
     if both:
         _check_symmetric_block(dataset, sums)
-    return fill
+    return fill, rows
 
 
-def _blocks(fill: _BlockFill, part: Partition, tile_cols: int | None) -> tuple[list[TiledCSR], list[TiledCSR]]:
-    """The P column blocks of Â (and of Âᵀ, ``fill.both``) as tiles, one block at a time, each block's arrays
-    released once it is cut. Without ``both`` the second list is empty; with it, a block whose values of Âᵀ equal
+def _blocks(fill: _BlockFill, rows: _Rows) -> tuple[list[TiledCSR], list[TiledCSR]]:
+    """The P column blocks of Â (and of Âᵀ, ``fill.both``) from their groups, one block at a time, each group's
+    arrays handed to its tile. Without ``both`` the second list is empty; with it, a block whose values of Âᵀ equal
     Â's is shared."""
     adj, adj_t = [], []
-    for j in range(part.num_parts):
-        mat, mat_t = fill.take(j)
-        adj.append(to_blocks(mat, 1, tile_cols)[0])
+    starts = [t * rows.width for t in range(rows.tiles)]
+    for j in range(rows.part.num_parts):
+        tiles = [fill.take(j * rows.tiles + t) for t in range(rows.tiles)]
+        adj.append(TiledCSR([tile for tile, _ in tiles], starts, rows.part.rows_per_part))
         if fill.both:
-            adj_t.append(adj[-1] if mat_t is None else to_blocks(mat_t, 1, tile_cols)[0])
-        del mat, mat_t
-        trim_heap()  # a tiled block's entries, copied into its tiles
+            same = all(tile_t is None for _, tile_t in tiles)
+            adj_t.append(adj[-1] if same else TiledCSR([tile if tile_t is None else tile_t for tile, tile_t in tiles],
+                                                       starts, rows.part.rows_per_part))
+        del tiles
+        trim_heap()
     return adj, adj_t
 
 
@@ -518,15 +575,15 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
     _copy_rows(dataset, "split", ids, local, codes, counted)
     stored = degree[local] if adds_self_loops(norm) else np.asarray(arrays["degree"][ids])
     _check_rows(dataset, ids, stored, y[local], codes[local])
+    view = partial(_entries, dataset, part=part, first_row=first, local=local, ids=ids, degree=degree, norm=norm,
+                   tile_cols=tile_cols, reads=counted)
     if dataset.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
-        adj, adj_t = _blocks(_entries(dataset, "in", part, first, local, ids, degree, norm, counted, both=True),
-                             part, tile_cols)
+        adj, adj_t = _blocks(*view("in", both=True))
         if all(a is t for a, t in zip(adj, adj_t)):
             adj_t = adj
     else:
-        adj, _ = _blocks(_entries(dataset, "in", part, first, local, ids, degree, norm, counted), part, tile_cols)
-        adj_t, _ = _blocks(_entries(dataset, "out", part, first, local, ids, degree, norm, counted), part,
-                           tile_cols)
+        adj, _ = _blocks(*view("in"))
+        adj_t, _ = _blocks(*view("out"))
     # the features last: while the blocks were built, the rank did not hold them yet
     x = np.zeros((m, dataset.num_features), dtype=np.float32)
     _copy_rows(dataset, "features", ids, local, x, counted, check=_check_features)
