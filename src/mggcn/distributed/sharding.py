@@ -13,7 +13,7 @@ GIN's ``sum`` keep the edges as given and add no diagonal), parallel edges summe
 Âᵀ).
 
 Speed and memory: the rows are read a chunk of edges at a time (:data:`SHARD_CHUNK_EDGES`, fewer on a small graph,
-so that a batch of chunks in flight stays within 1/8 of an average block), batches of chunks on the rank's threads.
+so that a batch of chunks in flight stays within half an average block), batches of chunks on the rank's threads.
 A chunk's entries are one sorted int64 key each (:func:`_chunk_keys`: column group, row, column, and the column's
 degree riding along; parallel edges are runs of equal keys), decoded into values and written in chunk order
 straight into the arrays of their column group (:class:`_BlockFill`; a group is a tile of a column block, or the
@@ -52,7 +52,7 @@ __all__ = ["SHARD_CHUNK_EDGES", "build_shard", "partition_dataset", "release_dat
 # under the allocator's mmap threshold (mggcn.config.MMAP_THRESHOLD), so the heap reuses their pages
 SHARD_CHUNK_EDGES = 1 << 16
 MIN_CHUNK_EDGES = 1 << 12  # ... and the least, unless SHARD_CHUNK_EDGES is smaller
-BATCH_CHUNKS = 8  # chunks per thread built, then placed, together (_entries)
+BATCH_CHUNKS = 16  # chunks per thread built, then placed, together (_entries)
 # the least edges of a chunk worth a thread: below it the GIL, held by numpy between and within its calls on small
 # arrays, serializes the threads and its hand-offs cost more than the cores gain
 THREAD_CHUNK_EDGES = 1 << 12
@@ -121,10 +121,10 @@ def _check_symmetric_block(dataset: Dataset, sums: list) -> None:
 def _degree(dataset: Dataset, ids: np.ndarray, norm: str) -> np.ndarray:
     """The ``D`` of :func:`mggcn.nn.norm.entry_values` for the vertices ``ids``: the stored degree (in-edges other
     than self loops, plus one) for the GCN's norms, the in-edges as given (``in_indptr``) otherwise."""
-    if adds_self_loops(norm):
-        return np.asarray(dataset.arrays["degree"][ids])
-    indptr = dataset.arrays["in_indptr"]
-    return np.asarray(indptr[ids + 1]) - np.asarray(indptr[ids])
+    if adds_self_loops(norm):  # np.take: a gather from a memory map, faster than indexing it
+        return np.take(np.asarray(dataset.arrays["degree"]), ids)
+    indptr = np.asarray(dataset.arrays["in_indptr"])
+    return np.take(indptr, ids + 1) - np.take(indptr, ids)
 
 
 @dataclass(frozen=True)
@@ -172,19 +172,21 @@ class _Rows:
         return group // self.tiles * self.part.rows_per_part + group % self.tiles * self.width
 
 
-def _spans(rows: _Rows) -> tuple[list[tuple[int, int]], int]:
-    """The chunks of ``rows``, as ranges ``[begin, end)`` of its rows, and the threads to build them on. Whole rows,
-    about ``chunk`` edges each: small enough that a chunk's temporaries stay under the allocator's mmap threshold
-    (and are reused), and that a batch of chunks in flight is 1/8 of an average block at most; no more local rows
-    than keep their keys within int64 (:func:`_chunk_keys`). Chunks too small for :data:`THREAD_CHUNK_EDGES` are
-    built in the calling thread."""
+def _spans(rows: _Rows) -> tuple[list[tuple[int, int]], int, int]:
+    """The chunks of ``rows``, as ranges ``[begin, end)`` of its rows, the threads to build them on and the chunks
+    of a batch. Whole rows, about ``chunk`` edges each: a chunk's temporaries stay under the allocator's mmap
+    threshold (and are reused), and take 1/16 of an average block at most per thread; a batch, up to
+    :data:`BATCH_CHUNKS` chunks a thread, holds half an average block at most; no more local rows than keep their
+    keys within int64 (:func:`_chunk_keys`). Chunks too small for :data:`THREAD_CHUNK_EDGES` are built in the
+    calling thread."""
     counts, local, part = rows.counts, rows.local, rows.part
     total = int(counts.sum())
     threads = thread_budget()
-    chunk = min(SHARD_CHUNK_EDGES, max(MIN_CHUNK_EDGES, total // (8 * BATCH_CHUNKS * part.num_parts * threads)))
+    chunk = min(SHARD_CHUNK_EDGES, max(MIN_CHUNK_EDGES, total // (16 * part.num_parts * threads)))
     if threads > 1 and chunk < THREAD_CHUNK_EDGES:
         threads = 1
-        chunk = min(SHARD_CHUNK_EDGES, max(MIN_CHUNK_EDGES, total // (8 * BATCH_CHUNKS * part.num_parts)))
+        chunk = min(SHARD_CHUNK_EDGES, max(MIN_CHUNK_EDGES, total // (16 * part.num_parts)))
+    batch = threads * max(1, min(BATCH_CHUNKS, total // (2 * part.num_parts * threads * chunk)))
     tallest = min(part.rows_per_part, ((2**63 - 1) >> rows.shift) // rows.groups)
     ends = np.cumsum(counts)
     spans, begin = [], 0
@@ -194,7 +196,7 @@ def _spans(rows: _Rows) -> tuple[list[tuple[int, int]], int]:
         end = max(begin + 1, min(end, int(np.searchsorted(local, local[begin] + tallest))))
         spans.append((begin, end))
         begin = end
-    return spans, threads
+    return spans, threads, batch
 
 
 def _check_in_degrees(rows: _Rows, begin: int, end: int, loop_rows: np.ndarray, height: int) -> None:
@@ -234,7 +236,7 @@ def _read_chunk(rows: _Rows, begin: int, end: int) -> tuple[np.ndarray, ...]:
         raise _err(dataset, f"{rows.view}_indices", f"vertex id {bad_id} is out of range [0, {dataset.num_nodes})")
     r0, height, nbytes = int(local[0]), int(local[-1] - local[0]) + 1, nbr.nbytes
     row = np.repeat(local - r0, counts)
-    col = part.position[nbr]
+    col = np.take(part.position, nbr)
     loop = col == row + (rows.first_row + r0)  # self loops
     if rows.view == "in":
         _check_in_degrees(rows, begin, end, row[loop], height)
@@ -334,11 +336,10 @@ def _chunk_entries(rows: _Rows, span: tuple[int, int]) -> tuple[list[tuple | Non
     line = uniq >> (rows.shift + bits)  # group · height + row - r0
     col = (uniq >> bits & ((1 << rows.shift) - 1)).astype(np.int32 if rows.width < 2**31 else np.int64)
     del uniq
-    row = line % height if rows.groups > 1 else line
-    group = line // height if rows.groups > 1 else np.zeros_like(line)
+    row, group = (line % height, line // height) if rows.groups > 1 else (line, np.zeros(1, dtype=np.int64))
     if deg is None and _column_degrees(rows):  # too many bits to ride along: gathered by column
         firsts = np.array([rows.first_column(g) for g in range(rows.groups)], dtype=np.int64)
-        deg = _degree(rows.dataset, rows.part.order[firsts[group] + col], rows.norm)
+        deg = _degree(rows.dataset, np.take(rows.part.order, firsts[group] + col), rows.norm)
         nbytes += deg.nbytes
     values, values_t = _values(rows, count, rows.degree[r0:r0 + height][row], deg)
     bounds = np.searchsorted(line, np.arange(rows.groups * height + 1, dtype=np.int64))
@@ -346,8 +347,10 @@ def _chunk_entries(rows: _Rows, span: tuple[int, int]) -> tuple[list[tuple | Non
     if rows.both:  # the diagonal block's entries (its unit diagonal adds the same to both sums)
         first_group = rows.first_row // rows.part.rows_per_part * rows.tiles
         lo, hi = bounds[first_group * height], bounds[(first_group + rows.tiles) * height]
-        pair = ((row[lo:hi] + r0).view(np.uint64),
-                ((group[lo:hi] - first_group) * rows.width + col[lo:hi]).astype(np.uint64))
+        block_col = col[lo:hi].astype(np.uint64)  # the column within the block
+        if rows.tiles > 1:
+            block_col += ((group[lo:hi] - first_group) * rows.width).view(np.uint64)
+        pair = ((row[lo:hi] + r0).view(np.uint64), block_col)
         with np.errstate(over="ignore"):
             sums = [(pair_hash(*pair) * count[lo:hi].view(np.uint64)).sum(dtype=np.uint64),
                     (pair_hash(*pair[::-1]) * count[lo:hi].view(np.uint64)).sum(dtype=np.uint64)]
@@ -468,10 +471,10 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
     rows = _Rows(dataset, view, part, first_row, local, ids, starts, counts, degree, norm, both,
                  m if tiles == 1 else tile_cols, tiles)
     fill = _BlockFill(rows, int(counts.sum()), ids.size if adds_self_loops(norm) else 0)
-    spans, threads = _spans(rows)
+    spans, threads, batch = _spans(rows)
     sums = [np.uint64(0), np.uint64(0)]  # both: the diagonal block's hash sums (_check_symmetric_block)
-    for first in range(0, len(spans), BATCH_CHUNKS * threads):
-        chunks = thread_map(partial(_chunk_entries, rows), spans[first:first + BATCH_CHUNKS * threads], threads)
+    for first in range(0, len(spans), batch):
+        chunks = thread_map(partial(_chunk_entries, rows), spans[first:first + batch], threads)
         pieces = [chunk[0] for chunk in chunks]
         thread_map(fill.copy, list(zip(pieces, [fill.place(p) for p in pieces])), threads)
         for _, chunk_sums, edges, nbytes in chunks:
