@@ -47,33 +47,17 @@ mkdir -p "$OUT_DIR" || exit 1
 exec > >(tee "$OUT_DIR/gpu_check.log") 2>&1
 rm -f "$OUT_DIR/gpu_check_steps.txt" "$OUT_DIR/gpu_check.json" "$OUT_DIR/gpu_bench.json" "$OUT_DIR/gpu_bench.txt"
 
-FAILED=()
-STATUS=0
-BIT=1
+STEP_TAG=gpu_check
+STEPS_FILE="$OUT_DIR/gpu_check_steps.txt"
+# shellcheck source=steps.sh
+. scripts/steps.sh
 STEPS_JSON=""
 
-# step NAME SECONDS COMMAND...: run COMMAND under `timeout -k 15 SECONDS`, record its exit status and time, then
-# bring the step table (and the bench table, once the bench has written its report) up to date.
+# step NAME SECONDS COMMAND...: run_step, then bring the step JSON (and the bench table, once the bench has written
+# its report) up to date.
 step() {
-    local name=$1 limit=$2
-    shift 2
-    echo
-    echo "== $name"
-    local start=$SECONDS rc
-    timeout -k 15 "$limit" "$@"
-    rc=$?
-    case $rc in
-        0) ;;
-        124 | 137) echo "gpu_check: $name: stopped after its $limit s (exit $rc)" ;;
-        *) echo "gpu_check: $name: exit $rc" ;;
-    esac
-    if [ "$rc" -ne 0 ]; then
-        FAILED+=("$name (exit $rc)")
-        STATUS=$((STATUS + BIT))
-    fi
-    BIT=$((BIT * 2))
-    printf '%-12s exit %3d %5d s\n' "$name" "$rc" $((SECONDS - start)) >> "$OUT_DIR/gpu_check_steps.txt"
-    STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$name\", \"exit\": $rc, \"seconds\": $((SECONDS - start))}"
+    run_step "$@"
+    STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$1\", \"exit\": $STEP_RC, \"seconds\": $STEP_S}"
     echo "{\"device\": \"$DEVICE\", \"steps\": [$STEPS_JSON]}" > "$OUT_DIR/gpu_check.json"
     if [ -f "$OUT_DIR/gpu_bench.json" ]; then
         timeout -k 5 60 "$PY" -c "import json, sys; from mggcn.tools.bench import format_table
@@ -153,10 +137,4 @@ step "CUDA tests" 180 "$PY" -m pytest $TESTS -q -k cuda -rs -p no:cacheprovider
 step plan 30 bash -c plan
 step bench 300 bash -c bench
 
-echo
-cat "$OUT_DIR/gpu_check_steps.txt"
-if [ "$STATUS" -ne 0 ]; then
-    echo "gpu_check: failed steps: $(IFS=,; echo "${FAILED[*]}" | sed 's/,/, /g'); exit status $STATUS"
-    exit "$STATUS"
-fi
-echo "gpu_check: every step passed"
+finish_steps

@@ -37,7 +37,7 @@ from mggcn.config import TrainConfig
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
 from mggcn.data.generators import parse_spec
-from mggcn.data.graph import SPLITS, ConfigError, Graph
+from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
 from mggcn.data.prepared.edgesort import EdgeSorter
 from mggcn.data.prepared.reader import PreparedDataset, nnz_per_rank
 from mggcn.data.prepared.writer import parse_memory, prepare
@@ -572,3 +572,7 @@ def test_a_dataset_in_memory_written_whole_equals_its_preparation(tmp_path, dire
                                              fingerprint="0123456789abcdef"))
     assert unsummed.fingerprint == "0123456789abcdef"
     assert all("sha256" not in r for r in unsummed.manifest["arrays"].values())
+    with pytest.raises(GraphError, match="the parent directory .* does not exist"):
+        write_dataset(InMemoryDataset(g), tmp_path / "absent" / "x")
+    with pytest.raises(ConfigError, match="already exists"):
+        write_dataset(InMemoryDataset(g), tmp_path / "quick")

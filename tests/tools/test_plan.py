@@ -221,6 +221,10 @@ def test_parse_bytes_and_presets():
     assert not one.fits(141 * 2**30)  # papers100M does not fit one H200 ...
     assert one.parts["adjacency A"] > 8 * big.edges  # ... whose blocks need int64 indices (> 2^31 nonzeros)
     assert eight.total < one.total / 6  # ... and splits over 8
+    proteins = PRESETS["proteins"]  # the seed's largest single-GPU shape: within 64 GB at hidden 128,128
+    plan = plan_memory(proteins.nodes, proteins.edges, proteins.features, proteins.classes, (128, 128), 1,
+                       train=proteins.train)
+    assert plan.fits(64 * 2**30) and plan.parts["adjacency A"] >= 8 * proteins.edges  # int64 indptr, int32 indices
 
 
 def test_plan_command(capsys):

@@ -399,6 +399,8 @@ def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dic
     out = Path(out_dir).absolute()
     if out.exists():
         raise ConfigError(f"{out}: already exists", "out_dir")
+    if not out.parent.is_dir():
+        raise GraphError(f"{out}: the parent directory {out.parent} does not exist")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
         arrays, n = dataset.arrays, dataset.num_nodes

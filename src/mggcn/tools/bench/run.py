@@ -89,6 +89,7 @@ def _graph_step(opts: BenchOptions, threads: int, tmp: str, log, report: dict) -
         graph.update(cached=True, generate_s=None, write_s=None, nnz_per_s=None)
         made = f"reused {path}"
     else:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # a cache under a new folder, as mkdir -p
         graph = run_workers(generate_worker, 1, (opts, path, threads), timeout_s=opts.timeout_s)[0]
         made = (f"generated in {graph['generate_s']:.1f} s, {graph['nnz_per_s'] / 1e6:.1f}M nonzeros/s; written in "
                 f"{graph['write_s']:.1f} s")
