@@ -55,11 +55,11 @@ class GeneratedGraph:
 def undirected_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     """The keys ``row · n + col`` of both directions of the pairs ``u[i] — v[i]``, self loops left out."""
     keep = u != v
-    u, v = u[keep].astype(np.int64, copy=False), v[keep].astype(np.int64, copy=False)
+    u, v = u[keep], v[keep]  # any integer dtype: the products below are formed in int64
     keys = np.empty(2 * u.size, dtype=np.int64)
-    np.multiply(u, n, out=keys[:u.size])
+    np.multiply(u, np.int64(n), out=keys[:u.size])
     keys[:u.size] += v
-    np.multiply(v, n, out=keys[u.size:])
+    np.multiply(v, np.int64(n), out=keys[u.size:])
     keys[u.size:] += u
     return keys
 

@@ -9,6 +9,7 @@ Legend: n = 2^scale vertices, E = edges, F = features, C = classes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -34,43 +35,76 @@ RMAT_BLOCK = 1 << 20
 MAX_MEMORY_SCALE = 30  # rmat_graph holds the graph in memory: 2^30 vertices, 2^34 edges at edge_factor 16
 
 
+def _at_least(r: np.ndarray, p: float, out: np.ndarray) -> None:
+    """``out = (u >= float32(p))`` for the uniform float32 ``u`` that numpy makes of each uint32 ``r`` (its top 24
+    bits over 2^24): the same comparison on the integers, without making the floats."""
+    k = math.ceil(float(np.float32(p)) * 2**24)  # exact: u >= p32 iff (r >> 8) >= ceil(p32 · 2^24)
+    if k >= 1 << 24:
+        out[:] = False
+    else:
+        np.greater_equal(r, np.uint32(max(k, 0) << 8), out=out)
+
+
 def _rmat_block(scale: int, count: int, a: float, b: float, c: float, seed: int, block: int) -> np.ndarray:
     """``count`` raw R-MAT edges of block ``block``: ``[2, count]`` uint32 (uint64 beyond scale 32), self loops and
     duplicates included.
 
-    At each of ``scale`` levels one uniform draw picks a quadrant: ``[0, a)`` top-left, ``[a, a+b)`` top-right,
-    ``[a+b, a+b+c)`` bottom-left, the rest bottom-right; the source bit is 1 in the bottom half, the target bit 1 in
-    the right half.
+    At each of ``scale`` levels one uniform float32 draw ``u`` (``Generator.random``) picks a quadrant: ``[0, a)``
+    top-left, ``[a, a+b)`` top-right, ``[a+b, a+b+c)`` bottom-left, the rest bottom-right; the source bit is 1 in
+    the bottom half, the target bit 1 in the right half.
     """
     rng = np.random.default_rng([seed, block])
     ids = np.uint32 if scale <= 32 else np.uint64  # half the bytes of every pass where the ids fit
     src, dst = np.zeros(count, dtype=ids), np.zeros(count, dtype=ids)
-    ab, abc, fa = np.float32(a + b), np.float32(a + b + c), np.float32(a)
-    # every pass in place, on buffers made once (float32 draws: half the bandwidth; 2^-24 resolution is ample)
-    r = np.empty(count, dtype=np.float32)
+    if count % 2:  # numpy's float32 draws take the halves of 64-bit words; an odd count leaves one for the next
+        draw = _float_draws(rng, count)
+    else:  # those words themselves, the low half first (what Generator.random(float32) turns into floats)
+        draw = (rng.bit_generator.random_raw(count // 2).view(np.uint32) for _ in range(scale))
     bottom, right, past = (np.empty(count, dtype=bool) for _ in range(3))
-    for _ in range(scale):
-        rng.random(dtype=np.float32, out=r)
-        np.greater_equal(r, ab, out=bottom)
-        np.greater_equal(r, fa, out=right)  # right: [a, a+b) or [a+b+c, 1), i.e. (r >= a) xor bottom xor (r >= a+b+c)
-        np.not_equal(right, bottom, out=right)
-        np.greater_equal(r, abc, out=past)
-        np.not_equal(right, past, out=right)
-        src <<= 1
-        dst <<= 1
-        src |= bottom
-        dst |= right
+    # the bits of up to 8 levels gather in bytes, then join the ids: the wide arrays are shifted once per 8 levels
+    src8, dst8 = np.empty(count, dtype=np.uint8), np.empty(count, dtype=np.uint8)
+    for first in range(0, scale, 8):
+        levels = min(8, scale - first)
+        for level in range(levels):
+            r = next(draw)
+            _at_least(r, a + b, bottom)
+            _at_least(r, a, right)  # right: [a, a+b) or [a+b+c, 1), i.e. (u >= a) xor bottom xor (u >= a+b+c)
+            np.not_equal(right, bottom, out=right)
+            _at_least(r, a + b + c, past)
+            np.not_equal(right, past, out=right)
+            if level:
+                src8 <<= 1
+                dst8 <<= 1
+                src8 |= bottom.view(np.uint8)
+                dst8 |= right.view(np.uint8)
+            else:
+                np.copyto(src8, bottom.view(np.uint8))
+                np.copyto(dst8, right.view(np.uint8))
+        src <<= levels
+        dst <<= levels
+        src |= src8
+        dst |= dst8
     return np.stack([src, dst])
 
 
+def _float_draws(rng: np.random.Generator, count: int) -> Iterator[np.ndarray]:
+    """The levels' draws as the uint32 whose top 24 bits numpy's float32 ``u`` is (``u · 2^32``, exact)."""
+    r = np.empty(count, dtype=np.float32)
+    while True:
+        rng.random(dtype=np.float32, out=r)
+        r *= np.float32(2**32)
+        yield r
+
+
 def _scramble(ids: np.ndarray, scale: int, seed: int) -> np.ndarray:
-    """A seeded bijection of ``[0, 2^scale)`` (odd multiply and xor-shift rounds, all mod ``2^scale``).
+    """A seeded bijection of ``[0, 2^scale)`` (odd multiply and xor-shift rounds, all mod ``2^scale``), as uint32
+    (uint64 beyond scale 32).
 
     R-MAT puts every hub at a small id; scrambling spreads them, like Graph500, so contiguous-range partitions are not
     trivially unbalanced. O(1) memory, unlike a stored permutation of 2^scale ids.
     """
     if scale == 0:
-        return ids.astype(np.int64)
+        return ids.copy()
     # The low `scale` bits of a product depend only on the low `scale` bits of its factors: where the ids fit,
     # uint32 arithmetic (wrapping mod 2^32) gives the bits uint64 would, at half the bytes.
     word = np.uint32 if scale <= 32 else np.uint64
@@ -82,14 +116,17 @@ def _scramble(ids: np.ndarray, scale: int, seed: int) -> np.ndarray:
         h *= word(int(mult) & int(np.iinfo(word).max))  # odd: a bijection mod 2^scale (wraparound intended)
         h &= mask
         h ^= h >> shift  # xor with a right shift of itself: invertible
-    return h.astype(np.int64)
+    return h
 
 
 def _edge_block(scale: int, edge_factor: int, a: float, b: float, c: float, seed: int, scramble: bool,
-                block: int) -> np.ndarray:
+                block: int, wide: bool = True) -> np.ndarray:
+    """Block ``block`` of the edge stream, int64 (``wide``) or the narrowest unsigned dtype of the ids."""
     total = edge_factor << scale
     e = _rmat_block(scale, min(RMAT_BLOCK, total - block * RMAT_BLOCK), a, b, c, seed, block)
-    return _scramble(e, scale, seed) if scramble else e.astype(np.int64)
+    if scramble:
+        e = _scramble(e, scale, seed)
+    return e.astype(np.int64) if wide else e
 
 
 def _check_edges(scale: int, edge_factor: int, a: float, b: float, c: float, chunk_size: int = 1) -> None:
@@ -164,7 +201,7 @@ def rmat_generated(scale: int, edge_factor: int = 16, a: float = 0.57, b: float 
     graph = PairGraph(n)
 
     def pairs(block: int) -> tuple[np.ndarray, np.ndarray]:
-        src, dst = _edge_block(scale, edge_factor, a, b, c, seed, True, block)
+        src, dst = _edge_block(scale, edge_factor, a, b, c, seed, True, block, wide=False)
         return src, dst
 
     graph.add(range(-(-(edge_factor << scale) // RMAT_BLOCK)), pairs)
