@@ -1,4 +1,4 @@
-"""The code of README.md and docs/tutorial.md runs as written, so the docs cannot rot.
+"""The code of README.md, docs/tutorial.md and docs/benchmarks.md runs as written, so the docs cannot rot.
 
 * ``python`` blocks run as script files (``python block.py``), in a fresh process, as a reader would save them;
 * ``console`` blocks are transcripts: every ``$ `` command runs (with its ``\\`` continuations) and must succeed, the
@@ -154,6 +154,31 @@ def test_readme_commands_parse_as_written():
                 pytest.fail(f"README: `mggcn {' '.join(args)}` is refused by the parser (exit {exc.code})")
             checked += 1
     assert checked >= 12
+
+
+def test_benchmarks_page_commands_run_and_parse(shell_env):
+    """docs/benchmarks.md: its console blocks (the measuring scripts at a tiny size) run from the repository root;
+    every mggcn command of its bash blocks (the full-size runs its tables come from) is accepted by the parser, and
+    every script they name exists."""
+    parser = build_parser()
+    ran = parsed = 0
+    for kind, body in blocks(ROOT / "docs" / "benchmarks.md"):
+        if kind == "console":
+            for command in console_commands(body):
+                _run(command, ROOT, shell_env, f"docs/benchmarks.md: $ {command}")
+                ran += 1
+        elif kind == "bash":
+            for words in bash_commands(body):
+                scripts = [w for w in words if w.startswith("scripts/")]
+                assert all((ROOT / w).is_file() for w in scripts), words
+                args = mggcn_args(words)
+                if args is not None:
+                    try:
+                        parser.parse_args(args)
+                    except SystemExit as exc:
+                        pytest.fail(f"docs/benchmarks.md: `mggcn {' '.join(args)}` is refused (exit {exc.code})")
+                    parsed += 1
+    assert ran >= 2 and parsed >= 3
 
 
 def test_console_and_bash_parsing():

@@ -192,18 +192,50 @@ def test_csr_of_edges_equals_scipy_with_parallel_edges(count, threads):
     assert csr.indices.dtype == np.int32 and np.array_equal(csr.indices, expanded)
 
 
-def test_pair_graph_keeps_exact_counts_symmetric():
+def _pair_keys(csr) -> np.ndarray:
+    rows = np.repeat(np.arange(csr.num_nodes), np.diff(csr.indptr))
+    return rows * csr.num_nodes + csr.indices
+
+
+@pytest.mark.parametrize("relabel", [False, True])
+def test_pair_graph_stops_at_a_limit_keeping_the_earlier_pairs(relabel):
+    """A second round of pairs up to a limit: every pair of the first round stays, the new pairs kept are those
+    first in mix64's order of their undirected keys (of the names given), and the graph stays simple and symmetric."""
+    from mggcn.data.csr import mix64
+
+    n = 300
     rng = np.random.default_rng(0)
-    graph = PairGraph(300)
-    graph.add(range(3), lambda b: (rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)) if b < 3 else None)
-    held = graph.num_pairs
-    graph.keep_pairs(held - 1000)
-    assert graph.num_pairs == held - 1000
-    csr = graph.csr()
-    rows = np.repeat(np.arange(300), np.diff(csr.indptr))
-    keys = rows * 300 + csr.indices
-    assert np.array_equal(np.sort(keys), np.sort(csr.indices * 300 + rows))  # symmetric
-    assert not (rows == csr.indices).any() and np.unique(keys).size == keys.size
+    draws = {b: (rng.integers(0, n, 4000), rng.integers(0, n, 4000)) for b in range(4)}
+    names = np.random.default_rng(1).permutation(n) if relabel else None
+    first = PairGraph(n)
+    first.add(range(2), draws.__getitem__)
+    held = first.num_pairs
+    everything = PairGraph(n)
+    everything.add(range(4), draws.__getitem__)
+    fresh = everything.num_pairs - held
+    assert fresh > 1000
+    graph = PairGraph(n)
+    graph.add(range(2), draws.__getitem__, limit=10**9)  # a limit not reached changes nothing
+    assert graph.num_pairs == held
+    graph.add(range(2, 4), draws.__getitem__, limit=held + 1000, names=names)
+    assert graph.num_pairs == held + 1000
+    kept, before, full = _pair_keys(graph.csr()), _pair_keys(first.csr()), _pair_keys(everything.csr())
+    assert np.isin(before, kept).all() and np.isin(kept, full).all()
+    rows, cols = kept // n, kept % n
+    assert np.array_equal(np.sort(kept), np.sort(cols * n + rows))  # symmetric
+    assert not (rows == cols).any() and np.unique(kept).size == kept.size
+
+    def order_key(keys):
+        r, c = keys // n, keys % n
+        if names is not None:
+            r, c = names[r], names[c]
+        return mix64(np.minimum(r, c) * n + np.maximum(r, c))
+
+    new = np.setdiff1d(full, before)
+    new = new[new // n < new % n]  # each pair once
+    want = np.sort(new[np.argsort(order_key(new))[:1000]])
+    got = np.setdiff1d(kept, before)
+    assert np.array_equal(np.sort(got[got // n < got % n]), want)
 
 
 def test_generated_dataset_arrays_serve_both_views():

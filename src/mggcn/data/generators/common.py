@@ -68,7 +68,7 @@ class PairGraph:
     """The simple undirected graph of drawn pairs: self loops dropped, a pair drawn twice (either way) kept once.
 
     Held as the sorted keys of both directions in row ranges (:class:`~mggcn.data.csr.RowBuckets`), so that pairs
-    drawn later merge in (:meth:`add`) and a subset can be dropped (:meth:`keep_pairs`) before :meth:`csr`.
+    drawn later merge in (:meth:`add`, which can also stop at a number of pairs) before :meth:`csr`.
     """
 
     def __init__(self, num_nodes: int) -> None:
@@ -77,35 +77,22 @@ class PairGraph:
 
     @property
     def num_pairs(self) -> int:
-        return 0 if self.ranges is None else sum(r.size for r in self.ranges) // 2
+        return 0 if self.ranges is None else _pairs_in(self.ranges)
 
-    def add(self, blocks: Iterable[int], pairs_of: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> None:
-        """The pairs ``pairs_of(b)`` of every block ``b`` (drawn in threads), merged into the graph."""
+    def add(self, blocks: Iterable[int], pairs_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
+            limit: int | None = None, names: np.ndarray | None = None) -> None:
+        """The pairs ``pairs_of(b)`` of every block ``b`` (drawn in threads), merged into the graph. ``limit``: at
+        most that many pairs in all, those of this call that are new beyond it dropped: the last in the order of
+        :func:`~mggcn.data.csr.mix64` on the undirected key ``min · n + max`` (a random-looking subset, the same on
+        every machine), of ``names[vertex]`` with ``names`` (so that a relabelled graph keeps the same pairs)."""
         n = self.buckets.num_nodes
         self.buckets.add_blocks(blocks, lambda b: undirected_keys(*pairs_of(b), n))
         new = self.buckets.finish(dedup=True)
-        self.ranges = new if self.ranges is None else thread_map(_merge, zip(self.ranges, new))
-
-    def keep_pairs(self, count: int, names: np.ndarray | None = None) -> None:
-        """Keep ``count`` of the pairs: those whose undirected key ``min · n + max`` comes first in the order of
-        :func:`~mggcn.data.csr.mix64` (a random-looking subset, the same on every machine). ``names``: the keys are
-        of ``names[vertex]`` instead (so that a relabelled graph keeps the same pairs)."""
-        if self.ranges is None or count >= self.num_pairs:
-            return
-        n = self.buckets.num_nodes
-
-        def pair_hash(keys: np.ndarray) -> np.ndarray:
-            rows = keys // n
-            cols = keys - rows * n
-            if names is not None:
-                rows, cols = names[rows], names[cols]
-            return mix64(np.minimum(rows, cols) * n + np.maximum(rows, cols))
-
-        hashes = thread_map(pair_hash, self.ranges)
-        upper = np.concatenate([h[k % n > k // n] for h, k in zip(hashes, self.ranges)])  # each pair once
-        cut = np.partition(upper, count - 1)[count - 1]
-        del upper
-        self.ranges = [k[h <= cut] for k, h in zip(self.ranges, hashes)]
+        if self.ranges is not None:
+            new = thread_map(_unseen, zip(self.ranges, new))
+        if limit is not None and _pairs_in(new) > limit - self.num_pairs:
+            new = _first_pairs(new, limit - self.num_pairs, n, names)
+        self.ranges = new if self.ranges is None else thread_map(_insert, zip(self.ranges, new))
 
     def csr(self) -> CSR:
         ranges = self.ranges if self.ranges is not None else self.buckets.finish(dedup=True)
@@ -120,15 +107,44 @@ class PairGraph:
         return graph.csr()
 
 
-def _merge(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Two sorted arrays of distinct keys as one (each key once)."""
+def _pairs_in(ranges: list[np.ndarray]) -> int:
+    return sum(r.size for r in ranges) // 2  # both directions of every pair
+
+
+def _first_pairs(ranges: list[np.ndarray], count: int, n: int, names: np.ndarray | None) -> list[np.ndarray]:
+    """The ``count`` pairs of the ranges' keys that come first in the hash order of their undirected keys."""
+    if count <= 0:
+        return [r[:0] for r in ranges]
+
+    def pair_hash(keys: np.ndarray) -> np.ndarray:
+        rows = keys // n
+        cols = keys - rows * n
+        if names is not None:
+            rows, cols = names[rows], names[cols]
+        return mix64(np.minimum(rows, cols) * n + np.maximum(rows, cols))
+
+    hashes = thread_map(pair_hash, ranges)
+    upper = np.concatenate([h[k % n > k // n] for h, k in zip(hashes, ranges)])  # each pair once
+    cut = np.partition(upper, count - 1)[count - 1]
+    del upper
+    return [k[h <= cut] for k, h in zip(ranges, hashes)]
+
+
+def _unseen(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The keys of a sorted array of distinct keys that another sorted array does not hold."""
     held, new = pair
-    if not new.size:
-        return held
+    if not new.size or not held.size:
+        return new
     at = np.searchsorted(held, new)
     seen = at < held.size
     seen[seen] = held[at[seen]] == new[seen]
-    return np.insert(held, at[~seen], new[~seen])
+    return new[~seen]
+
+
+def _insert(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Two sorted arrays of distinct keys, none in both, as one sorted array."""
+    held, new = pair
+    return np.insert(held, np.searchsorted(held, new), new) if new.size else held
 
 
 def random_split(n: int, split: tuple[float, float, float], rng: np.random.Generator,

@@ -6,8 +6,9 @@ correctness check).
 
 Edges are drawn in blocks of :data:`COMMUNITY_BLOCK` pairs, block ``b`` from ``default_rng([seed, tag, b])``, on
 every core at once. Drawing a vertex ∝ its weight is a search in the cumulative weights, started from a guide table
-(the first vertex of each of n equal slices of the total weight), so it costs a step or two instead of a binary
-search through an array larger than the cache; it returns what ``np.searchsorted`` would.
+(how many vertices' cumulative weight lies at or below each of 4n equal slices of the total weight), so it costs two
+reads and rarely a step instead of a binary search through an array larger than the cache; it returns what
+``np.searchsorted`` would.
 
 Legend: n = vertices, C = communities = classes, F = features, K = undirected edges.
 """
@@ -45,6 +46,7 @@ DEFAULT_NOISE = 5.0
 DEFAULT_DEGREE_EXPONENT = 2.5
 
 COMMUNITY_BLOCK = 1 << 20  # undirected pairs drawn from one generator
+_GUIDE_SLICES = 4  # guide-table slices per vertex
 _TAG = 0xC0DE  # the edges' generators: default_rng([seed, _TAG, block])
 _TOP_UP_ROUNDS = 8  # pairs drawn again for the duplicates dropped, at most this many times
 
@@ -61,10 +63,11 @@ class _Communities:
     theta: np.ndarray
     order: np.ndarray
     cum: np.ndarray
-    guide: np.ndarray  # guide[g]: the first position whose cum exceeds g · total / n
+    guide: np.ndarray  # guide[g]: how many positions have cum <= g · total / (GUIDE_SLICES · n)
     start: np.ndarray
     width: np.ndarray
     p_in: float
+    community: np.ndarray  # community[i]: the community of the vertex at position i of order (y[order])
 
     @staticmethod
     def draw(n: int, C: int, p_in: float, degree_exponent: float, rng: np.random.Generator) -> _Communities:
@@ -75,27 +78,29 @@ class _Communities:
         theta = np.minimum(theta, theta.mean() * np.sqrt(n))
         order = np.argsort(y, kind="stable")
         cum = np.cumsum(theta[order])
-        guide = np.searchsorted(cum, np.arange(n + 1) * (cum[-1] / n), side="right")
+        # what np.searchsorted(cum, bounds, side="right") gives, from one search per vertex instead of per slice
+        slices = _GUIDE_SLICES * n
+        bounds = np.arange(slices + 1) * (cum[-1] / slices)
+        first = np.searchsorted(bounds, cum, side="left")  # the first slice bound at or past each vertex's cum
+        guide = np.cumsum(np.bincount(first, minlength=slices + 2)[:slices + 1]).astype(_ids(n))
         bounds = np.concatenate([[0.0], cum[np.searchsorted(y[order], np.arange(C), side="right") - 1]])
-        return _Communities(y, theta, order, cum, guide, bounds[:-1], np.diff(bounds), 1.0 if C == 1 else p_in)
+        community = y[order].astype(np.min_scalar_type(C))
+        return _Communities(y, theta, order, cum, guide, bounds[:-1], np.diff(bounds), 1.0 if C == 1 else p_in,
+                            community)
 
     def search(self, pos: np.ndarray) -> np.ndarray:
         """``np.minimum(np.searchsorted(cum, pos, side="right"), n - 1)`` for ``pos >= 0``, from the guide table."""
-        cum, n = self.cum, self.cum.size
-        at = self.guide[np.minimum((pos * (n / cum[-1])).astype(np.int64), n - 1)]
-        # the slice of a position rounded up by one: step back while the vertex before also exceeds it
-        back = np.flatnonzero(at > 0)
-        back = back[cum[at[back] - 1] > pos[back]]
-        while back.size:
-            at[back] -= 1
-            back = back[(at[back] > 0) & (cum[at[back] - 1] > pos[back])]
-        ahead = np.flatnonzero(at < n)
-        ahead = ahead[cum[at[ahead]] <= pos[ahead]]
-        while ahead.size:  # a step or two: a slice holds about one vertex's weight
+        cum, n, slices = self.cum, self.cum.size, self.guide.size - 1
+        # the slice of each position, rounded down (never up: the scale is shrunk by far more than the rounding), so
+        # that its guide entry counts only vertices at or below the position: a start at or before the answer
+        at = self.guide[np.minimum((pos * (slices / cum[-1] * (1 - 2**-40))).astype(np.intp), slices - 1)]
+        ahead = np.flatnonzero(cum[np.minimum(at, n - 1)] <= pos)
+        ahead = ahead[at[ahead] < n]
+        while ahead.size:  # rarely more than one step: a slice holds a quarter of a vertex's mean weight
             at[ahead] += 1
             ahead = ahead[at[ahead] < n]
             ahead = ahead[cum[at[ahead]] <= pos[ahead]]
-        return np.minimum(at, n - 1)
+        return np.minimum(at, n - 1).astype(np.int64, copy=False)
 
     def pairs(self, rng: np.random.Generator, want: int, clustered: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``want`` raw edge draws ``(u, v)``: ``u`` ∝ theta; ``v`` ∝ theta in u's community w.p. p_in, else in
@@ -103,7 +108,7 @@ class _Communities:
         position in ``order`` (community by community) instead of their id."""
         C = self.start.size
         u = self.search(rng.random(want) * self.cum[-1])  # positions in order
-        own = self.y[self.order[u]]
+        own = self.community[u].astype(np.int64)
         inside = rng.random(want) < self.p_in
         other = (own + rng.integers(1, max(C, 2), size=want)) % C  # a uniformly chosen different community
         comm = np.where(inside, own, other)
@@ -112,6 +117,10 @@ class _Communities:
 
     def block(self, seed: int, block: int, count: int, clustered: bool = False) -> tuple[np.ndarray, np.ndarray]:
         return self.pairs(np.random.default_rng([seed, _TAG, block]), count, clustered)
+
+
+def _ids(n: int) -> type:
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _check(name: str, num_nodes: int, num_classes: int, num_features: int, avg_degree: float,
@@ -156,18 +165,19 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
     model, seeds = _model(n, C, p_in, degree_exponent, seed)
     target = _target(n, avg_degree)
     graph, want, next_block = PairGraph(n), target, 0
-    # Self loops and duplicates (frequent at hubs) are dropped, so pairs are drawn again until the count is met;
-    # the rounds are capped so that a tiny dense request cannot loop forever.
+    # Self loops and duplicates (frequent at hubs) are dropped, so pairs are drawn again until the count is met
+    # (the last round's new pairs beyond it dropped by a hash order, so the mean degree is met exactly); the rounds
+    # are capped so that a tiny dense request cannot loop forever.
     for _ in range(_TOP_UP_ROUNDS):
         blocks = _blocks(next_block, want)
         before = graph.num_pairs
-        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b], clustered))
+        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b], clustered), limit=target,
+                  names=model.order if clustered else None)
         next_block += len(blocks)
         gained = graph.num_pairs - before
         if graph.num_pairs >= target or gained == 0:
             break
         want = int((target - graph.num_pairs) * want / gained * 1.02) + 16
-    graph.keep_pairs(target, model.order if clustered else None)  # a random subset, to meet the mean degree exactly
     y = model.y[model.order] if clustered else model.y
     x = CentroidFeatures(y, C, num_features, noise, seeds[2]).all()
     masks = random_split(n, split, np.random.default_rng(seeds[3]))
