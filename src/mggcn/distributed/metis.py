@@ -23,6 +23,7 @@ import scipy.sparse as sp
 
 from mggcn.data.graph import ConfigError
 from mggcn.distributed.partition import Partition
+from mggcn.utils.optional import require
 
 __all__ = ["UFACTOR", "require_pymetis", "metis_parts", "metis_partition", "partition_from_parts", "symmetric_pattern"]
 
@@ -40,13 +41,9 @@ def symmetric_pattern(rows: np.ndarray, cols: np.ndarray, num_nodes: int) -> sp.
 
 
 def require_pymetis():
-    """The pymetis module, or a one-line error that says how to install it."""
-    try:
-        import pymetis
-    except ImportError:
-        raise ConfigError("partition metis needs pymetis: pip install 'mggcn[metis]' (or pip install pymetis)",
-                          "partition") from None
-    return pymetis
+    """The pymetis module, or a one-line error that says how to install it (a
+    :class:`~mggcn.utils.optional.MissingDependency`, a :class:`ConfigError` of the option ``partition``)."""
+    return require("pymetis", "metis", "partition metis", option="partition")
 
 
 def metis_parts(sym: sp.csr_matrix, weights: np.ndarray, num_parts: int, seed: int = 0) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Tiny real datasets shipped inside packages (no download): ``builtin:karate`` (networkx) and ``builtin:digits``
-(scikit-learn)."""
+(scikit-learn), both optional dependencies: ``pip install 'mggcn[datasets]'``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 
 from mggcn.data.generators.common import DEFAULT_SPLIT, GeneratedGraph, PairGraph, random_split
 from mggcn.data.graph import Graph, GraphError
+from mggcn.utils.optional import require
 
 __all__ = ["karate_generated", "karate_graph", "digits_generated", "digits_graph", "DIGITS_NODES"]
 
@@ -15,10 +16,7 @@ DIGITS_NODES = 1797
 
 def karate_generated(seed: int = 0) -> GeneratedGraph:
     """:func:`karate_graph` as a :class:`~mggcn.data.generators.common.GeneratedGraph`."""
-    try:
-        import networkx as nx
-    except ImportError as exc:  # an optional dependency; say how to get it
-        raise GraphError("builtin:karate: needs networkx (pip install networkx)") from exc
+    nx = require("networkx", "datasets", "builtin:karate")  # an optional dependency: say how to get it
     g = nx.karate_club_graph()
     n = g.number_of_nodes()
     e = np.array(list(g.edges()), dtype=np.int64).T
@@ -40,11 +38,8 @@ def karate_graph(seed: int = 0) -> Graph:
 
 def digits_generated(k: int = 10, seed: int = 0) -> GeneratedGraph:
     """:func:`digits_graph` as a :class:`~mggcn.data.generators.common.GeneratedGraph`."""
-    try:
-        from sklearn.datasets import load_digits
-        from sklearn.neighbors import NearestNeighbors
-    except ImportError as exc:
-        raise GraphError("builtin:digits: needs scikit-learn (pip install scikit-learn)") from exc
+    load_digits = require("sklearn.datasets", "datasets", "builtin:digits").load_digits
+    NearestNeighbors = require("sklearn.neighbors", "datasets", "builtin:digits").NearestNeighbors
     data = load_digits()
     x = (data.data / 16.0).astype(np.float32)
     y = data.target.astype(np.int64)
