@@ -10,7 +10,8 @@
   computation, so a broadcast that overlaps a multiplication is visible as in the MG-GCN paper's figures.
 
 Each ``plot_*`` function draws on a new matplotlib figure (Agg, no display needed) and returns it with the series
-it plotted. matplotlib is imported only when a plot is made; TensorBoard only when asked for.
+it plotted. matplotlib (an optional dependency: ``pip install 'mggcn[plots]'``) is imported only when a plot is
+made; TensorBoard only when asked for.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import shutil
 import sys
 from collections.abc import Iterable
 from typing import Any
+
+from mggcn.utils.optional import require
 
 __all__ = ["STACKED", "COLORS", "MetricsError", "TensorBoardMissing", "read_metrics", "plot_curves", "plot_phases",
            "plot_timeline", "traced_epoch", "write_report", "write_tensorboard"]
@@ -83,10 +86,7 @@ def read_metrics(path: str) -> list[dict]:
 
 
 def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MetricsError("plots need matplotlib: pip install matplotlib") from None
+    Figure = require("matplotlib.figure", "plots", "plotting").Figure  # an optional dependency: say how to get it
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     return fig, fig.subplots(rows, cols)
 

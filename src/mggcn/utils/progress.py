@@ -3,8 +3,8 @@
 One :class:`Progress` serves training (rank 0's epochs: :func:`epoch_progress`) and ``mggcn prepare`` (the steps
 of a preparation: :meth:`Progress.step`). A terminal gets a tqdm bar; logs and CI, where a bar would be a mess of
 carriage returns, get plain lines: the line of every ``log_every``-th epoch record (and the last), or, for counted
-steps, a line every ``every_s`` seconds and one when the step ends. ``quiet`` shows neither. Without tqdm installed
-the lines are used on a terminal too.
+steps, a line every ``every_s`` seconds and one when the step ends. ``quiet`` shows neither. tqdm is optional
+(``pip install 'mggcn[progress]'``): without it, the lines are used on a terminal too.
 """
 
 from __future__ import annotations

@@ -84,6 +84,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="write the report as JSON")
 
 
+def check_pyg(pyg: bool) -> None:
+    """The PyG baseline runs in a process of its own, late: that torch-geometric is missing is said before anything
+    runs (in one line, naming the extra that installs it), unless --no-pyg leaves the baseline out."""
+    if pyg:
+        from mggcn.utils.optional import require
+
+        require("torch_geometric", "bench", "the PyG baseline", hint="or leave it out: --no-pyg")
+
+
 def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError
     from mggcn.tools.bench import format_table, options_from, run_bench
@@ -92,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             "threads", "nprocs", "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s",
             "mmap_threshold", "tile_bytes", "compare_tiles", "shm", "compare_shm", "gpu_memory", "host_memory")
     opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
+    check_pyg(opts.pyg)
     try:  # with --out, the report is written as it grows and before the table is printed
         report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out)
     except WorkerError as err:  # a step every configuration needs (the graph) failed: the report names it

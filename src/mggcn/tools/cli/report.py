@@ -20,7 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mggcn.tools.report import write_report
+    from mggcn.utils.optional import require
 
+    require("matplotlib", "plots", "plotting")  # before the metrics are read: a missing package is said first
     for path in write_report(args.metrics, args.out, args.epoch):
         print(path)
     return 0
