@@ -158,3 +158,25 @@ def test_help_and_prepare_load_no_torch(tmp_path):
     assert code == 0, out
     assert (tmp_path / "karate" / "manifest.json").is_file()
     assert not torch_loaded, out
+
+
+# a branch on a model's name: compared with one, tested for membership, or a table keyed by the names
+_NAME = r"[\"'](?:gcn|sage|gin)[\"']"
+_MODEL_BRANCH = (rf"(?:==|!=)\s*{_NAME}", rf"{_NAME}\s*(?:==|!=)", rf"{_NAME}\s*:\s", rf"\bin\s*[(\[{{]\s*{_NAME}")
+
+
+def test_no_code_outside_nn_branches_on_a_models_name():
+    """What differs between models lives in their classes (mggcn.nn: LayerStack's attributes and plan hooks), so
+    that a model added in one file (tests/nn/test_toy_model.py) works everywhere; elsewhere a model's name may only
+    be passed on, or be a default."""
+    import re
+
+    found = []
+    for name, path in _modules().items():
+        if name.startswith("mggcn.nn"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if any(re.search(pattern, line) for pattern in _MODEL_BRANCH):
+                found.append(f"{path.relative_to(SRC)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+    assert re.search(_MODEL_BRANCH[0], 'if model == "gin":') and re.search(_MODEL_BRANCH[2], '{"gcn": "GCNConv"}')

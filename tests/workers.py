@@ -14,6 +14,7 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.distributed.spmm import StagedSpMM
+from mggcn.nn.models import operator_for
 from mggcn.training.trainer import train_shard
 
 
@@ -53,7 +54,7 @@ def spmm_worker(cases, seed):
 def train_worker(graph, cfg: TrainConfig, tile_cols: int | None = None):
     ctx = init_distributed("cpu", timeout_s=60)
     part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
-    shard = build_shard(graph, part, ctx.rank, cfg.operator, tile_cols=tile_cols)
+    shard = build_shard(graph, part, ctx.rank, operator_for(cfg.model, cfg.norm), tile_cols=tile_cols)
     result = train_shard(ctx, shard, cfg)
     return [r["loss"] for r in result.history], result.history, result.state_dict
 
@@ -131,12 +132,12 @@ def prepared_many_p_worker(path, graph, cfg: TrainConfig, sizes):
         part = partition_dataset(dataset, p, cfg.seed, cfg.partition)
         tracemalloc.start()
         reads = {}
-        shard = build_shard(dataset, part, ctx.rank, cfg.operator, reads=reads)
+        shard = build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm), reads=reads)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         held = sum(b.nbytes for b in shard.adj + shard.adj_t)
         held += shard.x.nbytes + shard.y.nbytes + sum(m.nbytes for m in shard.masks.values())
-        same = shards_equal(shard, build_shard(graph, part, ctx.rank, cfg.operator))
+        same = shards_equal(shard, build_shard(graph, part, ctx.rank, operator_for(cfg.model, cfg.norm)))
         result = train_shard(sub, shard, cfg)
         out[p] = {"losses": [r["loss"] for r in result.history], "state": result.state_dict, "same": same,
                   "reads": reads, "peak": peak, "held": held}
@@ -194,7 +195,7 @@ def dataset_train_worker(cases):
     for graph, cfg in cases:
         dataset = InMemoryDataset(graph)
         part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
-        result = train_shard(ctx, build_shard(dataset, part, ctx.rank, cfg.operator), cfg)
+        result = train_shard(ctx, build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm)), cfg)
         out.append((part.order, result.history, result.state_dict))
     return ctx.rank, out
 
@@ -203,7 +204,7 @@ def cuda_train_worker(graph, cfg: TrainConfig):
     """One rank on its own GPU (NCCL): the losses of train_shard (tests/tools/test_bench.py, with 2+ GPUs only)."""
     ctx = init_distributed("cuda", timeout_s=120)
     part = make_partition(graph.num_nodes, ctx.world_size, cfg.seed, cfg.partition)
-    shard = build_shard(graph, part, ctx.rank, cfg.operator)
+    shard = build_shard(graph, part, ctx.rank, operator_for(cfg.model, cfg.norm))
     return [r["loss"] for r in train_shard(ctx, shard, cfg).history]
 
 
@@ -389,7 +390,6 @@ def layer_worker(cases, seed):
     those weights on this rank's rows through the staged SpMM, on a workspace as the trainer runs it: its output
     rows, the gradient of its input rows (None for a first layer) and this rank's partial parameter gradients."""
     from mggcn.nn.gin import GINLayer
-    from mggcn.nn.norm import operator_for
     from mggcn.nn.sage import SAGELayer
     from mggcn.nn.workspace import Workspace
 
@@ -455,7 +455,8 @@ def training_columns_train_worker(cases):
         runs = []
         for run_cfg in (cfg, replace(cfg, train_columns="off")):
             part = make_partition(graph.num_nodes, ctx.world_size, run_cfg.seed, run_cfg.partition)
-            result = train_shard(ctx, build_shard(graph, part, ctx.rank, run_cfg.operator), run_cfg)
+            shard = build_shard(graph, part, ctx.rank, operator_for(run_cfg.model, run_cfg.norm))
+            result = train_shard(ctx, shard, run_cfg)
             runs.append(([r["loss"] for r in result.history], result.state_dict, result.adj.has_training_columns,
                          result.adj.recv_bytes))
         out.append(runs)

@@ -157,7 +157,7 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
         num_nodes: ``n``.
         norm: ``"sym"`` (default) or ``"mean"``; ``"in-mean"`` (``D_in^-1 A``, for
             :class:`~mggcn.nn.sage.GraphSAGE`) or ``"sum"`` (``A``, for :class:`~mggcn.nn.gin.GIN`): the edges as
-            given, no self loop added (:func:`mggcn.nn.norm.operator_for`).
+            given, no self loop added (:func:`mggcn.nn.models.operator_for`).
         device: where Â and Âᵀ are kept (the operand of the operator must be there too).
 
     Shapes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "operator_for",
+__all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "SYMMETRIC_OPERATORS",
            "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "TRAIN_COLUMNS", "DEVICES",
            "TILE_BYTES", "GATHER_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
 
@@ -19,6 +19,7 @@ MODELS = ("gcn", "sage", "gin")  # mggcn.nn.models: GCN, GraphSAGE (mean, root w
 NORMS = ("sym", "mean")  # the GCN's: D^-1/2 (A+I) D^-1/2 (PyG GCNConv) or D^-1 (A+I) (the original MG-GCN)
 # every Â a shard can be built with (mggcn.nn.norm): the GCN's, GraphSAGE's D_in^-1 A, GIN's A
 OPERATORS = NORMS + ("in-mean", "sum")
+SYMMETRIC_OPERATORS = ("sym", "sum")  # Â = Âᵀ when A is symmetric (an undirected graph)
 ORDERS = ("auto", "aggregate-first", "transform-first")  # per layer: (Â·H)·W, Â·(H·W), or the narrower SpMM
 ACTIVATIONS = ("relu", "leaky_relu")
 ORDERINGS = ("random", "none", "random-local", "metis")  # the vertex order before the row split
@@ -31,17 +32,6 @@ TILE_BYTES = 4 << 20  # CPU SpMM: bytes of the dense operand one column tile rea
 GATHER_BYTES = 32 << 20  # CPU SpMM: a dense operand up to this size (per machine) is read whole by the gather kernel
 MMAP_THRESHOLD = 1 << 20  # ranks return host blocks above this size to the system when freed
 DEFAULT_DATASET = "synthetic"
-
-
-def operator_for(model: str, norm: str = "sym") -> str:
-    """The Â that ``model`` aggregates with: the GCN's ``norm``, GraphSAGE's ``in-mean``, GIN's ``sum``."""
-    if model == "gcn":
-        return norm
-    if model == "sage":
-        return "in-mean"
-    if model == "gin":
-        return "sum"
-    raise ValueError(f"model must be one of {', '.join(MODELS)}, got '{model}'")  # the lowest layer: no ConfigError
 
 
 @dataclass(frozen=True)
@@ -74,7 +64,3 @@ class TrainConfig:
     def dims(self, num_features: int, num_classes: int) -> list[int]:
         return [num_features, *self.hidden, num_classes]
 
-    @property
-    def operator(self) -> str:
-        """The Â the shards are built with (:func:`operator_for`)."""
-        return operator_for(self.model, self.norm)

@@ -21,6 +21,7 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import TRAINING_COLUMNS_MAX, keeps_training_columns
 from mggcn.distributed.tiled import TiledCSR
+from mggcn.nn.models import operator_for
 from mggcn.training.trainer import train_shard
 from mggcn.utils.errors import ConfigError
 from reference import adj_hat, random_graph
@@ -70,7 +71,7 @@ def test_the_trainer_follows_the_setting(mode, kept):
     train[:28] = True
     graph.masks = {"train": train, "val": ~train, "test": np.zeros(40, dtype=bool)}
     cfg = TrainConfig(hidden=(8,), epochs=4, train_columns=mode)
-    shard = build_shard(graph, make_partition(40, 1, cfg.seed, cfg.partition), 0, cfg.operator)
+    shard = build_shard(graph, make_partition(40, 1, cfg.seed, cfg.partition), 0, operator_for(cfg.model, cfg.norm))
     result = train_shard(DistContext(), shard, cfg)
     assert result.adj.has_training_columns is kept
     reference = train_shard(DistContext(), build_shard(graph, make_partition(40, 1, 0), 0, "sym"),

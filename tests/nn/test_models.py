@@ -16,8 +16,8 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.gin import GIN, GINLayer
-from mggcn.nn.models import MODELS, make_model
-from mggcn.nn.norm import adjacency, normalize, operator_for
+from mggcn.nn.models import MODELS, make_model, operator_for
+from mggcn.nn.norm import adjacency, normalize
 from mggcn.nn.sage import GraphSAGE, SAGELayer
 from mggcn.utils.errors import ConfigError
 from reference import random_graph

@@ -280,7 +280,7 @@ def test_sage_and_gin_workspace_and_allocations_match_the_walk(kind, train_eps, 
     """GraphSAGE and GIN: the workspace holds exactly the buffers activation_peak names, the parameters are those
     num_parameters counts, and a later epoch allocates at most what the walk keeps beyond the workspace (an upper
     bound here: the two gradients of a layer's input are counted as alive together)."""
-    from mggcn.nn.norm import operator_for
+    from mggcn.nn.models import operator_for
     from mggcn.tools.plan import num_parameters
 
     graph = random_graph(3000, 15000, features=24, classes=6, directed=False, seed=1)

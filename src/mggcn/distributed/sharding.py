@@ -547,8 +547,9 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
         dataset: a :class:`~mggcn.data.datasets.Dataset`, or a :class:`~mggcn.data.graph.Graph` in memory.
         part: the renumbering (:func:`partition_dataset`).
         rank: whose rows.
-        norm: the operator, one of :data:`mggcn.config.OPERATORS` (:mod:`mggcn.nn.norm`; ``TrainConfig.operator``:
-            the GCN's ``"sym"`` or ``"mean"``, GraphSAGE's ``"in-mean"``, GIN's ``"sum"``).
+        norm: the operator, one of :data:`mggcn.config.OPERATORS` (:mod:`mggcn.nn.norm`; a model's is
+            :func:`mggcn.nn.models.operator_for`: the GCN's ``"sym"`` or ``"mean"``, GraphSAGE's ``"in-mean"``,
+            GIN's ``"sum"``).
         tile_cols: columns per tile of the blocks (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled).
         reads: if given, filled with what the shard read: ``rows``, ``edges`` (CSR entries of both views) and
             ``bytes`` (all it gathered from the arrays).

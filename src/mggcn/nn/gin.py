@@ -34,8 +34,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mggcn.nn.model import Adj, LayerStack, _TimedLinear, activate, aggregate_first, check_order, glorot_
-from mggcn.nn.workspace import Workspace
+from mggcn.nn.model import (
+    Adj,
+    BranchedStack,
+    _TimedLinear,
+    activate,
+    aggregate_first,
+    check_order,
+    glorot_linear,
+    plan_branched_backward,
+)
+from mggcn.nn.workspace import BufferWalk, Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GINLayer", "GIN"]
@@ -44,11 +53,10 @@ __all__ = ["GINLayer", "GIN"]
 class _MLP(nn.Module):
     """The two linears of PyG's ``MLP([d_in, d_out, d_out])``, under its parameter names (``lins.{k}``)."""
 
-    def __init__(self, in_dim: int, out_dim: int) -> None:
+    def __init__(self, in_dim: int, out_dim: int, generator: torch.Generator | None = None) -> None:
         super().__init__()
-        self.lins = nn.ModuleList([nn.Linear(in_dim, out_dim), nn.Linear(out_dim, out_dim)])
-        for lin in self.lins:
-            nn.init.zeros_(lin.bias)
+        self.lins = nn.ModuleList([glorot_linear(in_dim, out_dim, True, generator),
+                                   glorot_linear(out_dim, out_dim, True, generator)])
 
 
 class GINLayer(nn.Module):
@@ -62,15 +70,18 @@ class GINLayer(nn.Module):
         activation: σ between the MLP's two linears (``relu`` or ``leaky_relu``).
         train_eps: ε is a learnable parameter (default False: a buffer fixed at ``eps``).
         eps: the (initial) ε (default 0).
+        generator: draw the MLP's weights from it (:func:`~mggcn.nn.model.glorot_linear`; :class:`GIN` does); None:
+            as ``torch.nn.Linear`` does.
 
     Shapes: ``h`` [m, d_in] -> [m, d_out].
     """
 
     def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto",
-                 activation: str = "relu", train_eps: bool = False, eps: float = 0.0) -> None:
+                 activation: str = "relu", train_eps: bool = False, eps: float = 0.0,
+                 generator: torch.Generator | None = None) -> None:
         super().__init__()
         check_order(order)
-        self.nn = _MLP(in_dim, out_dim)
+        self.nn = _MLP(in_dim, out_dim, generator)
         if train_eps:
             self.eps = nn.Parameter(torch.full((1,), float(eps)))
         else:
@@ -111,7 +122,7 @@ class GINLayer(nn.Module):
         return z.add_(h_agg)
 
 
-class GIN(LayerStack):
+class GIN(BranchedStack):
     """A stack of :class:`GINLayer`, σ between layers, logits out (PyG's ``GIN`` model).
 
     Args:
@@ -123,15 +134,54 @@ class GIN(LayerStack):
     """
 
     kind = "gin"
+    pyg_name = pyg_label = "GIN"
+    options = ("gin_train_eps",)
+    layer_weight = "convs.{}.nn.lins.0.weight"
+
+    @classmethod
+    def build(cls, dims: Sequence[int], train_eps: bool = False, **common) -> GIN:
+        return cls(dims, train_eps=train_eps, **common)
+
+    @classmethod
+    def operator(cls, norm: str) -> str:
+        return "sum"
+
+    @classmethod
+    def linears(cls, d_in: int, d_out: int) -> list[tuple[int, int, bool]]:
+        return [(d_in, d_out, False), (d_out, d_out, True)]  # the MLP's second linear always needs ∂H
+
+    @classmethod
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False) -> int:
+        return sum(a * b + b * b + 2 * b + int(train_eps) for a, b in zip(dims[:-1], dims[1:], strict=True))
+
+    @classmethod
+    def plan_before_gemm(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, cached: bool,
+                         train_eps: bool) -> None:
+        walk.alloc(f"(1+eps) H {i}", d_in if agg else d_out)  # added to the SpMM's result (or to the cached Â·X)
+        if cached and train_eps:  # ε needs a gradient: Â·X + (1+ε)·X is a new tensor, kept by the GEMM
+            walk.alloc("A.X + (1+eps) X", d_in)
+        elif cached:
+            walk.take("A.H 0", d_in)
+        walk.free(f"(1+eps) H {i}")
+
+    @classmethod
+    def plan_transform_buffer(cls, i: int, train_eps: bool) -> str:
+        return f"H.W {i}" if train_eps else "H.W"
+
+    @classmethod
+    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
+        walk.take(f"mlp {i}", d_out)
+
+    @classmethod
+    def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
+                      train_eps: bool) -> str:
+        return plan_branched_backward(walk, i, d_in, d_out, agg, grad, mlp=True, local=True, eps=train_eps)
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,
                  reuse_buffers: bool = True) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
         self.train_eps = train_eps
+        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
         self.convs.extend(GINLayer(dims[i], dims[i + 1], first=(i == 0), order=order, activation=activation,
-                                   train_eps=train_eps) for i in range(len(dims) - 1))
-        generator = torch.Generator().manual_seed(seed)
-        for conv in self.convs:
-            for lin in conv.nn.lins:
-                glorot_(lin.weight, generator)
+                                   train_eps=train_eps, generator=generator) for i in range(len(dims) - 1))

@@ -48,7 +48,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mggcn.config import ACTIVATIONS, ORDERS
-from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
+from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -327,6 +327,21 @@ class _UninitializedLinear(nn.Linear):
         pass
 
 
+def glorot_linear(in_dim: int, out_dim: int, bias: bool = True,
+                  generator: torch.Generator | None = None) -> nn.Linear:
+    """A linear map with zero bias whose weight is drawn with PyG's ``glorot`` from ``generator`` (a model's seeded
+    one: nothing drawn from torch's global RNG); None: ``torch.nn.Linear``'s own initialization, from the global
+    RNG, as a layer built alone expects."""
+    if generator is None:
+        lin = nn.Linear(in_dim, out_dim, bias=bias)
+    else:
+        lin = _UninitializedLinear(in_dim, out_dim, bias=bias)
+        glorot_(lin.weight, generator)
+    if bias:
+        nn.init.zeros_(lin.bias)
+    return lin
+
+
 class GCNLayer(nn.Module):
     r"""One graph convolution ``Â · H · Wᵀ + b`` (PyG ``GCNConv`` with a precomputed Â).
 
@@ -433,7 +448,94 @@ class LayerStack(nn.Module):
             :meth:`seed_dropout` is called (the trainer calls it once per epoch and rank).
     """
 
-    kind = ""  # "gcn", "sage", "gin": the --model name
+    kind = ""  # "gcn", "sage", "gin": the --model name (mggcn.nn.models registers each class under it)
+
+    # What the tools know of a model without building one (mggcn plan, the roofline, the bench, checkpoints), each
+    # class saying it of itself; the defaults are the GCN's (one linear per layer, Â with self loops).
+    pyg_name = "GCN"  # the torch_geometric.nn.models class its weights load into (pyg_state_dict)
+    pyg_label = "GCNConv"  # what the bench calls PyG's run (pyg_convs: GCNConv layers on a normalized adjacency)
+    pyg_one_hidden_width = False  # PyG's model takes one hidden width (the bench's PyG run needs equal widths)
+    self_loops = True  # its Â adds the identity: nonzeros = edges + vertices
+    reads_input_with_aggregation = False  # forward still reads x when given Â·x: the trainer keeps x
+    options: tuple[str, ...] = ()  # the TrainConfig fields only this model takes
+    layer_weight = "convs.{}.lin.weight"  # layer l's weight [d_out, d_in]: a state dict's model and sizes by it
+
+    @classmethod
+    def build(cls, dims: Sequence[int], train_eps: bool = False, **common) -> LayerStack:
+        """The model with layer sizes ``dims`` and the :class:`LayerStack` arguments ``common``."""
+        return cls(dims, **common)
+
+    @classmethod
+    def operator(cls, norm: str) -> str:
+        """The Â it aggregates with (:data:`mggcn.config.OPERATORS`), given the ``--norm`` option."""
+        return norm
+
+    @classmethod
+    def linears(cls, d_in: int, d_out: int) -> list[tuple[int, int, bool]]:
+        """The linear maps of a layer as ``(in, out, always needs its input's gradient)`` (the roofline's GEMMs)."""
+        return [(d_in, d_out, False)]
+
+    @classmethod
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False) -> int:
+        """Trained parameters with layer sizes ``dims``: each linear's weight, and a bias per layer."""
+        return sum(a * b + b for a, b in zip(dims[:-1], dims[1:], strict=True))
+
+    @classmethod
+    def pyg_spmm_widths(cls, d_in: int, d_out: int, first: bool) -> list[int]:
+        """The widths of the SpMMs PyG's layer runs in an epoch (GCNConv multiplies first, forward and backward)."""
+        return [d_out, d_out]
+
+    @classmethod
+    def pyg_edge_weight(cls, edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The edges and weights PyG's layers are given (GCNConv: ``gcn_norm`` with self loops)."""
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        return gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
+
+    @classmethod
+    def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
+        """PyG's layers holding the weights ``state`` (a :meth:`pyg_state_dict`); ``normalize``: they normalize the
+        adjacency themselves (given a raw ``edge_index``)."""
+        from torch_geometric.nn import GCNConv
+
+        convs = nn.ModuleList(GCNConv(a, b, cached=True, normalize=normalize)
+                              for a, b in zip(dims[:-1], dims[1:], strict=True))
+        convs.load_state_dict({k.removeprefix("convs."): v for k, v in state.items()})
+        return convs
+
+    # The plan's walk of an epoch (mggcn.tools.plan.activation_peak) asks each model for its own buffers.
+    @classmethod
+    def plan_before_gemm(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, cached: bool,
+                         train_eps: bool) -> None:
+        """Layer ``i``'s tensors between its aggregation (if first) and its GEMM."""
+
+    @classmethod
+    def plan_transform_buffer(cls, i: int, train_eps: bool) -> str:
+        """The workspace buffer of layer ``i``'s ``H·W`` when it multiplies first."""
+        return "H.W"
+
+    @classmethod
+    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
+        """Layer ``i``'s tensors between its GEMM and its output."""
+
+    @classmethod
+    def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
+                      train_eps: bool) -> str:
+        """Layer ``i``'s backward from the gradient ``grad`` of its output; the name of its input's gradient (layer
+        0: computes ``dW`` only)."""
+        if i == 0:  # no gradient for X: the GEMM computes dW only, after the SpMM (into H·W) when it multiplies
+            if not agg:  # first
+                walk.take("H.W", d_out)
+            return grad
+        if agg:
+            inner = walk.take(f"A.H {i}", d_in)  # GEMM backward: the gradient of Â·H, over it
+            return walk.take_grad(d_in, avoid=inner)  # SpMM backward with Âᵀ
+        inner = walk.take("H.W", d_out)  # SpMM backward with Âᵀ, over H·W
+        if f"dropout mask {i}" in walk.live:
+            return walk.take_grad(d_in, avoid=inner)  # GEMM backward
+        # GEMM backward over σ's output with σ's backward, a block of rows at a time
+        walk.take("sigma block", d_in, rows=mask_chunk_rows(walk.rows, d_in, walk.device))
+        return f"ws:out {i - 1}"
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int = 0) -> None:
@@ -468,12 +570,6 @@ class LayerStack(nn.Module):
     def caches_input_aggregation(self) -> bool:
         """Whether ``Â·X`` may be computed once and passed to :meth:`forward`."""
         return self.input_dropout == 0.0
-
-    @property
-    def reads_input_with_aggregation(self) -> bool:
-        """Whether :meth:`forward` still reads ``x`` when given ``Â·x`` (GraphSAGE's root term, GIN's ``(1+ε)·x``):
-        if not (the GCN), the trainer releases ``x`` once ``Â·x`` is cached."""
-        return self.kind != "gcn"
 
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
@@ -530,6 +626,83 @@ class LayerStack(nn.Module):
         """The weights under the names of the matching PyG model (``torch_geometric.nn.models.GCN``,
         ``GraphSAGE`` or ``GIN``), detached, on CPU."""
         return {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
+
+
+def pyg_model_convs(name: str, dims: Sequence[int], state: dict[str, torch.Tensor]) -> nn.ModuleList:
+    """The layers of ``torch_geometric.nn.models.<name>(d_0, d_1, L, d_L)`` (one hidden width) holding ``state``."""
+    from torch_geometric.nn import models
+
+    model = getattr(models, name)(dims[0], dims[1], len(dims) - 1, dims[-1])
+    model.load_state_dict(state, strict=True)
+    return model.convs
+
+
+def plan_branched_backward(walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str, *,
+                           mlp: bool = False, local: bool = False, root: bool = False, eps: bool = False) -> str:
+    """The backward of a layer whose input feeds two branches (GraphSAGE: ``root``, its ``H·W_rᵀ``; GIN: ``local``,
+    its ``(1+ε)·H``, after an ``mlp``'s second GEMM, ``eps`` when ε learns), in :class:`BufferWalk`'s terms: the
+    gradients that reach the input are fresh tensors (see :mod:`mggcn.nn.sage`). Returns the name of the gradient of
+    the layer's input."""
+    first = i == 0
+    if mlp:  # the MLP's second GEMM, then σ in place; the gradient of its input goes on the workspace
+        inner = walk.take_grad(d_out, avoid=grad)
+        walk.free(grad)
+        grad = inner
+    if agg:
+        if first and not eps:
+            return grad  # the first GEMM (and GraphSAGE's root GEMM) computes dW only
+        inner = walk.take_grad(d_in, avoid=grad)  # the GEMM (lin_l, or the MLP's first): the gradient of the sum
+        if root and not first:
+            walk.alloc(f"grad root {i}", d_in)
+        walk.free(grad)
+        if eps:
+            walk.alloc(f"grad eps {i}", d_in)  # ∂ε = Σ ∂Z ⊙ H: one product, summed
+            walk.free(f"grad eps {i}")
+        if first:
+            return inner
+        walk.alloc(f"grad spmm {i}", d_in)  # Âᵀ·∂, a new tensor
+        if local:
+            walk.alloc(f"grad local {i}", d_in)  # (1+ε)·∂
+            walk.free(f"grad local {i}")  # autograd adds one of the two into the other
+        walk.free(inner, f"grad root {i}")
+        return f"grad spmm {i}"
+    inner = walk.take_grad(d_out, avoid=grad)  # the SpMM with Âᵀ
+    if local:
+        walk.alloc(f"grad local {i}", d_out)
+        if eps:
+            walk.alloc(f"grad eps {i}", d_out)
+            walk.free(f"grad eps {i}")
+        walk.free(f"grad local {i}")
+    if first:
+        return inner
+    walk.alloc(f"grad gemm {i}", d_in)  # the GEMM's (lin_l, the MLP's first) input gradient, a new tensor
+    if root:
+        walk.alloc(f"grad root {i}", d_in)
+        walk.free(f"grad root {i}")
+    walk.free(grad, inner)
+    return f"grad gemm {i}"
+
+
+class BranchedStack(LayerStack):
+    """What GraphSAGE and GIN share beyond :class:`LayerStack`: layers whose input feeds two branches (so forward
+    reads ``x`` even when given ``Â·x``), an Â without self loops, and a PyG counterpart in
+    ``torch_geometric.nn.models`` with one hidden width whose layers aggregate first, on unweighted edges."""
+
+    pyg_one_hidden_width = True
+    self_loops = False
+    reads_input_with_aggregation = True
+
+    @classmethod
+    def pyg_spmm_widths(cls, d_in: int, d_out: int, first: bool) -> list[int]:
+        return [d_in] * (1 if first else 2)  # aggregate first; the first layer needs no Âᵀ·∂
+
+    @classmethod
+    def pyg_edge_weight(cls, edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, None]:
+        return edge_index, None
+
+    @classmethod
+    def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
+        return pyg_model_convs(cls.pyg_name, dims, state)
 
 
 def _hooked(module: nn.Module) -> bool:

@@ -11,27 +11,45 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mggcn.config import MODELS, operator_for
+from mggcn.config import MODELS
 from mggcn.nn.gin import GIN
 from mggcn.nn.model import GCN, LayerStack
 from mggcn.nn.sage import GraphSAGE
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["MODELS", "PYG_MODELS", "make_model", "operator_for"]
+__all__ = ["MODELS", "MODEL_TYPES", "model_type", "register_model", "make_model", "operator_for"]
 
-PYG_MODELS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN"}  # in torch_geometric.nn.models
+# Every model by its --model name. A model class carries what the rest of mggcn knows about it (its Â, PyG
+# counterpart, parameters, GEMMs, the plan's buffers: see LayerStack), so registering it is all a new model needs.
+MODEL_TYPES: dict[str, type[LayerStack]] = {cls.kind: cls for cls in (GCN, GraphSAGE, GIN)}
+assert tuple(MODEL_TYPES) == MODELS  # the names the command line offers (mggcn.config, which loads no torch)
+
+
+def register_model(cls: type[LayerStack]) -> type[LayerStack]:
+    """Make the model class ``cls`` trainable by its name ``cls.kind`` (``mggcn.train(model=...)``,
+    :class:`~mggcn.config.TrainConfig`); usable as a class decorator."""
+    if not (isinstance(cls, type) and issubclass(cls, LayerStack) and cls.kind):
+        raise ValueError(f"{cls!r}: a model is a LayerStack subclass with a kind (its name)")
+    MODEL_TYPES[cls.kind] = cls
+    return cls
+
+
+def model_type(kind: str) -> type[LayerStack]:
+    """The class of the model named ``kind``."""
+    try:
+        return MODEL_TYPES[kind]
+    except (KeyError, TypeError):
+        raise ConfigError(f"model must be one of {', '.join(MODEL_TYPES)}, got '{kind}'", "model") from None
+
+
+def operator_for(model: str, norm: str = "sym") -> str:
+    """The Â that ``model`` aggregates with: the GCN's ``norm``, GraphSAGE's ``in-mean``, GIN's ``sum``."""
+    return model_type(model).operator(norm)
 
 
 def make_model(kind: str, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                input_dropout: float = 0.0, order: str = "auto", seed: int = 0, train_eps: bool = False,
                reuse_buffers: bool = True) -> LayerStack:
-    """The model ``kind`` (one of :data:`MODELS`) with layer sizes ``dims``; ``train_eps`` is GIN's only."""
-    common = dict(activation=activation, dropout=dropout, input_dropout=input_dropout, order=order, seed=seed,
-                  reuse_buffers=reuse_buffers)
-    if kind == "gcn":
-        return GCN(dims, **common)
-    if kind == "sage":
-        return GraphSAGE(dims, **common)
-    if kind == "gin":
-        return GIN(dims, train_eps=train_eps, **common)
-    raise ConfigError(f"model must be one of {', '.join(MODELS)}, got '{kind}'", "model")
+    """The model ``kind`` (a name of :data:`MODEL_TYPES`) with layer sizes ``dims``; ``train_eps`` is GIN's only."""
+    return model_type(kind).build(dims, train_eps=train_eps, activation=activation, dropout=dropout,
+                                  input_dropout=input_dropout, order=order, seed=seed, reuse_buffers=reuse_buffers)

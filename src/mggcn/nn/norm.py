@@ -17,7 +17,7 @@ The other models aggregate over the edges exactly as given (no self loop added o
   aggregates to 0),
 * ``sum``     — ``Â = A`` (GIN's sum; its ``(1 + ε)·h_i`` is a local term of the model, not part of Â).
 
-:func:`operator_for` names the operator a model trains with.
+:func:`mggcn.nn.models.operator_for` names the operator a model trains with.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from mggcn.config import NORMS, OPERATORS, operator_for
+from mggcn.config import NORMS, OPERATORS
 from mggcn.utils.errors import ConfigError
 
 __all__ = ["NORMS", "OPERATORS", "adds_self_loops", "adjacency", "entry_values", "normalize",
-           "normalized_adjacency", "operator_for"]
+           "normalized_adjacency"]
 
 
 def adds_self_loops(operator: str) -> bool:

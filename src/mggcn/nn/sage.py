@@ -34,8 +34,16 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mggcn.nn.model import Adj, LayerStack, _TimedLinear, aggregate_first, check_order, glorot_
-from mggcn.nn.workspace import Workspace
+from mggcn.nn.model import (
+    Adj,
+    BranchedStack,
+    _TimedLinear,
+    aggregate_first,
+    check_order,
+    glorot_linear,
+    plan_branched_backward,
+)
+from mggcn.nn.workspace import BufferWalk, Workspace
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["SAGELayer", "GraphSAGE"]
@@ -50,17 +58,18 @@ class SAGELayer(nn.Module):
         first: the layer reads the input features (no input gradient needed).
         order: ``auto`` (:func:`~mggcn.nn.model.aggregate_first`), ``aggregate-first`` or ``transform-first``.
         bias: ``lin_l`` adds a learnable bias (default True).
+        generator: draw ``W_l`` then ``W_r`` from it (:func:`~mggcn.nn.model.glorot_linear`; :class:`GraphSAGE`
+            does); None: as ``torch.nn.Linear`` does.
 
     Shapes: ``h`` [m, d_in] -> [m, d_out].
     """
 
-    def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True) -> None:
+    def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto", bias: bool = True,
+                 generator: torch.Generator | None = None) -> None:
         super().__init__()
         check_order(order)
-        self.lin_l = nn.Linear(in_dim, out_dim, bias=bias)
-        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
-        if bias:
-            nn.init.zeros_(self.lin_l.bias)
+        self.lin_l = glorot_linear(in_dim, out_dim, bias, generator)
+        self.lin_r = glorot_linear(in_dim, out_dim, False, generator)
         self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
 
@@ -86,7 +95,7 @@ class SAGELayer(nn.Module):
         return z.add_(root)
 
 
-class GraphSAGE(LayerStack):
+class GraphSAGE(BranchedStack):
     """A stack of :class:`SAGELayer`, σ between layers, logits out (PyG's ``GraphSAGE`` model).
 
     Args:
@@ -97,14 +106,34 @@ class GraphSAGE(LayerStack):
     """
 
     kind = "sage"
+    pyg_name = pyg_label = "GraphSAGE"
+    layer_weight = "convs.{}.lin_l.weight"
+
+    @classmethod
+    def operator(cls, norm: str) -> str:
+        return "in-mean"
+
+    @classmethod
+    def linears(cls, d_in: int, d_out: int) -> list[tuple[int, int, bool]]:
+        return [(d_in, d_out, False), (d_in, d_out, False)]  # W_l, W_r
+
+    @classmethod
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False) -> int:
+        return sum(2 * a * b + b for a, b in zip(dims[:-1], dims[1:], strict=True))  # W_l, b, W_r
+
+    @classmethod
+    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
+        walk.take("root", d_out)  # H·W_rᵀ, read once by the addition
+
+    @classmethod
+    def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
+                      train_eps: bool) -> str:
+        return plan_branched_backward(walk, i, d_in, d_out, agg, grad, root=True)
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
                  reuse_buffers: bool = True) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
-        self.convs.extend(
-            SAGELayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias) for i in range(len(dims) - 1))
-        generator = torch.Generator().manual_seed(seed)
-        for conv in self.convs:
-            glorot_(conv.lin_l.weight, generator)
-            glorot_(conv.lin_r.weight, generator)
+        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
+        self.convs.extend(SAGELayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
+                          for i in range(len(dims) - 1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Workspace", "OutSpec", "GradSpec", "grad_destination"]
+__all__ = ["Workspace", "OutSpec", "GradSpec", "grad_destination", "BufferWalk"]
 
 
 class Workspace:
@@ -71,3 +71,46 @@ def grad_destination(spec: GradSpec, rows: int, width: int, like: torch.Tensor,
     if dest.data_ptr() == avoid.data_ptr():
         raise RuntimeError(f"the gradient buffer '{spec[1]}' holds the gradient it is computed from")
     return dest
+
+
+FLOAT_BYTES = 4
+
+
+class BufferWalk:
+    """The bytes an epoch holds, followed tensor by tensor as the code allocates and drops them (what
+    :func:`mggcn.tools.plan.activation_peak` walks, and each model's ``plan_*`` hooks describe): workspace buffers
+    (``ws:`` names, each as large as its widest use, kept from one epoch to the next in ``ws``) and live tensors.
+
+    ``peak`` and ``alive`` hold the largest total so far and what made it up.
+    """
+
+    def __init__(self, rows: int, ws: dict[str, int], device: str = "cpu") -> None:
+        self.rows, self.ws, self.device = rows, ws, device
+        self.live: dict[str, int] = {}
+        self.peak, self.alive = 0, {}
+
+    def _note(self) -> None:
+        total = sum(self.ws.values()) + sum(self.live.values())
+        if total > self.peak:
+            self.peak, self.alive = total, {**{f"ws:{k}": v for k, v in self.ws.items()}, **self.live}
+
+    def alloc(self, name: str, width: int, item: int = FLOAT_BYTES) -> str:
+        """A new tensor ``[rows, width]``."""
+        self.live[name] = self.rows * width * item
+        self._note()
+        return name
+
+    def take(self, name: str, width: int, item: int = FLOAT_BYTES, rows: int | None = None) -> str:
+        """The workspace buffer ``name`` at ``[rows, width]`` (grown if narrower)."""
+        rows = self.rows if rows is None else rows
+        self.ws[name] = max(self.ws.get(name, 0), rows * width * item)
+        self._note()
+        return f"ws:{name}"
+
+    def take_grad(self, width: int, avoid: str) -> str:
+        """The gradient buffer that does not hold ``avoid`` (:meth:`Workspace.take_grad`)."""
+        return self.take("grad b" if avoid == "ws:grad a" else "grad a", width)
+
+    def free(self, *names: str) -> None:
+        for name in names:
+            self.live.pop(name, None)

@@ -68,7 +68,9 @@ from dataclasses import dataclass, field
 
 from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.distributed.tiled import gather_chunk_bytes, index_bytes, num_tiles
-from mggcn.nn.model import aggregate_first, mask_chunk_rows, spmm_widths
+from mggcn.nn.model import aggregate_first, spmm_widths
+from mggcn.nn.models import model_type
+from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 
@@ -129,153 +131,59 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     ``cuda``) sizes σ's block buffer.
     """
     m, L = rows, len(dims) - 1
+    kind = model_type(model)
     ws: dict[str, int] = {}
 
     def epoch() -> tuple[int, dict]:
-        live: dict[str, int] = {}
-        peak, alive = 0, {}
-
-        def note() -> None:
-            nonlocal peak, alive
-            total = sum(ws.values()) + sum(live.values())
-            if total > peak:
-                peak, alive = total, {**{f"ws:{k}": v for k, v in ws.items()}, **live}
-
-        def alloc(name: str, width: int, item: int = FLOAT) -> str:
-            live[name] = m * width * item
-            note()
-            return name
-
-        def take(name: str, width: int, item: int = FLOAT, rows: int = m) -> str:
-            ws[name] = max(ws.get(name, 0), rows * width * item)
-            note()
-            return f"ws:{name}"
-
-        def take_grad(width: int, avoid: str) -> str:
-            return take("grad b" if avoid == "ws:grad a" else "grad a", width)
-
-        def free(*names: str) -> None:
-            for name in names:
-                live.pop(name, None)
-
+        walk = BufferWalk(m, ws, device)
         for i in range(L):  # forward: every output on the workspace (the logits too: the trainer asks)
             d_in, d_out = dims[i], dims[i + 1]
-            # the trainer passes the cached Â·X whenever there is no input dropout: the first layer aggregates first
-            agg = aggregate_first(d_in, d_out, i == 0, order) or (i == 0 and caches_input and model != "gcn")
+            # the trainer passes the cached Â·X whenever there is no input dropout; a model that reads X with it
+            # takes it whatever the order policy says
+            agg = aggregate_first(d_in, d_out, i == 0, order) or (
+                i == 0 and caches_input and kind.reads_input_with_aggregation)
             cached = i == 0 and caches_input and agg
             if (input_dropout if i == 0 else dropout) > 0:
-                alloc(f"dropped input {i}", d_in)
+                walk.alloc(f"dropped input {i}", d_in)
                 if i > 0:
-                    alloc(f"dropout mask {i}", d_in, 1)
+                    walk.alloc(f"dropout mask {i}", d_in, 1)
             if agg and not cached:
-                take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
-            if model == "gin":  # the local term (1+ε)·H, added to the SpMM's result (or to the cached Â·X)
-                alloc(f"(1+eps) H {i}", d_in if agg else d_out)
-                if cached and train_eps:  # ε needs a gradient: Â·X + (1+ε)·X is a new tensor, kept by the GEMM
-                    alloc("A.X + (1+eps) X", d_in)
-                elif cached:
-                    take("A.H 0", d_in)
-                free(f"(1+eps) H {i}")
-            if i == 0 and agg and not (model != "gcn" and not cached):
-                free("dropped input 0")  # X needs no gradient and, for the GCN, no GEMM reads it
+                walk.take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
+            kind.plan_before_gemm(walk, i, d_in, d_out, agg, cached, train_eps)
+            if i == 0 and agg and (cached or not kind.reads_input_with_aggregation):
+                walk.free("dropped input 0")  # X needs no gradient and, for the GCN, no GEMM reads it
             if not agg:
-                take(f"H.W {i}" if model == "gin" and train_eps else "H.W", d_out)
-            if model == "gin":
-                take(f"mlp {i}", d_out)
-            if model == "sage":
-                take("root", d_out)  # H·W_rᵀ, read once by the addition
-            take(f"out {i}", d_out)
+                walk.take(kind.plan_transform_buffer(i, train_eps), d_out)
+            kind.plan_after_gemm(walk, i, d_out)
+            walk.take(f"out {i}", d_out)
         # the loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the
         # logits), two vectors of row sums
-        take("row max", 1)
-        take("label logit", 1)
-        take("label hits", 1, BOOL)
-        alloc("label comparisons", 1, 2 * BOOL)
-        free("label comparisons")
+        walk.take("row max", 1)
+        walk.take("label logit", 1)
+        walk.take("label hits", 1, BOOL)
+        walk.alloc("label comparisons", 1, 2 * BOOL)
+        walk.free("label comparisons")
         grad = f"ws:out {L - 1}"
-        alloc("row sums", 1)
-        alloc("row sums / scale", 1)
-        free("row sums", "row sums / scale")
+        walk.alloc("row sums", 1)
+        walk.alloc("row sums / scale", 1)
+        walk.free("row sums", "row sums / scale")
         for i in reversed(range(L)):  # backward
             d_in, d_out = dims[i], dims[i + 1]
-            agg = aggregate_first(d_in, d_out, i == 0, order) or (i == 0 and caches_input and model != "gcn")
-            if model != "gcn":
-                grad = _branched_backward(i, d_in, d_out, agg, grad, model, train_eps, alloc, take_grad, free)
-                if i == 0:
-                    break
-                if f"dropout mask {i}" in live:
-                    new = alloc(f"grad dropped {i}", d_in)
-                    free(f"dropout mask {i}", f"dropped input {i}")
-                    grad = new
-                continue
-            if i == 0:  # no gradient for X: the GEMM computes dW only, after the SpMM (into H·W) when it multiplies
-                if not agg:  # first
-                    take("H.W", d_out)
+            agg = aggregate_first(d_in, d_out, i == 0, order) or (
+                i == 0 and caches_input and kind.reads_input_with_aggregation)
+            grad = kind.plan_backward(walk, i, d_in, d_out, agg, grad, train_eps)
+            if i == 0:
                 break
-            if agg:
-                inner = take(f"A.H {i}", d_in)  # GEMM backward: the gradient of Â·H, over it
-                grad = take_grad(d_in, avoid=inner)  # SpMM backward with Âᵀ
-            else:
-                inner = take("H.W", d_out)  # SpMM backward with Âᵀ, over H·W
-                if f"dropout mask {i}" in live:
-                    grad = take_grad(d_in, avoid=inner)  # GEMM backward
-                else:  # GEMM backward over σ's output with σ's backward, a block of rows at a time
-                    take("sigma block", d_in, rows=mask_chunk_rows(m, d_in, device))
-                    grad = f"ws:out {i - 1}"
-            if f"dropout mask {i}" in live:
-                new = alloc(f"grad dropped {i}", d_in)
-                free(f"dropout mask {i}", f"dropped input {i}")
+            if f"dropout mask {i}" in walk.live:
+                new = walk.alloc(f"grad dropped {i}", d_in)
+                walk.free(f"dropout mask {i}", f"dropped input {i}")
                 grad = new
             # σ's backward overwrites the gradient in place
-        free(*list(live))
-        return peak, alive
+        walk.free(*list(walk.live))
+        return walk.peak, walk.alive
 
     epoch()  # the first epoch sizes the workspace
     return epoch()
-
-
-def _branched_backward(i: int, d_in: int, d_out: int, agg: bool, grad: str, model: str, train_eps: bool,
-                       alloc, take_grad, free) -> str:
-    """The backward of a GraphSAGE or GIN layer in :func:`activation_peak`'s walk; returns the name of the gradient
-    of the layer's input (fresh tensors: the input feeds two branches, see :mod:`mggcn.nn.sage`)."""
-    first = i == 0
-    if model == "gin":  # the MLP's second GEMM, then σ in place; the gradient of its input goes on the workspace
-        inner = take_grad(d_out, avoid=grad)
-        free(grad)
-        grad = inner
-    if agg:
-        if first and not (model == "gin" and train_eps):
-            return grad  # the first GEMM (and GraphSAGE's root GEMM) computes dW only
-        inner = take_grad(d_in, avoid=grad)  # the GEMM (lin_l, or the MLP's first): the gradient of the sum
-        if model == "sage" and not first:
-            alloc(f"grad root {i}", d_in)
-        free(grad)
-        if model == "gin" and train_eps:
-            alloc(f"grad eps {i}", d_in)  # ∂ε = Σ ∂Z ⊙ H: one product, summed
-            free(f"grad eps {i}")
-        if first:
-            return inner
-        alloc(f"grad spmm {i}", d_in)  # Âᵀ·∂, a new tensor
-        if model == "gin":
-            alloc(f"grad local {i}", d_in)  # (1+ε)·∂
-            free(f"grad local {i}")  # autograd adds one of the two into the other
-        free(inner, f"grad root {i}")
-        return f"grad spmm {i}"
-    inner = take_grad(d_out, avoid=grad)  # the SpMM with Âᵀ
-    if model == "gin":
-        alloc(f"grad local {i}", d_out)
-        if train_eps:
-            alloc(f"grad eps {i}", d_out)
-            free(f"grad eps {i}")
-        free(f"grad local {i}")
-    if first:
-        return inner
-    alloc(f"grad gemm {i}", d_in)  # the GEMM's (lin_l, the MLP's first) input gradient, a new tensor
-    if model == "sage":
-        alloc(f"grad root {i}", d_in)
-        free(f"grad root {i}")
-    free(grad, inner)
-    return f"grad gemm {i}"
 
 
 @dataclass
@@ -328,7 +236,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
     dims = [features, *hidden, classes]
     m = -(-num_nodes // nprocs)
-    loops = num_nodes if model == "gcn" else 0
+    kind = model_type(model)
+    loops = num_nodes if kind.self_loops else 0
     nnz_rank = -(-(edges + loops) // nprocs) if rank_nnz is None else rank_nnz
     nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
     caches = input_dropout == 0.0
@@ -359,7 +268,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
                                    device=device)
     before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0
-    if cached and model == "gcn":  # X lives until Â·X is computed (GraphSAGE and GIN read it every epoch)
+    if cached and not kind.reads_input_with_aggregation:  # X lives until Â·X is computed (GraphSAGE, GIN read it)
         plan.parts["features X"] = 0
         before += FLOAT * m * features
     plan.parts["activations"] = max(peak, before)
@@ -371,15 +280,10 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
 
 
 def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False) -> int:
-    """Trained parameters of ``model`` with layer sizes ``dims``: per layer ``d_in·d_out + d_out`` for the GCN,
-    ``2·d_in·d_out + d_out`` for GraphSAGE (W_l, b, W_r), ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable
-    ε) for GIN's MLP."""
-    pairs = list(zip(dims[:-1], dims[1:], strict=True))
-    if model == "sage":
-        return sum(2 * a * b + b for a, b in pairs)
-    if model == "gin":
-        return sum(a * b + b * b + 2 * b + int(train_eps) for a, b in pairs)
-    return sum(a * b + b for a, b in pairs)
+    """Trained parameters of ``model`` with layer sizes ``dims`` (:meth:`~mggcn.nn.model.LayerStack.num_parameters`:
+    per layer ``d_in·d_out + d_out`` for the GCN, ``2·d_in·d_out + d_out`` for GraphSAGE (W_l, b, W_r),
+    ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable ε) for GIN's MLP)."""
+    return model_type(model).num_parameters(dims, train_eps)
 
 
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:

@@ -29,6 +29,7 @@ import torch
 from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.distributed.tiled import index_bytes
 from mggcn.nn.model import spmm_widths
+from mggcn.nn.models import model_type
 from mggcn.tools.plan import FLOAT
 
 __all__ = ["Machine", "EpochWork", "measure_machine", "mggcn_work", "pyg_work", "epoch_floor"]
@@ -114,16 +115,12 @@ def _work(rows: int, num_nodes: int, nnz: int, widths: Sequence[int], gemms: lis
 
 
 def _layer_gemms(rows: int, d_in: int, d_out: int, first: bool, model: str) -> list[tuple[int, int, int]]:
-    """The GEMMs of one layer's forward and backward: ``H·Wᵀ``, ``∂W`` and (but in the first layer) ``∂H`` of each
-    linear — one for the GCN, two for GraphSAGE (W_l, W_r), GIN's MLP (its second linear always needs ``∂H``)."""
-    def linear(a: int, b: int, needs_input_grad: bool) -> list[tuple[int, int, int]]:
-        return [(rows, a, b), (b, rows, a)] + ([(rows, b, a)] if needs_input_grad else [])
-
-    gemms = linear(d_in, d_out, not first)
-    if model == "sage":
-        gemms += linear(d_in, d_out, not first)
-    if model == "gin":
-        gemms += linear(d_out, d_out, True)
+    """The GEMMs of one layer's forward and backward: ``H·Wᵀ``, ``∂W`` and (but in the first layer, unless the
+    linear always needs it) ``∂H`` of each of the model's linears (:meth:`~mggcn.nn.model.LayerStack.linears`: one
+    for the GCN, two for GraphSAGE (W_l, W_r), GIN's MLP)."""
+    gemms = []
+    for a, b, always in model_type(model).linears(d_in, d_out):
+        gemms += [(rows, a, b), (b, rows, a)] + ([(rows, b, a)] if always or not first else [])
     return gemms
 
 
@@ -148,7 +145,7 @@ def pyg_work(num_nodes: int, nnz: int, dims: Sequence[int], model: str = "gcn") 
     for i in range(len(dims) - 1):
         d_in, d_out = dims[i], dims[i + 1]
         gemms += _layer_gemms(num_nodes, d_in, d_out, i == 0, model)
-        widths += [d_out, d_out] if model == "gcn" else [d_in] * (1 if i == 0 else 2)
+        widths += model_type(model).pyg_spmm_widths(d_in, d_out, i == 0)
     return _work(num_nodes, num_nodes, nnz, widths, gemms, 1)
 
 

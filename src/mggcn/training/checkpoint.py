@@ -130,9 +130,10 @@ def _unpickling_reason(err: Exception) -> str:
 
 
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",
-                     train_eps: bool = False) -> None:
-    """Refuse to resume against another dataset, another model (``--model``; a checkpoint without one is a GCN's)
-    or another model shape. Datasets are compared by content where
+                     options: dict | None = None) -> None:
+    """Refuse to resume against another dataset, another model (``--model``; a checkpoint without one is a GCN's),
+    another setting of the model's own ``options`` (the :class:`~mggcn.config.TrainConfig` fields it alone takes,
+    e.g. ``gin_train_eps``), or another model shape. Datasets are compared by content where
     both identities carry a ``fingerprint`` (sizes and a hash of the arrays), by name and sizes otherwise."""
     theirs = state.get("dataset", {})
     by_content = "fingerprint" in theirs and "fingerprint" in dataset
@@ -146,9 +147,11 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
     if theirs_model != model:
         raise CheckpointError(f"{path}: the checkpoint is of a {theirs_model} model, this run trains a {model} "
                               f"(check --model)")
-    if model == "gin" and bool(state.get("config", {}).get("gin_train_eps", False)) != train_eps:
-        raise CheckpointError(f"{path}: the checkpoint's GIN has {'a learnable' if not train_eps else 'a fixed'} ε, "
-                              f"this run {'a learnable' if train_eps else 'a fixed'} one (check --gin-train-eps)")
+    for option, value in (options or {}).items():
+        saved = state.get("config", {}).get(option, False)
+        if saved != value:
+            raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {saved!r}, this run {value!r} "
+                                  f"(check --{option.replace('_', '-')})")
     if state.get("dims") != list(dims):
         raise CheckpointError(f"{path}: the checkpoint's model has layer sizes {state.get('dims')}, this run "
                               f"{list(dims)} (check the hidden layer sizes)")

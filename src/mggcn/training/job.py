@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, MODELS, TrainConfig
+from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
 from mggcn.data.prepared.reader import PreparedDataset
@@ -27,6 +27,7 @@ from mggcn.distributed.metis import require_pymetis
 from mggcn.distributed.partition import check_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import check_train_columns
+from mggcn.nn.models import MODEL_TYPES, model_type, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
 from mggcn.training.trainer import format_balance, predict_shard, shard_tile_columns, train_shard
@@ -105,7 +106,7 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
         state, path = found
         check_compatible(state, path, dataset_identity(dataset),
                          job.config.dims(dataset.num_features, dataset.num_classes), job.config.model,
-                         job.config.gin_train_eps)
+                         {o: getattr(job.config, o) for o in model_type(job.config.model).options})
     return found
 
 
@@ -150,10 +151,11 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     cfg = job.config
     if cfg.epochs < 0:
         raise ConfigError(f"epochs must be at least 0, got {cfg.epochs}", "epochs")
-    if cfg.model not in MODELS:
-        raise ConfigError(f"model must be one of {', '.join(MODELS)}, got '{cfg.model}'", "model")
-    if cfg.gin_train_eps and cfg.model != "gin":
-        raise ConfigError(f"gin_train_eps is for model gin, not {cfg.model}", "gin_train_eps")
+    kind = model_type(cfg.model)
+    for option in sorted({o for cls in MODEL_TYPES.values() for o in cls.options} - set(kind.options)):
+        if getattr(cfg, option):  # an option of another model
+            owners = ", ".join(k for k, cls in MODEL_TYPES.items() if option in cls.options)
+            raise ConfigError(f"{option} is for model {owners}, not {cfg.model}", option)
     if any(h < 1 for h in cfg.hidden):
         raise ConfigError(f"hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}", "hidden")
     for option, p in (("dropout", cfg.dropout), ("input_dropout", cfg.input_dropout)):
@@ -241,7 +243,8 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         cfg = job.config
         part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
         clock.mark("partition")
-        shard = build_shard(dataset, part, ctx.rank, cfg.operator, shard_tile_columns(cfg, dataset, ctx))
+        shard = build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
+                            shard_tile_columns(cfg, dataset, ctx))
         clock.mark("shard")
         resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
         identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints

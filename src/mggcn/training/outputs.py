@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from mggcn.config import ACTIVATIONS, MODELS, NORMS, TrainConfig
+from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
 from mggcn.data.graph import ConfigError, GraphError
 from mggcn.nn.model import LayerStack
-from mggcn.nn.models import make_model
+from mggcn.nn.models import MODEL_TYPES, make_model
 from mggcn.utils.files import atomic_write
 
 __all__ = ["CARD_FORMAT", "atomic_write", "check_output", "check_writable", "load_model", "model_dims", "model_kind",
@@ -96,25 +96,22 @@ def sidecar_path(path: str) -> str:
     return path + ".json"
 
 
-# the weight [d_out, d_in] of layer l of each model, by which a state dict tells its model
-_LAYER_WEIGHT = {"gcn": "convs.{}.lin.weight", "sage": "convs.{}.lin_l.weight", "gin": "convs.{}.nn.lins.0.weight"}
-
-
 def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> str:
-    """``gcn``, ``sage`` or ``gin``: the model whose parameter names ``state_dict`` has."""
-    for kind, name in _LAYER_WEIGHT.items():
-        if name.format(0) in state_dict:
+    """The name of the model whose parameter names ``state_dict`` has (by its first layer's weight,
+    :attr:`~mggcn.nn.model.LayerStack.layer_weight`)."""
+    for kind, cls in MODEL_TYPES.items():
+        if cls.layer_weight.format(0) in state_dict:
             return kind
-    raise GraphError(f"{source}: not the state dict of a GCN, GraphSAGE or GIN (no convs.0.lin.weight, "
-                     "convs.0.lin_l.weight or convs.0.nn.lins.0.weight); give a file written by "
-                     "`mggcn train --save-model`")
+    names = ", ".join(f"{cls.__name__} ({cls.layer_weight.format(0)})" for cls in MODEL_TYPES.values())
+    raise GraphError(f"{source}: not the state dict of a model mggcn trains (none of the weights of {names}); give a "
+                     "file written by `mggcn train --save-model`")
 
 
 def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
     """``[d_0, ..., d_L]`` from the shapes of each layer's first weight (layers numbered 0..L-1 without gaps)."""
     dims: list[int] = []
     layer = 0
-    weight = _LAYER_WEIGHT[model_kind(state_dict, source)]
+    weight = MODEL_TYPES[model_kind(state_dict, source)].layer_weight
     while weight.format(layer) in state_dict:
         d_out, d_in = state_dict[weight.format(layer)].shape
         if dims and dims[-1] != d_in:
@@ -203,8 +200,8 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             where = sidecar_path(path) if os.path.exists(sidecar_path(path)) else path
             what = f"{key} {card[key]!r} is not" if key in card else f"no {key!r}, which must be"
             raise GraphError(f"{where}: {what} one of {', '.join(known)}")
-    if card.get("model") not in MODELS:
-        raise GraphError(f"{sidecar_path(path)}: model {card.get('model')!r} is not one of {', '.join(MODELS)}")
+    if card.get("model") not in MODEL_TYPES:
+        raise GraphError(f"{sidecar_path(path)}: model {card.get('model')!r} is not one of {', '.join(MODEL_TYPES)}")
     model = make_model(found, dims, activation=card["activation"])  # GIN: ε, learnt or not, is read as a value
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mggcn.config import TrainConfig, operator_for
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph, GraphError
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
@@ -29,6 +29,7 @@ from mggcn.distributed.launch import launch
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.model import LayerStack, activate
+from mggcn.nn.models import operator_for
 from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.trainer import gather_original, shard_tile_columns

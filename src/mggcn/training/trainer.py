@@ -39,7 +39,7 @@ from mggcn.distributed.tiled import tile_columns
 from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
-from mggcn.nn.models import make_model
+from mggcn.nn.models import make_model, operator_for
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
@@ -97,7 +97,8 @@ def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
     """This rank's shard of ``dataset`` as ``cfg`` trains it: partitioned by ``cfg.partition`` and ``cfg.seed``,
     its blocks tiled for ``cfg``'s SpMMs (:func:`shard_tile_columns`)."""
     part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
-    return build_shard(dataset, part, ctx.rank, cfg.operator, shard_tile_columns(cfg, dataset, ctx))
+    return build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
+                       shard_tile_columns(cfg, dataset, ctx))
 
 
 def build_model(cfg: TrainConfig, num_features: int, num_classes: int,

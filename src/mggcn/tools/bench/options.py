@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mggcn.config import MODELS, TrainConfig
+from mggcn.config import TrainConfig
 from mggcn.data.graph import GraphError
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import parse_bytes
@@ -74,10 +74,13 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
         if overrides.get(key) is not None:
             overrides[key] = parse_bytes(overrides[key], key)
     opts = replace(base, **{k: v for k, v in overrides.items() if v is not None})
-    if opts.model not in MODELS:
-        raise GraphError(f"--model must be one of {', '.join(MODELS)}, got '{opts.model}'")
-    if opts.model != "gcn" and opts.pyg and len(set(opts.hidden)) > 1:
-        raise GraphError(f"--model {opts.model}: PyG's GraphSAGE and GIN have one hidden width, got --hidden "
+    from mggcn.nn.models import MODEL_TYPES  # torch: not for the command line's --help
+
+    kind = MODEL_TYPES.get(opts.model)
+    if kind is None:
+        raise GraphError(f"--model must be one of {', '.join(MODEL_TYPES)}, got '{opts.model}'")
+    if kind.pyg_one_hidden_width and opts.pyg and len(set(opts.hidden)) > 1:
+        raise GraphError(f"--model {opts.model}: PyG's {kind.pyg_name} has one hidden width, got --hidden "
                          f"{','.join(map(str, opts.hidden))} (or give --no-pyg)")
     if opts.ids not in IDS:
         raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")

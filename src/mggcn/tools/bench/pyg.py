@@ -17,6 +17,7 @@ import torch
 
 from mggcn.data.graph import SPLITS
 from mggcn.distributed.context import init_distributed
+from mggcn.nn.models import model_type
 from mggcn.tools.bench.graph import read_graph
 from mggcn.tools.bench.limits import SetupNotes, cap_memory, lift_caps
 from mggcn.tools.bench.memory import MemoryProbe
@@ -125,15 +126,14 @@ def _adjacency(data: _Input, opts: BenchOptions, clock: SetupClock) -> torch.Ten
     """What the convolutions are given, on the host: the normalized Âᵀ (GCN; SAGEConv and GINConv: Aᵀ unweighted,
     edge counts) as torch CSR with int32 or int64 indices, or the raw ``edge_index``. Takes the edge list out of
     ``data`` (so that it is freed once used)."""
-    from torch_geometric.nn.conv.gcn_conv import gcn_norm
     from torch_geometric.utils import to_torch_csr_tensor
 
     edge_index, data.edge_index, weight = data.edge_index, None, None
     if opts.pyg_adj == "edge_index":
         return edge_index
     n = data.num_nodes
-    if opts.model == "gcn":
-        edge_index, weight = gcn_norm(edge_index, None, n, add_self_loops=True)
+    edge_index, weight = model_type(opts.model).pyg_edge_weight(edge_index, n)
+    if weight is not None:
         clock.mark("gcn_norm")
     adj_t = to_torch_csr_tensor(edge_index.flip(0), weight, (n, n))
     del edge_index, weight
@@ -146,20 +146,8 @@ def _adjacency(data: _Input, opts: BenchOptions, clock: SetupClock) -> torch.Ten
 
 def _model(opts: BenchOptions, cfg, dev: torch.device) -> torch.nn.ModuleList:
     """PyG's convolutions, with the initial weights of mggcn's model of ``cfg``."""
-    from torch_geometric.nn import GCNConv
-
     state = build_model(cfg, opts.features, opts.classes).pyg_state_dict()
-    if opts.model == "gcn":
-        convs = torch.nn.ModuleList(GCNConv(a, b, cached=True, normalize=opts.pyg_adj == "edge_index")
-                                    for a, b in zip(opts.dims[:-1], opts.dims[1:], strict=True)).to(dev)
-        convs.load_state_dict({k.removeprefix("convs."): v for k, v in state.items()})
-        return convs
-    from torch_geometric.nn import models
-
-    pyg_model = getattr(models, {"sage": "GraphSAGE", "gin": "GIN"}[opts.model])(
-        opts.features, opts.hidden[0], len(opts.hidden) + 1, opts.classes)
-    pyg_model.load_state_dict(state, strict=True)
-    return pyg_model.convs.to(dev)
+    return model_type(opts.model).pyg_convs(opts.dims, state, normalize=opts.pyg_adj == "edge_index").to(dev)
 
 
 def _train(convs, optimizer, x, y, adj, rows: dict, opts: BenchOptions, dev: torch.device) -> list[dict]:

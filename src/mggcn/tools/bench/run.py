@@ -12,6 +12,7 @@ import torch
 
 from mggcn.distributed.context import available_cores
 from mggcn.distributed.launch import WorkerError, run_workers
+from mggcn.nn.models import model_type
 from mggcn.tools.bench.graph import cached_info, generate_worker, info_worker, prepare_worker
 from mggcn.tools.bench.limits import check_gpu_memory, gpu_memory_worker, out_of_memory, read_notes
 from mggcn.tools.bench.options import BenchOptions
@@ -152,8 +153,7 @@ def configurations(opts: BenchOptions, gpus: int) -> list[Run]:
     if opts.device == "cuda":
         runs = [r for r in runs if r.nprocs <= gpus]
     if opts.pyg:
-        pyg_name = {"gcn": "GCNConv", "sage": "GraphSAGE", "gin": "GIN"}[opts.model]
-        runs.append(Run(f"PyG {pyg_name} ({opts.pyg_adj})", "pyg"))
+        runs.append(Run(f"PyG {model_type(opts.model).pyg_label} ({opts.pyg_adj})", "pyg"))
     return runs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from mggcn.nn.models import model_type
 from mggcn.tools.bench.options import BenchOptions
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, mggcn_work, pyg_work
@@ -114,7 +115,7 @@ def _row_memory(run: Run, ranks: list[dict], opts: BenchOptions) -> dict:
 
 def _floor(run: Run, epoch_s: float, opts: BenchOptions, graph: dict) -> dict:
     """The roofline floor of an epoch, from the median over rounds of the rates measured right after them."""
-    nnz = graph["nnz"] if opts.model == "gcn" else graph["nnz"] - graph["nodes"]  # GraphSAGE and GIN: no self loops
+    nnz = graph["nnz"] if model_type(opts.model).self_loops else graph["nnz"] - graph["nodes"]
     if run.kind == "mggcn":
         work = mggcn_work(graph["nodes"], nnz, opts.dims, run.nprocs, model=opts.model, train=graph["train"])
     else:

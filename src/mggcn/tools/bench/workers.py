@@ -11,6 +11,7 @@ from mggcn.config import MMAP_THRESHOLD, TrainConfig
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.tiled import gather_kernel
+from mggcn.nn.models import operator_for
 from mggcn.tools.bench.graph import open_dataset
 from mggcn.tools.bench.limits import SetupNotes, cap_memory, lift_caps
 from mggcn.tools.bench.memory import MemoryProbe
@@ -83,7 +84,8 @@ def _shard(path: str, cfg: TrainConfig, ctx, clock: SetupClock):
     clock.mark("dataset")
     part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
     clock.mark("partition")
-    shard = build_shard(dataset, part, ctx.rank, cfg.operator, shard_tile_columns(cfg, dataset, ctx))
+    shard = build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
+                        shard_tile_columns(cfg, dataset, ctx))
     clock.mark("shard")
     release_dataset(dataset)
     clock.mark("release")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mggcn.config import MODELS, ORDERS, TRAIN_COLUMNS, TrainConfig
+from mggcn.config import MODELS, ORDERS, SYMMETRIC_OPERATORS, TRAIN_COLUMNS, TrainConfig
 from mggcn.data.graph import GraphError
 from mggcn.tools.cli.common import byte_size, hidden_sizes, int_list, positive_int
 
@@ -55,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.tiled import gather_kernel
+    from mggcn.nn.models import operator_for
     from mggcn.tools.plan import PRESETS, format_plan, plan_memory
     from mggcn.training.trainer import epoch_tile_columns
 
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_memory(sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], args.hidden,
                            nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                            train=sizes["train"] if sizes["train"] is not None else 0.5,
-                           symmetric=not args.directed and args.model != "sage", tile_cols=tiles, model=args.model,
+                           symmetric=not args.directed and operator_for(args.model) in SYMMETRIC_OPERATORS,
+                           tile_cols=tiles, model=args.model,
                            train_eps=args.gin_train_eps, train_columns=args.train_columns,
                            gather=gather_kernel(args.device), device=args.device)
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}", args.memory))
