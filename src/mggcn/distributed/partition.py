@@ -13,7 +13,7 @@ Orderings (``--partition``): ``random`` (the MG-GCN way), ``none`` (the original
 default): the same random permutation decides which part each vertex goes to (so the balance is that of ``random``),
 then each part lists its vertices in increasing original id. Where the original ids carry locality (crawl order,
 communities, an RCM order computed beforehand) the rows a block's nonzeros fetch are then close together again, which
-is what a CPU SpMM is bound by (issue 17's graph, P = 1: 0.030 vs 0.039 s of SpMM per epoch); the order inside a part
+is what a CPU SpMM is bound by; the order inside a part
 changes no balance, cut or traffic, and the numbers are those of any other renumbering. ``metis``
 (:mod:`mggcn.distributed.metis`) needs the graph (:func:`mggcn.distributed.sharding.partition_dataset`);
 :func:`make_partition` only knows the vertex count. Each rank's :class:`Shard` is cut by

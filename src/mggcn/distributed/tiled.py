@@ -9,15 +9,14 @@ calls this graph partitioning for cache; MG-GCN's P column blocks are the same c
 
 On CUDA a block is one tile: cuSPARSE reads B through the GPU's caches as it is, and every tile costs a launch.
 
-Two CPU kernels. Torch's CSR matmul (MKL) spends ~17 cycles per nonzero at width 40 even with B in cache, so where
-B fits the last-level cache (:data:`GATHER_BYTES` per machine, e.g. 100k rows at width 40) a block stays whole and
+Two CPU kernels. Torch's CSR matmul (MKL) spends many cycles per nonzero at narrow widths even with B in cache, so
+where B fits the last-level cache (:data:`GATHER_BYTES` per machine, e.g. 100k rows at width 40) a block stays whole and
 is multiplied by the gather-sum kernel instead: ``torch.nn.functional.embedding_bag`` in ``sum`` mode with the
 values as per-sample weights is exactly a CSR SpMM (bag r = row r, its indices the row's columns), and on x86 it runs
-FBGEMM's fused gather-multiply-add (here, on 100k rows × 5M random nonzeros, 2.4× faster than tiled MKL at width 40
-and 1.6× at width 64). It runs a chunk of rows at a time
+FBGEMM's fused gather-multiply-add (docs/benchmarks.md compares the two). It runs a chunk of rows at a time
 (:data:`GATHER_CHUNK` output elements: the chunk's result is a new tensor just under the allocator's mmap threshold,
 so it reuses heap memory instead of faulting in fresh pages, then is copied or added into ``out``). A wider B is cut
-into tiles for MKL as above (measured here, the gather kernel gains nothing once B is past the cache, and tiles cost
+into tiles for MKL as above (the gather kernel gains nothing once B is past the cache, and tiles cost
 it a pass over every row per tile). Where FBGEMM is not (no AVX2, other CPUs) or the operands are not float32, blocks
 use MKL, tiled as above.
 
@@ -47,15 +46,14 @@ __all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "GATHER_BYTES", "GATHER_CHUNK", "
            "max_tiles", "num_tiles", "index_bytes", "csr_to_torch", "gather_kernel", "gather_matmul",
            "gather_rows", "gather_chunk_bytes"]
 
-# TILE_BYTES, bytes of B one tile reads per machine: 2-4 MiB measured best among 1-8 MiB here (32 MiB L3, 1 MiB L2
-# per core).
+# TILE_BYTES, bytes of B one tile reads per machine: a few MiB, well inside the last-level cache shared by the ranks
+# and past the per-core L2 (mggcn bench --compare-tiles measures others).
 MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
 MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
-# GATHER_BYTES (mggcn.config), bytes of B up to which a block stays whole for the gather kernel, per machine: at 100k
-# rows (32 MiB L3) it was 2.4x faster than tiled MKL at width 40 (16 MB), 1.6x at 64 (26 MB), even at 40 on 200k rows
-# (32 MB).
+# GATHER_BYTES (mggcn.config), bytes of B up to which a block stays whole for the gather kernel, per machine: about
+# the last-level cache, where the gather's random reads of B's rows hit it.
 # output elements per gather call: as many float32 as stay 16 KiB under the mmap threshold (1 MiB), so that each
-# call's result comes from the heap, not from fresh pages (measured: 1.5 ms per epoch less than 512 KiB chunks)
+# call's result comes from the heap, not from fresh pages (larger chunks, fewer calls)
 GATHER_CHUNK = (MMAP_THRESHOLD - (16 << 10)) // 4
 
 
