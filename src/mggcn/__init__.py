@@ -20,7 +20,7 @@ The package is laid out by layer, lowest first; a module imports only from its o
 - ``mggcn.tools``        the command line (one module per command), bench, plan, roofline, report
 - ``mggcn.api``          ``mggcn.train`` and the layers on their own
 
-Library code raises typed errors with plain messages (:class:`~mggcn.data.graph.GraphError` for data,
+Library code raises typed errors with plain messages (:class:`~mggcn.utils.errors.GraphError` for data,
 :class:`~mggcn.utils.errors.ConfigError` for settings); only the command line names flags and chooses exit codes.
 
 Importing ``mggcn`` loads no torch: the names below are resolved on first use.
@@ -37,7 +37,7 @@ from mggcn.config import __version__  # noqa: F401  (no torch: options and defau
 _EXPORTS = {
     "ConfigError": "mggcn.utils.errors",
     "Graph": "mggcn.data.graph",
-    "GraphError": "mggcn.data.graph",
+    "GraphError": "mggcn.utils.errors",
     "SPLITS": "mggcn.data.graph",
     "GCN": "mggcn.nn.model",
     "GCNLayer": "mggcn.nn.model",
@@ -55,11 +55,11 @@ __all__ = ["ConfigError", "GCN", "GCNLayer", "GIN", "Graph", "GraphError", "Grap
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
     from mggcn.config import TrainConfig
-    from mggcn.data.graph import SPLITS, Graph, GraphError
+    from mggcn.data.graph import SPLITS, Graph
     from mggcn.nn.gin import GIN
     from mggcn.nn.model import GCN, GCNLayer
     from mggcn.nn.sage import GraphSAGE
-    from mggcn.utils.errors import ConfigError
+    from mggcn.utils.errors import ConfigError, GraphError
 
 
 def __getattr__(name: str) -> Any:

@@ -30,7 +30,6 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset
-from mggcn.data.graph import GraphError
 from mggcn.distributed.launch import launch, refuse_unguarded_script
 from mggcn.distributed.spmm import StagedSpMM, local_adj
 from mggcn.distributed.tiled import csr_to_torch
@@ -39,6 +38,7 @@ from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job, share_dataset
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
+from mggcn.utils.errors import GraphError
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from mggcn.data.datasets import load_graph, open_dataset
-from mggcn.data.graph import GraphError
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import prepare
+from mggcn.utils.errors import GraphError
 from planetoid_files import cora_like
 
 

@@ -32,7 +32,8 @@ from mggcn.data.formats import (
     transform,
     write_mggcn_bin,
 )
-from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
+from mggcn.utils.errors import GraphError
 
 N, F, C = 40, 5, 3
 

@@ -21,7 +21,8 @@ from mggcn.data.generators import (
     rmat_graph,
 )
 from mggcn.data.generators.common import FEATURE_BLOCK_ROWS, CentroidFeatures, PairGraph
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 from mggcn.utils.parallel import set_threads
 
 RMAT_BLOCK = rmat.RMAT_BLOCK

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 
 
 def _graph(**changes) -> Graph:

@@ -730,10 +730,10 @@ def test_each_rank_checks_the_rows_it_loads(tmp_path, nprocs):
     rank whose rows (or edges) hold it, with one line naming the array, and only by that rank; the other ranks'
     shards equal those of the intact directory, entry for entry."""
     import workers
-    from mggcn.data.graph import GraphError
     from mggcn.data.prepared.reader import PreparedDataset
     from mggcn.distributed.partition import make_partition
     from mggcn.distributed.sharding import build_shard
+    from mggcn.utils.errors import GraphError
 
     intact = PreparedDataset(_prepared(tmp_path, "intact"))
     part = make_partition(N, nprocs, seed=5)
@@ -766,10 +766,10 @@ def test_a_false_symmetric_claim_is_refused(tmp_path, nprocs):
     """A directed graph whose manifest says ``"symmetric": true``: the ranks check their diagonal blocks (at these
     sizes every rank finds an asymmetric edge among its own rows), ``verify`` checks every edge; a truly symmetric
     directory passes both."""
-    from mggcn.data.graph import GraphError
     from mggcn.data.prepared.reader import PreparedDataset
     from mggcn.distributed.partition import make_partition
     from mggcn.distributed.sharding import build_shard
+    from mggcn.utils.errors import GraphError
 
     root = _prepared(tmp_path, "directed")
     (root / "out_indptr.npy").unlink()
@@ -793,7 +793,7 @@ def test_in_memory_graphs_are_bounded_too():
     import torch
 
     from mggcn.data.formats import from_pyg, from_tensors
-    from mggcn.data.graph import GraphError
+    from mggcn.utils.errors import GraphError
 
     ei, x, y, split = _graph_arrays()
     masks = [torch.from_numpy(split == k) for k in range(3)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mggcn.data import mapped
-from mggcn.data.graph import GraphError
+from mggcn.utils.errors import GraphError
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import torch
 
 from mggcn.data.formats import read
 from mggcn.data.formats.planetoid import load_pickle, read_planetoid
-from mggcn.data.graph import GraphError
+from mggcn.utils.errors import GraphError
 from planetoid_files import citeseer_like, cora_like, make_planetoid, py2_pickle, write_planetoid
 
 pyg_io = pytest.importorskip("torch_geometric.io")

@@ -37,7 +37,7 @@ from mggcn.config import TrainConfig
 from mggcn.data import formats
 from mggcn.data.datasets import InMemoryDataset, open_dataset
 from mggcn.data.generators import parse_spec
-from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.prepared.edgesort import EdgeSorter
 from mggcn.data.prepared.reader import PreparedDataset, nnz_per_rank
 from mggcn.data.prepared.writer import parse_memory, prepare
@@ -46,6 +46,7 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.tools.cli import main as cli_main
 from mggcn.training.job import TrainJob, run_train_job
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.progress import Progress
 from reference import random_graph
 

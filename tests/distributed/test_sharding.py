@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from mggcn.data.datasets import InMemoryDataset
-from mggcn.data.graph import GraphError
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import prepare
 from mggcn.distributed import sharding
@@ -20,6 +19,7 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.nn.norm import adjacency, entry_values, normalize
 from mggcn.utils import parallel
+from mggcn.utils.errors import GraphError
 from reference import random_graph
 
 

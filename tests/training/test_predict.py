@@ -11,14 +11,13 @@ from torch_geometric.nn import GCNConv
 
 from mggcn.config import TrainConfig
 from mggcn.data.generators import parse_spec
-from mggcn.data.graph import GraphError
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
 from mggcn.tools.cli import main
 from mggcn.training.job import TrainJob, run_train_job
 from mggcn.training.outputs import load_model
 from mggcn.training.predict import PredictJob, predict, predict_on_rank
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, GraphError
 
 HIDDEN = (16, 8)
 

@@ -26,7 +26,8 @@ from mggcn.config import DEFAULT_DATASET
 from mggcn.data.csr import MAX_KEY_NODES, directed_csr
 from mggcn.data.generators.common import GeneratedGraph
 from mggcn.data.generators.spec import GENERATED_PREFIXES, generate_spec, is_generated
-from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
+from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset",
            "content_hash", "graph_arrays", "is_generated", "load_graph", "open_dataset", "split_codes"]

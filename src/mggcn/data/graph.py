@@ -13,15 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["ConfigError", "Graph", "GraphError", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
-
-
-class GraphError(ValueError):
-    """A dataset that cannot be trained on; the message names the source and what is wrong."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mggcn.data.graph import GraphError
+from mggcn.utils.errors import GraphError
 
 __all__ = ["MERGE_GAP_BYTES", "SCRATCH_BYTES", "drop_pages", "file_of", "gather", "pread", "read_rows"]
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from mggcn.config import MMAP_THRESHOLD
-from mggcn.data.graph import ConfigError
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import enter_rank, set_mmap_threshold
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from mggcn.data.graph import ConfigError
 from mggcn.distributed.partition import Partition
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.optional import require
 
 __all__ = ["UFACTOR", "require_pymetis", "metis_parts", "metis_partition", "partition_from_parts", "symmetric_pattern"]

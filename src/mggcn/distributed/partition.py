@@ -31,8 +31,8 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.config import ORDERINGS
-from mggcn.data.graph import ConfigError
 from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
+from mggcn.utils.errors import ConfigError
 
 __all__ = ["ORDERINGS", "Partition", "Shard", "check_partition", "make_partition", "split_row_block", "csr_to_torch",
            "to_blocks"]

@@ -36,13 +36,14 @@ import torch
 
 from mggcn.config import NORMS, OPERATORS
 from mggcn.data.datasets import Dataset, InMemoryDataset
-from mggcn.data.graph import SPLITS, ConfigError, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.mapped import drop_pages, gather, read_rows
 from mggcn.data.prepared.reader import pair_hash
 from mggcn.distributed.metis import metis_partition
 from mggcn.distributed.partition import Partition, Shard, make_partition
 from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
 from mggcn.nn.norm import adds_self_loops, entry_values
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.parallel import thread_budget, thread_map
 from mggcn.utils.system import trim_heap
 

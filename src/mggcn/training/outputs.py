@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
-from mggcn.data.graph import ConfigError, GraphError
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import atomic_write
 
 __all__ = ["CARD_FORMAT", "atomic_write", "check_output", "check_writable", "load_model", "model_dims", "model_kind",

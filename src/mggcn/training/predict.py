@@ -23,7 +23,7 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
-from mggcn.data.graph import ConfigError, Graph, GraphError
+from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
@@ -33,6 +33,7 @@ from mggcn.nn.models import operator_for
 from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.trainer import gather_original, shard_tile_columns
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept
 
 __all__ = ["OUTPUTS", "PredictJob", "gather_original", "layer_output", "check_predict", "predict_on_rank",

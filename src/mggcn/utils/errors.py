@@ -1,8 +1,9 @@
-"""The error a setting raises when it cannot be used; :class:`mggcn.data.graph.GraphError` is its sibling for data."""
+"""The errors library code raises for what a user gave: a setting that cannot be used (:class:`ConfigError`) and a
+dataset that cannot be trained on (:class:`GraphError`). The command line prints either as one line and exits 2."""
 
 from __future__ import annotations
 
-__all__ = ["ConfigError"]
+__all__ = ["ConfigError", "GraphError"]
 
 
 class ConfigError(ValueError):
@@ -15,3 +16,7 @@ class ConfigError(ValueError):
     def __init__(self, message: str, option: str | None = None) -> None:
         super().__init__(message)
         self.option = option
+
+
+class GraphError(ValueError):
+    """A dataset that cannot be trained on; the message names the source and what is wrong."""

@@ -44,7 +44,8 @@ from mggcn.data.formats.mtx import read_mtx
 from mggcn.data.formats.ogb import read_ogb
 from mggcn.data.formats.planetoid import read_planetoid
 from mggcn.data.formats.saint import read_saint
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 
 __all__ = [
     "FORMATS",

@@ -26,7 +26,8 @@ from mggcn.data.formats.checks import (
     why,
     with_vertex_data,
 )
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 
 __all__ = ["read_edgelist", "iter_edgelist_chunks", "edgelist_vertex_data"]
 

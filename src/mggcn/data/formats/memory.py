@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
+from mggcn.utils.errors import GraphError
 
 __all__ = ["from_tensors", "from_pyg", "transform"]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from mggcn.data.generators.common import DEFAULT_SPLIT, GeneratedGraph, PairGraph, random_split
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 from mggcn.utils.optional import require
 
 __all__ = ["karate_generated", "karate_graph", "digits_generated", "digits_graph", "DIGITS_NODES"]

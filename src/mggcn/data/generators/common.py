@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mggcn.data.csr import CSR, RowBuckets, keys_csr, mix64
-from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
+from mggcn.utils.errors import GraphError
 from mggcn.utils.parallel import thread_map
 
 __all__ = ["DEFAULT_SPLIT", "FEATURE_BLOCK_ROWS", "GeneratedGraph", "GraphStream", "CentroidFeatures", "PairGraph",

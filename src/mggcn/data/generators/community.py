@@ -29,7 +29,8 @@ from mggcn.data.generators.common import (
     random_split,
     rechunk,
 )
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 
 __all__ = ["DEFAULT_NODES", "DEFAULT_CLASSES", "DEFAULT_FEATURES", "DEFAULT_DEGREE", "DEFAULT_P_IN", "DEFAULT_NOISE",
            "DEFAULT_DEGREE_EXPONENT", "COMMUNITY_BLOCK", "community_graph", "community_generated", "community_stream"]

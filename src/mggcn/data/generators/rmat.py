@@ -24,7 +24,8 @@ from mggcn.data.generators.common import (
     random_split,
     rechunk,
 )
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 from mggcn.utils.parallel import thread_budget, thread_map
 
 __all__ = ["RMAT_BLOCK", "MAX_MEMORY_SCALE", "rmat_edges", "rmat_generated", "rmat_graph", "rmat_stream"]

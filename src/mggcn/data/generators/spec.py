@@ -21,7 +21,8 @@ from mggcn.data.generators.community import (
     community_stream,
 )
 from mggcn.data.generators.rmat import MAX_MEMORY_SCALE, rmat_generated, rmat_stream
-from mggcn.data.graph import Graph, GraphError
+from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 
 __all__ = ["BUILTINS", "GENERATED_PREFIXES", "SPEC_PREFIXES", "is_generated", "generate_spec", "parse_spec",
            "stream_spec"]

@@ -48,8 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from mggcn.data.graph import SPLITS, GraphError
+from mggcn.data.graph import SPLITS
 from mggcn.data.prepared.edgesort import index_dtype
+from mggcn.utils.errors import GraphError
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "BALANCE_PARTS", "PreparedDataset", "is_prepared", "nnz_per_rank",
            "describe"]

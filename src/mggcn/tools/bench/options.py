@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mggcn.config import TrainConfig
-from mggcn.data.graph import GraphError
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.units import parse_bytes
 
 __all__ = ["BenchOptions", "SMALL", "SAINT", "PYG_ADJ", "IDS", "options_from"]

@@ -1,7 +1,7 @@
 """The ``mggcn`` command: one module per subcommand, each with ``HELP``, a description, ``add_arguments`` and ``run``.
 
 Only the subcommand being run has its arguments built, and its modules imported: ``mggcn --help`` and
-``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.data.graph.GraphError`,
+``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.utils.errors.GraphError`,
 :class:`~mggcn.utils.errors.ConfigError` and other ``ValueError`` s) become one line on stderr, a setting named by
 its flag (:func:`~mggcn.tools.cli.common.flag_message`), and exit status 2; a non-finite loss exits 1; a signal
 (Ctrl-C, SIGTERM) exits 130 (training first finishes its epoch and checkpoints).
@@ -14,9 +14,9 @@ import sys
 from types import ModuleType
 
 from mggcn.config import __version__
-from mggcn.data.graph import GraphError
 from mggcn.tools.cli import bench, info, plan, predict, prepare, report, train
 from mggcn.tools.cli.common import HelpFormatter, flag_message
+from mggcn.utils.errors import GraphError
 from mggcn.utils.system import own_process, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser", "COMMANDS"]

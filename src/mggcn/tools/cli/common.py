@@ -9,8 +9,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from mggcn.config import ORDERINGS
-from mggcn.data.graph import GraphError
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.units import parse_bytes
 
 if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse arguments must not

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from mggcn.config import MODELS, ORDERS, SYMMETRIC_OPERATORS, TRAIN_COLUMNS, TrainConfig
-from mggcn.data.graph import GraphError
 from mggcn.tools.cli.common import byte_size, hidden_sizes, int_list, positive_int
+from mggcn.utils.errors import GraphError
 
 HELP = "per-rank memory and communication of a training run, before running it"
 
