@@ -183,33 +183,32 @@ def _reduce_gradients(ctx: DistContext, params: list[torch.Tensor], stats: torch
     return flat[offset:].to(torch.float64).cpu()
 
 
-def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
-                on_epoch: Callable[[dict], None] | None = None, *,
-                checkpointer=None, checkpoint_meta: dict | None = None, resume: dict | None = None,
-                stop_requested: Callable[[], bool] | None = None, clock: SetupClock | None = None) -> TrainResult:
-    """Train on this rank's shard up to epoch ``cfg.epochs``; every rank returns the same history and weights.
+@dataclass
+class _Run:
+    """What the epochs of :func:`train_shard` share, set up once by :func:`_setup`."""
 
-    Args:
-        on_epoch: called on every rank with each epoch's record (keys ``epoch, loss, train_acc, val_acc,
-            test_acc, epoch_s``, one key per phase (max over ranks), ``other``; ``timeline`` on the traced epoch).
-        checkpointer: a :class:`~mggcn.training.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop
-            request.
-        checkpoint_meta: extra entries for every checkpoint (the dataset's identity).
-        resume: a checkpoint's contents: training continues after its epoch.
-        stop_requested: polled once per epoch on every rank; when any rank says yes, all stop after that epoch
-            (saving a checkpoint first if a checkpointer is given).
-        clock: the job's setup phases so far; marked ``device``, ``model`` and ``A.X`` here, and put in the first
-            epoch's record (``setup``: its seconds and phases, this rank's).
-    Raises:
-        NonFiniteLoss: the global loss is NaN or inf (before that epoch's update, so the weights are the last good).
+    ctx: DistContext
+    cfg: TrainConfig
+    timer: PhaseTimer
+    model: LayerStack
+    adj: StagedSpMM | SparseExchangeSpMM
+    balance: dict
+    optimizer: Adam
+    result: TrainResult
+    best: _BestWeights
+    x: torch.Tensor | None
+    x_agg: torch.Tensor | None
+    y: torch.Tensor
+    split_masks: list[torch.Tensor]
+    split_sizes: torch.Tensor
+    criterion: MaskedCrossEntropy
+    params: list[torch.Tensor]
+    stochastic: bool
 
-    Memory: without input dropout ``Â·X`` is computed once, and the GCN's shard's features are then released
-    (``shard.x`` becomes ``None``; predictions read ``Â·X``, :attr:`TrainResult.x_agg`); GraphSAGE and GIN keep
-    ``X`` (their root terms read it).
-    """
-    # setup: the model, the SpMM operator, the optimizer, what a checkpoint resumes, Â·X
+
+def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, resume: dict | None) -> _Run:
+    """The model, the SpMM operator, the optimizer, what a checkpoint resumes, Â·X (marking ``clock``'s phases)."""
     device = ctx.device
-    clock = clock or SetupClock()
     shard.to(device)
     clock.mark("device")
     timer = PhaseTimer(device)
@@ -246,50 +245,99 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     # the gradient of the logits overwrites them (the model returns them on its workspace; nothing reads them after)
     criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
                                    in_place=model.workspace is not None)
-    params = list(model.parameters())
-    stochastic = cfg.dropout > 0 or cfg.input_dropout > 0
+    return _Run(ctx, cfg, timer, model, adj, balance, optimizer, result, best, x, x_agg, y, split_masks, split_sizes,
+                criterion, list(model.parameters()), cfg.dropout > 0 or cfg.input_dropout > 0)
 
-    def checkpoint_state(epoch: int) -> dict:
-        return {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "history": result.history, "best": best.saved(), "dims": model.dims, "model_kind": cfg.model,
-                "config": asdict(cfg), **(checkpoint_meta or {})}
 
+def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, checkpointer) -> torch.Tensor:
+    """One step: forward, loss, backward, the gradients and the epoch's numbers (:class:`_Stats`) summed over ranks,
+    the update; returns the summed numbers."""
+    model, adj, timer, x, x_agg = run.model, run.adj, run.timer, run.x, run.x_agg
+    if run.stochastic:  # accuracies of the weights at the start of the epoch, without dropout
+        with torch.no_grad():
+            model.eval()
+            logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
+            correct = _correct_counts(run.criterion.hits(logits), run.split_masks)
+            model.train()
+    run.optimizer.zero_grad(set_to_none=False)
+    logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
+    with timer("criterion"):
+        loss, hits = run.criterion(logits)
+    loss.backward()
+    if not run.stochastic:
+        correct = _correct_counts(hits, run.split_masks)
+    with timer("allreduce"):
+        stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=run.ctx.device)
+        stats[_Stats.LOSS] = loss.detach()
+        stats[_Stats.CORRECT] = correct
+        stats[_Stats.STOP] = float(bool(stop_requested and stop_requested()))
+        stats = _reduce_gradients(run.ctx, run.params, stats)
+    if not math.isfinite(float(stats[_Stats.LOSS])):
+        raise NonFiniteLoss(_non_finite_message(run.ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
+                                                checkpointer))
+    run.best.update(epoch, float(stats[_Stats.CORRECT][1] / run.split_sizes[1]), model)
+    with timer("optimizer"):
+        run.optimizer.step()
+    return stats
+
+
+def _checkpoint_state(run: _Run, epoch: int, checkpoint_meta: dict | None) -> dict:
+    return {"epoch": epoch, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            "history": run.result.history, "best": run.best.saved(), "dims": run.model.dims,
+            "model_kind": run.cfg.model, "config": asdict(run.cfg), **(checkpoint_meta or {})}
+
+
+def _finish(run: _Run) -> TrainResult:
+    """The result: with patience the best weights restored, the final accuracies, the weights in PyG's names."""
+    result, model = run.result, run.model
+    result.best_epoch = run.best.epoch
+    if run.best.state is not None:
+        model.load_state_dict(run.best.state)
+    result.final = final_accuracies(run.ctx, model, run.adj, run.x, run.x_agg, run.y, run.split_masks,
+                                    run.split_sizes)
+    result.state_dict = model.pyg_state_dict()
+    result.model, result.adj, result.x_agg = model, run.adj, run.x_agg
+    return result
+
+
+def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
+                on_epoch: Callable[[dict], None] | None = None, *,
+                checkpointer=None, checkpoint_meta: dict | None = None, resume: dict | None = None,
+                stop_requested: Callable[[], bool] | None = None, clock: SetupClock | None = None) -> TrainResult:
+    """Train on this rank's shard up to epoch ``cfg.epochs``; every rank returns the same history and weights.
+
+    Args:
+        on_epoch: called on every rank with each epoch's record (keys ``epoch, loss, train_acc, val_acc,
+            test_acc, epoch_s``, one key per phase (max over ranks), ``other``; ``timeline`` on the traced epoch).
+        checkpointer: a :class:`~mggcn.training.checkpoint.Checkpointer`; rank 0 saves when it is due and on a stop
+            request.
+        checkpoint_meta: extra entries for every checkpoint (the dataset's identity).
+        resume: a checkpoint's contents: training continues after its epoch.
+        stop_requested: polled once per epoch on every rank; when any rank says yes, all stop after that epoch
+            (saving a checkpoint first if a checkpointer is given).
+        clock: the job's setup phases so far; marked ``device``, ``model`` and ``A.X`` here, and put in the first
+            epoch's record (``setup``: its seconds and phases, this rank's).
+    Raises:
+        NonFiniteLoss: the global loss is NaN or inf (before that epoch's update, so the weights are the last good).
+
+    Memory: without input dropout ``Â·X`` is computed once, and the GCN's shard's features are then released
+    (``shard.x`` becomes ``None``; predictions read ``Â·X``, :attr:`TrainResult.x_agg`); GraphSAGE and GIN keep
+    ``X`` (their root terms read it).
+    """
+    clock = clock or SetupClock()
+    run = _setup(ctx, shard, cfg, clock, resume)
+    result, adj = run.result, run.adj
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
-        # one step: forward, loss, backward, the gradients and the epoch's numbers summed over ranks, the update
-        model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
-        timer.reset(trace=epoch == cfg.trace_epoch)
+        run.model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
+        run.timer.reset(trace=epoch == cfg.trace_epoch)
         moved = (adj.sent_bytes, adj.recv_bytes)
         start = time.perf_counter()
-        if stochastic:  # accuracies of the weights at the start of the epoch, without dropout
-            with torch.no_grad():
-                model.eval()
-                logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
-                correct = _correct_counts(criterion.hits(logits), split_masks)
-                model.train()
-        optimizer.zero_grad(set_to_none=False)
-        logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
-        with timer("criterion"):
-            loss, hits = criterion(logits)
-        loss.backward()
-        if not stochastic:
-            correct = _correct_counts(hits, split_masks)
-        with timer("allreduce"):
-            stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=device)
-            stats[_Stats.LOSS] = loss.detach()
-            stats[_Stats.CORRECT] = correct
-            stats[_Stats.STOP] = float(bool(stop_requested and stop_requested()))
-            stats = _reduce_gradients(ctx, params, stats)
-        if not math.isfinite(float(stats[_Stats.LOSS])):
-            raise NonFiniteLoss(_non_finite_message(ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
-                                                    checkpointer))
-        best.update(epoch, float(stats[_Stats.CORRECT][1] / split_sizes[1]), model)
-        with timer("optimizer"):
-            optimizer.step()
+        stats = _step(run, epoch, stop_requested, checkpointer)
         epoch_s = time.perf_counter() - start
 
-        record = _epoch_record(ctx, epoch, epoch_s, timer, stats, split_sizes, device, start,
+        record = _epoch_record(ctx, epoch, epoch_s, run.timer, stats, run.split_sizes, ctx.device, start,
                                adj.sent_bytes - moved[0], adj.recv_bytes - moved[1])
-        record.update(balance)
+        record.update(run.balance)
         if clock is not None:  # the first epoch this run trains: how long it took to get there
             record["setup"], clock = clock.record(), None
         result.history.append(record)
@@ -298,18 +346,11 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
         # stopping: a signal on any rank, or no better validation accuracy for cfg.patience epochs
         interrupted = stats[_Stats.STOP] > 0
         if checkpointer is not None and ctx.is_main and (checkpointer.due(epoch) or interrupted):
-            result.checkpoint = checkpointer.save(checkpoint_state(epoch))
-        if interrupted or best.exhausted:
+            result.checkpoint = checkpointer.save(_checkpoint_state(run, epoch, checkpoint_meta))
+        if interrupted or run.best.exhausted:
             result.stopped = "interrupted" if interrupted else "early"
             break
-
-    result.best_epoch = best.epoch
-    if best.state is not None:
-        model.load_state_dict(best.state)
-    result.final = final_accuracies(ctx, model, adj, x, x_agg, y, split_masks, split_sizes)
-    result.state_dict = model.pyg_state_dict()
-    result.model, result.adj, result.x_agg = model, adj, x_agg
-    return result
+    return _finish(run)
 
 
 def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTimer, stats: torch.Tensor,
