@@ -22,15 +22,15 @@ from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import ConfigError, Graph
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
-from mggcn.distributed.context import available_cores, init_distributed, shutdown
+from mggcn.distributed.context import DistContext, available_cores, init_distributed, shutdown
 from mggcn.distributed.metis import require_pymetis
-from mggcn.distributed.partition import check_partition
+from mggcn.distributed.partition import Shard, check_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import check_train_columns
 from mggcn.nn.models import MODEL_TYPES, model_type, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
-from mggcn.training.trainer import format_balance, predict_shard, shard_tile_columns, train_shard
+from mggcn.training.trainer import TrainResult, format_balance, predict_shard, shard_tile_columns, train_shard
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock
@@ -236,89 +236,25 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
     ctx = init_distributed(job.device, job.timeout_s, job.threads, job.mmap_threshold)
     clock = job.clock or SetupClock()
     try:
-        if dataset is None:  # a worker: its own start, then its dataset
-            clock.mark("launch")
-            dataset = open_job_dataset(job)
-            clock.mark("dataset")
         cfg = job.config
-        part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
-        clock.mark("partition")
-        shard = build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
-                            shard_tile_columns(cfg, dataset, ctx))
-        clock.mark("shard")
-        resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
-        identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
-        release_dataset(dataset)
-        del dataset
+        shard, resume, identity = _rank_shard(job, ctx, clock, dataset)
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
-        metrics_file = None  # opened with the first epoch's record: a job that fails before one writes no file
-
-        def log_metrics(record: dict | None) -> None:
-            """Append an epoch's record (None: only open the file)."""
-            nonlocal metrics_file
-            if metrics_file is None:
-                metrics_file = open(job.metrics, "w")
-                # the epochs of the checkpoint, not those the interrupted run may have logged after it
-                metrics_file.writelines(json.dumps(r) + "\n" for r in (resume[0]["history"] if resume else []))
-            if record is not None:
-                metrics_file.write(json.dumps(record) + "\n")
-            metrics_file.flush()
-
-        progress = epoch_progress(cfg.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
-                                 quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
-
-        balance_shown = False
-
-        def on_epoch(record: dict) -> None:
-            nonlocal balance_shown
-            if not ctx.is_main:
-                return
-            if not balance_shown:  # every record carries the partition's balance; say it once
-                balance_shown = True
-                if "setup" in record:
-                    progress.note(format_setup(record["setup"]))
-                via = f" ({record['broadcast']})" if "broadcast" in record else ""
-                backend, _, why = record.get("broadcast", "").partition(", no shared memory: ")
-                if why:  # --shm auto could not use shared memory: one warning line, the partition line stays short
-                    _print_err(f"warning: --shm auto: no shared memory ({why}); broadcasting through {backend}")
-                    via = f" ({backend})"
-                progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
-            progress.update(record)
-            if job.metrics:
-                log_metrics(record)
-
+        log = _EpochLog(job, ctx, resume)
         checkpointer = Checkpointer(job.checkpoint_dir, job.checkpoint_every) if job.checkpoint_dir else None
         try:
             with StopOnSignal() as stop:
-                result = train_shard(ctx, shard, cfg, on_epoch, checkpointer=checkpointer,
+                result = train_shard(ctx, shard, cfg, log, checkpointer=checkpointer,
                                      checkpoint_meta={"dataset": identity},
                                      resume=resume[0] if resume else None, stop_requested=lambda: stop.requested,
                                      clock=clock)
             if job.metrics and ctx.is_main:
-                log_metrics(None)  # no epoch left to run: the file all the same
+                log.log_metrics(None)  # no epoch left to run: the file all the same
         finally:
-            progress.close()
-            if metrics_file is not None:
-                metrics_file.close()
-        predictions = None
-        if job.save_predictions:
-            predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
-        if ctx.is_main:
-            if job.save_model:
-                save_model(job.save_model, result.state_dict, cfg, identity, epochs=len(result.history),
-                           best_epoch=result.best_epoch)
-            if job.save_predictions:
-                save_predictions(job.save_predictions, predictions)
+            log.close()
+        predictions = _write_outputs(job, ctx, shard, result, identity)
         if ctx.is_main and not job.quiet:
-            if result.stopped == "interrupted":
-                saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no --checkpoint-dir)"
-                print(f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}", flush=True)
-            elif result.stopped == "early":
-                print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
-                      f"{result.best_epoch}", flush=True)
-            print(format_final(result.history, result.final, result.best_epoch if cfg.patience > 0 else None),
-                  flush=True)
+            _report_end(result, cfg.patience)
         outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
                             result.checkpoint, resume[1] if resume else None, result.final)
     except BaseException:
@@ -326,3 +262,96 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         raise
     shutdown(clean=True)
     return outcome
+
+
+def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dataset | None
+                ) -> tuple[Shard, tuple[dict, str] | None, dict]:
+    """This rank's shard, the checkpoint to resume from (or None) and the dataset's identity; the dataset is
+    released once the shard is cut."""
+    if dataset is None:  # a worker: its own start, then its dataset
+        clock.mark("launch")
+        dataset = open_job_dataset(job)
+        clock.mark("dataset")
+    cfg = job.config
+    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+    clock.mark("partition")
+    shard = build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
+                        shard_tile_columns(cfg, dataset, ctx))
+    clock.mark("shard")
+    resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
+    identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
+    release_dataset(dataset)
+    return shard, resume, identity
+
+
+class _EpochLog:
+    """What rank 0 does with each epoch's record: the progress line (the setup and partition lines once, first) and
+    the metrics file, opened with the first epoch's record (a job that fails before one writes no file)."""
+
+    def __init__(self, job: TrainJob, ctx: DistContext, resume: tuple[dict, str] | None):
+        self.job, self.ctx, self.resume = job, ctx, resume
+        self.metrics_file = None
+        self.progress = epoch_progress(job.config.epochs, format_epoch, done=resume[0]["epoch"] if resume else 0,
+                                       quiet=job.quiet or not ctx.is_main, log_every=job.log_every)
+        self.balance_shown = False
+
+    def log_metrics(self, record: dict | None) -> None:
+        """Append an epoch's record (None: only open the file)."""
+        if self.metrics_file is None:
+            self.metrics_file = open(self.job.metrics, "w")
+            # the epochs of the checkpoint, not those the interrupted run may have logged after it
+            self.metrics_file.writelines(json.dumps(r) + "\n"
+                                         for r in (self.resume[0]["history"] if self.resume else []))
+        if record is not None:
+            self.metrics_file.write(json.dumps(record) + "\n")
+        self.metrics_file.flush()
+
+    def __call__(self, record: dict) -> None:
+        if not self.ctx.is_main:
+            return
+        if not self.balance_shown:  # every record carries the partition's balance; say it once
+            self.balance_shown = True
+            if "setup" in record:
+                self.progress.note(format_setup(record["setup"]))
+            via = f" ({record['broadcast']})" if "broadcast" in record else ""
+            backend, _, why = record.get("broadcast", "").partition(", no shared memory: ")
+            if why:  # --shm auto could not use shared memory: one warning line, the partition line stays short
+                _print_err(f"warning: --shm auto: no shared memory ({why}); broadcasting through {backend}")
+                via = f" ({backend})"
+            cfg = self.job.config
+            self.progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
+        self.progress.update(record)
+        if self.job.metrics:
+            self.log_metrics(record)
+
+    def close(self) -> None:
+        self.progress.close()
+        if self.metrics_file is not None:
+            self.metrics_file.close()
+
+
+def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainResult, identity: dict
+                   ) -> np.ndarray | None:
+    """The predictions (every rank takes part; rank 0 has them), and rank 0 saves the model and the predictions
+    asked for."""
+    predictions = None
+    if job.save_predictions:
+        predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
+    if ctx.is_main:
+        if job.save_model:
+            save_model(job.save_model, result.state_dict, job.config, identity, epochs=len(result.history),
+                       best_epoch=result.best_epoch)
+        if job.save_predictions:
+            save_predictions(job.save_predictions, predictions)
+    return predictions
+
+
+def _report_end(result: TrainResult, patience: int) -> None:
+    """How the run ended (a signal, early stopping) and the final accuracies."""
+    if result.stopped == "interrupted":
+        saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no --checkpoint-dir)"
+        print(f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}", flush=True)
+    elif result.stopped == "early":
+        print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
+              f"{result.best_epoch}", flush=True)
+    print(format_final(result.history, result.final, result.best_epoch if patience > 0 else None), flush=True)
