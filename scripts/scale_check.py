@@ -165,8 +165,11 @@ def scale_table(reports: dict[str, dict]) -> str:
                      _number(r.get("net_vs_pyg"), ".2f"), _number(r.get("predicted") and r["predicted"] / 2**30, ".2f"),
                      _number(r.get("measured_over_predicted"), ".2f")]
             lines.append("| " + " | ".join(cells) + " |")
+    from mggcn.tools.bench.table import report_source
+
     device = next((r["options"].get("device") for r in reports.values() if r.get("options")), "?")
     lines.append("")
+    lines += [f"{shape}: {report_source(report)}" for shape, report in reports.items() if report.get("options")]
     lines.append(f"device {device}; first epoch: from opening the graph to the first epoch (mggcn: its ranks; PyG: "
                  "reading the arrays, edge_index, gcn_norm, to the device); peak: the GPU's peak allocated on CUDA, "
                  "the net RSS on the CPU; plan: `mggcn plan` per rank; -: not measured")

@@ -106,7 +106,10 @@ def test_report_numbers_are_consistent(report):
 
 @pytest.mark.slow
 def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
-    def run_bench(opts, log, out=None):  # run_bench writes the report to --out
+    made_by = []
+
+    def run_bench(opts, log, out=None, command=None):  # run_bench writes the report to --out
+        made_by.append(command)
         bench.write_report(report, out)
         return report
 
@@ -120,6 +123,8 @@ def test_report_as_json_and_table(report, tmp_path, monkeypatch, capsys):
                  "PyG GCNConv (csr): setup "):
         assert part in printed
     assert json.loads(out.read_text())["rows"][0]["name"] == report["rows"][0]["name"]
+    assert made_by == [f"mggcn bench --small --nprocs 1,2 --partition random-local --out {out}"]
+    assert report["date"] and report["host"]["torch"] == torch.__version__ and report["host"]["cores"] >= 1
 
 
 @pytest.mark.slow
@@ -214,7 +219,8 @@ def test_bench_without_a_graph_is_a_one_line_error_and_a_report(tmp_path, monkey
 def test_bench_options_from_the_command_line(monkeypatch):
     seen = {}
     monkeypatch.setattr(bench, "run_bench",
-                        lambda opts, log, out=None: seen.setdefault("opts", opts) and {"rows": [], "failed": []})
+                        lambda opts, log, out=None, command=None:
+                        seen.setdefault("opts", opts) and {"rows": [], "failed": []})
     monkeypatch.setattr(bench, "format_table", lambda report: "")
     main(["bench", "--nodes", "500", "--hidden", "8,8", "--nprocs", "1,2,4", "--partition", "random,random-local",
           "--no-pyg", "--threads", "1", "--repeats", "3", "--repeat-pyg", "--mmap-threshold", "0",

@@ -13,7 +13,37 @@ from mggcn.tools.bench.options import BenchOptions
 from mggcn.tools.roofline import Machine, measure_machine
 from mggcn.utils.system import torch_threads
 
-__all__ = ["baseline_worker", "machine_worker", "measure", "measure_after", "broadcast_worker"]
+__all__ = ["baseline_worker", "machine_worker", "measure", "measure_after", "broadcast_worker", "describe_host"]
+
+
+def describe_host(device: str) -> dict:
+    """What the figures were measured on: the CPU, its cores and memory, the GPUs (on CUDA), the software, and the
+    commit of the checkout mggcn runs from (None outside a git checkout)."""
+    import os
+    import platform
+    import subprocess
+
+    import mggcn
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = None
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if device == "cuda" else []
+    try:
+        here = os.path.dirname(os.path.abspath(mggcn.__file__))
+        commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "gpus": gpus, "python": platform.python_version(),
+            "torch": torch.__version__, "mggcn": mggcn.__version__, "commit": commit}
 
 
 def baseline_worker(device: str) -> dict:

@@ -16,7 +16,7 @@ from mggcn.nn.models import model_type
 from mggcn.tools.bench.graph import cached_info, generate_worker, info_worker, prepare_worker
 from mggcn.tools.bench.limits import check_gpu_memory, gpu_memory_worker, out_of_memory, read_notes
 from mggcn.tools.bench.options import BenchOptions
-from mggcn.tools.bench.probes import baseline_worker, broadcast_worker, machine_worker
+from mggcn.tools.bench.probes import baseline_worker, broadcast_worker, describe_host, machine_worker
 from mggcn.tools.bench.pyg import PYG_LAST_SETUP_PHASE, pyg_worker
 from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
 from mggcn.tools.bench.table import write_report
@@ -25,8 +25,9 @@ from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
 __all__ = ["run_bench", "configurations", "rounds", "run_one"]
 
 
-def run_bench(opts: BenchOptions, log=print, out: str | None = None) -> dict:
-    """Run every configuration; the report (also what ``--out`` writes).
+def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: str | None = None) -> dict:
+    """Run every configuration; the report (also what ``--out`` writes), with when, where and by which ``command``
+    it was measured (``date``, ``host``, ``command``: what a table made from it says).
 
     With ``out``, the report is written there after the graph, after every configuration and at the end, whatever
     happens: a configuration that runs out of memory is a row that says so; one that fails otherwise is listed in
@@ -36,7 +37,8 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None) -> dict:
     """
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
-    report = {"options": {**asdict(opts), "threads": threads}, "graph": None, "machine": None, "broadcast": None,
+    report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": describe_host(opts.device), "command": command,
+              "options": {**asdict(opts), "threads": threads}, "graph": None, "machine": None, "broadcast": None,
               "rows": [], "failed": [], "load_average": {"before": os.getloadavg(), "after": None},
               "complete": False}
 

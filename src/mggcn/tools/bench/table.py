@@ -6,7 +6,7 @@ import json
 
 from mggcn.utils.units import format_bytes
 
-__all__ = ["format_table", "write_report"]
+__all__ = ["format_table", "format_markdown", "report_source", "write_report"]
 
 _MIB = 2**20
 _HEAD = (f"{'configuration':<34}{'epoch s':>8}{'xPyG':>6}{'setup s':>8}{'xPyG':>6}{'floor s':>8}{'xfloor':>7}"
@@ -151,3 +151,54 @@ def write_report(report: dict, path: str) -> None:
             json.dump(report, f, indent=1)
 
     atomic_write(path, write)
+
+
+def report_source(report: dict) -> str:
+    """When, on what and by which command a report was measured, in one line (what a published table carries)."""
+    host = report.get("host") or {}
+    parts = [report.get("date") or "date not recorded"]
+    if host:
+        machine = f"{host.get('cpu')}, {host.get('cores')} cores"
+        if host.get("memory"):
+            machine += f", {host['memory'] / 2**30:.0f} GiB"
+        if host.get("gpus"):
+            machine += "; " + ", ".join(host["gpus"])
+        parts.append(machine)
+        parts.append(f"torch {host.get('torch')}, mggcn {host.get('mggcn')}"
+                     + (f" at {host['commit']}" if host.get("commit") else ""))
+    else:
+        parts.append("machine not recorded")
+    opts = report.get("options") or {}
+    parts.append(f"{opts.get('threads')} threads per configuration on {opts.get('device')}")
+    parts.append(f"`{report['command']}`" if report.get("command") else "command not recorded (run from Python)")
+    return "; ".join(parts)
+
+
+def format_markdown(report: dict) -> str:
+    """The report as a Markdown table for docs/benchmarks.md: its source line (:func:`report_source`), the graph,
+    and a line per configuration (seconds per epoch and to the first epoch, accuracy, memory against PyG and the
+    plan; "out of memory" where a configuration ran out)."""
+    cuda = (report.get("options") or {}).get("device") == "cuda"
+    head = ["configuration", "epoch s", "x PyG", "setup s", "x PyG", "test acc",
+            "GPU peak MiB" if cuda else "net MiB", "x PyG", "plan MiB", "net/plan"]
+    lines = [report_source(report), "", _graph_line(report.get("graph")), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(value, spec: str) -> str:
+        return "-" if value is None or (isinstance(value, float) and value != value) else format(value, spec)
+
+    for r in report.get("rows", []):
+        name = r["name"] + (f": out of memory ({r.get('oom_during') or 'training'})" if r.get("oom") else "")
+        lines.append("| " + " | ".join([
+            name, cell(r.get("epoch_s"), ".4f"), cell(r.get("time_vs_pyg"), ".2f"), cell(r.get("setup_s"), ".1f"),
+            cell(r.get("setup_vs_pyg"), ".2f"), cell(r.get("test_acc"), ".4f"), cell(_mib(r.get("net")), ".0f"),
+            cell(r.get("net_vs_pyg"), ".2f"), cell(_mib(r.get("predicted")), ".0f"),
+            cell(r.get("measured_over_predicted"), ".2f")]) + " |")
+    for f in report.get("failed", []):
+        if f.get("kind") != "probe":
+            lines.append(f"| {f['name']}: failed ({(f.get('error') or '').splitlines()[0][:80]}) |"
+                         + " - |" * (len(head) - 1))
+    if not report.get("complete", True):
+        lines.append("")
+        lines.append(f"(stopped before the end: {report.get('error') or 'the report was written midway'})")
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ its flag (:func:`~mggcn.tools.cli.common.flag_message`), and exit status 2; a no
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from types import ModuleType
 
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command or "").parse_args(argv)
+    args.command_line = shlex.join(["mggcn", *argv])  # what a report says it was made by
     try:
         with sigterm_as_interrupt():  # SIGTERM means Ctrl-C: outputs being written are removed, as on any error
             return COMMANDS[args.command].run(args)

@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     check_pyg(opts.pyg)
     try:  # with --out, the report is written as it grows and before the table is printed
-        report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out)
+        report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out,
+                           command=getattr(args, "command_line", None))
     except WorkerError as err:  # a step every configuration needs (the graph) failed: the report names it
         saved = f" (the report so far: {args.out})" if args.out else ""
         print(f"mggcn bench: error: {err}{saved}", file=sys.stderr)
