@@ -66,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cpu (gloo) or cuda (one GPU per rank, NCCL); auto picks cuda when visible (default cpu)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads per rank (default: cores / local ranks)")
+    _add_model_options(p)
+    _add_execution_options(p)
+    _add_output_options(p)
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    """The model, its training and its optimizer."""
     p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
                    help="gcn: PyG GCNConv layers; sage: SAGEConv (mean over in-neighbours + root weight); gin: "
                         "GINConv with a 2-layer MLP (default gcn)")
@@ -85,6 +92,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--model gcn: sym: D^-1/2 (A+I) D^-1/2 (PyG GCNConv); mean: D^-1 (A+I) (original MG-GCN)")
     p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order,
                    help="per layer, aggregate before or after multiplying by W (auto: the narrower SpMM)")
+
+
+def _add_execution_options(p: argparse.ArgumentParser) -> None:
+    """How the ranks split and run the work: the partition, the SpMM's exchange and memory, the seed, the timeout."""
     p.add_argument("--no-overlap", dest="overlap", action="store_false",
                    help="finish each broadcast before its multiply (to measure what overlap buys)")
     p.add_argument("--partition", choices=ORDERINGS, default=DEFAULTS.partition,
@@ -113,6 +124,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
                         "it where loading the graph or one epoch takes longer)")
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    """What the run writes and prints, early stopping, checkpoints."""
     p.add_argument("--metrics", default=None, metavar="FILE", help="write one JSON object per epoch to this file")
     p.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write the epoch records as TensorBoard scalars to DIR (needs tensorboard)")
