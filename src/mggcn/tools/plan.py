@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 
 from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.distributed.tiled import gather_chunk_bytes, index_bytes, num_tiles
-from mggcn.nn.model import aggregate_first, spmm_widths
+from mggcn.nn.model import LayerStack, aggregate_first, spmm_widths
 from mggcn.nn.models import model_type
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
@@ -130,60 +130,80 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     vectors of the loss, below the resolution that matters here, and is kept for callers. ``device`` (``cpu`` or
     ``cuda``) sizes σ's block buffer.
     """
-    m, L = rows, len(dims) - 1
     kind = model_type(model)
     ws: dict[str, int] = {}
 
     def epoch() -> tuple[int, dict]:
-        walk = BufferWalk(m, ws, device)
-        for i in range(L):  # forward: every output on the workspace (the logits too: the trainer asks)
-            d_in, d_out = dims[i], dims[i + 1]
-            # the trainer passes the cached Â·X whenever there is no input dropout; a model that reads X with it
-            # takes it whatever the order policy says
-            agg = aggregate_first(d_in, d_out, i == 0, order) or (
-                i == 0 and caches_input and kind.reads_input_with_aggregation)
-            cached = i == 0 and caches_input and agg
-            if (input_dropout if i == 0 else dropout) > 0:
-                walk.alloc(f"dropped input {i}", d_in)
-                if i > 0:
-                    walk.alloc(f"dropout mask {i}", d_in, 1)
-            if agg and not cached:
-                walk.take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
-            kind.plan_before_gemm(walk, i, d_in, d_out, agg, cached, train_eps)
-            if i == 0 and agg and (cached or not kind.reads_input_with_aggregation):
-                walk.free("dropped input 0")  # X needs no gradient and, for the GCN, no GEMM reads it
-            if not agg:
-                walk.take(kind.plan_transform_buffer(i, train_eps), d_out)
-            kind.plan_after_gemm(walk, i, d_out)
-            walk.take(f"out {i}", d_out)
-        # the loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the
-        # logits), two vectors of row sums
-        walk.take("row max", 1)
-        walk.take("label logit", 1)
-        walk.take("label hits", 1, BOOL)
-        walk.alloc("label comparisons", 1, 2 * BOOL)
-        walk.free("label comparisons")
-        grad = f"ws:out {L - 1}"
-        walk.alloc("row sums", 1)
-        walk.alloc("row sums / scale", 1)
-        walk.free("row sums", "row sums / scale")
-        for i in reversed(range(L)):  # backward
-            d_in, d_out = dims[i], dims[i + 1]
-            agg = aggregate_first(d_in, d_out, i == 0, order) or (
-                i == 0 and caches_input and kind.reads_input_with_aggregation)
-            grad = kind.plan_backward(walk, i, d_in, d_out, agg, grad, train_eps)
-            if i == 0:
-                break
-            if f"dropout mask {i}" in walk.live:
-                new = walk.alloc(f"grad dropped {i}", d_in)
-                walk.free(f"dropout mask {i}", f"dropped input {i}")
-                grad = new
-            # σ's backward overwrites the gradient in place
+        walk = BufferWalk(rows, ws, device)
+        _plan_forward(walk, dims, kind, order, caches_input, dropout, input_dropout, train_eps)
+        grad = _plan_loss(walk, len(dims) - 1)
+        _plan_backward(walk, dims, kind, order, caches_input, train_eps, grad)
         walk.free(*list(walk.live))
         return walk.peak, walk.alive
 
     epoch()  # the first epoch sizes the workspace
     return epoch()
+
+
+def _aggregates_first(dims: Sequence[int], i: int, kind: type[LayerStack], order: str, caches_input: bool) -> bool:
+    """Whether layer ``i`` aggregates before its GEMM: by the order policy, or, for layer 0, because the trainer
+    passes the cached Â·X whenever there is no input dropout and a model that reads X with it takes it whatever the
+    order policy says."""
+    return aggregate_first(dims[i], dims[i + 1], i == 0, order) or (
+        i == 0 and caches_input and kind.reads_input_with_aggregation)
+
+
+def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack], order: str, caches_input: bool,
+                  dropout: float, input_dropout: float, train_eps: bool) -> None:
+    """The forward pass: every output on the workspace (the logits too: the trainer asks)."""
+    for i in range(len(dims) - 1):
+        d_in, d_out = dims[i], dims[i + 1]
+        agg = _aggregates_first(dims, i, kind, order, caches_input)
+        cached = i == 0 and caches_input and agg
+        if (input_dropout if i == 0 else dropout) > 0:
+            walk.alloc(f"dropped input {i}", d_in)
+            if i > 0:
+                walk.alloc(f"dropout mask {i}", d_in, 1)
+        if agg and not cached:
+            walk.take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
+        kind.plan_before_gemm(walk, i, d_in, d_out, agg, cached, train_eps)
+        if i == 0 and agg and (cached or not kind.reads_input_with_aggregation):
+            walk.free("dropped input 0")  # X needs no gradient and, for the GCN, no GEMM reads it
+        if not agg:
+            walk.take(kind.plan_transform_buffer(i, train_eps), d_out)
+        kind.plan_after_gemm(walk, i, d_out)
+        walk.take(f"out {i}", d_out)
+
+
+def _plan_loss(walk: BufferWalk, layers: int) -> str:
+    """The loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the logits),
+    two vectors of row sums. Returns the buffer that holds the gradient of the logits."""
+    walk.take("row max", 1)
+    walk.take("label logit", 1)
+    walk.take("label hits", 1, BOOL)
+    walk.alloc("label comparisons", 1, 2 * BOOL)
+    walk.free("label comparisons")
+    grad = f"ws:out {layers - 1}"
+    walk.alloc("row sums", 1)
+    walk.alloc("row sums / scale", 1)
+    walk.free("row sums", "row sums / scale")
+    return grad
+
+
+def _plan_backward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack], order: str, caches_input: bool,
+                   train_eps: bool, grad: str) -> None:
+    """The backward pass, from ``grad`` (the gradient of the logits)."""
+    for i in reversed(range(len(dims) - 1)):
+        d_in, d_out = dims[i], dims[i + 1]
+        agg = _aggregates_first(dims, i, kind, order, caches_input)
+        grad = kind.plan_backward(walk, i, d_in, d_out, agg, grad, train_eps)
+        if i == 0:
+            break
+        if f"dropout mask {i}" in walk.live:
+            new = walk.alloc(f"grad dropped {i}", d_in)
+            walk.free(f"dropout mask {i}", f"dropped input {i}")
+            grad = new
+        # σ's backward overwrites the gradient in place
 
 
 @dataclass
@@ -244,18 +264,13 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     widths = spmm_widths(dims, order, caches)
     plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths)
 
-    def blocks(nnz: int) -> int:
-        ib = index_bytes(nnz, m)
-        return nprocs * num_tiles(m, tile_cols) * (m + 1) * ib + nnz * (ib + FLOAT)
-
     cached = caches and aggregate_first(dims[0], dims[1], True, order)
     params = num_parameters(dims, model, train_eps)
     ntrain = math.ceil(train * m)
-    plan.parts["adjacency A"] = blocks(nnz_rank)
-    plan.parts["adjacency A^T"] = 0 if symmetric else blocks(nnz_rank_t)
+    nnz_train = None
     if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1, train_columns):
         nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
-        plan.parts["A^T training columns"] = blocks(nnz_train)
+    plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train))
     plan.parts["features X"] = FLOAT * m * features
     plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
     # y, 3 masks; the loss's label positions (every row's, the training rows') and training rows
@@ -267,16 +282,45 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
                                    device=device)
-    before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(widths or [0]) else 0
+    plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind))
+    plan.activation_detail = detail
+    _add_communication(plan, features, params, cached)
+    return plan
+
+
+def _adjacency_parts(m: int, nprocs: int, tile_cols: int | None, nnz: int, nnz_t: int | None,
+                     nnz_train_t: int | None) -> dict[str, int]:
+    """Bytes of a rank's CSR blocks (its ``nprocs`` blocks of ``m`` rows, in tiles of ``tile_cols`` columns) of Â,
+    of Âᵀ (``nnz_t`` None: Â = Âᵀ, shared) and of Âᵀ's training columns (``nnz_train_t`` None: not kept)."""
+
+    def blocks(count: int) -> int:
+        ib = index_bytes(count, m)
+        return nprocs * num_tiles(m, tile_cols) * (m + 1) * ib + count * (ib + FLOAT)
+
+    parts = {"adjacency A": blocks(nnz), "adjacency A^T": 0 if nnz_t is None else blocks(nnz_t)}
+    if nnz_train_t is not None:
+        parts["A^T training columns"] = blocks(nnz_train_t)
+    return parts
+
+
+def _add_communication(plan: MemoryPlan, features: int, params: int, cached: bool) -> None:
+    """What a rank receives: per epoch, the broadcasts of every SpMM and the gradient all-reduce (``params`` and the
+    epoch's 5 numbers); once, Â·X's broadcasts when it is ``cached``."""
+    nprocs, m = plan.nprocs, plan.rows
+    plan.comm_spmm = sum((nprocs - 1) * m * w * FLOAT for w in plan.widths)
+    plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
+    plan.comm_once = (nprocs - 1) * m * features * FLOAT if cached else 0
+
+
+def _before_first_epoch(plan: MemoryPlan, features: int, cached: bool, kind: type[LayerStack]) -> int:
+    """Bytes beyond ``plan``'s parts while Â·X is computed (``cached``): the broadcast buffers of X's blocks where X
+    is wider than every SpMM of an epoch, and X itself where no epoch reads it (its part is then 0)."""
+    m, nprocs = plan.rows, plan.nprocs
+    before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(plan.widths or [0]) else 0
     if cached and not kind.reads_input_with_aggregation:  # X lives until Â·X is computed (GraphSAGE, GIN read it)
         plan.parts["features X"] = 0
         before += FLOAT * m * features
-    plan.parts["activations"] = max(peak, before)
-    plan.activation_detail = detail
-    plan.comm_spmm = sum((nprocs - 1) * m * w * FLOAT for w in widths)
-    plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
-    plan.comm_once = (nprocs - 1) * m * features * FLOAT if cached else 0
-    return plan
+    return before
 
 
 def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False) -> int:
