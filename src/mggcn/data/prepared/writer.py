@@ -226,17 +226,7 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         manifest["built"].update(undirected=undirected or src.closure, dedup=dedup or src.closure,
                                  memory_limit=budget, chunk_edges=chunk,
                                  seconds=round(time.monotonic() - start, 3))
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
-        follow_umask(tmp, directory=True)  # mkdtemp made it private; the dataset gets the mode of any new directory
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        _install(tmp, out, manifest)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         where = exc.filename or out
@@ -245,6 +235,22 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _install(tmp: Path, out: Path, manifest: dict) -> None:
+    """Write ``manifest`` into the finished directory ``tmp`` and put ``tmp`` in ``out``'s place (an existing ``out``
+    is moved aside first and removed after)."""
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+    follow_umask(tmp, directory=True)  # mkdtemp made it private; the dataset gets the mode of any new directory
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / out.name)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
 
 
 def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, chunk: int,
