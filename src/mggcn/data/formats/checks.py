@@ -183,17 +183,7 @@ def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
     their int64 array (no int64 copy of the file's indices, no COO matrix): a file's arrays and the edges are all
     that is held at once."""
     path = require_file(path)
-    try:
-        with np.load(path, allow_pickle=False) as probe:
-            fmt = probe["format"].item() if "format" in probe.files else None
-    except CORRUPT as exc:
-        raise file_error(path, f"truncated or corrupt scipy sparse .npz file ({why(exc)})") from None
-    except AttributeError:  # np.load gave a plain array, not an archive
-        raise file_error(path, "an .npy array where a scipy sparse .npz archive is expected") from None
-    if isinstance(fmt, bytes):
-        fmt = fmt.decode("ascii", errors="replace")
-    if fmt not in ("csr", "csc", "coo"):
-        raise file_error(path, f"not a scipy sparse .npz of format csr, csc or coo (format {fmt!r})")
+    fmt = _sparse_format(path)
     members = ["shape", "data", *(("indptr", "indices") if fmt != "coo" else ())]
     arrays = load_npz(path, members, optional=("row", "col", "coords"))
     shape = arrays["shape"].reshape(-1)
@@ -208,27 +198,9 @@ def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
         raise file_error(path, f"'data' must be a vector of numbers, got {data.dtype} {list(data.shape)}")
     edges = np.empty((2, data.shape[0]), dtype=np.int64)
     if fmt == "coo":
-        if "coords" in arrays and "row" not in arrays:
-            coords = arrays["coords"]
-            if coords.ndim != 2 or coords.shape[0] != 2:
-                raise file_error(path, f"'coords' must be [2, nnz], got {list(coords.shape)}")
-            arrays["row"], arrays["col"] = coords[0], coords[1]
-        if "row" not in arrays or "col" not in arrays:
-            raise file_error(path, "a coo matrix without 'row' and 'col'")
-        edges[0], edges[1] = check_coo(arrays["row"], arrays["col"], data.shape[0], rows, cols, path, as_int64=False)
+        _coo_edges(arrays, edges, rows, cols, path)
     else:
-        major, minor = (rows, cols) if fmt == "csr" else (cols, rows)
-        indptr, indices = check_csr(arrays["indptr"], arrays["indices"], major, minor, path, as_int64=False)
-        if data.shape[0] != indices.shape[0]:
-            raise file_error(path, f"'data' has {data.shape[0]} entries for {indices.shape[0]} indices")
-        outer, inner = (0, 1) if fmt == "csr" else (1, 0)
-        edges[inner] = indices
-        indptr = indptr.astype(np.int64, copy=False)
-        step = max(1, major * SPARSE_CHUNK // max(1, data.shape[0]))  # rows of about SPARSE_CHUNK entries at a time
-        for r in range(0, major, step):
-            stop = min(major, r + step)
-            edges[outer, indptr[r]:indptr[stop]] = np.repeat(np.arange(r, stop, dtype=np.int64),
-                                                             np.diff(indptr[r:stop + 1]))
+        _compressed_edges(arrays, edges, fmt, rows, cols, path)
     del arrays
     keep = data != 0
     if not keep.all():  # explicit zeros (rare): the edges of the nonzero entries, C-contiguous
@@ -236,6 +208,54 @@ def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
         kept[0], kept[1] = edges[0][keep], edges[1][keep]
         edges = kept
     return rows, edges
+
+
+def _sparse_format(path: Path) -> str:
+    """The ``format`` a scipy sparse ``.npz`` says it holds: ``csr``, ``csc`` or ``coo``."""
+    try:
+        with np.load(path, allow_pickle=False) as probe:
+            fmt = probe["format"].item() if "format" in probe.files else None
+    except CORRUPT as exc:
+        raise file_error(path, f"truncated or corrupt scipy sparse .npz file ({why(exc)})") from None
+    except AttributeError:  # np.load gave a plain array, not an archive
+        raise file_error(path, "an .npy array where a scipy sparse .npz archive is expected") from None
+    if isinstance(fmt, bytes):
+        fmt = fmt.decode("ascii", errors="replace")
+    if fmt not in ("csr", "csc", "coo"):
+        raise file_error(path, f"not a scipy sparse .npz of format csr, csc or coo (format {fmt!r})")
+    return fmt
+
+
+def _coo_edges(arrays: dict[str, np.ndarray], edges: np.ndarray, rows: int, cols: int, path: Path) -> None:
+    """A coo matrix's ``row`` and ``col`` (or scipy's newer ``coords``), checked, into ``edges`` [2, nnz]."""
+    if "coords" in arrays and "row" not in arrays:
+        coords = arrays["coords"]
+        if coords.ndim != 2 or coords.shape[0] != 2:
+            raise file_error(path, f"'coords' must be [2, nnz], got {list(coords.shape)}")
+        arrays["row"], arrays["col"] = coords[0], coords[1]
+    if "row" not in arrays or "col" not in arrays:
+        raise file_error(path, "a coo matrix without 'row' and 'col'")
+    edges[0], edges[1] = check_coo(arrays["row"], arrays["col"], edges.shape[1], rows, cols, path, as_int64=False)
+
+
+def _compressed_edges(arrays: dict[str, np.ndarray], edges: np.ndarray, fmt: str, rows: int, cols: int,
+                      path: Path) -> None:
+    """A csr or csc matrix's ``indptr`` and ``indices``, checked, into ``edges`` [2, nnz]: the indices copied, the
+    row (csr) or column (csc) of each entry written from the offsets, about :data:`SPARSE_CHUNK` entries at a
+    time."""
+    nnz = edges.shape[1]
+    major, minor = (rows, cols) if fmt == "csr" else (cols, rows)
+    indptr, indices = check_csr(arrays["indptr"], arrays["indices"], major, minor, path, as_int64=False)
+    if nnz != indices.shape[0]:
+        raise file_error(path, f"'data' has {nnz} entries for {indices.shape[0]} indices")
+    outer, inner = (0, 1) if fmt == "csr" else (1, 0)
+    edges[inner] = indices
+    indptr = indptr.astype(np.int64, copy=False)
+    step = max(1, major * SPARSE_CHUNK // max(1, nnz))  # rows of about SPARSE_CHUNK entries at a time
+    for r in range(0, major, step):
+        stop = min(major, r + step)
+        edges[outer, indptr[r]:indptr[stop]] = np.repeat(np.arange(r, stop, dtype=np.int64),
+                                                         np.diff(indptr[r:stop + 1]))
 
 
 def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: int,
