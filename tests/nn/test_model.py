@@ -7,7 +7,8 @@ from torch_geometric.nn.models import GCN as PygGCN
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
-from mggcn.nn.model import GCN, GCNLayer, aggregate_first, dropout
+from mggcn.nn.functional import dropout
+from mggcn.nn.model import GCN, GCNLayer, aggregate_first
 from reference import random_graph
 
 
@@ -141,7 +142,7 @@ def test_gradients_over_the_outputs_they_belong_to_equal_fresh_tensors(dims, act
     gradient. The losses are the same bits (the forward passes are the same); the gradients agree to float32 rounding,
     not bit for bit: a GEMM of a few rows may sum its K products in another order than one GEMM of every row (MKL
     picks its kernel by the shape and the buffers' alignment), a relative 1e-7 per sum, far inside rtol 1e-5."""
-    from mggcn.nn import model as model_module
+    from mggcn.nn import functional as model_module
     from mggcn.nn.loss import MaskedCrossEntropy
 
     monkeypatch.setattr(model_module, "MASK_CHUNK", 24)
@@ -177,7 +178,7 @@ def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_on
     whole GEMMs, to float32 rounding (a GEMM of a few rows may sum in another order: rtol 1e-5); without autograd too.
     A second forward before the first one's backward makes that backward raise, as elsewhere; a forward hook on either
     layer turns the fusion off."""
-    from mggcn.nn import model as model_module
+    from mggcn.nn import functional as model_module
 
     monkeypatch.setattr(model_module, "GEMM_CHUNK", 40)  # blocks of 2-10 rows and a shorter last one
     monkeypatch.setattr(model_module, "MASK_CHUNK", 24)
@@ -221,7 +222,7 @@ def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkey
     """weight_grad sums its rows in 2 · threads parts by one bmm, plus the rows left over: the GEMM's result, summed
     in another order (float32: rtol 1e-5 over ≤ 64 products); fewer parts where the rows or the bytes of the partial
     products bound them; too few rows for two parts, or a strided operand, take the GEMM."""
-    from mggcn.nn import model as model_module
+    from mggcn.nn import functional as model_module
 
     monkeypatch.setattr(model_module, "SPLIT_ROWS", 5)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # 4 parts: 40 rows split, 41 and 47 leave rows over

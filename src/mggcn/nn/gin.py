@@ -34,11 +34,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from mggcn.nn.functional import _TimedLinear, activate
 from mggcn.nn.model import (
     Adj,
     BranchedStack,
-    _TimedLinear,
-    activate,
     aggregate_first,
     check_order,
     glorot_linear,

@@ -28,8 +28,12 @@ The logits are a new tensor unless the caller asks for them on the workspace too
 writes their gradient over them). :mod:`mggcn.tools.plan` counts these bytes.
 
 Where a layer ends with its GEMM (it aggregates first, or Â·X is cached) and the next one multiplies first, the first
-GEMM, σ and the second GEMM run as one step a block of rows at a time (:class:`_GemmActGemm`), on the same buffers:
-σ and the second GEMM read each block of the first GEMM's output while it is still in cache.
+GEMM, σ and the second GEMM run as one step a block of rows at a time (:class:`~mggcn.nn.functional._GemmActGemm`),
+on the same buffers: σ and the second GEMM read each block of the first GEMM's output while it is still in cache.
+
+The autograd functions that do this (the timed GEMM, σ in place, the fused GEMM-σ-GEMM, dropout) are in
+:mod:`mggcn.nn.functional`; this module holds the order policy, the GCN layer and what every model shares
+(:class:`LayerStack`).
 
 Parameter names match PyG: ``convs.{l}.lin.weight`` [d_out, d_in] and ``convs.{l}.bias`` [d_out], so the
 state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``convs.`` dropped) or PyG's
@@ -43,48 +47,19 @@ import math
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from mggcn.config import ACTIVATIONS, ORDERS
-from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
+from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, dropout, mask_chunk_rows
+from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "activate",
-           "dropout", "glorot_", "spmm_widths", "check_order", "MASK_CHUNK", "mask_chunk_rows", "chain_rows"]
+__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "glorot_",
+           "spmm_widths", "check_order"]
 
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
-
-MASK_CHUNK = 1 << 19  # elements (2 MiB of float32): σ's backward with a GEMM's ∂H runs a block of rows this size
-MASK_CHUNK_GPU = 1 << 24  # elements (64 MiB) on a GPU: no cache to fit, few and large kernels (and Python calls)
-
-
-def mask_chunk_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
-    """Rows per block of σ's backward fused with a GEMM's ``∂H`` (:func:`_grad_over_activation`) on ``device``."""
-    chunk = MASK_CHUNK if torch.device(device).type == "cpu" else MASK_CHUNK_GPU
-    return max(1, min(rows, chunk // max(1, width)))
-
-
-def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
-                          ws: Workspace) -> torch.Tensor:
-    """``∂H = (grad · W) ⊙ σ'`` written over ``H``, σ's output: a block of rows at a time, the GEMM's rows go to the
-    workspace buffer ``sigma block`` (about :data:`MASK_CHUNK` elements, in cache), then σ's backward — the very aten
-    op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's output, for their signs and
-    writes the gradient over them. No copy of the signs is kept: ``H`` is read once and written once."""
-    m, d = h.shape
-    rows = mask_chunk_rows(m, d, h.device)
-    block = ws.take("sigma block", rows, d, h)
-    for r in range(0, m, rows):
-        c = min(rows, m - r)
-        part, out = torch.mm(grad[r:r + c], weight, out=block[:c]), h[r:r + c]
-        if slope == 0.0:
-            torch.ops.aten.threshold_backward.grad_input(part, out, 0.0, grad_input=out)
-        else:
-            torch.ops.aten.leaky_relu_backward.grad_input(part, out, slope, True, grad_input=out)
-    return h
 
 
 def check_order(order: str) -> None:
@@ -113,203 +88,6 @@ def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
             width = dims[i] if agg else dims[i + 1]
             widths += [width, width]
     return widths
-
-
-class _Dropout(torch.autograd.Function):
-    """Dropout whose mask comes from ``generator``, never from torch's global RNG. The same bits as
-    ``F.dropout`` after ``torch.manual_seed`` with the generator's seed (the mask is ``bernoulli(1 - p) / (1 - p)``,
-    drawn and applied the same way); like it, backward keeps only a bool mask."""
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
-        noise = torch.empty_like(h).bernoulli_(1 - p, generator=generator)
-        noise.div_(1 - p)
-        ctx.p = p
-        ctx.save_for_backward(noise != 0)
-        return h * noise
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        return grad * keep.to(grad.dtype).div_(1 - ctx.p), None, None
-
-
-def dropout(h: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
-    """Zero each entry of ``h`` with probability ``p`` and scale the rest by ``1 / (1 - p)``, drawing the mask
-    from ``generator`` (on ``h``'s device)."""
-    return _Dropout.apply(h, p, generator)
-
-
-def _linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-    """``h·Wᵀ (+ b)`` into ``out`` (None: a new tensor), the bias added inside the GEMM."""
-    return torch.mm(h, weight.t(), out=out) if bias is None else torch.addmm(bias, h, weight.t(), out=out)
-
-
-class _TimedLinear(torch.autograd.Function):
-    """``H·Wᵀ (+ b)`` whose forward and backward GEMMs are accounted as the ``gemm`` phase.
-
-    Keeps ``H`` (read by ``∂W``) and ``W`` (a parameter, no extra memory); the bias is fused into the GEMM.
-    ``out`` puts the result on a workspace buffer; ``grad_ws`` (a :data:`~mggcn.nn.workspace.GradSpec`) says where
-    ``∂H`` goes. With ``sigma`` (σ's slope), ``H`` is the output of a σ whose backward this one does (see
-    :func:`activate`): ``∂W`` first, then ``∂H`` over ``H`` itself, masked by the signs ``H`` had, a block of rows at
-    a time (:func:`_grad_over_activation`, through a block buffer on the workspace ``grad_ws``), so one ``m × d``
-    buffer holds the activation and then its gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
-                timer: PhaseTimer, out: OutSpec, grad_ws: GradSpec, sigma: float | None = None) -> torch.Tensor:
-        ctx.save_for_backward(h, weight)
-        ctx.timer, ctx.grad_ws, ctx.sigma = timer, grad_ws, sigma
-        dest = None if out is None else out[0].take(out[1], h.shape[0], weight.shape[0], h)
-        with timer("gemm"):
-            return _linear(h, weight, bias, dest)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        h, weight = ctx.saved_tensors
-        with ctx.timer("gemm"):
-            grad_h, grad_w, grad_b = _linear_backward(grad, h, weight, ctx.needs_input_grad[:3], ctx.grad_ws, ctx.sigma)
-        return grad_h, grad_w, grad_b, None, None, None, None
-
-
-SPLIT_ROWS = 4096  # weight_grad splits the rows among the threads when each part gets at least this many
-SPLIT_BYTES = 1 << 21  # and its partial products take at most this much (2 MiB) together
-
-
-def weight_grad(grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """``gradᵀ·h`` (``∂W`` of ``h·Wᵀ``), a sum over the rows. On a CPU the rows are cut into two parts per thread and
-    multiplied by one ``bmm`` (the threads share out the parts), then the partial products are added: MKL's GEMM
-    splits the small ``d_out × d_in`` result among the threads instead, and each of them then reads all of both
-    operands (100k rows, 2 threads: 8.5 against 10.9 ms at 40 × 128, 23.3 against 26.4 ms at 128 × 128). The sum
-    is taken in another order than the GEMM's: float rounding apart, the same result. Each part has at least
-    :data:`SPLIT_ROWS` rows and the partial products take at most :data:`SPLIT_BYTES` (fewer parts, or the GEMM,
-    where they would not)."""
-    rows = grad.shape[0]
-    product = grad.shape[1] * h.shape[1] * grad.element_size()
-    parts = min(2 * torch.get_num_threads(), rows // SPLIT_ROWS, SPLIT_BYTES // max(1, product))
-    if grad.device.type != "cpu" or parts < 2 or not grad.is_contiguous() or not h.is_contiguous():
-        return grad.t() @ h
-    n = rows - rows % parts
-    a = grad[:n].view(parts, n // parts, grad.shape[1]).transpose(1, 2)
-    out = torch.bmm(a, h[:n].view(parts, n // parts, h.shape[1])).sum(0)
-    return out if n == rows else out.addmm_(grad[n:].t(), h[n:])
-
-
-def _linear_backward(grad: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, needs: Sequence[bool],
-                     grad_ws: GradSpec, sigma: float | None):
-    """``∂H, ∂W, ∂b`` of ``H·Wᵀ + b`` (each None unless ``needs`` it, in that order): ``∂W`` first, since ``∂H`` may
-    overwrite ``H`` (with ``sigma``, see :class:`_TimedLinear`); ``∂H`` goes where ``grad_ws`` says."""
-    grad_h = grad_w = grad_b = None
-    if needs[1]:
-        grad_w = weight_grad(grad, h)
-    if needs[2]:
-        grad_b = grad.sum(0)
-    if needs[0]:
-        if sigma is not None:
-            grad_h = _grad_over_activation(grad, weight, h, sigma, grad_ws)
-        else:
-            dest = grad_destination(grad_ws, grad.shape[0], weight.shape[1], like=grad, avoid=grad)
-            grad_h = grad @ weight if dest is None else torch.mm(grad, weight, out=dest)
-    return grad_h, grad_w, grad_b
-
-
-def _slope(activation: str) -> float:
-    return 0.0 if activation == "relu" else 0.01
-
-
-class _InplaceActivation(torch.autograd.Function):
-    """σ (ReLU, or LeakyReLU with ``slope``) overwriting a layer's fresh output; backward overwrites the gradient.
-
-    Keeps only the output (its sign is all backward reads). The incoming gradient is always a fresh tensor made by
-    the next layer's backward (its GEMM, SpMM or dropout), read by nothing else, so it is reused for σ's gradient.
-    ``deferred``: the GEMM that reads the output does this backward too (:class:`_TimedLinear` with ``sigma``);
-    then nothing is kept here and the gradient passes through.
-    """
-
-    @staticmethod
-    def forward(ctx, z: torch.Tensor, slope: float, deferred: bool) -> torch.Tensor:  # type: ignore[override]
-        ctx.mark_dirty(z)
-        ctx.slope, ctx.deferred = slope, deferred
-        out = z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
-        if not deferred:
-            ctx.save_for_backward(out)
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        if ctx.deferred:
-            return grad, None, None
-        (out,) = ctx.saved_tensors
-        grad = grad.contiguous()
-        if ctx.slope == 0.0:
-            return torch.ops.aten.threshold_backward.grad_input(grad, out, 0.0, grad_input=grad), None, None
-        return (torch.ops.aten.leaky_relu_backward.grad_input(grad, out, ctx.slope, True, grad_input=grad),
-                None, None)
-
-
-def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.Tensor:
-    """σ of a layer's output ``z``, in place (``z`` must be a fresh tensor that nothing else reads).
-
-    ``deferred``: the only reader of the result is a GCN layer's GEMM given ``input_activation=activation``, which
-    does σ's backward itself, writing the gradient over the result (see :class:`_TimedLinear`)."""
-    slope = _slope(activation)
-    if torch.is_grad_enabled() and z.requires_grad:
-        return _InplaceActivation.apply(z, slope, deferred)
-    return z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
-
-
-GEMM_CHUNK = 1 << 20  # elements (4 MiB of float32): a GEMM, σ and the next GEMM run a block of rows this size
-
-
-def chain_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
-    """Rows per block of :class:`_GemmActGemm` (``width``: the wider of its two outputs); all of them on a GPU, where
-    blocks would only add kernels."""
-    if torch.device(device).type != "cpu":
-        return max(1, rows)
-    return max(1, min(rows, GEMM_CHUNK // max(1, width)))
-
-
-class _GemmActGemm(torch.autograd.Function):
-    """``σ(A·W₁ᵀ + b₁)·W₂ᵀ``: a layer that ends with its GEMM, σ, and the next layer's GEMM (a layer that multiplies
-    first), a block of :func:`chain_rows` rows at a time, so that σ and the second GEMM read each block of the first
-    GEMM's output while it is in cache instead of in two more passes over memory (3-4 ms of a 35 ms forward at
-    100k rows, 128 → 128 → 40, 2 threads). σ's output goes on the workspace buffer ``out {key}`` (the first layer's
-    output, as without the fusion) and is kept for backward, which is the two GEMMs' own backwards: the second one's
-    ``∂W₂`` and its ``∂H`` with σ's backward over σ's output (:func:`_linear_backward` with σ's slope), then the
-    first one's ``∂W₁``, ``∂b₁`` and, where ``A`` needs one, ``∂A`` (where ``grad_ws`` says)."""
-
-    @staticmethod
-    def forward(ctx, a: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,  # type: ignore[override]
-                w2: torch.Tensor, slope: float, timer: PhaseTimer, ws: Workspace, key: str,
-                grad_ws: GradSpec) -> torch.Tensor:
-        m, d1, d2 = a.shape[0], w1.shape[0], w2.shape[0]
-        h, hw = ws.take(f"out {key}", m, d1, a), ws.take("H.W", m, d2, a)
-        rows = chain_rows(m, max(d1, d2), a.device)
-        with timer("gemm"):
-            for r in range(0, m, rows):
-                block = _linear(a[r:r + rows], w1, b1, h[r:r + rows])
-                block.relu_() if slope == 0.0 else F.leaky_relu_(block, slope)
-                torch.mm(block, w2.t(), out=hw[r:r + rows])
-        ctx.save_for_backward(a, w1, h, w2)
-        ctx.slope, ctx.timer, ctx.ws, ctx.grad_ws = slope, timer, ws, grad_ws
-        return hw
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        a, w1, h, w2 = ctx.saved_tensors
-        needs = ctx.needs_input_grad
-        grad_a = grad_w1 = grad_b1 = None
-        with ctx.timer("gemm"):
-            grad_h, grad_w2, _ = _linear_backward(grad, h, w2, (any(needs[:3]), needs[3], False), ctx.ws, ctx.slope)
-            if grad_h is not None:
-                grad_a, grad_w1, grad_b1 = _linear_backward(grad_h, a, w1, needs[:3], ctx.grad_ws, None)
-        return grad_a, grad_w1, grad_b1, grad_w2, None, None, None, None, None
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator) -> None:
@@ -403,8 +181,8 @@ class GCNLayer(nn.Module):
                           output_in_workspace: bool = False) -> torch.Tensor:
         """This layer, σ and ``nxt`` in one step, for a layer that ends with its GEMM (it aggregates first, or is
         given ``h_aggregated``) followed by one that multiplies first: the two GEMMs and σ a block of rows at a time
-        (:class:`_GemmActGemm`), then ``nxt``'s SpMM and bias. The same values, buffers and gradients as this
-        layer's :meth:`forward`, ``activate(..., deferred=True)`` and ``nxt``'s :meth:`forward` with
+        (:class:`~mggcn.nn.functional._GemmActGemm`), then ``nxt``'s SpMM and bias. The same values, buffers and
+        gradients as this layer's :meth:`forward`, ``activate(..., deferred=True)`` and ``nxt``'s :meth:`forward` with
         ``input_activation``; ``key``, ``key_next``: the two layers' workspace keys, ``output_in_workspace``:
         ``nxt``'s."""
         if not (h_aggregated is not None or self.aggregate_first) or nxt.aggregate_first:

@@ -34,10 +34,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from mggcn.nn.functional import _TimedLinear
 from mggcn.nn.model import (
     Adj,
     BranchedStack,
-    _TimedLinear,
     aggregate_first,
     check_order,
     glorot_linear,

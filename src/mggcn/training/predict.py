@@ -28,7 +28,8 @@ from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import StagedSpMM
-from mggcn.nn.model import LayerStack, activate
+from mggcn.nn.functional import activate
+from mggcn.nn.model import LayerStack
 from mggcn.nn.models import operator_for
 from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import check_output, load_model, save_output
