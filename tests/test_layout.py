@@ -180,3 +180,39 @@ def test_no_code_outside_nn_branches_on_a_models_name():
                 found.append(f"{path.relative_to(SRC)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
     assert re.search(_MODEL_BRANCH[0], 'if model == "gin":') and re.search(_MODEL_BRANCH[2], '{"gcn": "GCNConv"}')
+
+
+MAX_FUNCTION_LINES = 60  # a function read whole on one screen
+MAX_MODULE_LINES = 600  # a module read through in one sitting
+
+
+def _over_length(path: Path) -> list[str]:
+    """The functions of ``path`` over :data:`MAX_FUNCTION_LINES` lines (``def`` to last line, docstring included,
+    decorators not) and the module itself over :data:`MAX_MODULE_LINES`."""
+    source = path.read_text(encoding="utf-8")
+    found = []
+    if len(source.splitlines()) > MAX_MODULE_LINES:
+        found.append(f"{path.name}: {len(source.splitlines())} lines")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES:
+                found.append(f"{path.name}:{node.lineno}: {node.name}, {lines} lines")
+    return found
+
+
+def test_no_function_over_60_lines_and_no_module_over_600():
+    """Functions and modules short enough to read whole; a longer one is split by meaning (ruff's C901 and PLR0915
+    bound their branches and statements, pyproject.toml)."""
+    found = [f"{path.relative_to(SRC).parent}/{line}" for path in _modules().values() for line in _over_length(path)]
+    assert not found, f"over {MAX_FUNCTION_LINES} lines a function or {MAX_MODULE_LINES} a module:\n" + "\n".join(found)
+
+
+def test_the_length_check_sees_long_functions_and_modules(tmp_path):
+    source = tmp_path / "m.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    source.write_text(f"def fits():\n{body}\n\nclass C:\n    async def long(self):\n{textwrap.indent(body, '    ')}"
+                      "        pass\n")
+    assert _over_length(source) == [f"m.py:{MAX_FUNCTION_LINES + 4}: long, {MAX_FUNCTION_LINES + 1} lines"]
+    source.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert _over_length(source) == [f"m.py: {MAX_MODULE_LINES + 1} lines"]
