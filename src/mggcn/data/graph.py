@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.errors import GraphError
 
-__all__ = ["ConfigError", "Graph", "GraphError", "SPLITS"]
+__all__ = ["Graph", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 

@@ -19,7 +19,7 @@ import torch
 
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
-from mggcn.data.graph import ConfigError, Graph
+from mggcn.data.graph import Graph
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
 from mggcn.distributed.context import DistContext, available_cores, init_distributed, shutdown
@@ -31,6 +31,7 @@ from mggcn.nn.models import MODEL_TYPES, model_type, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
 from mggcn.training.trainer import TrainResult, format_balance, predict_shard, shard_tile_columns, train_shard
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock

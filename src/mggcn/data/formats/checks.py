@@ -1,7 +1,7 @@
 """What every reader shares: one-line errors naming the file, tolerant text tables, checked binary loads,
 and the checks of features, labels, splits and edges; the vertex data of the formats that take it from side files.
 
-Every check raises :class:`~mggcn.data.graph.GraphError` with ONE line that names the offending file and what is
+Every check raises :class:`~mggcn.utils.errors.GraphError` with ONE line that names the offending file and what is
 wrong with it.
 
 Legend: n = vertices, E = edges, F = feature dimension.
@@ -30,7 +30,8 @@ from typing import Any, TextIO
 import numpy as np
 import scipy.sparse as sp
 
-from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
+from mggcn.utils.errors import GraphError
 
 PathLike = str | os.PathLike
 

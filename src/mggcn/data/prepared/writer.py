@@ -38,7 +38,7 @@ import numpy as np
 
 from mggcn.data import formats
 from mggcn.data.generators import GENERATED_PREFIXES, GraphStream, is_generated, parse_spec, stream_spec
-from mggcn.data.graph import SPLITS, Graph, GraphError
+from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.prepared.edgesort import (
     CHUNK_BYTES_PER_EDGE,
     SORT_BYTES_PER_EDGE,
@@ -47,7 +47,7 @@ from mggcn.data.prepared.edgesort import (
     NpyWriter,
 )
 from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
 from mggcn.utils.units import parse_bytes

@@ -23,7 +23,7 @@ def describe_host(device: str) -> dict:
     import platform
     import subprocess
 
-    import mggcn
+    from mggcn.config import __version__
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -37,13 +37,13 @@ def describe_host(device: str) -> dict:
         memory = None
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if device == "cuda" else []
     try:
-        here = os.path.dirname(os.path.abspath(mggcn.__file__))
+        here = os.path.dirname(os.path.abspath(__file__))
         commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "gpus": gpus, "python": platform.python_version(),
-            "torch": torch.__version__, "mggcn": mggcn.__version__, "commit": commit}
+            "torch": torch.__version__, "mggcn": __version__, "commit": commit}
 
 
 def baseline_worker(device: str) -> dict:

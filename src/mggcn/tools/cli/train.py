@@ -22,7 +22,6 @@ from mggcn.config import (
     TRAIN_COLUMNS,
     TrainConfig,
 )
-from mggcn.data.graph import GraphError
 from mggcn.tools.cli.common import (
     add_dataset_options,
     byte_size,
@@ -33,7 +32,7 @@ from mggcn.tools.cli.common import (
     rank_zero,
     read_options,
 )
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, GraphError
 
 HELP = "train a GCN, GraphSAGE or GIN"
 DESCRIPTION = """Train a GCN (GraphSAGE, GIN with --model) on the whole graph every epoch, its rows split across P
