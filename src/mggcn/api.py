@@ -111,12 +111,15 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         GraphError: bad dataset or options, before any worker starts.
         mggcn.distributed.launch.WorkerError: a worker failed.
     """
-    if nprocs > 1:
+    if isinstance(nprocs, int) and nprocs > 1:
         refuse_unguarded_script()  # a worker re-running an unguarded script: it ends here, the launcher says why
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
-    hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
+    if isinstance(hidden, int):
+        hidden = (hidden,)
+    elif not isinstance(hidden, (str, bytes)):  # a string is refused whole by the settings' check
+        hidden = tuple(hidden) if hasattr(hidden, "__iter__") else hidden
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
     read_options = {k: options[k] if isinstance(options[k], bool) else os.fspath(options[k])
                     for k in _READ_KEYS if options.get(k) is not None}

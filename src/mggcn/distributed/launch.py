@@ -383,7 +383,9 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
         if on_checked is not None:
             on_checked(dataset, world)
         return fn(job, dataset)  # the dataset checked, not read a second time
-    nprocs = nprocs or 1
+    nprocs = 1 if nprocs is None else nprocs
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ConfigError(f"nprocs must be an integer of at least 1, got {nprocs!r}", "nprocs")
     if nprocs > 1:
         refuse_unguarded_script()
     dataset = check(job, nprocs)

@@ -27,9 +27,10 @@ from mggcn.distributed.metis import require_pymetis
 from mggcn.distributed.partition import Shard, check_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import check_train_columns
-from mggcn.nn.models import MODEL_TYPES, model_type, operator_for
+from mggcn.nn.models import model_type, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible
 from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
+from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, format_balance, predict_shard, shard_tile_columns, train_shard
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.progress import epoch_progress
@@ -150,23 +151,8 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
                          ("save_predictions", job.save_predictions)):
         check_output(option, path)
     cfg = job.config
-    if cfg.epochs < 0:
-        raise ConfigError(f"epochs must be at least 0, got {cfg.epochs}", "epochs")
-    kind = model_type(cfg.model)
-    for option in sorted({o for cls in MODEL_TYPES.values() for o in cls.options} - set(kind.options)):
-        if getattr(cfg, option):  # an option of another model
-            owners = ", ".join(k for k, cls in MODEL_TYPES.items() if option in cls.options)
-            raise ConfigError(f"{option} is for model {owners}, not {cfg.model}", option)
-    if any(h < 1 for h in cfg.hidden):
-        raise ConfigError(f"hidden sizes must be positive, got {','.join(map(str, cfg.hidden))}", "hidden")
-    for option, p in (("dropout", cfg.dropout), ("input_dropout", cfg.input_dropout)):
-        if not 0.0 <= p < 1.0:
-            raise ConfigError(f"{option} must be in [0, 1), got {p}", option)
+    check_job_settings(job)
     check_train_columns(cfg.train_columns)
-    if job.resume and not job.checkpoint_dir:
-        raise ConfigError("resume needs a checkpoint directory", "resume")
-    if job.checkpoint_every < 0:
-        raise ConfigError(f"checkpoint_every must be at least 0, got {job.checkpoint_every}", "checkpoint_every")
     check_checkpoint_dir(job.checkpoint_dir)
     check_threads(job.threads)
     if cfg.partition == "metis":

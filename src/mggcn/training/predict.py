@@ -26,6 +26,7 @@ from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
+from mggcn.distributed.partition import check_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.functional import activate
@@ -33,6 +34,7 @@ from mggcn.nn.model import LayerStack
 from mggcn.nn.models import operator_for
 from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import check_output, load_model, save_output
+from mggcn.training.settings import check_timeout
 from mggcn.training.trainer import gather_original, shard_tile_columns
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept
@@ -98,6 +100,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if job.output not in OUTPUTS:
         raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'", "output")
     check_output("out", job.out)
+    check_timeout(job.timeout_s)
     check_threads(job.threads)
     model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind)
     if job.output == "embeddings":
@@ -106,7 +109,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if dataset.num_features != model.dims[0]:
         raise GraphError(f"{job.model} takes {model.dims[0]} features per vertex; {dataset.name} has "
                          f"{dataset.num_features}")
-    partition_dataset(dataset, nprocs, 0, "random")  # raises for P > n
+    check_partition(dataset.num_nodes, nprocs, "random")
     return dataset
 
 

@@ -53,13 +53,27 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def hidden_sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated sizes; an empty text is no size at all (no hidden layer), an empty item is refused."""
+    if not text.strip():
+        return ()
     try:
-        sizes = tuple(int(t) for t in text.split(",") if t.strip())
+        sizes = tuple(int(t) for t in text.split(","))  # int() refuses an empty item ("8,,8", "8,")
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 128,128, got '{text}'") from None
     if any(s < 1 for s in sizes):
         raise argparse.ArgumentTypeError(f"hidden sizes must be positive, got '{text}'")
     return sizes
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got '{text}'") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got '{text}'")
+    return value
 
 
 def byte_size(text: str) -> int:
@@ -155,7 +169,8 @@ def exit_status(result) -> int:
     return 130 if result.stopped == "interrupted" else 0
 
 
-FLAGS = {"layer": "--embeddings"}  # library options whose flag has another name; the rest: --name-with-dashes
+# library options whose flag has another name; the rest: --name-with-dashes
+FLAGS = {"layer": "--embeddings", "timeout_s": "--timeout"}
 
 
 def flag_message(err: Exception) -> str:

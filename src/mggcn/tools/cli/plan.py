@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mggcn.config import MODELS, ORDERS, SYMMETRIC_OPERATORS, TRAIN_COLUMNS, TrainConfig
-from mggcn.tools.cli.common import byte_size, hidden_sizes, int_list, positive_int
+from mggcn.tools.cli.common import byte_size, fraction, hidden_sizes, int_list, positive_int
 from mggcn.utils.errors import GraphError
 
 HELP = "per-rank memory and communication of a training run, before running it"
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cuda (default): one GPU per rank, whole blocks; cpu: the ranks share one machine, blocks "
                         "cut in column tiles (--tile-bytes)")
     p.add_argument("--tile-bytes", type=byte_size, default=None, help="with --device cpu: as for mggcn train")
-    p.add_argument("--train", type=float, default=None, help="fraction of vertices in the training split")
+    p.add_argument("--train", type=fraction, default=None, help="fraction of vertices in the training split, in (0, 1]")
     p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order, help="as for mggcn train")
     p.add_argument("--train-columns", choices=TRAIN_COLUMNS, default=DEFAULTS.train_columns,
                    help="as for mggcn train: whether the copy of Âᵀ's training columns is counted (default auto)")

@@ -79,7 +79,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="--model gin: learn ε in (1 + ε)·h_i (default: fixed at 0)")
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="epochs to train; with --resume, the total")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, metavar="SIZES",
-                   help="hidden layer sizes, e.g. 128,128 for a 3-layer GCN (default 128)")
+                   help="hidden layer sizes, e.g. 128,128 for a 3-layer GCN (default 128; '' for none: one layer)")
     p.add_argument("--lr", type=float, default=DEFAULTS.lr, help="Adam's learning rate")
     p.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay, help="Adam's weight decay (L2)")
     p.add_argument("--dropout", type=float, default=DEFAULTS.dropout, help="dropout between layers")

@@ -1,0 +1,77 @@
+"""The settings of a job are checked in one place (mggcn.training.settings, through the launcher's check_job) that the
+command line and the Python API share: a value that is not finite or out of its range is refused in one line naming
+the setting (the flag on the command line), before any data is read."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import mggcn
+from mggcn.tools.cli import main
+from mggcn.utils.errors import ConfigError
+
+# (command-line arguments, the API's keyword arguments, the message after the setting's name)
+REFUSED = [
+    (["--lr", "nan"], {"lr": math.nan}, " must be finite, got nan"),
+    (["--lr", "inf"], {"lr": math.inf}, " must be finite, got inf"),
+    (["--lr", "-1"], {"lr": -1.0}, " must be positive, got -1.0"),
+    (["--weight-decay", "-1"], {"weight_decay": -1.0}, " must be at least 0, got -1.0"),
+    (["--weight-decay", "nan"], {"weight_decay": math.nan}, " must be finite, got nan"),
+    (["--timeout", "0"], {"timeout_s": 0.0}, " must be positive, got 0.0"),
+    (["--timeout", "nan"], {"timeout_s": math.nan}, " must be finite, got nan"),
+    (["--patience", "-1"], {"patience": -1}, " must be at least 0, got -1"),
+    (["--trace-epoch", "-1"], {"trace_epoch": -1}, " must be at least 0, got -1"),
+    (["--checkpoint-every", "2"], {"checkpoint_every": 2}, " needs a checkpoint directory (checkpoint_dir)"),
+]
+
+
+@pytest.mark.parametrize("argv,kwargs,message", REFUSED, ids=[" ".join(r[0]) for r in REFUSED])
+def test_the_command_line_and_the_api_refuse_alike(argv, kwargs, message, capsys, tmp_path):
+    out = tmp_path / "predictions.csv"
+    assert main(["train", "builtin:karate", "--epochs", "1", "--save-predictions", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err == f"mggcn train: error: {argv[0]}{message}\n"
+    assert not out.exists()
+    with pytest.raises(ConfigError) as caught:
+        mggcn.train("builtin:karate", epochs=1, quiet=True, **kwargs)
+    option = next(iter(kwargs))
+    assert str(caught.value) == f"{option}{message}" and caught.value.option == option
+
+
+@pytest.mark.parametrize("hidden", ["abc", 3.5, (8, "x"), (8, True), (0,)])
+def test_the_api_refuses_hidden_sizes_that_are_not_positive_integers(hidden):
+    with pytest.raises(ConfigError, match="^hidden (must be a sequence of positive integers|sizes must be positive)"):
+        mggcn.train("builtin:karate", hidden=hidden, epochs=1, quiet=True)
+
+
+@pytest.mark.parametrize("nprocs", [0, -2, 1.5, "2"])
+def test_the_api_refuses_a_process_count_below_one_or_not_an_integer(nprocs):
+    with pytest.raises(ConfigError, match="^nprocs must be an integer of at least 1"):
+        mggcn.train("builtin:karate", nprocs=nprocs, epochs=1, quiet=True)
+
+
+@pytest.mark.parametrize("argv,where", [
+    (["train", "builtin:karate", "--hidden", "8,,8"], "--hidden"),
+    (["train", "builtin:karate", "--hidden", "8,"], "--hidden"),
+    (["plan", "--dataset", "reddit", "--train", "1.5"], "--train"),
+    (["plan", "--dataset", "reddit", "--train", "0"], "--train"),
+])
+def test_malformed_lists_and_fractions_are_refused_by_the_parser(argv, where, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and f"argument {where}:" in capsys.readouterr().err
+
+
+def test_an_empty_hidden_list_is_one_layer_and_the_help_says_so(capsys):
+    assert main(["train", "builtin:karate", "--hidden", "", "--epochs", "2", "--quiet"]) == 0
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "'' for none: one layer" in " ".join(capsys.readouterr().out.split())
+
+
+def test_predict_refuses_a_timeout_that_is_not_positive(capsys, tmp_path):
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(tmp_path / "absent.pt"), "builtin:karate", "--out", str(out), "--timeout", "-1"]) == 2
+    assert capsys.readouterr().err == "mggcn predict: error: --timeout must be positive, got -1.0\n"
