@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import io
 import operator
+import os
 import pickle
 import re
 from pathlib import Path
@@ -41,11 +42,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from mggcn.data.csr import MAX_KEY_NODES
 from mggcn.data.formats.checks import PathLike, file_error, require_file
 from mggcn.data.graph import Graph
+from mggcn.utils.errors import GraphError
 
-__all__ = ["PARTS", "PlanetoidUnpickler", "RefusedPickle", "load_pickle", "normalize_rows", "planetoid_files",
-           "read_planetoid"]
+__all__ = ["PARTS", "PickledSparse", "PlanetoidUnpickler", "RefusedPickle", "load_pickle", "normalize_rows",
+           "planetoid_files", "read_planetoid"]
 
 PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 NUM_VAL = 500  # the public split's validation vertices, right after the training ones
@@ -73,7 +76,15 @@ def _numpy_core(module: str) -> Any:
 def _numpy_reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
     if subtype is not np.ndarray:
         raise RefusedPickle(f"an array of type {getattr(subtype, '__name__', subtype)!r}")
+    # numpy pickles an array as an empty placeholder, _reconstruct(ndarray, (0,), b'b'), then sets its state (whose
+    # data numpy checks against the shape): a placeholder of many elements would only allocate memory
+    if not isinstance(shape, tuple) or len(shape) > 32 or not all(_is_int(d) and 0 <= d <= 1 for d in shape):
+        raise RefusedPickle(f"an array placeholder of shape {str(shape)[:40]}, not numpy's (0,)")
     return _numpy_core("multiarray")._reconstruct(np.ndarray, shape, dtype)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _numpy_dtype(spec: Any, align: bool = False, copy: bool = False) -> np.dtype:
@@ -128,11 +139,124 @@ _ADMITTED = {
 }
 
 
+# ------------------------------------------------------------------------------------------ sparse matrices, checked
+
+
+class PickledSparse:
+    """The attributes a pickle restores into a scipy sparse matrix, held as they are until :meth:`build` has checked
+    them: a crafted ``indptr`` or index would make scipy's C code read or write out of bounds."""
+
+    format = ""
+
+    def __new__(cls, *args: Any) -> PickledSparse:
+        if args:  # NEWOBJ with arguments: scipy pickles none
+            raise RefusedPickle(f"a {cls.__name__} created with arguments")
+        obj = super().__new__(cls)
+        obj.state = {}
+        return obj
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # only a REDUCE of the class itself calls it
+        raise RefusedPickle(f"a {type(self).__name__} built by calling its constructor")
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (__dict__, slots)
+            parts = [p for p in state if p is not None]
+        else:
+            parts = [state]
+        for part in parts:
+            if not isinstance(part, dict) or not all(isinstance(k, str) for k in part):
+                raise RefusedPickle(f"a {type(self).__name__} whose state is not a dict of attributes")
+            self.state.update(part)
+
+    def build(self, path: PathLike) -> sp.spmatrix:
+        """The scipy matrix, built from arrays checked here (one line naming ``path`` if any is wrong)."""
+        def bad(msg: str) -> GraphError:
+            return file_error(path, f"corrupt sparse matrix ({self.format}): {msg}")
+
+        state = self.state
+        shape = state.get("_shape", state.get("shape"))
+        if (not isinstance(shape, (tuple, list)) or len(shape) != 2 or not all(_is_int(d) for d in shape)):
+            raise bad(f"shape {str(shape)[:60]} is not two integers")
+        rows, cols = int(shape[0]), int(shape[1])
+        if rows < 0 or cols < 0 or rows > MAX_DIM or cols > MAX_DIM:
+            raise bad(f"shape ({rows}, {cols}) is not two integers in [0, {MAX_DIM}]")
+        data = _vector(state, "data", bad, numbers=True)
+        if self.format == "coo":
+            coords = state.get("coords")
+            if coords is not None:
+                if not isinstance(coords, (tuple, list)) or len(coords) != 2:
+                    raise bad("coords is not a pair of index arrays (row, col)")
+                state = {**state, "row": coords[0], "col": coords[1]}
+            row, col = (_vector(state, k, bad) for k in ("row", "col"))
+            if not row.size == col.size == data.size:
+                raise bad(f"row, col and data have {row.size}, {col.size} and {data.size} entries, not one length")
+            _in_range(row, rows, "row", bad)
+            _in_range(col, cols, "col", bad)
+            return sp.coo_matrix((data, (row, col)), shape=(rows, cols))
+        major, minor = (rows, cols) if self.format == "csr" else (cols, rows)
+        indptr, indices = _vector(state, "indptr", bad), _vector(state, "indices", bad)
+        if indptr.size != major + 1:
+            raise bad(f"indptr has {indptr.size} entries, expected {major + 1} for shape ({rows}, {cols})")
+        if indices.size != data.size:
+            raise bad(f"indices and data have {indices.size} and {data.size} entries, not one length")
+        if indptr[0] != 0 or indptr[-1] > indices.size:
+            raise bad(f"indptr runs from {int(indptr[0])} to {int(indptr[-1])}, not from 0 to at most "
+                      f"{indices.size} (the entries of indices)")
+        falls = np.flatnonzero(indptr[1:] < indptr[:-1])
+        if falls.size:
+            raise bad(f"indptr decreases after entry {int(falls[0])} ({int(indptr[falls[0]])} to "
+                      f"{int(indptr[falls[0] + 1])})")
+        nnz = int(indptr[-1])
+        indices, data = indices[:nnz], data[:nnz]
+        _in_range(indices, minor, "indices", bad)
+        kind = sp.csr_matrix if self.format == "csr" else sp.csc_matrix
+        return kind((data, indices, indptr), shape=(rows, cols))
+
+
+MAX_DIM = 2**40  # rows or columns of a sparse matrix: far beyond any Planetoid file, and its products fit int64
+
+
+def _vector(state: dict, key: str, bad: Any, numbers: bool = False) -> np.ndarray:
+    """``state[key]`` as a 1-D array: int64 indices (every value checked to fit), or ``data`` of numbers."""
+    arr = state.get(key)
+    if not isinstance(arr, np.ndarray):
+        raise bad(f"{key} is {'missing' if arr is None else 'a ' + type(arr).__name__}, not an array")
+    if arr.ndim != 1:
+        raise bad(f"{key} is a {arr.ndim}-D array, not 1-D")
+    if numbers:
+        if arr.dtype.kind not in "biuf":
+            raise bad(f"{key} holds {arr.dtype}, not real numbers")
+        return arr
+    if arr.dtype.kind not in "iu":
+        raise bad(f"{key} holds {arr.dtype}, not integers")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise bad(f"{key} holds {int(arr.max())}, beyond int64")
+    return arr.astype(np.int64)
+
+
+def _in_range(ids: np.ndarray, bound: int, key: str, bad: Any) -> None:
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= bound):
+        worst = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise bad(f"{key} holds {worst}, outside [0, {bound})")
+
+
+def _pickled(name: str) -> type[PickledSparse]:
+    return type(name, (PickledSparse,), {"format": name[:3], "__module__": __name__})
+
+
+_PICKLED_SPARSE = {name: _pickled(name) for name in _SPARSE_CLASSES}
+
+
 class PlanetoidUnpickler(pickle.Unpickler):
     """An unpickler that builds only numpy arrays (of numbers), scipy CSR/CSC/COO matrices, dicts, lists and
     ``defaultdict(list)``, the types of the Planetoid files (and the functions numpy and Python use to pickle
     them). Any other class or function a pickle names raises :class:`RefusedPickle` before it is
     called; so does an array of Python objects. Python 2 byte strings are read as latin-1, as PyG reads them.
+
+    A sparse matrix is not built by scipy while unpickling: the pickle restores its attributes (``indptr``,
+    ``indices``, ``data``, ``_shape``; ``row``, ``col`` or ``coords`` of a COO) into a :class:`PickledSparse`,
+    which :func:`load_pickle` checks with numpy and only then builds the scipy matrix from (scipy's C code reads
+    crafted offsets or indices out of bounds, and crashes the process).
     """
 
     def __init__(self, file: Any) -> None:
@@ -144,8 +268,8 @@ class PlanetoidUnpickler(pickle.Unpickler):
         admitted = _ADMITTED.get((module, name))
         if admitted is not None:
             return admitted
-        if module in _SPARSE_MODULES and name in _SPARSE_CLASSES and hasattr(sp, name):
-            return getattr(sp, name)
+        if module in _SPARSE_MODULES and name in _SPARSE_CLASSES:
+            return _PICKLED_SPARSE[name]
         raise RefusedPickle(f"it names {module}.{name}, which a Planetoid file never holds")
 
     def persistent_load(self, pid: Any) -> Any:
@@ -160,11 +284,12 @@ def load_pickle(path: PathLike) -> Any:
     except OSError as exc:
         raise file_error(path, f"cannot read ({exc.strerror or exc})") from None
     try:
-        return PlanetoidUnpickler(io.BytesIO(data)).load()
+        obj = PlanetoidUnpickler(io.BytesIO(data)).load()
     except RefusedPickle as exc:
         raise file_error(path, f"refused: not a Planetoid pickle ({exc})") from None
     except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in any of the constructors it calls
         raise file_error(path, f"truncated or corrupt pickle ({type(exc).__name__}: {exc})"[:200]) from None
+    return obj.build(path) if isinstance(obj, PickledSparse) else obj
 
 
 # ------------------------------------------------------------------------------------------------------ the reader
@@ -206,7 +331,8 @@ def planetoid_files(source: PathLike) -> tuple[str, dict[str, Path]]:
 
 def _matrix(obj: Any, path: Path, what: str) -> np.ndarray:
     """A dense 2-D float array from an unpickled array or sparse matrix (checking a sparse one's structure)."""
-    if sp.issparse(obj):
+    if sp.issparse(obj):  # built by load_pickle from checked arrays (PickledSparse.build)
+        _check_memory(path, obj.shape[0] * obj.shape[1] * (obj.dtype.itemsize + 4), f"{what} {obj.shape} as dense")
         try:
             obj = obj.tocsr()
             obj.check_format(full_check=True)
@@ -216,12 +342,28 @@ def _matrix(obj: Any, path: Path, what: str) -> np.ndarray:
     if not isinstance(obj, np.ndarray) or obj.ndim != 2:
         kind = f"a {obj.ndim}-D array" if isinstance(obj, np.ndarray) else f"a {type(obj).__name__}"
         raise file_error(path, f"expected {what} as a 2-D array or sparse matrix, found {kind}")
-    if not (np.issubdtype(obj.dtype, np.number) or obj.dtype == bool):
-        raise file_error(path, f"expected numbers, found dtype {obj.dtype}")
+    if obj.dtype.kind not in "biuf":
+        raise file_error(path, f"expected real numbers, found dtype {obj.dtype}")
     out = obj.astype(np.float32)
     if not np.isfinite(out).all():
         raise file_error(path, "contains NaN or inf")
     return out
+
+
+def _physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_memory(path: Path, nbytes: int, what: str) -> None:
+    """Refuse, naming ``path``, sizes whose arrays would not fit in this machine's memory (before allocating)."""
+    memory = _physical_memory()
+    if memory is not None and nbytes > memory:
+        raise file_error(path, f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than this machine's "
+                               f"{memory / 2**30:,.1f} GiB of memory")
 
 
 def _test_index(path: Path) -> np.ndarray:
@@ -232,9 +374,15 @@ def _test_index(path: Path) -> np.ndarray:
             if not text:
                 continue
             try:
-                ids.append(int(text))
+                vertex = int(text)
             except ValueError:
                 raise file_error(path, f"line {lineno}: expected one vertex id, found {text[:40]!r}") from None
+            if vertex < 0:
+                raise file_error(path, f"line {lineno}: negative vertex id {vertex}")
+            if vertex >= MAX_KEY_NODES:
+                raise file_error(path, f"line {lineno}: vertex id {vertex} is beyond the {MAX_KEY_NODES:,} vertices "
+                                       "mggcn can index")
+            ids.append(vertex)
     index = np.asarray(ids, dtype=np.int64)
     if index.size == 0:
         raise file_error(path, "no test vertex")
@@ -251,19 +399,26 @@ def _edges(graph: Any, path: Path, n: int) -> np.ndarray:
     (source, target)."""
     if not isinstance(graph, dict):
         raise file_error(path, f"expected a dict of neighbour lists, found a {type(graph).__name__}")
+    def out_of_range(vertex: int) -> GraphError:
+        return file_error(path, f"vertex {vertex} is out of range for the {n} vertices of the features and labels")
+
     src, dst = [], []
     for key, neighbours in graph.items():
         try:
+            if not _is_int(key) or not isinstance(neighbours, (list, tuple)) or not all(map(_is_int, neighbours)):
+                raise TypeError
             v = operator.index(key)
             targets = [operator.index(u) for u in neighbours]
         except TypeError:
-            raise file_error(path, f"vertex {key!r}: expected an integer id and a list of integer ids") from None
+            raise file_error(path, f"vertex {repr(key)[:40]}: expected an integer id and a list of integer "
+                                   "ids") from None
+        if not 0 <= v < n:
+            raise out_of_range(v)
+        if targets and not 0 <= min(targets) <= max(targets) < n:  # Python ints: checked before numpy holds them
+            raise out_of_range(min(targets) if min(targets) < 0 else max(targets))
         src.append(np.full(len(targets), v, dtype=np.int64))
         dst.append(np.asarray(targets, dtype=np.int64))
     ei = np.stack([np.concatenate(src or [np.empty(0, np.int64)]), np.concatenate(dst or [np.empty(0, np.int64)])])
-    if ei.size and (ei.min() < 0 or ei.max() >= n):
-        bad = int(ei.min()) if ei.min() < 0 else int(ei.max())
-        raise file_error(path, f"vertex {bad} is out of range for the {n} vertices of the features and labels")
     ei = ei[:, ei[0] != ei[1]]
     key = np.unique(ei[0] * n + ei[1])
     return np.stack([key // n, key % n])
@@ -317,6 +472,8 @@ def read_planetoid(source: PathLike, normalize_features: bool = False) -> Graph:
         raise file_error(files["test.index"], f"test vertex {int(test.min())} is among the {num_all} vertices of "
                                         f"{files['allx'].name}")
     n = int(test.max()) + 1
+    _check_memory(files["test.index"], n * (num_features + num_classes) * 4 * 2,
+                  f"the features and labels of its {n:,} vertices ({num_features:,} features, {num_classes:,} classes)")
     x = np.zeros((n, num_features), dtype=np.float32)
     x[:num_all], x[test] = feats["allx"], feats["tx"]
     onehot = np.zeros((n, num_classes), dtype=np.float32)
