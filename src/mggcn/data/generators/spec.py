@@ -10,12 +10,17 @@ CSR and vertex data, what ``mggcn train`` trains on); :func:`parse_spec` the sam
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from collections.abc import Callable
 
+from mggcn.data.csr import MAX_KEY_NODES
 from mggcn.data.generators.builtin import DIGITS_NODES, digits_generated, karate_generated
 from mggcn.data.generators.common import GeneratedGraph, GraphStream
 from mggcn.data.generators.community import (
     DEFAULT_CLASSES,
+    DEFAULT_DEGREE,
+    DEFAULT_FEATURES,
     DEFAULT_NODES,
     community_generated,
     community_stream,
@@ -25,7 +30,7 @@ from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
 
 __all__ = ["BUILTINS", "GENERATED_PREFIXES", "SPEC_PREFIXES", "is_generated", "generate_spec", "parse_spec",
-           "stream_spec"]
+           "physical_memory", "stream_spec"]
 
 
 def _pos_int(spec: str, key: str, value: str) -> int:
@@ -54,9 +59,9 @@ def _float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str, str
             v = float(value)
         except ValueError:
             v = float("nan")
-        ok = (v > lo if lo_open else v >= lo) and v <= hi  # NaN fails every comparison
+        ok = (v > lo if lo_open else v >= lo) and v <= hi and math.isfinite(v)  # NaN fails every comparison
         if not ok:
-            rng = f"{'(' if lo_open else '['}{lo}, {hi}]"
+            rng = f"{'(' if lo_open else '['}{lo}, {'inf)' if math.isinf(hi) else f'{hi}]'}"
             raise GraphError(f"{spec}: {key} must be a number in {rng}, got {value!r}")
         return v
     return parse
@@ -118,16 +123,52 @@ def _options(spec: str, text: str, keys: dict[str, tuple[str, _Parser]]) -> dict
     return out
 
 
-def _synthetic_options(spec: str, rest: str) -> dict[str, object]:
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+# Bytes per vertex that a streamed dataset holds in memory (labels, communities or degrees, weights, split), and
+# that an in-memory one holds besides its features (labels, row offsets, degrees, split codes and masks).
+_STREAM_VERTEX_BYTES = 32
+_MEMORY_VERTEX_BYTES = 36
+
+
+def _check_size(spec: str, keys: str, n: int, features: int, edges: int, stream: bool) -> None:
+    """Refuse, before anything is allocated, sizes beyond the int64 keys ``row · n + col`` the in-memory CSR is sorted
+    by, or whose final arrays alone (no temporaries counted) would exceed this machine's memory. ``edges``: about the
+    directed edges (both directions of each undirected pair)."""
+    if not stream and n > MAX_KEY_NODES:
+        raise GraphError(f"{spec}: {keys.split(',')[0]} = {n:,} vertices is beyond the {MAX_KEY_NODES:,} that an "
+                         "in-memory graph's int64 edge keys can index")
+    if stream:  # the edges go to disk chunk by chunk: only the vertex count matters
+        keys, need = keys.split(",")[0], n * _STREAM_VERTEX_BYTES
+        what = f"the per-vertex arrays of {n:,} vertices"
+    else:
+        need = n * (4 * features + _MEMORY_VERTEX_BYTES) + edges * (4 if n < 2**31 else 8)
+        what = f"the arrays of {n:,} vertices, {features:,} features and {edges:,} directed edges"
+    memory = physical_memory()
+    if memory is not None and need > memory:
+        raise GraphError(f"{spec}: too large for this machine ({keys}): {what} would take about "
+                         f"{need / 2**30:,.1f} GiB, more than its {memory / 2**30:,.1f} GiB of memory")
+
+
+def _synthetic_options(spec: str, rest: str, stream: bool = False) -> dict[str, object]:
     kw = _options(spec, rest, _SYNTHETIC_KEYS)
-    if kw.get("num_classes", DEFAULT_CLASSES) > kw.get("num_nodes", DEFAULT_NODES):
+    n = kw.get("num_nodes", DEFAULT_NODES)
+    if kw.get("num_classes", DEFAULT_CLASSES) > n:
         raise GraphError(f"{spec}: classes must not exceed n")
-    if kw.get("num_nodes", DEFAULT_NODES) < 2:
+    if n < 2:
         raise GraphError(f"{spec}: n must be at least 2")
+    pairs = min(int(round(kw.get("avg_degree", DEFAULT_DEGREE) * n / 2)), n * (n - 1) // 2)  # as community's
+    _check_size(spec, "n, features, degree", n, kw.get("num_features", DEFAULT_FEATURES), 2 * pairs, stream)
     return kw
 
 
-def _rmat_options(spec: str, rest: str, max_scale: int) -> dict[str, object]:
+def _rmat_options(spec: str, rest: str, max_scale: int, stream: bool = False) -> dict[str, object]:
     kw = _options(spec, rest, _RMAT_KEYS)
     kw.setdefault("scale", 12)
     if kw["scale"] > max_scale:
@@ -137,6 +178,9 @@ def _rmat_options(spec: str, rest: str, max_scale: int) -> dict[str, object]:
         raise GraphError(f"{spec}: a + b + c must be at most 1")
     if kw.get("num_classes", 4) > 1 << kw["scale"]:
         raise GraphError(f"{spec}: classes must not exceed 2^scale")
+    n = 1 << kw["scale"]
+    _check_size(spec, "scale, edge_factor, features", n, kw.get("num_features", 16),
+                kw.get("edge_factor", 16) * n, stream)  # draws: symmetrised, less duplicates and self loops
     return kw
 
 
@@ -150,8 +194,8 @@ def stream_spec(spec: str) -> GraphStream:
     head, _, rest = spec.partition(":")
     if head not in ("synthetic", "rmat"):
         raise GraphError(f"{spec}: only synthetic: and rmat: specs stream (builtin: datasets are small)")
-    stream = (community_stream(**_synthetic_options(spec, rest)) if head == "synthetic"
-              else rmat_stream(**_rmat_options(spec, rest, max_scale=40)))
+    stream = (community_stream(**_synthetic_options(spec, rest, stream=True)) if head == "synthetic"
+              else rmat_stream(**_rmat_options(spec, rest, max_scale=40, stream=True)))
     return dataclasses.replace(stream, name=spec)
 
 
