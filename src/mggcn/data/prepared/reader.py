@@ -329,16 +329,32 @@ class PreparedDataset:
 # ------------------------------------------------------------------------------------------------------ mggcn info
 
 
-def _degree_line(label: str, indptr: np.ndarray) -> str:
-    deg = np.diff(np.asarray(indptr))
-    if deg.size == 0:
+def _degree_line(label: str, dataset: PreparedDataset, view: str) -> str:
+    """The degree statistics of one CSR, its row offsets checked on the way (opening checked only their end points):
+    offsets that decrease anywhere are refused, naming the file, instead of printing a negative degree. Read
+    :data:`_VERIFY_ROWS` rows at a time, so memory stays bounded."""
+    indptr, n = dataset.arrays[f"{view}_indptr"], dataset.num_nodes
+    low, high, total = None, None, 0
+    for b in range(0, n, _VERIFY_ROWS):
+        deg = np.diff(np.asarray(indptr[b:b + _VERIFY_ROWS + 1]))
+        if deg.size == 0:
+            continue
+        if int(deg.min()) < 0:
+            v = b + int(np.argmax(deg < 0))
+            raise _err(dataset._file(f"{view}_indptr"), f"corrupt row offsets: they decrease at vertex {v} "
+                                                       f"({int(indptr[v])} to {int(indptr[v + 1])}); the directory "
+                                                       "is damaged, prepare it again")
+        low = int(deg.min()) if low is None else min(low, int(deg.min()))
+        high = int(deg.max()) if high is None else max(high, int(deg.max()))
+        total += int(deg.sum())
+    if low is None:
         return f"{label:<11} -"
-    return f"{label:<11} min {int(deg.min()):,}  mean {deg.mean():,.2f}  max {int(deg.max()):,}"
+    return f"{label:<11} min {low:,}  mean {total / n:,.2f}  max {high:,}"
 
 
 def describe(dataset: PreparedDataset) -> str:
     """What ``mggcn info DIR`` prints: sizes, degree statistics, split sizes, per-P nonzero balance."""
-    m, arrays = dataset.manifest, dataset.arrays
+    m = dataset.manifest
     built = m.get("built", {})
     on_disk = sum((dataset.path / r["file"]).stat().st_size for r in m["arrays"].values()
                   if (dataset.path / r["file"]).is_file())
@@ -353,8 +369,8 @@ def describe(dataset: PreparedDataset) -> str:
         + f", {m.get('self_loops', 0):,} self loops; nonzeros of Â {m.get('nnz_hat', 0):,}",
         f"features    {dataset.num_features:,}",
         f"classes     {dataset.num_classes:,}",
-        _degree_line("in-degree", arrays["in_indptr"]),
-        _degree_line("out-degree", arrays["out_indptr"]),
+        _degree_line("in-degree", dataset, "in"),
+        _degree_line("out-degree", dataset, "out"),
         "splits      " + "  ".join(f"{s} {dataset.split_sizes[s]:,}" for s in SPLITS)
         + f"  (labelled {m.get('num_labelled', 0):,})",
         "balance     nonzeros per rank of Â and Âᵀ, max / mean, under the random permutation (seed 0):",
