@@ -250,7 +250,7 @@ def host_outboxes_worker(mode):
 
     ctx = init_distributed("cpu", timeout_s=60)
     boxes, transport = host_outboxes(ctx, mode, 8, 4, torch.float32)
-    return None if boxes is None else type(boxes).__name__, transport
+    return None if boxes is None else type(boxes).__name__, str(transport)
 
 
 def private_shm_train_worker(graph, cfg: TrainConfig, directories):
@@ -266,7 +266,8 @@ def private_shm_train_worker(graph, cfg: TrainConfig, directories):
         result = train_shard(ctx, shard, cfg)
     except ShmUnavailable as e:
         return {"error": str(e)}
-    return {"losses": [r["loss"] for r in result.history], "broadcast": result.history[0]["broadcast"]}
+    return {"losses": [r["loss"] for r in result.history], "broadcast": result.history[0]["broadcast"],
+            "fallback": result.history[0].get("broadcast_fallback")}
 
 
 def other_host_outboxes_worker(mode):
@@ -279,7 +280,7 @@ def other_host_outboxes_worker(mode):
         boxes, transport = shm.host_outboxes(ctx, mode, 8, 4, torch.float32)
     except shm.ShmUnavailable as e:
         return {"error": str(e)}
-    return {"boxes": boxes, "transport": transport}
+    return {"boxes": boxes, "transport": str(transport)}
 
 
 def late_reporting_worker(bad_rank: int, delay_s: float):

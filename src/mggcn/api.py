@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,19 +122,17 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
     read_options = {k: options[k] if isinstance(options[k], bool) else os.fspath(options[k])
                     for k in _READ_KEYS if options.get(k) is not None}
-    with tempfile.TemporaryDirectory(prefix="mggcn-api-") as tmp:
-        job_options = {k: v for k, v in options.items() if k in _JOB_KEYS}
-        job_options.setdefault("save_predictions", os.path.join(tmp, "predictions.npy"))
-        job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
-                       clock=SetupClock(), **job_options)
-        identity: dict = {}
+    job_options = {"keep_predictions": True, **{k: v for k, v in options.items() if k in _JOB_KEYS}}
+    job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
+                   clock=SetupClock(), **job_options)
+    identity: dict = {}
 
-        def note_identity(dataset: Dataset, _: int) -> None:
-            identity.update(dataset_identity(dataset))
+    def note_identity(dataset: Dataset, _: int) -> None:
+        identity.update(dataset_identity(dataset))
 
-        result = launch(run_train_job, job, check_job, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
-                        on_checked=note_identity, share=share_dataset)
-        predictions = result.predictions
+    result = launch(run_train_job, job, check_job, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
+                    on_checked=note_identity, share=share_dataset)
+    predictions = result.predictions
     model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)
     return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch,

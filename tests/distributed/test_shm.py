@@ -9,7 +9,7 @@ import torch
 import workers
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.shm import host_outboxes
+from mggcn.distributed.shm import Transport, host_outboxes
 from mggcn.nn.model import GCN
 from mggcn.training.trainer import TrainConfig
 from reference import gcn_losses, random_graph
@@ -47,7 +47,8 @@ def test_modes(monkeypatch, tmp_path):
     monkeypatch.setenv("MGGCN_SHM_DIR", str(tmp_path / "missing"))
     for boxes, transport in run_workers(workers.host_outboxes_worker, 2, ("auto",), timeout_s=120):
         assert boxes is None and transport.startswith("gloo, no shared memory: rank 0: cannot create")
-    assert host_outboxes(DistContext(), "on", 8, 4, torch.float32) == (None, "one rank")  # nothing to broadcast
+    # nothing to broadcast
+    assert host_outboxes(DistContext(), "on", 8, 4, torch.float32) == (None, Transport("one rank"))
     with pytest.raises(ValueError, match="shm must be one of auto, on, off, got 'yes'"):
         host_outboxes(DistContext(), "yes", 8, 4, torch.float32)
 
@@ -70,8 +71,8 @@ def test_ranks_that_do_not_share_their_shm_directory_fall_back_to_gloo_with_the_
     expected = gcn_losses(graph, [(c.lin.weight, c.bias) for c in model.convs], cfg.epochs, cfg.lr,
                           cfg.weight_decay, cfg.norm, cfg.activation)
     for r in results:
-        assert r["broadcast"].startswith("gloo, no shared memory: rank 0: cannot open rank 1's outbox"), r
-        assert "\n" not in r["broadcast"]
+        assert r["broadcast"] == "gloo" and r["fallback"].startswith("rank 0: cannot open rank 1's outbox"), r
+        assert "\n" not in r["fallback"]
         # float32 against the float64 reference over 5 Adam steps (as in tests/training/test_trainer.py)
         torch.testing.assert_close(torch.tensor(r["losses"], dtype=torch.float64),
                                    torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=0)

@@ -32,6 +32,7 @@ import os
 import socket
 import struct
 import uuid
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -40,7 +41,7 @@ from mggcn.config import SHM_MODES
 from mggcn.distributed.context import DistContext, all_gather_objects
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "host_outboxes", "one_host"]
+__all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "Transport", "host_outboxes", "one_host"]
 
 SHM_DIR = "/dev/shm"  # MGGCN_SHM_DIR overrides it (e.g. a container whose /dev/shm is 64 MB)
 
@@ -206,10 +207,22 @@ class SharedOutboxes:
         return dist.broadcast(self._tokens[stage], src=stage, group=self.ctx.group, async_op=True)
 
 
+@dataclass(frozen=True)
+class Transport:
+    """How a job's broadcast goes: ``name`` (``shared memory``, ``gloo``, ``nccl``, ``one rank``), and ``fallback``,
+    why shared memory could not be used when ``auto`` asked for it (None otherwise)."""
+
+    name: str
+    fallback: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.fallback is None else f"{self.name}, no shared memory: {self.fallback}"
+
+
 def host_outboxes(ctx: DistContext, mode: str, rows: int, width: int,
-                  dtype: torch.dtype) -> tuple[SharedOutboxes | None, str]:
+                  dtype: torch.dtype) -> tuple[SharedOutboxes | None, Transport]:
     """The outboxes a job's broadcast SpMM uses under ``--shm mode`` (collective), None for the backend's own
-    broadcast; and how the broadcast goes, in words (the job's log says it).
+    broadcast; and how the broadcast goes (the job's log says it).
 
     ``auto``: shared memory where every rank is a CPU process of this host and it can be set up (else gloo, and the
     words say why); ``on``: shared memory or :class:`ShmUnavailable`; ``off``: gloo. A world of one needs neither.
@@ -218,16 +231,16 @@ def host_outboxes(ctx: DistContext, mode: str, rows: int, width: int,
         raise ConfigError(f"shm must be one of {', '.join(SHM_MODES)}, got '{mode}'", "shm")
     backend = "nccl" if ctx.device.type == "cuda" else "gloo"
     if ctx.world_size == 1:
-        return None, "one rank"
+        return None, Transport("one rank")
     if mode == "off":
-        return None, backend
+        return None, Transport(backend)
     if not one_host(ctx):
         if mode == "on":
             raise ShmUnavailable("shm on needs every rank on one host and on the CPU")
-        return None, backend
+        return None, Transport(backend)
     try:
-        return SharedOutboxes.create(ctx, rows, width, dtype), "shared memory"
+        return SharedOutboxes.create(ctx, rows, width, dtype), Transport("shared memory")
     except ShmUnavailable as e:
         if mode == "on":
             raise
-        return None, f"{backend}, no shared memory: {e}"
+        return None, Transport(backend, fallback=str(e))

@@ -58,6 +58,7 @@ class TrainJob:
     metrics: str | None = None
     save_model: str | None = None
     save_predictions: str | None = None
+    keep_predictions: bool = False  # rank 0's result holds the predictions (mggcn.train), saved or not
     quiet: bool = False
     log_every: int = 1
     checkpoint_dir: str | None = None
@@ -301,10 +302,9 @@ class _EpochLog:
             if "setup" in record:
                 self.progress.note(format_setup(record["setup"]))
             via = f" ({record['broadcast']})" if "broadcast" in record else ""
-            backend, _, why = record.get("broadcast", "").partition(", no shared memory: ")
-            if why:  # --shm auto could not use shared memory: one warning line, the partition line stays short
-                _print_err(f"warning: --shm auto: no shared memory ({why}); broadcasting through {backend}")
-                via = f" ({backend})"
+            if "broadcast_fallback" in record:  # --shm auto could not use shared memory: one warning line
+                _print_err(f"warning: --shm auto: no shared memory ({record['broadcast_fallback']}); broadcasting "
+                           f"through {record['broadcast']}")
             cfg = self.job.config
             self.progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
         self.progress.update(record)
@@ -322,7 +322,7 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
     """The predictions (every rank takes part; rank 0 has them), and rank 0 saves the model and the predictions
     asked for."""
     predictions = None
-    if job.save_predictions:
+    if job.save_predictions or job.keep_predictions:
         predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
     if ctx.is_main:
         if job.save_model:

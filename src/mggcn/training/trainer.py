@@ -217,7 +217,9 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     adj, transport = _spmm_operator(ctx, shard, cfg, widths, timer)
     balance = partition_balance(ctx, shard)
     if transport is not None:
-        balance["broadcast"] = transport
+        balance["broadcast"] = transport.name
+        if transport.fallback is not None:
+            balance["broadcast_fallback"] = transport.fallback
     optimizer = Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                      weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
