@@ -413,6 +413,7 @@ def test_cli_prepare_info_train(tmp_path, capsys):
     for words in ("vertices    40", f"edges       {2 * g.num_edges:,} (symmetric)", "in-degree   min",
                   "out-degree  min", f"train {int(g.masks['train'].sum())}", "P=1 ", "P=2 ", "P=4 ", "P=8 "):
         assert words in text, words
+    assert text.splitlines()[-1] == "verified: 6 arrays match their checksums, every value is in range"
     assert cli_main(["train", str(out), "--epochs", "2", "--hidden", "8", "--quiet"]) == 0
     assert cli_main(["train", str(out), "--undirected"]) == 2
     assert "cannot change a prepared dataset" in capsys.readouterr().err

@@ -75,3 +75,17 @@ def test_predict_refuses_a_timeout_that_is_not_positive(capsys, tmp_path):
     out = tmp_path / "p.csv"
     assert main(["predict", str(tmp_path / "absent.pt"), "builtin:karate", "--out", str(out), "--timeout", "-1"]) == 2
     assert capsys.readouterr().err == "mggcn predict: error: --timeout must be positive, got -1.0\n"
+
+
+def test_a_quiet_run_says_only_its_final_accuracies(capsys):
+    assert main(["train", "builtin:karate", "--epochs", "2", "--hidden", "4", "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("mggcn: trained model (after epoch 2, eval mode): train ")
+
+
+@pytest.mark.parametrize("command", [["bench", "--nprocs", "0"], ["plan", "--dataset", "reddit", "--nprocs", "1,0"]])
+def test_a_process_count_of_zero_is_named_as_such(command, capsys):
+    with pytest.raises(SystemExit):
+        main(command)
+    err = capsys.readouterr().err
+    assert "argument --nprocs: expected comma-separated positive integers such as 1,2" in err and "hidden" not in err

@@ -101,7 +101,11 @@ def positive_int(text: str) -> int:
 
 
 def int_list(text: str) -> tuple[int, ...]:
-    sizes = hidden_sizes(text)
+    """Comma-separated positive integers, at least one (process counts)."""
+    try:
+        sizes = hidden_sizes(text)
+    except argparse.ArgumentTypeError:
+        sizes = ()
     if not sizes:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers such as 1,2, got '{text}'")
     return sizes

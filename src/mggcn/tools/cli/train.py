@@ -134,7 +134,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
                    help="write the weights as a state dict that loads into PyG's GCN, GraphSAGE or GIN model")
     p.add_argument("--save-predictions", default=None, metavar="FILE",
                    help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
-    p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    p.add_argument("--quiet", action="store_true", help="no per-epoch lines: only the final accuracies")
     p.add_argument("--log-every", type=positive_int, default=1, metavar="K", help="print every K-th epoch (default 1)")
     p.add_argument("--patience", type=int, default=DEFAULTS.patience, metavar="K",
                    help="stop after K epochs without a better validation accuracy and keep the best weights "
@@ -160,7 +160,13 @@ def _check_tensorboard(args: argparse.Namespace) -> None:
 
 
 def _finish_train(args: argparse.Namespace, result) -> int:
-    """--tensorboard: rank 0 writes the run's records as TensorBoard scalars. Returns the exit status."""
+    """--quiet: rank 0 still says the final accuracies (the one line a quiet run prints); --tensorboard: rank 0 writes
+    the run's records as TensorBoard scalars. Returns the exit status."""
+    if args.quiet and int(os.environ.get("RANK", "0")) == 0 and result.history:
+        from mggcn.training.job import format_final
+
+        print(format_final(result.history, result.final, result.best_epoch if args.patience > 0 else None),
+              flush=True)
     if args.tensorboard and int(os.environ.get("RANK", "0")) == 0:
         from mggcn.tools.report import TensorBoardMissing, write_tensorboard
 
