@@ -105,6 +105,7 @@ def test_report_writes_non_blank_pngs_of_a_real_run(tmp_path, capsys):
     metrics, out = tmp_path / "m.jsonl", tmp_path / "plots"
     assert main(["train", "builtin:karate", "--epochs", "6", "--hidden", "8", "--quiet", "--metrics",
                  str(metrics)]) == 0
+    assert capsys.readouterr().out.startswith("mggcn: trained model")  # a quiet run's one line
     assert main(["report", str(metrics), "--out", str(out)]) == 0
     printed = capsys.readouterr().out.split()
     assert [p.rsplit("/", 1)[1] for p in printed] == ["curves.png", "phases.png", "timeline.png"]
