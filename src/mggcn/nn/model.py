@@ -138,11 +138,7 @@ class GCNLayer(nn.Module):
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
         check_order(order)
-        if generator is None:
-            self.lin = nn.Linear(in_dim, out_dim, bias=False)
-        else:  # no default initialization drawn (from the global RNG) only to be overwritten
-            self.lin = _UninitializedLinear(in_dim, out_dim, bias=False)
-            glorot_(self.lin.weight, generator)
+        self.lin = glorot_linear(in_dim, out_dim, bias=False, generator=generator)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)

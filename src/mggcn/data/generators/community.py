@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mggcn.data.csr import index_dtype
 from mggcn.data.generators.common import (
     DEFAULT_SPLIT,
     CentroidFeatures,
@@ -83,7 +84,7 @@ class _Communities:
         slices = _GUIDE_SLICES * n
         bounds = np.arange(slices + 1) * (cum[-1] / slices)
         first = np.searchsorted(bounds, cum, side="left")  # the first slice bound at or past each vertex's cum
-        guide = np.cumsum(np.bincount(first, minlength=slices + 2)[:slices + 1]).astype(_ids(n))
+        guide = np.cumsum(np.bincount(first, minlength=slices + 2)[:slices + 1]).astype(index_dtype(n))
         bounds = np.concatenate([[0.0], cum[np.searchsorted(y[order], np.arange(C), side="right") - 1]])
         community = y[order].astype(np.min_scalar_type(C))
         return _Communities(y, theta, order, cum, guide, bounds[:-1], np.diff(bounds), 1.0 if C == 1 else p_in,
@@ -118,10 +119,6 @@ class _Communities:
 
     def block(self, seed: int, block: int, count: int, clustered: bool = False) -> tuple[np.ndarray, np.ndarray]:
         return self.pairs(np.random.default_rng([seed, _TAG, block]), count, clustered)
-
-
-def _ids(n: int) -> type:
-    return np.int32 if n < 2**31 else np.int64
 
 
 def _check(name: str, num_nodes: int, num_classes: int, num_features: int, avg_degree: float,
