@@ -135,12 +135,11 @@ def first_epoch(spec: str, nprocs: int, device: str) -> dict:
             "ratio": float(found.group(1)) / ref["seconds"]}
 
 
-def _number(value, spec: str, unit: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{unit}"
-
-
 def scale_table(reports: dict[str, dict]) -> str:
     """The Markdown table of bench reports by shape name: a line per configuration, out of memory or finished."""
+    from mggcn.tools.bench.table import configuration_label, configurations, report_source
+    from mggcn.tools.bench.table import markdown_cell as cell
+
     head = ["shape", "graph", "generated", "configuration", "first epoch s", "s/epoch", "x PyG", "peak GiB",
             "x PyG", "plan GiB", "net/plan"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -149,24 +148,15 @@ def scale_table(reports: dict[str, dict]) -> str:
         graph = f"{g['nodes']:,} x {g['nnz'] / 1e6:,.1f}M nonzeros" if g else "not made"
         made = "-" if g.get("generate_s") is None else \
             f"{g['generate_s']:.1f} s ({g['nnz_per_s'] / 1e6:.1f}M/s)"
-        rows = report.get("rows", []) + [dict(f, failed=True) for f in report.get("failed", [])
-                                         if f.get("kind") != "probe"]
-        if not rows:
-            rows = [{"name": report.get("error") or "no configuration finished"}]
+        rows = configurations(report) or [{"name": report.get("error") or "no configuration finished"}]
         for r in rows:
-            name = r["name"]
-            if r.get("oom"):
-                name += f": out of memory ({r.get('oom_during') or 'training'})"
-            elif r.get("failed"):
-                name += f": failed ({(r.get('error') or '').splitlines()[0][:80] if r.get('error') else 'no error'})"
             peak = r.get("net")
-            cells = [shape, graph, made, name, _number(r.get("setup_s"), ".1f"), _number(r.get("epoch_s"), ".4f"),
-                     _number(r.get("time_vs_pyg"), ".2f"), _number(peak and peak / 2**30, ".2f"),
-                     _number(r.get("net_vs_pyg"), ".2f"), _number(r.get("predicted") and r["predicted"] / 2**30, ".2f"),
-                     _number(r.get("measured_over_predicted"), ".2f")]
+            cells = [shape, graph, made, configuration_label(r), cell(r.get("setup_s"), ".1f"),
+                     cell(r.get("epoch_s"), ".4f"), cell(r.get("time_vs_pyg"), ".2f"),
+                     cell(peak and peak / 2**30, ".2f"), cell(r.get("net_vs_pyg"), ".2f"),
+                     cell(r.get("predicted") and r["predicted"] / 2**30, ".2f"),
+                     cell(r.get("measured_over_predicted"), ".2f")]
             lines.append("| " + " | ".join(cells) + " |")
-    from mggcn.tools.bench.table import report_source
-
     device = next((r["options"].get("device") for r in reports.values() if r.get("options")), "?")
     lines.append("")
     lines += [f"{shape}: {report_source(report)}" for shape, report in reports.items() if report.get("options")]

@@ -71,3 +71,9 @@ def test_the_script_prints_and_writes_the_tables(tmp_path):
     done = subprocess.run([sys.executable, script, str(bad)], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith(f"bench_table: {bad}: not a report of mggcn bench")
     assert done.stderr.count("\n") == 1
+
+
+def test_a_configuration_that_failed_without_a_message_still_has_its_line():
+    report = _report()
+    report["failed"].append({"name": "PyG GCNConv (csr)", "kind": "pyg", "error": ""})
+    assert "| PyG GCNConv (csr): failed (no error) | - |" in format_markdown(report)

@@ -6,7 +6,8 @@ import json
 
 from mggcn.utils.units import format_bytes
 
-__all__ = ["format_table", "format_markdown", "report_source", "write_report"]
+__all__ = ["format_table", "format_markdown", "report_source", "markdown_cell", "configurations", "configuration_label",
+           "write_report"]
 
 _MIB = 2**20
 _HEAD = (f"{'configuration':<34}{'epoch s':>8}{'xPyG':>6}{'setup s':>8}{'xPyG':>6}{'floor s':>8}{'xfloor':>7}"
@@ -174,6 +175,27 @@ def report_source(report: dict) -> str:
     return "; ".join(parts)
 
 
+def markdown_cell(value, spec: str) -> str:
+    """A number of a Markdown table, "-" for one not measured (None or NaN)."""
+    return "-" if value is None or (isinstance(value, float) and value != value) else format(value, spec)
+
+
+def configurations(report: dict) -> list[dict]:
+    """The report's configurations as table lines: its rows, then those that failed (marked ``failed``); the bench's
+    probes are not configurations."""
+    return report.get("rows", []) + [dict(f, failed=True) for f in report.get("failed", []) if f.get("kind") != "probe"]
+
+
+def configuration_label(row: dict) -> str:
+    """A configuration's name, and what stopped it: out of memory (and when), or the first line of its error."""
+    if row.get("oom"):
+        return f"{row['name']}: out of memory ({row.get('oom_during') or 'training'})"
+    if row.get("failed"):
+        error = (row.get("error") or "").splitlines()
+        return f"{row['name']}: failed ({error[0][:80] if error else 'no error'})"
+    return row["name"]
+
+
 def format_markdown(report: dict) -> str:
     """The report as a Markdown table for docs/benchmarks.md: its source line (:func:`report_source`), the graph,
     and a line per configuration (seconds per epoch and to the first epoch, accuracy, memory against PyG and the
@@ -184,20 +206,13 @@ def format_markdown(report: dict) -> str:
     lines = [report_source(report), "", _graph_line(report.get("graph")), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def cell(value, spec: str) -> str:
-        return "-" if value is None or (isinstance(value, float) and value != value) else format(value, spec)
-
-    for r in report.get("rows", []):
-        name = r["name"] + (f": out of memory ({r.get('oom_during') or 'training'})" if r.get("oom") else "")
+    cell = markdown_cell
+    for r in configurations(report):
         lines.append("| " + " | ".join([
-            name, cell(r.get("epoch_s"), ".4f"), cell(r.get("time_vs_pyg"), ".2f"), cell(r.get("setup_s"), ".1f"),
-            cell(r.get("setup_vs_pyg"), ".2f"), cell(r.get("test_acc"), ".4f"), cell(_mib(r.get("net")), ".0f"),
-            cell(r.get("net_vs_pyg"), ".2f"), cell(_mib(r.get("predicted")), ".0f"),
+            configuration_label(r), cell(r.get("epoch_s"), ".4f"), cell(r.get("time_vs_pyg"), ".2f"),
+            cell(r.get("setup_s"), ".1f"), cell(r.get("setup_vs_pyg"), ".2f"), cell(r.get("test_acc"), ".4f"),
+            cell(_mib(r.get("net")), ".0f"), cell(r.get("net_vs_pyg"), ".2f"), cell(_mib(r.get("predicted")), ".0f"),
             cell(r.get("measured_over_predicted"), ".2f")]) + " |")
-    for f in report.get("failed", []):
-        if f.get("kind") != "probe":
-            lines.append(f"| {f['name']}: failed ({(f.get('error') or '').splitlines()[0][:80]}) |"
-                         + " - |" * (len(head) - 1))
     if not report.get("complete", True):
         lines.append("")
         lines.append(f"(stopped before the end: {report.get('error') or 'the report was written midway'})")
