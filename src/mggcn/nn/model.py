@@ -104,6 +104,9 @@ class _UninitializedLinear(nn.Linear):
     def reset_parameters(self) -> None:
         pass
 
+    def _get_name(self) -> str:
+        return "Linear"  # what it is once drawn; the name shows in a model's repr
+
 
 def glorot_linear(in_dim: int, out_dim: int, bias: bool = True,
                   generator: torch.Generator | None = None) -> nn.Linear:
@@ -142,6 +145,10 @@ class GCNLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
+
+    def extra_repr(self) -> str:
+        # The bias is the layer's, added after the SpMM, so ``lin`` itself shows bias=False.
+        return f"{self.lin.in_features}, {self.lin.out_features}, bias={self.bias is not None}"
 
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
