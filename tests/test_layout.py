@@ -18,7 +18,7 @@ import mggcn
 PACKAGE = Path(mggcn.__file__).parent
 SRC = PACKAGE.parent
 # lowest first; a module may import its own layer and the ones below (the order of mggcn/__init__'s docstring)
-LAYERS = ("config", "utils", "data", "nn", "distributed", "training", "tools", "api")
+LAYERS = ("config", "utils", "data", "kernels", "nn", "distributed", "training", "tools", "api")
 TOP = ("mggcn", "mggcn.__main__")  # the lazy namespace and the entry point sit above every layer
 NO_TORCH = ("mggcn", "mggcn.data", "mggcn.data.graph", "mggcn.data.datasets", "mggcn.data.formats",
             "mggcn.data.prepared.writer", "mggcn.tools.cli")

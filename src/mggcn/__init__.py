@@ -12,6 +12,8 @@ The package is laid out by layer, lowest first; a module imports only from its o
                          the process (allocator, threads, warning filters, signal handlers), only for a rank
 - ``mggcn.data``         the graph, dataset specs and the arrays a rank reads its rows of, synthetic and built-in
                          graphs, file formats, prepared datasets (no torch)
+- ``mggcn.kernels``      the local sparse kernels (CSR column tiles, the CPU gather kernel) and which runs on which
+                         device
 - ``mggcn.nn``           normalization, the models (GCN, GraphSAGE, GIN), their layers and the order policy (with the
                          SpMM widths it implies), dropout from a seeded generator, the loss, the buffer workspace
 - ``mggcn.distributed``  the distributed context, partitioning (+ METIS) and the one shard builder, the SpMM

@@ -31,7 +31,7 @@ from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset
 from mggcn.distributed.launch import launch, refuse_unguarded_script
 from mggcn.distributed.spmm import StagedSpMM, local_adj
-from mggcn.distributed.tiled import csr_to_torch
+from mggcn.kernels.tiled import csr_to_torch
 from mggcn.nn.model import LayerStack
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job, share_dataset

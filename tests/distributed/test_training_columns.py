@@ -20,7 +20,7 @@ from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import TRAINING_COLUMNS_MAX, keeps_training_columns
-from mggcn.distributed.tiled import TiledCSR
+from mggcn.kernels.tiled import TiledCSR
 from mggcn.nn.models import operator_for
 from mggcn.training.trainer import train_shard
 from mggcn.utils.errors import ConfigError

@@ -9,12 +9,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from mggcn.config import TILE_BYTES, TrainConfig
-from mggcn.distributed import tiled
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import BroadcastBuffers, local_adj
-from mggcn.distributed.tiled import gather_kernel
+from mggcn.kernels import tiled
+from mggcn.kernels.policy import gather_kernel
 from mggcn.nn.loss import MaskedCrossEntropy
 from mggcn.nn.model import GCN
 from mggcn.tools.cli import main

@@ -43,7 +43,7 @@ import torch.distributed as dist
 from mggcn.config import COMM_MODES
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm, training_columns
-from mggcn.distributed.tiled import TiledCSR
+from mggcn.kernels.tiled import TiledCSR
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]

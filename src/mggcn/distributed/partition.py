@@ -5,7 +5,7 @@
    vertices that belong to no split.
 2. Rank i owns the m = n_pad / P consecutive new ids ``[i·m, (i+1)·m)``: its rows of Â, of the features and labels.
    It cuts its row block into P column blocks ``Â[i, j]`` (m × m CSR, int32 indices where they fit; on CPU each
-   further cut into column tiles, :mod:`mggcn.distributed.tiled`), and does the same with its row block of Âᵀ for the
+   further cut into column tiles, :mod:`mggcn.kernels.tiled`), and does the same with its row block of Âᵀ for the
    backward pass — built once here, never transposed at run time, and never assumed equal to Â (directed graphs,
    ``mean`` norm).
 
@@ -31,7 +31,7 @@ import scipy.sparse as sp
 import torch
 
 from mggcn.config import ORDERINGS
-from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
+from mggcn.kernels.tiled import TiledCSR, csr_to_torch, num_tiles
 from mggcn.utils.errors import ConfigError
 
 __all__ = ["ORDERINGS", "Partition", "Shard", "check_partition", "make_partition", "split_row_block", "csr_to_torch",
@@ -138,7 +138,7 @@ class Shard:
     """What one rank holds: its column blocks of Â and Âᵀ, and its rows of features, labels and splits.
 
     Shapes: ``x`` [m, F]; ``y`` [m] (``-1`` on padding and unlabelled rows); ``masks[s]`` bool [m];
-    ``adj[j]``, ``adj_t[j]`` [m, m] for j in 0..P-1 (:class:`~mggcn.distributed.tiled.TiledCSR`; the same objects when
+    ``adj[j]``, ``adj_t[j]`` [m, m] for j in 0..P-1 (:class:`~mggcn.kernels.tiled.TiledCSR`; the same objects when
     Â = Âᵀ).
     """
 

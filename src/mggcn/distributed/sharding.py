@@ -41,7 +41,7 @@ from mggcn.data.mapped import drop_pages, gather, read_rows
 from mggcn.data.prepared.reader import pair_hash
 from mggcn.distributed.metis import metis_partition
 from mggcn.distributed.partition import Partition, Shard, make_partition
-from mggcn.distributed.tiled import TiledCSR, csr_to_torch, num_tiles
+from mggcn.kernels.tiled import TiledCSR, csr_to_torch, num_tiles
 from mggcn.nn.norm import adds_self_loops, entry_values
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.parallel import thread_budget, thread_map
@@ -551,7 +551,7 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
         norm: the operator, one of :data:`mggcn.config.OPERATORS` (:mod:`mggcn.nn.norm`; a model's is
             :func:`mggcn.nn.models.operator_for`: the GCN's ``"sym"`` or ``"mean"``, GraphSAGE's ``"in-mean"``,
             GIN's ``"sum"``).
-        tile_cols: columns per tile of the blocks (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled).
+        tile_cols: columns per tile of the blocks (:func:`mggcn.kernels.policy.tile_columns`; None: untiled).
         reads: if given, filled with what the shard read: ``rows``, ``edges`` (CSR entries of both views) and
             ``bytes`` (all it gathered from the arrays).
 

@@ -33,7 +33,7 @@ from torch.autograd.function import once_differentiable
 from mggcn.config import TRAIN_COLUMNS
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.shm import SharedOutboxes
-from mggcn.distributed.tiled import TiledCSR
+from mggcn.kernels.tiled import TiledCSR
 from mggcn.nn.workspace import GradSpec, OutSpec, grad_destination
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer

@@ -21,7 +21,7 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
     activations  the peak over the epoch of what autograd keeps plus the gradients in flight (below)
 
 ``T`` is the number of CSR tiles of the P blocks: P without tiling (GPUs), ``P · ⌈m / tile_cols⌉`` on CPUs where
-each block is cut into column tiles (:func:`mggcn.distributed.tiled.tile_columns`; their row pointers cost at most 12.5%
+each block is cut into column tiles (:func:`mggcn.kernels.policy.tile_columns`; their row pointers cost at most 12.5%
 of the nonzeros' bytes). ``widths`` are :func:`mggcn.nn.model.spmm_widths` (the order policy decides them).
 Activations are the buffers of the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and
 reused by every later one: every layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an
@@ -68,7 +68,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mggcn.distributed.spmm import keeps_training_columns
-from mggcn.distributed.tiled import gather_chunk_bytes, index_bytes, num_tiles
+from mggcn.kernels.policy import index_bytes
+from mggcn.kernels.tiled import gather_chunk_bytes, num_tiles
 from mggcn.nn.model import LayerStack, aggregate_first, spmm_widths
 from mggcn.nn.models import model_type
 from mggcn.nn.workspace import BufferWalk
@@ -243,14 +244,14 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
             ``rank_nnz_train_t`` those of Âᵀ's training columns (default ``⌈train · nnz / P⌉``), kept when
             :func:`~mggcn.distributed.spmm.keeps_training_columns` says so for ``train_columns`` (its ``mode``).
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
-        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.distributed.tiled.tile_columns`; None: untiled, as on
+        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.kernels.policy.tile_columns`; None: untiled, as on
             GPUs).
         model: ``gcn``, ``sage`` or ``gin`` (``train_eps``: GIN's learnable ε): its parameters
             (:func:`num_parameters`) and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no
             self loops (``nnz = edges``).
-        gather: the CPU's gather kernel runs (:func:`~mggcn.distributed.tiled.gather_kernel`: float32, FBGEMM); it
+        gather: the CPU's gather kernel runs (:func:`~mggcn.kernels.policy.gather_kernel`: float32, FBGEMM); it
             multiplies whole blocks (``tile_cols`` None), each SpMM holding one chunk of rows in flight
-            (:func:`~mggcn.distributed.tiled.gather_chunk_bytes`, under 1 MiB).
+            (:func:`~mggcn.kernels.tiled.gather_chunk_bytes`, under 1 MiB).
         device: ``cpu`` or ``cuda``, the size of σ's block buffer (:func:`~mggcn.nn.functional.mask_chunk_rows`).
     """
     if nprocs < 1 or num_nodes < nprocs:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from mggcn.distributed.spmm import keeps_training_columns
-from mggcn.distributed.tiled import index_bytes
+from mggcn.kernels.policy import index_bytes
 from mggcn.nn.model import spmm_widths
 from mggcn.nn.models import model_type
 from mggcn.tools.plan import FLOAT

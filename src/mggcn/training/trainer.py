@@ -35,7 +35,7 @@ from mggcn.distributed.partition import Shard
 from mggcn.distributed.sharding import build_shard, partition_dataset
 from mggcn.distributed.shm import host_outboxes
 from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM, keeps_training_columns
-from mggcn.distributed.tiled import tile_columns
+from mggcn.kernels.policy import tile_columns
 from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
@@ -76,7 +76,7 @@ class NonFiniteLoss(FloatingPointError):
 def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
                        nprocs: int, device: torch.device | str, local_ranks: int,
                        width: int | None = None) -> int | None:
-    """Columns per tile of a rank's blocks (:func:`mggcn.distributed.tiled.tile_columns`) for SpMMs of ``width``
+    """Columns per tile of a rank's blocks (:func:`mggcn.kernels.policy.tile_columns`) for SpMMs of ``width``
     (default: the widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the
     ``local_ranks`` of one machine share its cache."""
     if width is None:

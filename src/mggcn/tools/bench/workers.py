@@ -10,7 +10,7 @@ import torch
 from mggcn.config import MMAP_THRESHOLD, TrainConfig
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
-from mggcn.distributed.tiled import gather_kernel
+from mggcn.kernels.policy import gather_kernel
 from mggcn.nn.models import operator_for
 from mggcn.tools.bench.graph import open_dataset
 from mggcn.tools.bench.limits import SetupNotes, cap_memory, lift_caps

@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.tiled import gather_kernel
+    from mggcn.kernels.policy import gather_kernel
     from mggcn.nn.models import operator_for
     from mggcn.tools.plan import PRESETS, format_plan, plan_memory
     from mggcn.training.trainer import epoch_tile_columns

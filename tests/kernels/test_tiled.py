@@ -1,24 +1,17 @@
-"""Column-tiled blocks (mggcn.distributed.tiled): the product, the structure and the tiling policy, against scipy."""
+"""Column-tiled blocks (mggcn.kernels.tiled) and the tiling policy (mggcn.kernels.policy): the product, the
+structure and the policy, against scipy."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 
-from mggcn.config import TILE_BYTES
-from mggcn.distributed import tiled
+from mggcn.config import GATHER_BYTES, TILE_BYTES
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
-from mggcn.distributed.tiled import (
-    GATHER_BYTES,
-    MIN_TILE_COLUMNS,
-    TiledCSR,
-    gather_kernel,
-    gather_matmul,
-    max_tiles,
-    num_tiles,
-    tile_columns,
-)
+from mggcn.kernels import tiled
+from mggcn.kernels.policy import MIN_TILE_COLUMNS, gather_kernel, max_tiles, tile_columns
+from mggcn.kernels.tiled import TiledCSR, gather_matmul, num_tiles
 from mggcn.tools.plan import plan_memory
 from reference import random_graph
 

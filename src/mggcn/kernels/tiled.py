@@ -3,35 +3,31 @@
 A CSR SpMM ``C = A·B`` walks A row by row and, for each nonzero, reads one row of B. When B (``w × d`` floats) is
 larger than the cache, those reads go to memory — on a CPU the SpMM is bound by them, not by its flops. Cutting A's
 columns into tiles ``[s_t, s_t + w_t)`` and computing ``C = Σ_t A[:, tile t] · B[tile t]`` reads only ``w_t × d``
-floats of B per pass, which stay in cache while the pass streams A's indices and values; the price is one more
-pass over C per tile. The tiles are chosen so that ``w_t × d × 4`` bytes fit :data:`TILE_BYTES` (FeatGraph, SC'20,
-calls this graph partitioning for cache; MG-GCN's P column blocks are the same cut, at the scale of ranks).
-
-On CUDA a block is one tile: cuSPARSE reads B through the GPU's caches as it is, and every tile costs a launch.
+floats of B per pass, which stay in cache while the pass streams A's indices and values; the price is one more pass
+over C per tile. The tiles are chosen so that ``w_t × d × 4`` bytes fit :data:`~mggcn.config.TILE_BYTES` (FeatGraph,
+SC'20, calls this graph partitioning for cache; MG-GCN's P column blocks are the same cut, at the scale of ranks).
 
 Two CPU kernels. Torch's CSR matmul (MKL) spends many cycles per nonzero at narrow widths even with B in cache, so
-where B fits the last-level cache (:data:`GATHER_BYTES` per machine, e.g. 100k rows at width 40) a block stays whole and
-is multiplied by the gather-sum kernel instead: ``torch.nn.functional.embedding_bag`` in ``sum`` mode with the
-values as per-sample weights is exactly a CSR SpMM (bag r = row r, its indices the row's columns), and on x86 it runs
-FBGEMM's fused gather-multiply-add (docs/benchmarks.md compares the two). It runs a chunk of rows at a time
-(:data:`GATHER_CHUNK` output elements: the chunk's result is a new tensor just under the allocator's mmap threshold,
-so it reuses heap memory instead of faulting in fresh pages, then is copied or added into ``out``). A wider B is cut
-into tiles for MKL as above (the gather kernel gains nothing once B is past the cache, and tiles cost
-it a pass over every row per tile). Where FBGEMM is not (no AVX2, other CPUs) or the operands are not float32, blocks
-use MKL, tiled as above.
+where B fits the last-level cache (:data:`~mggcn.config.GATHER_BYTES` per machine, e.g. 100k rows at width 40) a
+block stays whole and is multiplied by the gather-sum kernel instead: ``torch.nn.functional.embedding_bag`` in
+``sum`` mode with the values as per-sample weights is exactly a CSR SpMM (bag r = row r, its indices the row's
+columns), and on x86 it runs FBGEMM's fused gather-multiply-add (docs/benchmarks.md compares the two). It runs a
+chunk of rows at a time (:data:`GATHER_CHUNK` output elements: the chunk's result is a new tensor just under the
+allocator's mmap threshold, so it reuses heap memory instead of faulting in fresh pages, then is copied or added
+into ``out``). A wider B is cut into tiles for MKL as above (the gather kernel gains nothing once B is past the
+cache, and tiles cost it a pass over every row per tile). Where FBGEMM is not (no AVX2, other CPUs) or the operands
+are not float32, blocks use MKL, tiled as above.
 
 Storage: each tile is a torch sparse CSR ``m × w_t`` with its own row pointers (int32 indices where they fit), so a
-block of ``T`` tiles costs ``T · (m + 1)`` row pointers besides its nonzeros. :func:`tile_columns` chooses tiles
-no narrower than keeps those row pointers under :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes: blocks with few
-nonzeros per row (many ranks, a sparse graph) stay whole. Sums run tile by tile, so results differ from the
-untiled product by float rounding only.
+block of ``T`` tiles costs ``T · (m + 1)`` row pointers besides its nonzeros. Which kernel runs where and how wide
+the tiles are is :mod:`mggcn.kernels.policy`'s choice (:func:`~mggcn.kernels.policy.tile_columns`). Sums run tile by
+tile, so results differ from the untiled product by float rounding only.
 
 Legend: m = rows of the block, w = its columns, d = width of B, T = tiles.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,35 +35,16 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from mggcn.config import GATHER_BYTES, MMAP_THRESHOLD, TILE_BYTES
+from mggcn.config import MMAP_THRESHOLD
+from mggcn.kernels.policy import gather_kernel, index_bytes
 from mggcn.utils.system import sparse_warnings_silenced
 
-__all__ = ["TILE_BYTES", "MAX_INDEX_OVERHEAD", "GATHER_BYTES", "GATHER_CHUNK", "TiledCSR", "tile_columns",
-           "max_tiles", "num_tiles", "index_bytes", "csr_to_torch", "gather_kernel", "gather_matmul",
-           "gather_rows", "gather_chunk_bytes"]
+__all__ = ["GATHER_CHUNK", "TiledCSR", "num_tiles", "csr_to_torch", "gather_matmul", "gather_rows",
+           "gather_chunk_bytes"]
 
-# TILE_BYTES, bytes of B one tile reads per machine: a few MiB, well inside the last-level cache shared by the ranks
-# and past the per-core L2 (mggcn bench --compare-tiles measures others).
-MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
-MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
-# GATHER_BYTES (mggcn.config), bytes of B up to which a block stays whole for the gather kernel, per machine: about
-# the last-level cache, where the gather's random reads of B's rows hit it.
 # output elements per gather call: as many float32 as stay 16 KiB under the mmap threshold (1 MiB), so that each
 # call's result comes from the heap, not from fresh pages (larger chunks, fewer calls)
 GATHER_CHUNK = (MMAP_THRESHOLD - (16 << 10)) // 4
-
-
-@functools.cache
-def _fbgemm() -> bool:
-    """Whether torch's embedding_bag runs FBGEMM's kernel here (x86 with AVX2); elsewhere it is a slow loop."""
-    return ("fbgemm" in torch.backends.quantized.supported_engines
-            and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
-
-
-def gather_kernel(device: torch.device | str, dtype: torch.dtype = torch.float32) -> bool:
-    """Whether a whole block on ``device`` multiplies ``dtype`` operands with the gather-sum kernel (see the module
-    docstring): CPU, float32, FBGEMM."""
-    return torch.device(device).type == "cpu" and dtype == torch.float32 and _fbgemm()
 
 
 def gather_rows(width: int) -> int:
@@ -101,11 +78,6 @@ def gather_matmul(csr: torch.Tensor, b: torch.Tensor, out: torch.Tensor, accumul
     return out
 
 
-def index_bytes(nnz: int, size: int) -> int:
-    """Bytes of one CSR index of a matrix with ``nnz`` nonzeros and ``size`` rows or columns at most."""
-    return 4 if nnz < 2**31 and size < 2**31 else 8
-
-
 def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torch.Tensor:
     """A scipy CSR as a torch sparse CSR tensor, with int32 indices when they fit (a bit faster in MKL)."""
     idx = np.int32 if index_bytes(mat.nnz, max(mat.shape)) == 4 else np.int64
@@ -114,35 +86,6 @@ def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torc
     val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
     with sparse_warnings_silenced():  # torch calls the CSR layout beta on every construction: it is MG-GCN's layout
         return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
-
-
-def tile_columns(width: int, rows: int, block_nnz: int, device: torch.device | str = "cpu", local_ranks: int = 1,
-                 tile_bytes: int | None = None) -> int | None:
-    """Columns per tile of ``rows × rows`` blocks with about ``block_nnz`` nonzeros each, for SpMMs of ``width``
-    (the widest of an epoch); ``None`` (no tiling) on CUDA and where one tile would do.
-
-    A tile reads ``tile_bytes`` of B (default :data:`TILE_BYTES`; 0 turns tiling off), shared among the
-    ``local_ranks`` ranks of one machine; tiles are widened until their row pointers cost at most
-    :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes (:func:`max_tiles`). By default a block whose B fits
-    :data:`GATHER_BYTES` (shared the same way) stays whole where the gather kernel runs (:func:`gather_kernel`).
-    """
-    if torch.device(device).type != "cpu":
-        return None
-    if tile_bytes is None and gather_kernel(device) and rows * 4 * max(1, width) * max(1, local_ranks) <= GATHER_BYTES:
-        return None
-    tile_bytes = TILE_BYTES if tile_bytes is None else tile_bytes
-    if tile_bytes <= 0:
-        return None
-    cols = max(MIN_TILE_COLUMNS, tile_bytes // (4 * max(1, width) * max(1, local_ranks)))
-    cols = max(cols, -(-rows // max_tiles(rows, block_nnz)))
-    return None if cols >= rows else cols
-
-
-def max_tiles(rows: int, nnz: int) -> int:
-    """The most tiles a ``rows``-row block of ``nnz`` nonzeros may have: one, plus as many as keep the extra row
-    pointers within :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes."""
-    ib = index_bytes(nnz, rows)
-    return 1 + int(MAX_INDEX_OVERHEAD * nnz * (ib + 4) / ((rows + 1) * ib))
 
 
 def num_tiles(cols: int, tile_cols: int | None) -> int:

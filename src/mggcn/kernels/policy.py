@@ -1,0 +1,75 @@
+"""Which local sparse kernel multiplies a block on which device, and how a block is cut for it.
+
+On CUDA a block is one tile: cuSPARSE reads B through the GPU's caches as it is, and every tile costs a launch.
+On a CPU, where B fits the last-level cache (:data:`~mggcn.config.GATHER_BYTES` per machine) a whole block is
+multiplied by the gather-sum kernel (:func:`mggcn.kernels.tiled.gather_matmul`) where FBGEMM runs it
+(:func:`gather_kernel`: x86 with AVX2, float32 operands); a wider B, or a CPU without FBGEMM, gets MKL's CSR product
+on column tiles of :data:`~mggcn.config.TILE_BYTES` of B each (:func:`tile_columns`). Tiles are no narrower than
+keeps their extra row pointers under :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes: blocks with few nonzeros
+per row (many ranks, a sparse graph) stay whole. Indices are int32 where they fit (:func:`index_bytes`; a bit
+faster in MKL).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from mggcn.config import GATHER_BYTES, TILE_BYTES
+
+__all__ = ["MIN_TILE_COLUMNS", "MAX_INDEX_OVERHEAD", "gather_kernel", "index_bytes", "tile_columns", "max_tiles"]
+
+# TILE_BYTES (mggcn.config), bytes of B one tile reads per machine: a few MiB, well inside the last-level cache
+# shared by the ranks and past the per-core L2 (mggcn bench --compare-tiles measures others).
+MIN_TILE_COLUMNS = 1024  # narrower tiles cost more passes over C than their cache hits save
+MAX_INDEX_OVERHEAD = 0.125  # a block's extra row pointers, at most this fraction of its nonzeros' bytes
+# GATHER_BYTES (mggcn.config), bytes of B up to which a block stays whole for the gather kernel, per machine: about
+# the last-level cache, where the gather's random reads of B's rows hit it.
+
+
+@functools.cache
+def _fbgemm() -> bool:
+    """Whether torch's embedding_bag runs FBGEMM's kernel here (x86 with AVX2); elsewhere it is a slow loop."""
+    return ("fbgemm" in torch.backends.quantized.supported_engines
+            and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
+
+
+def gather_kernel(device: torch.device | str, dtype: torch.dtype = torch.float32) -> bool:
+    """Whether a whole block on ``device`` multiplies ``dtype`` operands with the gather-sum kernel
+    (:func:`mggcn.kernels.tiled.gather_matmul`): CPU, float32, FBGEMM."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32 and _fbgemm()
+
+
+def index_bytes(nnz: int, size: int) -> int:
+    """Bytes of one CSR index of a matrix with ``nnz`` nonzeros and ``size`` rows or columns at most."""
+    return 4 if nnz < 2**31 and size < 2**31 else 8
+
+
+def tile_columns(width: int, rows: int, block_nnz: int, device: torch.device | str = "cpu", local_ranks: int = 1,
+                 tile_bytes: int | None = None) -> int | None:
+    """Columns per tile of ``rows × rows`` blocks with about ``block_nnz`` nonzeros each, for SpMMs of ``width``
+    (the widest of an epoch); ``None`` (no tiling) on CUDA and where one tile would do.
+
+    A tile reads ``tile_bytes`` of B (default :data:`TILE_BYTES`; 0 turns tiling off), shared among the
+    ``local_ranks`` ranks of one machine; tiles are widened until their row pointers cost at most
+    :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes (:func:`max_tiles`). By default a block whose B fits
+    :data:`GATHER_BYTES` (shared the same way) stays whole where the gather kernel runs (:func:`gather_kernel`).
+    """
+    if torch.device(device).type != "cpu":
+        return None
+    if tile_bytes is None and gather_kernel(device) and rows * 4 * max(1, width) * max(1, local_ranks) <= GATHER_BYTES:
+        return None
+    tile_bytes = TILE_BYTES if tile_bytes is None else tile_bytes
+    if tile_bytes <= 0:
+        return None
+    cols = max(MIN_TILE_COLUMNS, tile_bytes // (4 * max(1, width) * max(1, local_ranks)))
+    cols = max(cols, -(-rows // max_tiles(rows, block_nnz)))
+    return None if cols >= rows else cols
+
+
+def max_tiles(rows: int, nnz: int) -> int:
+    """The most tiles a ``rows``-row block of ``nnz`` nonzeros may have: one, plus as many as keep the extra row
+    pointers within :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes."""
+    ib = index_bytes(nnz, rows)
+    return 1 + int(MAX_INDEX_OVERHEAD * nnz * (ib + 4) / ((rows + 1) * ib))
