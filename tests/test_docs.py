@@ -38,12 +38,15 @@ TUTORIAL = DOCS / "tutorial.md"
 # The least each page holds, so that a page losing its blocks fails: (commands and python blocks that run, mggcn
 # commands of bash blocks that parse); README.md's are what it holds.
 MINIMUM = {"README.md": (1, 9), "tutorial.md": (8, 0), "benchmarks.md": (2, 10), "formats.md": (6, 8),
-           "how-it-works.md": (2, 0), "models.md": (3, 3), "reliability.md": (5, 0), "architecture.md": (1, 0)}
+           "how-it-works.md": (2, 0), "models.md": (3, 3), "reliability.md": (5, 0), "architecture.md": (1, 0),
+           "api.md": (0, 0)}
+# Pages without code: the API reference, which mkdocstrings fills from the docstrings (tests/test_docs_site.py).
+NO_CODE = {"api.md"}
 
 
 def blocks(path: Path) -> list[tuple[str, str]]:
     found = BLOCK.findall(path.read_text())
-    assert found, f"{path}: no code block"
+    assert found or path.name in NO_CODE, f"{path}: no code block"
     for kind, body in found:
         assert kind in KINDS, f"{path}: a ```{kind} block (tag every block as one of {KINDS}):\n{body[:200]}"
     return found

@@ -62,5 +62,6 @@ class TrainConfig:
     tile_bytes: int | None = None  # CPU SpMM: bytes of B per column tile (None: TILE_BYTES; 0: untiled)
 
     def dims(self, num_features: int, num_classes: int) -> list[int]:
+        """The layer widths of the model: the features, the hidden sizes, the classes."""
         return [num_features, *self.hidden, num_classes]
 

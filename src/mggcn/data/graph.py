@@ -53,10 +53,12 @@ class Graph:
 
     @property
     def num_edges(self) -> int:
+        """The number of directed edges (columns of ``edge_index``)."""
         return int(self.edge_index.shape[1])
 
     @property
     def num_features(self) -> int:
+        """The number of features per vertex (columns of ``x``)."""
         return int(self.x.shape[1])
 
     def validate(self) -> Graph:

@@ -124,9 +124,10 @@ class GINLayer(nn.Module):
 class GIN(BranchedStack):
     """A stack of :class:`GINLayer`, σ between layers, logits out (PyG's ``GIN`` model).
 
+    ``dims``, ``activation``, ``dropout``, ``input_dropout`` and ``reuse_buffers``: as
+    :class:`~mggcn.nn.model.LayerStack`; ``activation`` is also σ inside each MLP (PyG's ``GIN(act=...)``).
+
     Args:
-        dims, activation, dropout, input_dropout, reuse_buffers: as :class:`~mggcn.nn.model.LayerStack`;
-            ``activation`` is also σ inside each MLP (PyG's ``GIN(act=...)``).
         order: the order policy, see :func:`~mggcn.nn.model.aggregate_first`.
         train_eps: learn ε (default False: ε = 0 fixed).
         seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank.

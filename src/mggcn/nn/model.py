@@ -496,8 +496,9 @@ def _hooked(module: nn.Module) -> bool:
 class GCN(LayerStack):
     """A stack of :class:`GCNLayer`, σ between layers, logits out.
 
+    ``dims``, ``activation``, ``dropout``, ``input_dropout`` and ``reuse_buffers``: as :class:`LayerStack`.
+
     Args:
-        dims, activation, dropout, input_dropout, reuse_buffers: as :class:`LayerStack`.
         order: the order policy, see :func:`aggregate_first`.
         bias: every layer adds a learnable bias (default True).
         seed: initialization seed; the same seed gives the same weights on every rank.

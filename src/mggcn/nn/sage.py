@@ -98,8 +98,10 @@ class SAGELayer(nn.Module):
 class GraphSAGE(BranchedStack):
     """A stack of :class:`SAGELayer`, σ between layers, logits out (PyG's ``GraphSAGE`` model).
 
+    ``dims``, ``activation``, ``dropout``, ``input_dropout`` and ``reuse_buffers``: as
+    :class:`~mggcn.nn.model.LayerStack`.
+
     Args:
-        dims, activation, dropout, input_dropout, reuse_buffers: as :class:`~mggcn.nn.model.LayerStack`.
         order: the order policy, see :func:`~mggcn.nn.model.aggregate_first`.
         bias: every layer adds a learnable bias (default True).
         seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank.
