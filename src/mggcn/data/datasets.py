@@ -6,7 +6,9 @@
   ``builtin:karate``, ``builtin:digits`` — generated, or read from data shipped inside packages, no file needed;
 * a file or directory in a known layout, with ``--format`` (see :mod:`mggcn.data.formats`), read whole;
 * a directory written by ``mggcn prepare`` (:mod:`mggcn.data.prepared.reader`), from which each rank reads only its
-rows.
+rows;
+* a name of :data:`mggcn.data.catalog.CATALOG` (``cora``, ``ogbn-products``, ``reddit``, ...) that is no path here:
+  downloaded, checked and prepared once into the cache (:func:`named_dataset_dir`), then read as a prepared directory.
 
 A :class:`Dataset` tells the launcher its sizes (checked before any worker starts) and holds the graph as arrays
 that a rank reads only its rows of: :func:`mggcn.distributed.sharding.build_shard` cuts each rank's shard from them,
@@ -18,11 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from mggcn.config import DEFAULT_DATASET
+from mggcn.data.catalog import CATALOG, NamedDataset, cache_dir, find, named
 from mggcn.data.csr import MAX_KEY_NODES, directed_csr
 from mggcn.data.generators.common import GeneratedGraph
 from mggcn.data.generators.spec import GENERATED_PREFIXES, generate_spec, is_generated
@@ -30,7 +35,8 @@ from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset",
-           "content_hash", "graph_arrays", "is_generated", "load_graph", "open_dataset", "split_codes"]
+           "cached_state", "check_not_named", "content_hash", "graph_arrays", "is_generated", "load_graph",
+           "named_dataset_dir", "open_dataset", "split_codes"]
 
 # The arrays a dataset holds (n vertices, E edges, F features; original ids), the layout of a prepared directory:
 ROW_ARRAYS = {
@@ -259,7 +265,16 @@ class InMemoryDataset:
 def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,
                dedup: bool = False, read_options: dict[str, Any] | None = None) -> Graph:
     """Read or generate the dataset ``spec`` whole and check it (raises :class:`GraphError` naming what is wrong)."""
-    if is_generated(spec) and fmt is None:
+    entry = named(spec) if fmt is None else None
+    if entry is not None:
+        from mggcn.data import formats
+        from mggcn.data.download import dataset_lock, fetch
+
+        with dataset_lock(entry):
+            path = fetch(entry)
+        graph = formats.read(path, entry.fmt, **_named_options(entry, read_options))
+        undirected = undirected or entry.undirected
+    elif is_generated(spec) and fmt is None:
         from mggcn.data.generators.spec import parse_spec
 
         graph = parse_spec(spec)
@@ -271,6 +286,7 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
         if is_generated(spec) and not os.path.exists(spec):
             raise GraphError(f"{spec}: a built-in dataset, which takes no --format; --format {fmt} is for a path "
                              f"(DATASET --format {fmt})")
+        check_not_named(spec, fmt)
         formats.check_path(spec, fmt)
         graph = formats.read(spec, fmt, **(read_options or {}))
     if undirected or dedup:
@@ -280,13 +296,21 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
     return graph.validate()
 
 
+def check_not_named(spec: str, fmt: str | None) -> None:
+    """Raise :class:`GraphError` when ``spec``, given a format, is no path but a name of the catalog."""
+    if fmt is not None and find(spec) is not None and not os.path.exists(spec):
+        raise GraphError(f"{spec}: a dataset known by name (`mggcn datasets`), which takes no --format; --format "
+                         f"{fmt} is for a path")
+
+
 def _not_a_dataset(spec: str) -> str:
     """What is wrong with ``spec`` given without ``--format``, and what to give instead (one line)."""
     from mggcn.data.formats import FORMATS
 
     built_in = "synthetic[:n=...], rmat:scale=..., builtin:karate or builtin:digits"
     if not os.path.exists(spec):
-        return f"{spec}: no such file or directory, and not a built-in dataset ({built_in})"
+        return (f"{spec}: no such file or directory, and not a built-in dataset ({built_in}) nor a named one "
+                f"({', '.join(CATALOG)}; `mggcn datasets` lists them)")
     if os.path.isdir(spec):
         return (f"{spec}: a directory that is not a prepared dataset (no manifest.json); for files in another layout "
                 f"give --format ({', '.join(FORMATS)}), or write one with `mggcn prepare {spec} OUT_DIR --format F`")
@@ -304,6 +328,9 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
         return InMemoryDataset(spec.validate())
     from mggcn.data.prepared.reader import PreparedDataset, is_prepared
 
+    entry = named(spec) if fmt is None else None
+    if entry is not None:
+        return PreparedDataset(named_dataset_dir(entry, undirected, dedup, read_options))
     if fmt == "prepared" or (fmt is None and is_prepared(spec)):
         if undirected or dedup or read_options:
             given = ["undirected"] * undirected + ["dedup"] * dedup + list(read_options or {})
@@ -313,6 +340,67 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
     if fmt is None and is_generated(spec) and not read_options:
         return GeneratedDataset(generate_spec(spec))  # symmetric and simple: undirected and dedup change nothing
     return InMemoryDataset(load_graph(spec, fmt, undirected, dedup, read_options), owned=True)
+
+
+def _named_options(entry: NamedDataset, read_options: dict[str, Any] | None) -> dict[str, bool]:
+    """The reader options a named dataset takes: ``normalize_features`` of a Planetoid one; its files carry the
+    rest (features, labels, split)."""
+    options = dict(read_options or {})
+    for key in options:
+        if not (key == "normalize_features" and entry.fmt == "planetoid"):
+            raise ConfigError(f"{entry.name}: a named dataset takes no {key} (its files carry their vertex data)", key)
+    return {k: True for k, v in options.items() if v}
+
+
+def named_dataset_dir(entry: NamedDataset, undirected: bool = False, dedup: bool = False,
+                      read_options: dict[str, Any] | None = None, progress: bool = True) -> Path:
+    """The prepared directory of a named dataset in the cache (``CACHE/prepared/NAME``, ``+undirected``,
+    ``+dedup``, ``+normalize_features`` after the name for those variants), downloaded and prepared the first time.
+
+    Raises:
+        DownloadError: (a :class:`GraphError`) its files could not be fetched; the message says which URLs to
+            download by hand and the directory to put them in.
+    """
+    from mggcn.data.download import dataset_lock, fetch
+    from mggcn.data.prepared.reader import is_prepared
+    from mggcn.data.prepared.writer import prepare
+
+    options = _named_options(entry, read_options)
+    undirected = undirected and not entry.undirected  # already added: the same dataset
+    suffix = "".join(f"+{key}" for key, on in (("undirected", undirected), ("dedup", dedup), *options.items()) if on)
+    out = cache_dir() / "prepared" / f"{entry.name}{suffix}"
+    if is_prepared(out):
+        return out
+    with dataset_lock(entry):
+        if not is_prepared(out):  # another process may have prepared it while this one waited
+            source = fetch(entry, progress)
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise GraphError(f"{out.parent}: cannot create it ({exc.strerror or exc}); set MGGCN_DATA to a "
+                                 "writable directory") from None
+            if progress:
+                print(f"mggcn: {entry.name}: preparing {out} once; later runs read it", file=sys.stderr, flush=True)
+            prepare(source, out, fmt=entry.fmt, undirected=undirected or entry.undirected, dedup=dedup,
+                    progress=progress, overwrite=out.exists(), **options)
+    return out
+
+
+def cached_state(entry: NamedDataset) -> str:
+    """How much of a named dataset the cache holds: ``prepared``, ``downloaded`` (its files, checked or extracted,
+    not yet prepared), ``partial`` (a download to continue), or ``no``."""
+    from mggcn.data.catalog import download_dir
+    from mggcn.data.download import raw_dir
+    from mggcn.data.prepared.reader import is_prepared
+
+    if is_prepared(cache_dir() / "prepared" / entry.name):
+        return "prepared"
+    folder = download_dir(entry)
+    if (entry.archive and raw_dir(entry).is_dir()) or all((folder / f.name).is_file() for f in entry.files):
+        return "downloaded"
+    if any((folder / f"{f.name}.part").is_file() or (folder / f.name).is_file() for f in entry.files):
+        return "partial"
+    return "no"
 
 
 def as_dataset(dataset: Any) -> str | Graph:

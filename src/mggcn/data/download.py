@@ -1,0 +1,267 @@
+"""Downloading a named dataset's files (:mod:`mggcn.data.catalog`) into the cache: resumable, checked, extracted.
+
+A file ``F`` of dataset ``NAME`` is fetched with urllib into ``CACHE/downloads/NAME/F.part``, continuing with an HTTP
+``Range`` request after a cut (in the same run, a few times, and in the next run from what the ``.part`` holds; a
+server that ignores ``Range`` sends the whole file again, and the ``.part`` restarts). Only a file of the announced
+length that matches its checksum (where the catalog knows one) is renamed to ``F``: a partial or corrupt download is
+never read. A zip is then extracted into a new directory (no member may lead outside it; its CRCs are checked as
+it is read), and the directory that the reader reads is renamed into ``CACHE/raw/NAME`` whole.
+
+Offline, or when the server fails, one line says which URLs to download and the directory to put them in: files
+placed there by hand are checked and used as downloaded ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import os
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from mggcn.config import __version__
+from mggcn.data.catalog import NamedDataset, RemoteFile, cache_dir, download_dir
+from mggcn.utils.errors import GraphError
+from mggcn.utils.progress import Progress
+
+__all__ = ["DownloadError", "dataset_lock", "fetch", "fetch_files", "raw_dir"]
+
+_BLOCK = 1 << 20
+ATTEMPTS = 4  # connections tried for one file in one run before saying what to download by hand
+TIMEOUT_S = 60.0  # a connection that sends nothing for this long is cut (and resumed)
+
+
+class DownloadError(GraphError):
+    """A dataset's files could not be downloaded; the message says what to fetch by hand and where to put it."""
+
+
+class _Cut(Exception):
+    """The connection ended before the file did (resumable)."""
+
+
+def raw_dir(dataset: NamedDataset) -> Path:
+    """Where the reader's directory of an archived dataset is kept: ``CACHE/raw/NAME``."""
+    return cache_dir() / "raw" / dataset.name
+
+
+@contextlib.contextmanager
+def dataset_lock(dataset: NamedDataset) -> Iterator[None]:
+    """Held while a dataset is downloaded or prepared, so that processes started together (the ranks of one host)
+    wait for the one doing it instead of writing the same ``.part``."""
+    folder = _folder(dataset)
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: processes must not fetch the same dataset at once
+        yield
+        return
+    with open(folder / ".lock", "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _folder(dataset: NamedDataset) -> Path:
+    """``CACHE/downloads/NAME/``, created if missing."""
+    folder = download_dir(dataset)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GraphError(f"{folder}: cannot create the dataset cache ({exc.strerror or exc}); set MGGCN_DATA to a "
+                         "writable directory") from None
+    return folder
+
+
+def fetch(dataset: NamedDataset, progress: bool = True) -> Path:
+    """The path the reader of ``dataset`` reads, its files downloaded and checked (and extracted) first if needed."""
+    if not dataset.archive:
+        fetch_files(dataset, progress)
+        return download_dir(dataset) / dataset.reader_path
+    target = raw_dir(dataset)
+    if not target.is_dir():
+        (archive,) = fetch_files(dataset, progress)
+        _extract(dataset, archive, target, progress)
+        archive.unlink()  # the extracted tree is kept instead
+    return target / dataset.reader_path
+
+
+def fetch_files(dataset: NamedDataset, progress: bool = True) -> list[Path]:
+    """Every file of ``dataset`` in ``CACHE/downloads/NAME/``, checked; those missing are downloaded."""
+    folder = _folder(dataset)
+    paths, missing = [], []
+    for file in dataset.files:
+        path = folder / file.name
+        if path.is_file():
+            problem = _problem(file, path)
+            if problem:
+                raise GraphError(f"{path}: {problem}: not the file of {dataset.url(file)}; delete it, and run again "
+                                 "to download it")
+        else:
+            missing.append(file)
+        paths.append(path)
+    for i, file in enumerate(missing):
+        try:
+            _fetch_file(dataset, file, folder / file.name, progress)
+        except OSError as exc:  # the cache's disk, not the connection
+            raise GraphError(f"{exc.filename or folder}: cannot write the download ({exc.strerror or exc})") from None
+        except DownloadError as exc:
+            urls = [dataset.url(f) for f in missing[i:]]
+            them = "them" if len(urls) > 1 else "it"
+            raise DownloadError(f"{dataset.name}: {exc}; without a connection, download {' '.join(urls)} and put "
+                                f"{them} in {folder}/ under the same name, then run again") from None
+    return paths
+
+
+def _fetch_file(dataset: NamedDataset, file: RemoteFile, dest: Path, progress: bool) -> None:
+    url = dataset.url(file)
+    part = dest.with_name(dest.name + ".part")
+    for attempt in range(ATTEMPTS):
+        try:
+            _download(url, part, progress)
+            break
+        except _Cut as cut:
+            if attempt == ATTEMPTS - 1:
+                raise DownloadError(f"{url}: {cut} ({ATTEMPTS} tries; {part} holds what came, and "
+                                    "the next run continues from it)") from None
+    problem = _problem(file, part)
+    if problem:
+        part.unlink()
+        raise DownloadError(f"{url}: the download is corrupt ({problem}) and was removed")
+    os.replace(part, dest)
+
+
+def _request(url: str, start: int) -> http.client.HTTPResponse:
+    headers = {"User-Agent": f"mggcn/{__version__}"}
+    if start:
+        headers["Range"] = f"bytes={start}-"
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and start:  # nothing after what the .part holds: the next attempt starts over
+            raise _Cut("the server has nothing after the partial file's end") from None
+        raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DownloadError(f"{url}: cannot connect ({getattr(reason, 'strerror', None) or reason})") from None
+
+
+def _download(url: str, part: Path, progress: bool) -> None:
+    """Download ``url`` into ``part``, continuing after the bytes it holds; raise :class:`_Cut` when the
+    connection ends before the announced length (what came stays in ``part``)."""
+    start = part.stat().st_size if part.is_file() else 0
+    try:
+        response = _request(url, start)
+    except _Cut:
+        part.unlink()
+        raise
+    with response:
+        resumed = start and response.status == 206 and _range_start(response) == start
+        if not resumed:
+            start = 0  # the server sent the whole file (it ignores Range, or the range was not ours)
+        length = response.headers.get("Content-Length")
+        total = start + int(length) if length and length.isdigit() else None
+        done = start
+        with open(part, "ab" if resumed else "wb") as out, \
+                Progress(total, f"download {part.name[:-5]}", "B", done=start, prefix="mggcn", stream=sys.stderr,
+                         quiet=not progress, summary=True) as bar:
+            try:
+                while block := response.read(_BLOCK):
+                    out.write(block)
+                    done += len(block)
+                    bar.update(len(block))
+            except (OSError, http.client.HTTPException) as exc:
+                raise _Cut(f"the connection broke after {done:,} bytes ({exc.__class__.__name__})") from None
+    if total is not None and done != total:
+        raise _Cut(f"the connection ended after {done:,} of {total:,} bytes")
+
+
+def _range_start(response: http.client.HTTPResponse) -> int | None:
+    """The first byte of a 206 response (``Content-Range: bytes START-END/TOTAL``)."""
+    text = response.headers.get("Content-Range", "")
+    try:
+        return int(text.split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def _problem(file: RemoteFile, path: Path) -> str | None:
+    """What is wrong with ``path`` as ``file`` (size, sha256, git blob id), or None."""
+    size = path.stat().st_size
+    if file.size is not None and size != file.size:
+        return f"{size:,} bytes, expected {file.size:,}"
+    if file.sha256 is None and file.git_blob is None:
+        return None
+    digest = hashlib.sha256() if file.sha256 else hashlib.sha1(f"blob {size}\0".encode())
+    with open(path, "rb") as f:
+        while block := f.read(_BLOCK):
+            digest.update(block)
+    expected = file.sha256 or file.git_blob
+    if digest.hexdigest() != expected:
+        kind = "sha256" if file.sha256 else "git blob id"
+        return f"{kind} {digest.hexdigest()}, expected {expected}"
+    return None
+
+
+def _extract(dataset: NamedDataset, archive: Path, target: Path, progress: bool) -> None:
+    """Extract ``archive`` into a new directory beside ``target``, and rename the directory the reader reads (the
+    one holding ``dataset.marker``) to ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dataset.name}.partial-", dir=target.parent))
+    try:
+        _unzip(archive, work, progress)
+        root = _find_root(work, dataset.marker)
+        if root is None:
+            raise GraphError(f"{archive}: holds no {dataset.marker} (not the {dataset.name} archive); delete it, and "
+                             "run again to download it")
+        os.replace(root, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _unzip(archive: Path, into: Path, progress: bool) -> None:
+    """Every member of the zip ``archive`` under ``into``; one leading outside it, or a bad CRC, is refused."""
+    try:
+        with zipfile.ZipFile(archive) as z:
+            members = z.infolist()
+            for info in members:
+                _inside(archive, info.filename)
+            with Progress(sum(i.file_size for i in members), f"extract {archive.name}", "B", prefix="mggcn",
+                          stream=sys.stderr, quiet=not progress, summary=True) as bar:
+                for info in members:
+                    dest = into.joinpath(*PurePosixPath(info.filename).parts)
+                    if info.is_dir():
+                        dest.mkdir(parents=True, exist_ok=True)
+                        continue
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    with z.open(info) as src, open(dest, "wb") as out:
+                        while block := src.read(_BLOCK):
+                            out.write(block)
+                            bar.update(len(block))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
+        raise GraphError(f"{archive}: a corrupt zip ({exc}); delete it, and run again to download it") from None
+
+
+def _inside(archive: Path, name: str) -> None:
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if not parts or name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+        raise GraphError(f"{archive}: member {name!r} would be written outside the directory it is extracted into; "
+                         "refused (not the archive the source publishes)")
+
+
+def _find_root(tree: Path, marker: str, depth: int = 3) -> Path | None:
+    """The shallowest directory under ``tree`` (``tree`` itself included) holding ``marker``."""
+    level = [tree]
+    for _ in range(depth + 1):
+        for folder in level:
+            if (folder / marker).exists():
+                return folder
+        level = [child for folder in level for child in sorted(folder.iterdir()) if child.is_dir()]
+    return None
