@@ -15,15 +15,15 @@ import sys
 from types import ModuleType
 
 from mggcn.config import __version__
-from mggcn.tools.cli import bench, info, plan, predict, prepare, report, train
+from mggcn.tools.cli import bench, datasets, info, plan, predict, prepare, report, train
 from mggcn.tools.cli.common import HelpFormatter, flag_message
 from mggcn.utils.errors import GraphError
 from mggcn.utils.system import own_process, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
-COMMANDS: dict[str, ModuleType] = {"train": train, "prepare": prepare, "info": info, "report": report,
-                                   "predict": predict, "bench": bench, "plan": plan}
+COMMANDS: dict[str, ModuleType] = {"train": train, "prepare": prepare, "datasets": datasets, "info": info,
+                                   "report": report, "predict": predict, "bench": bench, "plan": plan}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,18 +6,23 @@ import argparse
 
 HELP = "what a prepared dataset holds"
 DESCRIPTION = ("Sizes, degree statistics, split sizes and per-P nonzero balance of a directory written by "
-               "`mggcn prepare`.\n\nexample:\n  mggcn info mygraph --verify")
+               "`mggcn prepare`, or of a dataset of `mggcn datasets` by its name (prepared into the cache first if "
+               "it is not there).\n\nexamples:\n  mggcn info mygraph --verify\n  mggcn info cora")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", help="a prepared dataset directory")
+    p.add_argument("dir", help="a prepared dataset directory, or a name of `mggcn datasets`")
     p.add_argument("--verify", action="store_true", help="also check every checksum and value (reads it all)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from mggcn.data.catalog import named
+    from mggcn.data.datasets import named_dataset_dir
     from mggcn.data.prepared.reader import PreparedDataset, describe
 
-    dataset = PreparedDataset(args.dir, verify=args.verify)
+    entry = named(args.dir)
+    path = named_dataset_dir(entry) if entry is not None else args.dir
+    dataset = PreparedDataset(path, verify=args.verify)
     print(describe(dataset))
     if args.verify:  # it raised on the first problem: reaching here is the answer
         arrays = dataset.manifest["arrays"]

@@ -10,9 +10,12 @@ from mggcn.tools.cli.common import positive_int, read_options
 HELP = "write a dataset once, for any number of workers to read their share of"
 DESCRIPTION = """Write a dataset once as a prepared directory; `mggcn train DIR --nprocs P` then reads, on each rank,
 only that rank's rows. Edge lists and generated graphs stream through in chunks (out of core, bounded by
---memory-limit); the other formats are read whole first.
+--memory-limit); the other formats are read whole first. SOURCE may also name a dataset of `mggcn datasets`
+(cora, ogbn-products, reddit, ...): its files are downloaded into the cache ($MGGCN_DATA, else ~/.cache/mggcn)
+once, checked, and read.
 
 examples:
+  mggcn prepare cora cora
   mggcn prepare data/ogbn_products prod --format ogb
   mggcn prepare data/flickr flickr --format saint
   mggcn prepare data/reddit reddit --format dgl-reddit
@@ -27,7 +30,8 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", metavar="SOURCE",
-                   help="a file or directory with --format, or synthetic:..., rmat:..., builtin:...")
+                   help="a file or directory with --format, synthetic:..., rmat:..., builtin:..., or a name of "
+                        "`mggcn datasets`")
     p.add_argument("out_dir", metavar="OUT_DIR", help="the directory to create")
     p.add_argument("--format", dest="fmt", default=None, choices=FORMATS, help="layout of SOURCE when it is a path")
     p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
@@ -48,11 +52,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mggcn.data.catalog import named
+    from mggcn.data.datasets import check_not_named
+    from mggcn.data.download import dataset_lock, fetch
     from mggcn.data.prepared.reader import PreparedDataset, describe
     from mggcn.data.prepared.writer import prepare
 
+    source, undirected = args.source, args.undirected
+    check_not_named(source, args.fmt)
+    entry = named(source) if args.fmt is None else None
+    if entry is not None:  # read as the reader of its files reads them (--normalize-features for a Planetoid one)
+        args.fmt = entry.fmt
     reader_options = read_options(args)
-    out = prepare(args.source, args.out_dir, fmt=args.fmt, undirected=args.undirected, dedup=args.dedup,
+    if entry is not None:
+        with dataset_lock(entry):
+            source = fetch(entry, progress=not args.quiet)
+        undirected = undirected or entry.undirected
+    out = prepare(source, args.out_dir, fmt=args.fmt, undirected=undirected, dedup=args.dedup,
                   memory_limit=args.memory_limit, progress=not args.quiet, overwrite=args.overwrite,
                   **reader_options)
     if not args.quiet:

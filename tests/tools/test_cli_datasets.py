@@ -1,0 +1,113 @@
+"""``mggcn datasets``, and the commands that take a dataset by name (``prepare NAME DIR``, ``train NAME``,
+``info NAME``, ``mggcn.train(NAME)``), against a real HTTP server (tests/dataset_server.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+import mggcn
+from dataset_server import serving
+from mggcn.data.catalog import CATALOG, cache_dir
+from mggcn.data.prepared.reader import PreparedDataset
+from mggcn.tools.cli import main
+from mggcn.utils.units import format_bytes
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    yield from serving(tmp_path, monkeypatch)
+
+
+def listing(capsys) -> dict[str, list[str]]:
+    """``mggcn datasets``'s rows by name, as cells (two spaces or more part them)."""
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert re.split(r"\s{2,}", out[0]) == ["name", "vertices", "edges", "features", "classes", "download", "cached",
+                                            "source"]
+    assert out[-1].startswith(f"cache: {cache_dir()} ")
+    rows = [re.split(r"\s{2,}", line.strip()) for line in out[1:-1]]
+    return {row[0]: row for row in rows}
+
+
+def test_datasets_lists_every_name_its_sizes_and_what_is_cached(served, tmp_path, capsys):
+    rows = listing(capsys)
+    assert list(rows) == list(CATALOG)
+    for name, entry in CATALOG.items():
+        assert rows[name][1:5] == [f"{v:,}" for v in entry.stats], name
+        assert rows[name][6:] == ["no", entry.source]
+    assert rows["ogbn-products"][1:5] == ["2,449,029", "123,718,280", "100", "47"]
+    assert (rows["cora"][5], rows["pubmed"][5]) == (format_bytes(CATALOG["cora"].download), "?")
+    assert main(["prepare", "cora", str(tmp_path / "cora"), "--quiet"]) == 0  # downloads into the cache
+    assert main(["train", "citeseer", "--epochs", "1", "--quiet"]) == 0  # prepares there too
+    capsys.readouterr()
+    cached = {name: row[6] for name, row in listing(capsys).items()}
+    assert (cached["cora"], cached["citeseer"], cached["pubmed"]) == ("downloaded", "prepared", "no")
+
+
+def test_prepare_name_writes_the_directory_from_the_downloaded_files(served, tmp_path, capsys):
+    out = tmp_path / "cora"
+    assert main(["prepare", "cora", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "download ind.cora.allx" in captured.err  # the progress of each file
+    dataset = PreparedDataset(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["built"]["format"] == "planetoid"
+    assert dataset.num_nodes == 14 + 500 + 60 + 90
+    assert not (cache_dir() / "prepared").exists()  # DIR is the prepared directory; the cache keeps the downloads
+    normalized = tmp_path / "normalized"
+    assert main(["prepare", "cora", str(normalized), "--normalize-features", "--quiet"]) == 0
+    rows = PreparedDataset(normalized).arrays["features"].sum(axis=1)
+    assert abs(float(rows.max()) - 1.0) < 1e-5
+
+
+def test_prepare_name_with_a_wrong_checksum_exits_2_in_one_line(served, tmp_path, monkeypatch, capsys):
+    entry = CATALOG["citeseer"]
+    bad = tuple(dataclasses.replace(f, sha256="f" * 64) if f.name == "ind.citeseer.graph" else f for f in entry.files)
+    monkeypatch.setitem(CATALOG, "citeseer", dataclasses.replace(entry, files=bad))
+    assert main(["prepare", "citeseer", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("mggcn prepare: error: citeseer: ") and "sha256" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_name_offline_exits_2_naming_what_to_download_and_where(served, monkeypatch, capsys):
+    monkeypatch.setenv("MGGCN_DATA_URL", "http://127.0.0.1:9")  # the discard port: refused
+    assert main(["train", "reddit", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "http://127.0.0.1:9/reddit/reddit.zip" in err and f"{cache_dir()}/downloads/reddit/" in err
+
+
+def test_train_name_end_to_end_then_from_the_cache(served, capsys):
+    assert main(["train", "cora", "--epochs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^mggcn: trained model \(after epoch 2, eval mode\): train [\d.]+ val [\d.]+ test [\d.]+",
+                     out, re.M), out
+    assert (cache_dir() / "prepared" / "cora" / "manifest.json").is_file()
+    asked = len(served.requests)
+    assert main(["train", "cora", "--epochs", "2", "--quiet"]) == 0
+    assert main(["info", "cora"]) == 0
+    assert "vertices" in capsys.readouterr().out
+    assert len(served.requests) == asked  # read from the cache: nothing downloaded again
+
+
+def test_api_trains_a_name(served):
+    result = mggcn.train("flickr", epochs=2, hidden=8)
+    assert len(result.history) == 2 and 0.0 <= result.final["test_acc"] <= 1.0
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["prepare", "reddit", "OUT", "--features", "x.npy"], "--features is for --format mtx or edgelist"),
+    (["prepare", "reddit", "OUT", "--format", "dgl-reddit"], "reddit: a dataset known by name"),
+    (["train", "reddit", "--format", "saint"], "reddit: a dataset known by name"),
+])
+def test_a_name_with_options_it_cannot_take_is_refused_in_one_line(served, tmp_path, capsys, argv, words):
+    argv = [str(tmp_path / a) if a == "OUT" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and words in err
+    assert served.requests == [] and not (tmp_path / "OUT").exists()
