@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mggcn
@@ -82,8 +84,9 @@ def test_train_name_offline_exits_2_naming_what_to_download_and_where(served, mo
     assert "http://127.0.0.1:9/reddit/reddit.zip" in err and f"{cache_dir()}/downloads/reddit/" in err
 
 
-def test_train_name_end_to_end_then_from_the_cache(served, capsys):
-    assert main(["train", "cora", "--epochs", "2"]) == 0
+def test_train_name_end_to_end_then_from_the_cache(served, tmp_path, capsys):
+    model = tmp_path / "model.pt"
+    assert main(["train", "cora", "--epochs", "2", "--save-model", str(model)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^mggcn: trained model \(after epoch 2, eval mode\): train [\d.]+ val [\d.]+ test [\d.]+",
                      out, re.M), out
@@ -92,6 +95,8 @@ def test_train_name_end_to_end_then_from_the_cache(served, capsys):
     assert main(["train", "cora", "--epochs", "2", "--quiet"]) == 0
     assert main(["info", "cora"]) == 0
     assert "vertices" in capsys.readouterr().out
+    assert main(["predict", str(model), "cora", "--out", str(tmp_path / "classes.npy")]) == 0
+    assert np.load(tmp_path / "classes.npy").shape == (14 + 500 + 60 + 90,)
     assert len(served.requests) == asked  # read from the cache: nothing downloaded again
 
 
@@ -111,3 +116,21 @@ def test_a_name_with_options_it_cannot_take_is_refused_in_one_line(served, tmp_p
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and words in err
     assert served.requests == [] and not (tmp_path / "OUT").exists()
+
+
+def test_the_docs_table_is_the_catalog():
+    """docs/datasets.md's table of the names says what the catalog says."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text()
+    rows = [line.strip("|").split("|") for line in page.splitlines() if line.startswith("| ") and "|---" not in line]
+    table = {cells[0].strip(): [c.strip() for c in cells] for cells in rows if cells[0].strip() in CATALOG}
+    assert list(table) == list(CATALOG)
+    for name, entry in CATALOG.items():
+        cells = table[name]
+        assert cells[1] == entry.source and cells[3:7] == [f"{v:,}" for v in entry.stats], name
+        assert ("sha256" in cells[7]) == any(f.sha256 for f in entry.files), name
+        if entry.download is None:
+            assert cells[2] == "?", name
+        elif entry.archive:  # the sources' round figures
+            assert cells[2].startswith("about "), name
+        else:
+            assert cells[2] == format_bytes(entry.download), name

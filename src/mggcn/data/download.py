@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from mggcn.config import __version__
 from mggcn.data.catalog import NamedDataset, RemoteFile, cache_dir, download_dir
 from mggcn.utils.errors import GraphError
+from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
 
 __all__ = ["DownloadError", "dataset_lock", "fetch", "fetch_files", "raw_dir"]
@@ -222,6 +223,7 @@ def _extract(dataset: NamedDataset, archive: Path, target: Path, progress: bool)
             raise GraphError(f"{archive}: holds no {dataset.marker} (not the {dataset.name} archive); delete it, and "
                              "run again to download it")
         os.replace(root, target)
+        follow_umask(target, directory=True)  # the extraction directory was private (mkdtemp)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
