@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from mggcn.data import download
 from mggcn.data.catalog import CATALOG, NamedDataset
 from mggcn.data.generators.spec import parse_spec
 from mggcn.data.graph import Graph
@@ -155,6 +156,7 @@ def serve_catalog(server: _Server, work: Path) -> dict[str, NamedDataset]:
 def serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
     """The body of a ``served`` fixture: every name of the catalog served by a local server, ``MGGCN_DATA_URL``
     pointing at it and ``MGGCN_DATA`` at ``tmp_path/cache``; yields the server."""
+    monkeypatch.setattr(download, "BACKOFF_S", 0.0)  # a local server needs no time to recover
     server = start_server()
     for name, entry in serve_catalog(server, tmp_path / "sources").items():
         monkeypatch.setitem(CATALOG, name, entry)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import socket
+import threading
 import zipfile
 from pathlib import Path
 
@@ -99,6 +100,36 @@ def test_a_server_that_ignores_range_restarts_the_file(served):
     fetch(CATALOG["flickr"], progress=False)
     assert [r for p, r in served.requests if p == "/flickr/flickr.zip"] == [None, "bytes=500-"]
     load_graph("flickr")  # the 200 answer replaced the 500 bytes instead of being appended to them
+
+
+def test_a_partial_file_already_whole_is_fetched_again(served):
+    """A run stopped after the last byte but before the rename: the server has nothing after it (416)."""
+    folder = download_dir(CATALOG["cora"])
+    folder.mkdir(parents=True)
+    body = served.files["/cora/ind.cora.x"]
+    (folder / "ind.cora.x.part").write_bytes(body)
+    fetch(CATALOG["cora"], progress=False)
+    assert [r for p, r in served.requests if p == "/cora/ind.cora.x"] == [f"bytes={len(body)}-", None]
+    assert (folder / "ind.cora.x").read_bytes() == body
+
+
+def test_processes_fetching_at_once_download_once(served):
+    results, errors = [], []
+
+    def run() -> None:
+        try:
+            results.append(open_dataset("citeseer").path)
+        except Exception as exc:  # reported below, with the thread's result
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and len(results) == 3 and len(set(results)) == 1
+    paths = [p for p, _ in served.requests]
+    assert sorted(paths) == sorted(set(paths)) and len(paths) == len(CATALOG["citeseer"].files)
 
 
 def test_a_wrong_checksum_is_refused_and_nothing_is_kept(served, monkeypatch):

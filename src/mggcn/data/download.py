@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -37,6 +38,7 @@ __all__ = ["DownloadError", "dataset_lock", "fetch", "fetch_files", "raw_dir"]
 _BLOCK = 1 << 20
 ATTEMPTS = 4  # connections tried for one file in one run before saying what to download by hand
 TIMEOUT_S = 60.0  # a connection that sends nothing for this long is cut (and resumed)
+BACKOFF_S = 1.0  # the wait before the second try, doubled before each one after
 
 
 class DownloadError(GraphError):
@@ -132,6 +134,7 @@ def _fetch_file(dataset: NamedDataset, file: RemoteFile, dest: Path, progress: b
             if attempt == ATTEMPTS - 1:
                 raise DownloadError(f"{url}: {cut} ({ATTEMPTS} tries; {part} holds what came, and "
                                     "the next run continues from it)") from None
+            time.sleep(BACKOFF_S * 2**attempt)
     problem = _problem(file, part)
     if problem:
         part.unlink()
