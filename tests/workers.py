@@ -359,7 +359,8 @@ def collective_devices_worker(graph, nan_graph, configs):
     and the gather of predictions. Returns this rank's violations and the tensors each collective checked."""
     from host_tensors import HostTracker, check_collectives
     from mggcn.distributed.exchange import SparseExchangeSpMM
-    from mggcn.training.trainer import NonFiniteLoss, gather_original
+    from mggcn.distributed.parallel_layout import ParallelLayout
+    from mggcn.training.trainer import NonFiniteLoss
 
     with HostTracker(), check_collectives(torch.device("cpu")) as (problems, checked):
         ctx = init_distributed("cpu", timeout_s=120)
@@ -373,7 +374,8 @@ def collective_devices_worker(graph, nan_graph, configs):
             op(leaf).sum().backward()
         for cfg in configs:
             result = train_shard(ctx, build_shard(graph, part, ctx.rank, cfg.norm), cfg)
-            gather_original(ctx, shard, result.model(shard.x, result.adj, x_aggregated=result.x_agg).argmax(dim=1))
+            rows = result.model(shard.x, result.adj, x_aggregated=result.x_agg).argmax(dim=1)
+            ParallelLayout.gather_original(ctx, shard.partition, rows)
         nan_part = make_partition(nan_graph.num_nodes, ctx.world_size, 0)
         try:
             nan_shard = build_shard(nan_graph, nan_part, ctx.rank, "sym")

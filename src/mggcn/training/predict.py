@@ -26,6 +26,7 @@ from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
+from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import check_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import StagedSpMM
@@ -35,11 +36,11 @@ from mggcn.nn.models import operator_for
 from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.settings import check_timeout
-from mggcn.training.trainer import gather_original, shard_tile_columns
+from mggcn.training.trainer import shard_tile_columns
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept
 
-__all__ = ["OUTPUTS", "PredictJob", "gather_original", "layer_output", "check_predict", "predict_on_rank",
+__all__ = ["OUTPUTS", "PredictJob", "layer_output", "check_predict", "predict_on_rank",
            "run_predict_job", "predict"]
 
 OUTPUTS = ("classes", "proba", "embeddings")
@@ -133,7 +134,7 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     else:
         logits = layer_output(model, shard.x, adj)
         rows = logits.softmax(dim=1) if job.output == "proba" else logits.argmax(dim=1)
-    out = gather_original(ctx, shard, rows)
+    out = ParallelLayout.gather_original(ctx, shard.partition, rows)
     if ctx.is_main and job.out is not None:
         save_output(job.out, out, "p" if job.output == "proba" else "h")
     return out

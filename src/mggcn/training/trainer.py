@@ -22,20 +22,10 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.data.graph import SPLITS
-from mggcn.distributed.context import (
-    DistContext,
-    all_gather_objects,
-    all_gather_rows,
-    all_reduce_max,
-    all_reduce_min,
-    all_reduce_sum,
-)
-from mggcn.distributed.exchange import SparseExchangeSpMM
+from mggcn.distributed.context import DistContext, all_gather_objects, all_reduce_max, all_reduce_min, all_reduce_sum
+from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard
-from mggcn.distributed.sharding import build_shard, partition_dataset
-from mggcn.distributed.shm import host_outboxes
-from mggcn.distributed.spmm import BroadcastBuffers, StagedSpMM, keeps_training_columns
-from mggcn.kernels.policy import tile_columns
+from mggcn.distributed.spmm import SpMMOperator, StagedSpMM, keeps_training_columns
 from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
@@ -43,7 +33,7 @@ from mggcn.nn.models import make_model, operator_for
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock
 
 __all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
-           "gather_original", "spmm_widths", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
+           "epoch_width", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
 
 
 @dataclass
@@ -73,18 +63,19 @@ class NonFiniteLoss(FloatingPointError):
     """The loss became NaN or inf; the message names the epoch and the first layer with non-finite output."""
 
 
+def epoch_width(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
+    """The widest SpMM of an epoch of ``cfg``'s model."""
+    dims = cfg.dims(num_features, num_classes)
+    return max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
+
+
 def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
                        nprocs: int, device: torch.device | str, local_ranks: int,
                        width: int | None = None) -> int | None:
-    """Columns per tile of a rank's blocks (:func:`mggcn.kernels.policy.tile_columns`) for SpMMs of ``width``
-    (default: the widest of an epoch of ``cfg``'s model), for blocks of the mean nonzeros ``(E + n) / P²``; the
-    ``local_ranks`` of one machine share its cache."""
-    if width is None:
-        dims = cfg.dims(num_features, num_classes)
-        width = max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
-    rows = -(-num_nodes // nprocs)
-    return tile_columns(width, rows, (num_edges + num_nodes) // (nprocs * nprocs), device, local_ranks,
-                        cfg.tile_bytes)
+    """Columns per tile of a rank's blocks (:meth:`mggcn.distributed.parallel_layout.ParallelLayout.tile_columns`) for
+    SpMMs of ``width`` (default: the widest of an epoch of ``cfg``'s model, :func:`epoch_width`)."""
+    width = epoch_width(cfg, num_features, num_classes) if width is None else width
+    return ParallelLayout.of(cfg, nprocs).tile_columns(num_nodes, num_edges, width, device, local_ranks)
 
 
 def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int | None = None) -> int | None:
@@ -95,10 +86,9 @@ def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int |
 
 def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
     """This rank's shard of ``dataset`` as ``cfg`` trains it: partitioned by ``cfg.partition`` and ``cfg.seed``,
-    its blocks tiled for ``cfg``'s SpMMs (:func:`shard_tile_columns`)."""
-    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
-    return build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
-                       shard_tile_columns(cfg, dataset, ctx))
+    its blocks tiled for ``cfg``'s SpMMs (:meth:`mggcn.distributed.parallel_layout.ParallelLayout.shard`)."""
+    return ParallelLayout.of(cfg, ctx.world_size).shard(dataset, ctx, operator_for(cfg.model, cfg.norm),
+                                                        epoch_width(cfg, dataset.num_features, dataset.num_classes))
 
 
 def build_model(cfg: TrainConfig, num_features: int, num_classes: int,
@@ -157,20 +147,6 @@ class _BestWeights:
         return self.patience > 0 and self.since >= self.patience
 
 
-def _spmm_operator(ctx: DistContext, shard: Shard, cfg: TrainConfig, widths: list[int],
-                   timer: PhaseTimer) -> tuple[StagedSpMM | SparseExchangeSpMM, str | None]:
-    """The distributed ``Â·H`` of ``cfg.comm`` on this rank's blocks, and the broadcast's transport (None: none)."""
-    if cfg.comm != "broadcast":
-        return SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=cfg.comm, overlap=cfg.overlap, timer=timer), None
-    rows, dtype = shard.x.shape[0], shard.x.dtype
-    outboxes, transport = host_outboxes(ctx, cfg.shm, rows, max(widths), dtype)
-    buffers = BroadcastBuffers(rows, max(widths), dtype, ctx.device) if ctx.world_size > 1 and outboxes is None \
-        else None
-    adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=cfg.overlap, timer=timer,
-                     outboxes=outboxes)
-    return adj, transport if ctx.world_size > 1 else None
-
-
 def _reduce_gradients(ctx: DistContext, params: list[torch.Tensor], stats: torch.Tensor) -> torch.Tensor:
     """Sum the parameters' gradients and the epoch's ``stats`` (:class:`_Stats`) over ranks in one collective; the
     gradients in place, the stats returned (float64, on the CPU)."""
@@ -191,7 +167,7 @@ class _Run:
     cfg: TrainConfig
     timer: PhaseTimer
     model: LayerStack
-    adj: StagedSpMM | SparseExchangeSpMM
+    adj: SpMMOperator
     balance: dict
     optimizer: Adam
     result: TrainResult
@@ -214,8 +190,9 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     timer = PhaseTimer(device)
     model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
     widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
-    adj, transport = _spmm_operator(ctx, shard, cfg, widths, timer)
-    balance = partition_balance(ctx, shard)
+    layout = ParallelLayout.of(cfg, ctx.world_size)
+    adj, transport = layout.spmm_operator(ctx, shard, max(widths), timer)
+    balance = partition_balance(ctx, shard, layout)
     if transport is not None:
         balance["broadcast"] = transport.name
         if transport.fallback is not None:
@@ -376,14 +353,14 @@ def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTime
     return record
 
 
-def partition_balance(ctx: DistContext, shard: Shard) -> dict:
+def partition_balance(ctx: DistContext, shard: Shard, layout: ParallelLayout) -> dict:
     """Balance and cut of the partition, from every rank's shard (one small gather).
 
     ``nnz_imbalance`` / ``rows_imbalance``: max over ranks / mean of the nonzeros of Â / real rows;
     ``cut_nnz``: nonzeros of Â in off-diagonal blocks (edges whose ends lie on different ranks, directed, merged).
     """
     real_rows = int((shard.partition.order[shard.partition.rows(ctx.rank)] >= 0).sum())
-    cut = sum(b.nnz for j, b in enumerate(shard.adj) if j != ctx.rank)
+    cut = sum(b.nnz for (i, j), b in zip(layout.blocks(ctx.rank), shard.adj) if j != i)
     every = np.array(all_gather_objects(ctx, (shard.nnz, real_rows, cut)), dtype=np.float64)
     nnz, rows = every[:, 0], every[:, 1]
     return {"nnz_imbalance": float(nnz.max() / max(nnz.mean(), 1.0)),
@@ -437,22 +414,9 @@ def _correct_counts(hits: torch.Tensor, split_masks: list[torch.Tensor]) -> torc
     return torch.stack([(hits & mask).sum() for mask in split_masks]).to(torch.float64)
 
 
-def gather_original(ctx: DistContext, shard: Shard, rows: torch.Tensor) -> np.ndarray | None:
-    """This rank's ``rows`` [m, ...] of every rank, gathered on rank 0 in ORIGINAL vertex order [n, ...] (padding
-    rows dropped); ``None`` on the other ranks."""
-    every = all_gather_rows(ctx, rows).cpu().numpy()
-    if not ctx.is_main:
-        return None
-    part = shard.partition
-    out = np.empty((part.num_nodes,) + every.shape[1:], dtype=every.dtype)
-    real = part.order >= 0
-    out[part.order[real]] = every[real]
-    return out
-
-
 @torch.no_grad()
 def predict_shard(ctx: DistContext, shard: Shard, model: LayerStack, adj: StagedSpMM,
                   x_agg: torch.Tensor | None = None) -> np.ndarray | None:
     """Class predictions for every vertex in ORIGINAL vertex order (on rank 0; ``None`` elsewhere)."""
     model.eval()
-    return gather_original(ctx, shard, model(shard.x, adj, x_aggregated=x_agg).argmax(dim=1))
+    return ParallelLayout.gather_original(ctx, shard.partition, model(shard.x, adj, x_aggregated=x_agg).argmax(dim=1))
