@@ -43,5 +43,5 @@ def run(args: argparse.Namespace) -> int:
     for row in table:
         cells = [cell.ljust(w) if i in (0, 6, 7) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         print("  ".join(cells).rstrip())
-    print(f"cache: {cache_dir()} (MGGCN_DATA sets it); download sizes are about; ? = not published")
+    print(f"cache: {cache_dir()} (set by MGGCN_DATA); archive sizes are approximate, ? = not published")
     return 0
