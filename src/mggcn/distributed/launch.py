@@ -11,6 +11,7 @@ none of this is used: each process is already a rank.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import multiprocessing.connection
@@ -23,9 +24,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mggcn.distributed.context import shutdown
@@ -56,6 +58,7 @@ def _kind_of(exc: BaseException) -> str:
 
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
                   environ: dict[str, str]) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
     own_process()  # the settings a rank makes (threads, allocator) stay in this process
     die_with_parent()
     _let_go_of_the_fork_server()
@@ -160,6 +163,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         if handoff is not None:
             args = handoff(workdir)
         context = _worker_context(fn)
+        _start_fork_server(context)
         environ = dict(os.environ)
         procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ),
                                  name=f"mggcn-rank{rank}") for rank in range(nprocs)]
@@ -187,12 +191,27 @@ def _worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:
     return context
 
 
+def _start_fork_server(context: mp.context.BaseContext) -> None:
+    """Start the fork server (if it does not run yet) with Ctrl-C ignored: it shares the terminal's process group, and
+    a Ctrl-C while it imports torch would print its traceback beside the launcher's one line. An ignored signal stays
+    ignored across exec, and the server ignores SIGINT by itself once its imports are done; the workers take the
+    default handler back (:func:`_worker_entry`). The launcher ignores Ctrl-C only while the server process starts
+    (a fork and an exec), not while it imports."""
+    if context.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with _start_method_left_alone():
+            multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout_s: float | None,
          grace_s: float, settle_s: float) -> list[Any]:
     """Start the workers, wait for them (asking them to stop on Ctrl-C or SIGTERM), return their results."""
     interrupted = None
-    for p in procs:
-        p.start()
+    _start(procs)
     running = dict(enumerate(procs))
     while running:
         try:
@@ -212,6 +231,26 @@ def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout
         with open(os.path.join(workdir, f"result.{rank}"), "rb") as f:
             results.append(pickle.load(f))  # written by our own worker into our private directory
     return results
+
+
+def _start(procs: list) -> None:
+    with _start_method_left_alone():
+        for p in procs:
+            p.start()
+
+
+@contextlib.contextmanager
+def _start_method_left_alone() -> Iterator[None]:
+    """Start the fork server or workers without choosing the process's start method: multiprocessing, preparing
+    them, reads the global start method, which fixes it at the platform's default, and the caller's own
+    ``multiprocessing.set_start_method`` would then fail ("context has already been set"). The library uses its
+    own context (:func:`_worker_context`); the global one is left unchosen when it was."""
+    unset = mp.get_start_method(allow_none=True) is None
+    try:
+        yield
+    finally:
+        if unset:
+            mp.set_start_method(None, force=True)  # back to "not chosen yet"
 
 
 # Exit status of a spawned worker whose bootstrap re-ran the launching script's top level (no __main__ guard).

@@ -3,13 +3,15 @@
 Only the subcommand being run has its arguments built, and its modules imported: ``mggcn --help`` and
 ``mggcn prepare`` load no torch. Library errors (:class:`~mggcn.utils.errors.GraphError`,
 :class:`~mggcn.utils.errors.ConfigError` and other ``ValueError`` s) become one line on stderr, a setting named by
-its flag (:func:`~mggcn.tools.cli.common.flag_message`), and exit status 2; a non-finite loss exits 1; a signal
+its flag (:func:`~mggcn.tools.cli.common.flag_message`), and exit status 2; a non-finite loss and an output that
+could not be written (:class:`~mggcn.utils.files.OutputError`, naming the file) exit 1; a signal
 (Ctrl-C, SIGTERM) exits 130 (training first finishes its epoch and checkpoints).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from types import ModuleType
@@ -55,13 +57,38 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# The status of a command whose reader went away (``mggcn train | head -3``): what a shell reports for a Unix tool
+# ended by SIGPIPE, 128 + 13.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``mggcn ARGV``; without ``argv`` this process is the ``mggcn`` program (``sys.argv``), and the process
-    settings a rank makes in it stay (:func:`mggcn.utils.system.own_process`). With ``argv`` (a caller's process, as in
-    tests) they are undone after training."""
-    if argv is None:
-        own_process()
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Run ``mggcn ARGV``; without ``argv`` this process is the ``mggcn`` program (``sys.argv``: the installed command
+    and ``python -m mggcn`` alike), the process settings a rank makes in it stay
+    (:func:`mggcn.utils.system.own_process`), and a reader of stdout that goes away (``| head``) ends it quietly with
+    :data:`EXIT_BROKEN_PIPE`. With ``argv`` (a caller's process, as in tests) they are undone after training, and a
+    closed stdout raises ``BrokenPipeError``."""
+    if argv is not None:
+        return _main(list(argv))
+    own_process()
+    try:
+        status = _main(sys.argv[1:])
+        sys.stdout.flush()  # a closed pipe shows here at the latest, not in the interpreter's teardown
+    except BrokenPipeError:
+        return _stdout_gone()
+    return status
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout went away: stop quietly, as Unix tools do. Output still buffered for the closed pipe is
+    sent to /dev/null, so that the interpreter's final flush does not report the same error again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command or "").parse_args(argv)
     args.command_line = shlex.join(["mggcn", *argv])  # what a report says it was made by
@@ -74,6 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     except (GraphError, ValueError) as err:  # bad input or options, ConfigError and CheckpointError included
         print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 2
-    except FloatingPointError as err:  # NonFiniteLoss
+    except (FloatingPointError, OutputError) as err:  # NonFiniteLoss; an output that could not be written
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 1

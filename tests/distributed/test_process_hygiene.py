@@ -1,0 +1,125 @@
+"""What a job does to the process that starts it, and how the command ends when it is cut short: the global start
+method left alone, Ctrl-C while the workers start, a reader of stdout that goes away under the installed command, a
+torchrun rank stopped while it imports torch. Each case runs in a fresh interpreter."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import tomllib
+from test_launch import _env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_job_leaves_the_global_start_method_unchosen(tmp_path):
+    env, tmp = _env(tmp_path)
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""\
+        import multiprocessing
+        import mggcn
+        if __name__ == "__main__":
+            mggcn.train("synthetic:n=200,features=4", nprocs=2, hidden=(4,), epochs=1, quiet=True)
+            print("after the job:", multiprocessing.get_start_method(allow_none=True))
+            multiprocessing.set_start_method("spawn")
+            print("set:", multiprocessing.get_start_method())
+        """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["after the job: None", "set: spawn"]
+    assert os.listdir(tmp) == []
+
+
+def _fork_server_started(proc: subprocess.Popen, deadline: float) -> list[psutil.Process]:
+    """Wait until the launcher ``proc`` has started multiprocessing's fork server; its descendants then."""
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            family = psutil.Process(proc.pid).children(recursive=True)
+            if any("forkserver" in " ".join(p.cmdline()) for p in family):
+                return family
+        except psutil.Error:  # a child ended while being listed
+            pass
+        time.sleep(0.01)
+    raise AssertionError("the fork server did not start")
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.4, 1.5])
+def test_ctrl_c_while_the_workers_start_is_one_line_and_130(tmp_path, after_s):
+    """Ctrl-C reaches the whole process group (the terminal's): the launcher, the fork server importing torch, the
+    workers. One line, status 130, no traceback from any of them, no process or file left."""
+    env, tmp = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs", "2",
+                             "--epochs", "100000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        _fork_server_started(proc, time.monotonic() + 240)
+        time.sleep(after_s)
+        family = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert len(err.splitlines()) <= 1 and "interrupted" in err + out, (out, err)
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == []
+    assert os.listdir(tmp) == []
+
+
+def _console_script() -> str:
+    """What the installed ``mggcn`` command runs: the entry point pyproject.toml declares, as pip's script calls it."""
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["mggcn"]
+    module, function = target.split(":")
+    return f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n"
+
+
+@pytest.mark.parametrize("nprocs", ["1", "2"])
+def test_the_installed_command_ends_quietly_when_its_reader_goes_away(tmp_path, nprocs):
+    env, tmp = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", _console_script(), "train", "synthetic:n=300", "--epochs", "500",
+                             "--hidden", "4", "--nprocs", nprocs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+    proc.stdout.readline()  # `| head -1`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    rc = proc.wait(timeout=300)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert rc == 141 and not err.strip(), (rc, err)
+    assert os.listdir(tmp) == []
+
+
+_STOP_AT_IMPORT = """import sys
+class _Stop:  # the signal torchrun sends, arriving while MODULE is being imported
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, _Stop())
+"""
+
+
+@pytest.mark.parametrize("module, line", [("torch.nn", "mggcn train: interrupted"),
+                                          ("mggcn.tools.cli.train", "mggcn: interrupted")])
+def test_a_torchrun_rank_stopped_while_importing_ends_with_one_line(tmp_path, module, line):
+    """A rank interrupted half-way through importing torch holds a half-loaded torch: ending must not import it
+    again ("duplicate registrations", "partially initialized module")."""
+    env, _ = _env(tmp_path)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_STOP_AT_IMPORT.format(module=module))
+    env.update(PYTHONPATH=os.pathsep.join([str(hook), env["PYTHONPATH"]]), TORCHELASTIC_RUN_ID="test", RANK="0",
+               WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    out = subprocess.run([sys.executable, "-m", "mggcn", "train", "synthetic:n=100", "--epochs", "1"],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode == 130, out.stderr
+    assert out.stderr.splitlines() == [line], out.stderr
