@@ -180,12 +180,24 @@ def test_a_corrupt_zip_is_refused_and_nothing_is_extracted(served):
     at = body.index(b"reddit_graph")  # a byte of a stored member's data, after its local header
     at = body.index(b"PK", at + 200) - 50
     served.files["/reddit/reddit.zip"] = body[:at] + bytes([body[at] ^ 0xFF]) + body[at + 1:]
-    with pytest.raises(GraphError) as err:
+    with pytest.raises(DownloadError) as err:
         load_graph("reddit")
     text = one_line(err)
-    assert "reddit.zip" in text and "corrupt zip" in text
+    assert "reddit.zip" in text and "corrupt zip" in text and "removed" in text
     assert not raw_dir(CATALOG["reddit"]).exists()
     assert [p.name for p in raw_dir(CATALOG["reddit"]).parent.iterdir()] == []
+    assert not (download_dir(CATALOG["reddit"]) / "reddit.zip").exists()
+
+
+def test_a_corrupt_zip_placed_by_hand_is_named_and_kept(served):
+    folder = download_dir(CATALOG["flickr"])
+    folder.mkdir(parents=True)
+    (folder / "flickr.zip").write_bytes(served.files["/flickr/flickr.zip"][:-100])  # cut short
+    with pytest.raises(GraphError) as err:
+        load_graph("flickr")
+    text = one_line(err)
+    assert str(folder / "flickr.zip") in text and "corrupt zip" in text and "delete it" in text
+    assert (folder / "flickr.zip").exists() and not raw_dir(CATALOG["flickr"]).exists()
 
 
 def test_a_zip_member_outside_its_directory_is_refused(served, tmp_path):
@@ -278,3 +290,13 @@ def test_variants_are_prepared_apart_and_options_checked(served):
     with pytest.raises(ConfigError) as err:
         open_dataset("reddit", read_options={"features": "x.npy"})
     assert "reddit" in one_line(err) and "features" in str(err.value)
+
+
+def test_a_cache_that_cannot_be_created_is_named(served, tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("MGGCN_DATA", str(tmp_path / "a-file"))
+    with pytest.raises(GraphError) as err:
+        open_dataset("cora")
+    text = one_line(err)
+    assert str(tmp_path / "a-file") in text and "MGGCN_DATA" in text
+    assert served.requests == []

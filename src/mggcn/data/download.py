@@ -49,6 +49,10 @@ class _Cut(Exception):
     """The connection ended before the file did (resumable)."""
 
 
+class _BadArchive(Exception):
+    """An archive that is not the source's: corrupt, a member leading outside, or without the dataset."""
+
+
 def raw_dir(dataset: NamedDataset) -> Path:
     """Where the reader's directory of an archived dataset is kept: ``CACHE/raw/NAME``."""
     return cache_dir() / "raw" / dataset.name
@@ -90,8 +94,19 @@ def fetch(dataset: NamedDataset, progress: bool = True) -> Path:
         return download_dir(dataset) / dataset.reader_path
     target = raw_dir(dataset)
     if not target.is_dir():
+        placed = all((download_dir(dataset) / f.name).is_file() for f in dataset.files)
         (archive,) = fetch_files(dataset, progress)
-        _extract(dataset, archive, target, progress)
+        try:
+            _extract(dataset, archive, target, progress)
+        except _BadArchive as exc:
+            if placed:  # a file placed by hand is the user's to remove
+                raise GraphError(f"{archive}: {exc}; delete it, and run again to download it") from None
+            archive.unlink()
+            raise DownloadError(f"{dataset.name}: {dataset.url(dataset.files[0])}: the download is not the source's "
+                                f"archive ({exc}) and was removed") from None
+        except OSError as exc:
+            raise GraphError(f"{exc.filename or target}: cannot extract {archive.name} there "
+                             f"({exc.strerror or exc})") from None
         archive.unlink()  # the extracted tree is kept instead
     return target / dataset.reader_path
 
@@ -118,8 +133,8 @@ def fetch_files(dataset: NamedDataset, progress: bool = True) -> list[Path]:
         except DownloadError as exc:
             urls = [dataset.url(f) for f in missing[i:]]
             them = "them" if len(urls) > 1 else "it"
-            raise DownloadError(f"{dataset.name}: {exc}; without a connection, download {' '.join(urls)} and put "
-                                f"{them} in {folder}/ under the same name, then run again") from None
+            raise DownloadError(f"{dataset.name}: {exc}; to place the files by hand, download {' '.join(urls)} and "
+                                f"put {them} in {folder}/ under the same name, then run again") from None
     return paths
 
 
@@ -223,8 +238,7 @@ def _extract(dataset: NamedDataset, archive: Path, target: Path, progress: bool)
         _unzip(archive, work, progress)
         root = _find_root(work, dataset.marker)
         if root is None:
-            raise GraphError(f"{archive}: holds no {dataset.marker} (not the {dataset.name} archive); delete it, and "
-                             "run again to download it")
+            raise _BadArchive(f"no {dataset.marker} in it")
         os.replace(root, target)
         follow_umask(target, directory=True)  # the extraction directory was private (mkdtemp)
     finally:
@@ -237,7 +251,7 @@ def _unzip(archive: Path, into: Path, progress: bool) -> None:
         with zipfile.ZipFile(archive) as z:
             members = z.infolist()
             for info in members:
-                _inside(archive, info.filename)
+                _inside(info.filename)
             with Progress(sum(i.file_size for i in members), f"extract {archive.name}", "B", prefix="mggcn",
                           stream=sys.stderr, quiet=not progress, summary=True) as bar:
                 for info in members:
@@ -251,14 +265,13 @@ def _unzip(archive: Path, into: Path, progress: bool) -> None:
                             out.write(block)
                             bar.update(len(block))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
-        raise GraphError(f"{archive}: a corrupt zip ({exc}); delete it, and run again to download it") from None
+        raise _BadArchive(f"a corrupt zip: {exc}") from None
 
 
-def _inside(archive: Path, name: str) -> None:
+def _inside(name: str) -> None:
     parts = PurePosixPath(name.replace("\\", "/")).parts
     if not parts or name.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
-        raise GraphError(f"{archive}: member {name!r} would be written outside the directory it is extracted into; "
-                         "refused (not the archive the source publishes)")
+        raise _BadArchive(f"member {name!r} would be written outside the directory it is extracted into")
 
 
 def _find_root(tree: Path, marker: str, depth: int = 3) -> Path | None:
