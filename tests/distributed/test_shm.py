@@ -2,16 +2,21 @@
 unsharded Â·B in tests/distributed/test_spmm.py, training through them in tests/training/test_trainer.py."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
+import psutil
 import pytest
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.shm import Transport, host_outboxes
 from mggcn.nn.model import GCN
-from mggcn.training.trainer import TrainConfig
 from reference import gcn_losses, random_graph
 
 
@@ -111,3 +116,83 @@ def test_shm_on_across_hosts_is_one_line_on_every_rank():
         assert r["error"] == "shm on needs every rank on one host and on the CPU"  # the CLI names the flag
     for r in run_workers(workers.other_host_outboxes_worker, 2, ("auto",), timeout_s=120):
         assert r == {"boxes": None, "transport": "gloo"}
+
+
+# ---------------------------------------------------------------- outboxes of killed ranks: the launcher and a sweep
+
+
+def test_the_sweep_removes_only_outboxes_whose_owner_is_provably_gone(tmp_path):
+    from mggcn.distributed.shm import _owner_tag, _proc_start, sweep_outboxes
+
+    boot, namespace, pid, start = _owner_tag().split(".")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert _proc_start(dead.pid) is None
+    names = {
+        "alive": f"mggcn-outbox-{boot}.{namespace}.{pid}.{start}-aaaa-0",  # this process, in its handshake
+        "dead": f"mggcn-outbox-{boot}.{namespace}.{dead.pid}.{start}-bbbb-1",
+        "reused pid": f"mggcn-outbox-{boot}.{namespace}.{pid}.{int(start) + 1}-cccc-0",  # another process's start
+        "other kernel": f"mggcn-outbox-{'0' * 32}.{namespace}.{dead.pid}.1-dddd-0",  # another host or boot
+        "other namespace": f"mggcn-outbox-{boot}.{int(namespace) + 1}.{dead.pid}.1-eeee-0",  # another container
+        "old format": "mggcn-outbox-0123456789ab-0",
+        "not ours": "other-file",
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x")
+    removed = sweep_outboxes(str(tmp_path))
+    assert sorted(removed) == sorted(str(tmp_path / names[k]) for k in ("dead", "reused pid"))
+    assert sorted(os.listdir(tmp_path)) == sorted(n for k, n in names.items() if k not in ("dead", "reused pid"))
+    assert sweep_outboxes(str(tmp_path / "missing")) == []
+
+
+def _train_in_handshake(tmp_path):
+    """``mggcn train --nprocs 2 --shm on`` held in the shared-memory handshake (both outboxes created, none mapped
+    yet); the launcher, and the outbox of each rank by rank."""
+    from test_launch import _env
+
+    env, tmp = _env(tmp_path)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env.update(MGGCN_SHM_DIR=str(shm), MGGCN_TEST_SHM_PAUSE_S="600")
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=300,features=4", "--nprocs", "2",
+                             "--shm", "on", "--epochs", "2", "--quiet"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 240
+    while len(os.listdir(shm)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    boxes = {int(name.rsplit("-", 1)[1]): shm / name for name in os.listdir(shm)}
+    return proc, boxes, shm, tmp
+
+
+def _owner_pid(box) -> int:
+    return int(box.name[len("mggcn-outbox-"):].split("-")[0].split(".")[2])
+
+
+def test_a_worker_killed_in_the_handshake_leaves_no_shared_memory(tmp_path):
+    proc, boxes, shm, tmp = _train_in_handshake(tmp_path)
+    try:
+        os.kill(_owner_pid(boxes[1]), signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert err.splitlines() == ["mggcn: rank 1 was killed by signal SIGKILL"], err
+    assert os.listdir(shm) == [] and os.listdir(tmp) == []
+
+
+def test_a_launcher_killed_in_the_handshake_leaves_no_worker_and_the_next_job_sweeps(tmp_path):
+    proc, boxes, shm, tmp = _train_in_handshake(tmp_path)
+    family = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait(30)
+    _, alive = psutil.wait_procs(family, timeout=30)  # the workers die with their launcher, not at their pause's end
+    assert alive == []
+    deadline = time.monotonic() + 30
+    while os.listdir(tmp) and time.monotonic() < deadline:  # the launcher's watcher removes its directories
+        time.sleep(0.1)
+    assert os.listdir(tmp) == []
+    assert sorted(os.listdir(shm)) == sorted(b.name for b in boxes.values())  # the kill left them
+    results = run_workers(workers.shm_worker, 2, (10, 4, str(shm)), timeout_s=120)  # the next job
+    assert all(r["left"] == [] for r in results) and os.listdir(shm) == []

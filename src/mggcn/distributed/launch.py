@@ -16,6 +16,7 @@ import json
 import multiprocessing as mp
 import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import pickle
 import re
@@ -31,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mggcn.distributed.context import shutdown
+from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import atomic_write
 from mggcn.utils.system import Terminated, die_with_parent, own_process, sigterm_as_interrupt
@@ -163,7 +165,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         if handoff is not None:
             args = handoff(workdir)
         context = _worker_context(fn)
-        _start_fork_server(context)
+        _start_fork_server(context, cleaner)
         environ = dict(os.environ)
         procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ),
                                  name=f"mggcn-rank{rank}") for rank in range(nprocs)]
@@ -172,6 +174,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
             return _run(procs, nprocs, workdir, deadline, timeout_s, grace_s, settle_s)
     finally:
         _stop(procs)
+        sweep_outboxes()  # the shared memory of a worker killed before its peers could unlink it
         shutil.rmtree(workdir, ignore_errors=True)
         _stop_cleaner(cleaner)
 
@@ -191,20 +194,31 @@ def _worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:
     return context
 
 
-def _start_fork_server(context: mp.context.BaseContext) -> None:
+def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen | None) -> None:
     """Start the fork server (if it does not run yet) with Ctrl-C ignored: it shares the terminal's process group, and
     a Ctrl-C while it imports torch would print its traceback beside the launcher's one line. An ignored signal stays
     ignored across exec, and the server ignores SIGINT by itself once its imports are done; the workers take the
     default handler back (:func:`_worker_entry`). The launcher ignores Ctrl-C only while the server process starts
-    (a fork and an exec), not while it imports."""
-    if context.get_start_method() != "forkserver" or threading.current_thread() is not threading.main_thread():
+    (a fork and an exec), not while it imports.
+
+    The server's socket lies in multiprocessing's temporary directory of this process (``pymp-*``), removed at its
+    exit; the ``cleaner`` removes it should this process be killed."""
+    if context.get_start_method() != "forkserver":
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
         with _start_method_left_alone():
             multiprocessing.forkserver.ensure_running()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    if cleaner is not None:
+        try:
+            cleaner.stdin.write(f"{multiprocessing.util.get_temp_dir()}\n".encode())
+            cleaner.stdin.flush()
+        except OSError:
+            pass  # the cleaner is gone: the directory goes at this process's exit all the same
 
 
 def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout_s: float | None,
@@ -266,9 +280,14 @@ def refuse_unguarded_script() -> None:
         exit_now(UNGUARDED_EXIT)
 
 
-_CLEANER = """import os, shutil, sys
-sys.stdin.buffer.read()  # returns when the launcher closes its end, or dies (the kernel closes it then)
+# The launcher writes the directories it leaves to the cleaner should it be killed, one a line, and "done" when it
+# ends by itself (its own exit removes them then, and a fork server it keeps for later jobs still needs its socket).
+_CLEANER = """import shutil, sys
+said = sys.stdin.buffer.read().decode().splitlines()  # ends when the launcher closes its end, or dies
 shutil.rmtree(sys.argv[1], ignore_errors=True)
+if said[-1:] != ["done"]:
+    for path in said:
+        shutil.rmtree(path, ignore_errors=True)
 """
 
 
@@ -284,7 +303,11 @@ def _start_cleaner(workdir: str) -> subprocess.Popen | None:
 
 def _stop_cleaner(cleaner: subprocess.Popen | None) -> None:
     if cleaner is not None:
-        cleaner.stdin.close()
+        try:
+            cleaner.stdin.write(b"done\n")
+            cleaner.stdin.close()
+        except OSError:
+            pass  # the cleaner is gone: nothing to tell it
         try:
             cleaner.wait(10)
         except subprocess.TimeoutExpired:

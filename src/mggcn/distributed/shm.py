@@ -31,6 +31,7 @@ import mmap
 import os
 import socket
 import struct
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -41,7 +42,8 @@ from mggcn.config import SHM_MODES
 from mggcn.distributed.context import DistContext, all_gather_objects
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "Transport", "host_outboxes", "one_host"]
+__all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "Transport", "host_outboxes", "one_host",
+           "sweep_outboxes"]
 
 SHM_DIR = "/dev/shm"  # MGGCN_SHM_DIR overrides it (e.g. a container whose /dev/shm is 64 MB)
 
@@ -70,6 +72,69 @@ def _agree(ctx: DistContext, error: str | None) -> str | None:
     """Every rank's error so far, the first one named with its rank (collective)."""
     errors = [(r, e) for r, e in enumerate(all_gather_objects(ctx, error)) if e]
     return None if not errors else f"rank {errors[0][0]}: {errors[0][1]}"
+
+
+_PREFIX = "mggcn-outbox-"
+_PAUSE_ENV = "MGGCN_TEST_SHM_PAUSE_S"  # tests only: seconds between creating an outbox and the handshake
+
+
+def _proc_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat's 22nd field), or None where it does not
+    run (or there is no /proc). With the pid it names one process for as long as the system runs: a pid is reused
+    only by a process that started later."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": comm may hold spaces and parentheses
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _owner_tag() -> str | None:
+    """Who owns an outbox this process creates, as its file's name says it: the boot id (this kernel), the pid
+    namespace (what the pid means), the pid and its start time; None without Linux's /proc."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip().replace("-", "")
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    start = _proc_start(os.getpid())
+    return None if start is None else f"{boot}.{namespace}.{os.getpid()}.{start}"
+
+
+def sweep_outboxes(directory: str | None = None) -> list[str]:
+    """Remove the outboxes in ``directory`` (default ``$MGGCN_SHM_DIR`` or :data:`SHM_DIR`) whose owner process is
+    gone: a rank killed between creating its outbox and the handshake, after which every rank unlinks it, leaves it
+    behind. Only what is provably this user's and dead goes: a file named by :func:`_owner_tag` with this kernel's
+    boot id and this pid namespace, owned by this user, whose pid runs no more or runs a process started at another
+    time (the pid was reused). Files of other containers, namespaces, users or formats stay. Returns the paths
+    removed."""
+    directory = directory or os.environ.get("MGGCN_SHM_DIR") or SHM_DIR
+    mine = _owner_tag()
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(_PREFIX)]
+    except OSError:
+        return []
+    if mine is None or not names:
+        return []
+    boot, namespace = mine.split(".")[:2]
+    removed = []
+    for name in names:
+        owner = name[len(_PREFIX):].split("-")[0].split(".")
+        if len(owner) != 4 or owner[:2] != [boot, namespace] or not owner[2].isdigit():
+            continue
+        if _proc_start(int(owner[2])) == owner[3]:
+            continue  # its owner runs: a job's outbox in its handshake
+        path = os.path.join(directory, name)
+        try:
+            if os.lstat(path).st_uid == os.getuid():
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            pass  # gone already (another rank swept it), or not ours to remove
+    return removed
 
 
 HEADER_BYTES = 4096  # an outbox file's header: a page, so that the rows after it stay page-aligned
@@ -132,9 +197,10 @@ class SharedOutboxes:
         Raises :class:`ShmUnavailable` on every rank, naming the rank and the file, when any rank cannot create,
         find or verify an outbox; nothing is left in ``directory`` then."""
         directory = directory or os.environ.get("MGGCN_SHM_DIR") or SHM_DIR
-        nonce = all_gather_objects(ctx, uuid.uuid4().bytes)[0]  # rank 0's: the job's
-        prefix = f"mggcn-outbox-{nonce.hex()[:12]}"
-        paths = [os.path.join(directory, f"{prefix}-{r}") for r in range(ctx.world_size)]
+        sweep_outboxes(directory)  # what killed ranks of earlier jobs left
+        nonce, owners = zip(*all_gather_objects(ctx, (uuid.uuid4().bytes, _owner_tag() or "-")))
+        nonce = nonce[0]  # rank 0's: the job's
+        paths = [os.path.join(directory, f"{_PREFIX}{owner}-{nonce.hex()[:12]}-{r}") for r, owner in enumerate(owners)]
         numel = max(2 * rows * width, 1)
         size = HEADER_BYTES + numel * torch.empty((), dtype=dtype).element_size()
         mine, error = paths[ctx.rank], None
@@ -145,6 +211,8 @@ class SharedOutboxes:
                 os.pwrite(fd, _header(nonce, ctx.rank, size), 0)
             finally:
                 os.close(fd)
+            if os.environ.get(_PAUSE_ENV):
+                time.sleep(float(os.environ[_PAUSE_ENV]))
         except OSError as e:
             error = (f"cannot create {size / 2**20:.0f} MiB of shared memory in {mine}: {e.strerror} "
                      "(set MGGCN_SHM_DIR to a larger tmpfs, or --shm off)")
