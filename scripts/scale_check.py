@@ -90,7 +90,7 @@ else:
                          kw.get("degree_exponent", cm.DEFAULT_DEGREE_EXPONENT), seed)
     rng, total = np.random.default_rng(seed), cm._target(n, kw.get("avg_degree", cm.DEFAULT_DEGREE))
     pairs = [model.pairs(rng, min(cm.COMMUNITY_BLOCK, total - s)) for s in range(0, total, cm.COMMUNITY_BLOCK)]
-    src, dst = np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+    src, dst = (np.concatenate([p[i] for p in pairs]).astype(np.int64) for i in (0, 1))  # int32 ids: keys need int64
 drawn = time.perf_counter()
 rows, cols = np.concatenate([dst, src]), np.concatenate([src, dst])
 del src, dst

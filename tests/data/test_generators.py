@@ -142,8 +142,8 @@ def test_community_tops_up_to_the_exact_count_and_keeps_a_subset_of_the_pairs_dr
     pairs drawn."""
     drawn, block = [], community._Communities.block
 
-    def recorded(self, seed, b, count, clustered=False):
-        pairs = block(self, seed, b, count, clustered)
+    def recorded(self, seed, b, count):
+        pairs = block(self, seed, b, count)
         drawn.append(pairs)
         return pairs
 
@@ -152,18 +152,79 @@ def test_community_tops_up_to_the_exact_count_and_keeps_a_subset_of_the_pairs_dr
     assert g.num_edges == 400 * 60 and len(drawn) > 1
     _assert_undirected_simple(g)
     u, v = np.concatenate([d[0] for d in drawn]), np.concatenate([d[1] for d in drawn])
+    u, v = u.astype(np.int64), v.astype(np.int64)
     assert np.isin(g.edge_index[0] * 400 + g.edge_index[1], np.concatenate([u * 400 + v, v * 400 + u])).all()
 
 
+def _searched(model, pos: np.ndarray) -> np.ndarray:
+    """What the model's search must find: numpy's binary search in the cumulative weights, named as the model
+    names vertices."""
+    at = np.minimum(np.searchsorted(model.cum, pos, side="right"), model.cum.size - 1)
+    return at if model.clustered else model.order[at]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_guide_table_search_equals_searchsorted(seed):
+@pytest.mark.parametrize("clustered", [False, True])
+def test_guide_table_search_equals_searchsorted(seed, clustered):
     rng = np.random.default_rng(seed)
-    model = community._Communities.draw(5000, 7, 0.8, 2.05 + seed, rng)
+    model = community._Communities.draw(5000, 7, 0.8, 2.05 + seed, rng, clustered)
     cum = model.cum
-    pos = np.concatenate([rng.random(20_000) * cum[-1], cum[rng.integers(0, cum.size, 1000)],
-                          np.nextafter(cum[rng.integers(0, cum.size, 1000)], 0), [0.0, cum[-1], cum[-1] * 1.5]])
-    want = np.minimum(np.searchsorted(cum, pos, side="right"), cum.size - 1)
-    assert np.array_equal(model.search(pos), want)
+    bounds = np.arange(model.table.size + 1) * (cum[-1] / model.table.size)
+    some = rng.integers(0, bounds.size, 1000)
+    ends = np.concatenate([cum[rng.integers(0, cum.size, 1000)], bounds[some]])
+    pos = np.concatenate([rng.random(20_000) * cum[-1], ends, np.nextafter(ends, 0), np.nextafter(ends, np.inf),
+                          [0.0, cum[-1], cum[-1] * 1.5]])
+    assert np.array_equal(model.search(pos), _searched(model, pos))
+    assert (model.table >= 0).mean() > 0.5  # most slices answer from the table alone
+
+
+def test_table_search_just_past_a_slice_end():
+    """Cumulative weights a rounding step past the end of a slice, searched for exactly: the search puts such a
+    position in the slice before (its scale is shrunk), where the vertex it finds is the next one."""
+    n, slices = 1000, 4 * 1000
+    rng = np.random.default_rng(0)
+    ends = np.unique(rng.integers(1, slices - 2, 200)).astype(np.float64)
+    # a total of exactly `slices`: slice g is [g, g + 1)
+    cum = np.sort(np.concatenate([rng.random(n - ends.size - 1) * (slices - 2), np.nextafter(ends, np.inf),
+                                  [slices]]))
+    model = community._Communities(None, None, np.arange(n), cum, community._table(cum, None), None, None, 1.0,
+                                   None, clustered=True)
+    pos = np.concatenate([cum, np.nextafter(cum, 0), np.arange(slices + 1, dtype=np.float64)])
+    assert np.array_equal(model.search(pos), _searched(model, pos))
+
+
+def _reference_pairs(model, rng: np.random.Generator, want: int) -> tuple[np.ndarray, np.ndarray]:
+    """The DC-SBM's draws written plainly (binary searches, a modulo): the pairs the generator must draw."""
+    C = model.start.size // 2
+    u = _searched(model, rng.random(want) * model.cum[-1])
+    own = model.community[u].astype(np.int64)
+    inside = rng.random(want) < model.p_in
+    other = (own + rng.integers(1, max(C, 2), size=want)) % C
+    comm = np.where(inside, own, other)
+    return u, _searched(model, model.start[comm] + rng.random(comm.size) * model.width[comm])
+
+
+@pytest.mark.parametrize("n, C, p_in, exponent, clustered", [(5000, 7, 0.8, 2.5, False), (3000, 1, 0.3, 2.1, False),
+                                                             (4000, 300, 0.1, 3.5, True), (50, 50, 0.0, 2.2, False)])
+def test_community_pairs_equal_the_plain_draws(n, C, p_in, exponent, clustered):
+    """Same generator state, same pairs: what keeps every seed's graph what it was."""
+    model = community._Communities.draw(n, C, p_in, exponent, np.random.default_rng(n), clustered)
+    for block in range(3):
+        got = model.block(9, block, 30_000)
+        want = _reference_pairs(model, np.random.default_rng([9, community._TAG, block]), 30_000)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("slices, step", [(4000, 0.37), (4_000_000, 1.1e-3), (12345, 7.0)])
+def test_slice_bounds_below_equal_searchsorted(slices, step):
+    rng = np.random.default_rng(slices)
+    bounds = np.arange(slices + 1) * step
+    at = rng.integers(0, slices + 1, 500)
+    values = np.sort(np.concatenate([rng.random(5000) * bounds[-1] * 1.01, bounds[at],
+                                     np.nextafter(bounds[at], np.inf), np.nextafter(bounds[at], 0)]))
+    for scale in (1.0, 1 + 2**-30):
+        assert np.array_equal(community._bounds_below(values, step, slices, scale), np.searchsorted(bounds * scale,
+                                                                                                    values))
 
 
 def test_features_are_the_same_in_any_chunks():
@@ -198,12 +259,44 @@ def _pair_keys(csr) -> np.ndarray:
     return rows * csr.num_nodes + csr.indices
 
 
+# key ranges of PairGraph: the default, many ranges shorter than a row (a row cut several times), and int64 keys
+_KEY_RANGES = {"default": {}, "short": {"RANGES_PER_THREAD": 200}, "wide": {"MAX_RANGES": 1}}
+
+
+@pytest.mark.parametrize("ranges", list(_KEY_RANGES))
+@pytest.mark.parametrize("n", [2, 300, 70_000])
+def test_pair_graph_csr_equals_the_sorted_unique_keys(n, ranges, monkeypatch, threads):
+    import mggcn.data.generators.common as common
+
+    for name, value in _KEY_RANGES[ranges].items():
+        monkeypatch.setattr(common, name, value)
+    threads(3)
+    rng = np.random.default_rng(n)
+    u, v = rng.integers(0, n, 20_000), rng.integers(0, n, 20_000)
+    u[:100] = n - 1  # the last row and column
+    graph = PairGraph(n)
+    graph.add(range(4), lambda b: (u[b::4], v[b::4].astype(np.int32)))
+    keys = graph.keys
+    assert keys.dtype == (np.int64 if ranges == "wide" and n > 2**16 else np.uint32)
+    if ranges == "short" and n == 300:
+        assert 1 << keys.shift < n
+    csr = graph.csr()
+    keep = u != v
+    want = np.unique(np.concatenate([u[keep] * n + v[keep], v[keep] * n + u[keep]]))
+    assert np.array_equal(csr.indptr, np.searchsorted(want, np.arange(n + 1) * n))
+    assert csr.indices.dtype == np.int32 and np.array_equal(csr.indices, want % n)
+
+
+@pytest.mark.parametrize("ranges", list(_KEY_RANGES))
 @pytest.mark.parametrize("relabel", [False, True])
-def test_pair_graph_stops_at_a_limit_keeping_the_earlier_pairs(relabel):
+def test_pair_graph_stops_at_a_limit_keeping_the_earlier_pairs(relabel, ranges, monkeypatch):
     """A second round of pairs up to a limit: every pair of the first round stays, the new pairs kept are those
     first in mix64's order of their undirected keys (of the names given), and the graph stays simple and symmetric."""
+    import mggcn.data.generators.common as common
     from mggcn.data.csr import mix64
 
+    for name, value in _KEY_RANGES[ranges].items():
+        monkeypatch.setattr(common, name, value)
     n = 300
     rng = np.random.default_rng(0)
     draws = {b: (rng.integers(0, n, 4000), rng.integers(0, n, 4000)) for b in range(4)}

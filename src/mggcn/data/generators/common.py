@@ -16,15 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mggcn.data.csr import CSR, RowBuckets, keys_csr, mix64
+from mggcn.data.csr import CSR, MAX_KEY_NODES, index_dtype, mix64, run_starts
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import GraphError
-from mggcn.utils.parallel import thread_map
+from mggcn.utils.parallel import thread_budget, thread_map
 
 __all__ = ["DEFAULT_SPLIT", "FEATURE_BLOCK_ROWS", "GeneratedGraph", "GraphStream", "CentroidFeatures", "PairGraph",
            "degree_buckets", "random_split", "rechunk", "undirected_keys"]
 
 DEFAULT_SPLIT = (0.5, 0.25, 0.25)
+RANGES_PER_THREAD = 4  # more key ranges than threads: a range of hub rows does not hold up the others
+MAX_RANGES = 4096  # key ranges of a PairGraph at most (each a list of pieces while blocks come)
 FEATURE_BLOCK_ROWS = 1 << 16  # feature rows drawn from one generator
 
 
@@ -68,12 +70,14 @@ def undirected_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
 class PairGraph:
     """The simple undirected graph of drawn pairs: self loops dropped, a pair drawn twice (either way) kept once.
 
-    Held as the sorted keys of both directions in row ranges (:class:`~mggcn.data.csr.RowBuckets`), so that pairs
-    drawn later merge in (:meth:`add`, which can also stop at a number of pairs) before :meth:`csr`.
+    Held as the sorted keys ``row · n + col`` of both directions, cut into ranges of ``2^shift`` consecutive keys
+    (:class:`_KeyRanges`), each kept as its keys less the range's first (uint32 where ``shift <= 32``: half the
+    bytes of every pass, and numpy sorts them twice as fast), so that pairs drawn later merge in (:meth:`add`, which
+    can also stop at a number of pairs) before :meth:`csr`.
     """
 
     def __init__(self, num_nodes: int) -> None:
-        self.buckets = RowBuckets(num_nodes)
+        self.keys = _KeyRanges(num_nodes)
         self.ranges: list[np.ndarray] | None = None
 
     @property
@@ -86,19 +90,19 @@ class PairGraph:
         most that many pairs in all, those of this call that are new beyond it dropped: the last in the order of
         :func:`~mggcn.data.csr.mix64` on the undirected key ``min · n + max`` (a random-looking subset, the same on
         every machine), of ``names[vertex]`` with ``names`` (so that a relabelled graph keeps the same pairs)."""
-        n = self.buckets.num_nodes
-        self.buckets.add_blocks(blocks, lambda b: undirected_keys(*pairs_of(b), n))
-        new = self.buckets.finish(dedup=True)
+        n = self.keys.num_nodes
+        new = self.keys.sorted_unique(thread_map(lambda b: self.keys.split(undirected_keys(*pairs_of(b), n)),
+                                                 blocks))
         if self.ranges is not None:
             new = thread_map(_unseen, zip(self.ranges, new))
         if limit is not None and _pairs_in(new) > limit - self.num_pairs:
-            new = _first_pairs(new, limit - self.num_pairs, n, names)
+            new = self.keys.first_pairs(new, limit - self.num_pairs, names)
         self.ranges = new if self.ranges is None else thread_map(_insert, zip(self.ranges, new))
 
     def csr(self) -> CSR:
-        ranges = self.ranges if self.ranges is not None else self.buckets.finish(dedup=True)
+        ranges = self.ranges if self.ranges is not None else self.keys.sorted_unique([])
         self.ranges = None
-        return keys_csr(ranges, self.buckets)
+        return self.keys.csr(ranges)
 
     @staticmethod
     def of(u: np.ndarray, v: np.ndarray, num_nodes: int) -> CSR:
@@ -108,27 +112,102 @@ class PairGraph:
         return graph.csr()
 
 
+class _KeyRanges:
+    """Keys ``row · n + col`` of an ``n``-vertex graph cut into the ranges ``[j · 2^shift, (j + 1) · 2^shift)``,
+    each held as the keys less ``j · 2^shift`` (the low ``shift`` bits). Ranges cut rows where they fall: every
+    decoding below takes a row split between two ranges.
+
+    ``shift`` makes about as many ranges as :data:`RANGES_PER_THREAD` per thread, at most 32 bits (fewer where that
+    made more than :data:`MAX_RANGES` ranges); the keys in order, and so the graph, do not depend on it.
+    """
+
+    def __init__(self, num_nodes: int) -> None:
+        if num_nodes > MAX_KEY_NODES:
+            raise ValueError(f"{num_nodes} vertices: row · n + col would overflow int64")
+        self.num_nodes = n = num_nodes
+        space = max(1, n * n)
+        shift = min(32, max(0, space.bit_length() - (RANGES_PER_THREAD * thread_budget()).bit_length()))
+        while (space - 1) >> shift >= MAX_RANGES:
+            shift += 1
+        self.shift, self.count = shift, ((space - 1) >> shift) + 1
+        self.dtype = np.dtype(np.uint32 if shift <= 32 else np.int64)
+        self.bounds = np.arange(1, self.count, dtype=np.int64) << shift  # the first key of range 1, 2, ...
+
+    def split(self, keys: np.ndarray) -> list[np.ndarray]:
+        """int64 ``keys`` (changed in place) sorted and cut into the ranges, each less its first key."""
+        keys.sort()
+        cut = np.searchsorted(keys, self.bounds)
+        np.bitwise_and(keys, (1 << self.shift) - 1, out=keys)
+        return np.split(keys.astype(self.dtype, copy=False), cut)
+
+    def sorted_unique(self, blocks: list[list[np.ndarray]]) -> list[np.ndarray]:
+        """Each range's keys of the blocks' pieces (:meth:`split`), sorted, each once; the pieces released."""
+        pieces = [[block[j] for block in blocks if block[j].size] for j in range(self.count)]
+        blocks.clear()
+
+        def one(j: int) -> np.ndarray:
+            held, pieces[j] = pieces[j], []
+            if len(held) == 1:  # a piece of one sorted block: sorted already
+                keys = held[0]
+            else:
+                keys = np.concatenate(held) if held else np.empty(0, dtype=self.dtype)
+                keys.sort()
+            return keys[run_starts(keys)]
+
+        return thread_map(one, range(self.count))
+
+    def rows(self, j: int) -> tuple[int, int]:
+        """The rows whose first key lies in range ``j``, ``[first, end)``."""
+        n, lo = self.num_nodes, j << self.shift
+        return min(-(-lo // n), n), min(-(-(lo + (1 << self.shift)) // n), n)
+
+    def csr(self, ranges: list[np.ndarray]) -> CSR:
+        """The CSR of the sorted keys of every range."""
+        n = self.num_nodes
+        indptr = np.empty(n + 1, dtype=np.int64)
+        offsets = np.cumsum([0] + [k.size for k in ranges])
+        indices = np.empty(int(offsets[-1]), dtype=index_dtype(n))
+        indptr[n] = offsets[-1]
+
+        def decode(j: int) -> None:
+            keys, (first, end) = ranges[j], self.rows(j)
+            base = j << self.shift
+            # rows first..end-1 begin in this range; the row before them may begin in an earlier one
+            at = np.searchsorted(keys, (np.arange(first, end, dtype=np.int64) * n - base).astype(self.dtype))
+            indptr[first:end] = at + offsets[j]
+            # col = key - row · n, in the keys' dtype: wrapping arithmetic is exact since the col fits
+            row_keys = (np.arange(first - 1, end, dtype=np.int64) * n - base).astype(self.dtype)
+            lengths = np.diff(at, prepend=0, append=keys.size)
+            np.subtract(keys, np.repeat(row_keys, lengths), out=indices[offsets[j]:offsets[j + 1]], casting="unsafe")
+
+        thread_map(decode, range(self.count))
+        return CSR(indptr, indices)
+
+    def first_pairs(self, ranges: list[np.ndarray], count: int, names: np.ndarray | None) -> list[np.ndarray]:
+        """The ``count`` pairs of the ranges' keys that come first in the hash order of their undirected keys (of
+        ``names[vertex]`` with ``names``)."""
+        if count <= 0:
+            return [r[:0] for r in ranges]
+        n = self.num_nodes
+
+        def pair_hash(j: int) -> tuple[np.ndarray, np.ndarray]:
+            keys = ranges[j].astype(np.int64) + (j << self.shift)
+            rows = keys // n
+            cols = keys - rows * n
+            upper = cols > rows
+            if names is not None:
+                rows, cols = names[rows], names[cols]
+            return mix64(np.minimum(rows, cols) * n + np.maximum(rows, cols)), upper
+
+        hashes = thread_map(pair_hash, range(len(ranges)))
+        upper = np.concatenate([h[up] for h, up in hashes])  # each pair once
+        cut = np.partition(upper, count - 1)[count - 1]
+        del upper
+        return [k[h <= cut] for k, (h, _) in zip(ranges, hashes)]
+
+
 def _pairs_in(ranges: list[np.ndarray]) -> int:
     return sum(r.size for r in ranges) // 2  # both directions of every pair
-
-
-def _first_pairs(ranges: list[np.ndarray], count: int, n: int, names: np.ndarray | None) -> list[np.ndarray]:
-    """The ``count`` pairs of the ranges' keys that come first in the hash order of their undirected keys."""
-    if count <= 0:
-        return [r[:0] for r in ranges]
-
-    def pair_hash(keys: np.ndarray) -> np.ndarray:
-        rows = keys // n
-        cols = keys - rows * n
-        if names is not None:
-            rows, cols = names[rows], names[cols]
-        return mix64(np.minimum(rows, cols) * n + np.maximum(rows, cols))
-
-    hashes = thread_map(pair_hash, ranges)
-    upper = np.concatenate([h[k % n > k // n] for h, k in zip(hashes, ranges)])  # each pair once
-    cut = np.partition(upper, count - 1)[count - 1]
-    del upper
-    return [k[h <= cut] for k, h in zip(ranges, hashes)]
 
 
 def _unseen(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

@@ -5,9 +5,10 @@ carries most of the label signal, so a 2-layer GCN clearly beats an MLP (the poi
 correctness check).
 
 Edges are drawn in blocks of :data:`COMMUNITY_BLOCK` pairs, block ``b`` from ``default_rng([seed, tag, b])``, on
-every core at once. Drawing a vertex ∝ its weight is a search in the cumulative weights, started from a guide table
-(how many vertices' cumulative weight lies at or below each of 4n equal slices of the total weight), so it costs two
-reads and rarely a step instead of a binary search through an array larger than the cache; it returns what
+every core at once. Drawing a vertex ∝ its weight is a search in the cumulative weights, answered by a table of 4n
+equal slices of the total weight: where no vertex's cumulative weight ends inside the slice (three slices in four),
+the table names the vertex found, in one read; elsewhere it says where to start, and a read or two of the cumulative
+weights finish, instead of a binary search through an array larger than the cache. It returns what
 ``np.searchsorted`` would.
 
 Legend: n = vertices, C = communities = classes, F = features, K = undirected edges.
@@ -58,67 +59,125 @@ class _Communities:
     """The vertex side of the DC-SBM: communities ``y``, weights ``theta``, and what drawing ∝ theta needs.
 
     Vertices sorted by community (``order``) with one cumulative weight array ``cum``: drawing ∝ theta inside
-    community c is a uniform draw in ``[start[c], start[c] + width[c])`` of that array, then a search.
+    community c is a uniform draw in ``[start[c], start[c] + width[c])`` of that array, then a search, which names
+    the vertex found by its id, or with ``clustered`` by its position in ``order``.
     """
 
     y: np.ndarray
     theta: np.ndarray
     order: np.ndarray
     cum: np.ndarray
-    guide: np.ndarray  # guide[g]: how many positions have cum <= g · total / (GUIDE_SLICES · n)
-    start: np.ndarray
+    # table[g], slice g of GUIDE_SLICES · n equal slices of the total weight: the name of the vertex that every
+    # position in the slice finds, or where no single one does, ~(how many positions have cum <= the slice's start)
+    table: np.ndarray
+    start: np.ndarray  # start[c] for c < 2C: community c mod C's (so that own + offset needs no modulo)
     width: np.ndarray
     p_in: float
-    community: np.ndarray  # community[i]: the community of the vertex at position i of order (y[order])
+    community: np.ndarray  # community[name]: the community of the vertex of that name
+    clustered: bool = False
 
     @staticmethod
-    def draw(n: int, C: int, p_in: float, degree_exponent: float, rng: np.random.Generator) -> _Communities:
+    def draw(n: int, C: int, p_in: float, degree_exponent: float, rng: np.random.Generator,
+             clustered: bool = False) -> _Communities:
         # Balanced communities in random order: every class has n // C or n // C + 1 members.
         y = rng.permutation(np.arange(n, dtype=np.int64) % C)
         # Pareto(alpha = gamma - 1) weights, capped so that no vertex expects more than ~n neighbours.
         theta = (1.0 - rng.random(n)) ** (-1.0 / (degree_exponent - 1.0))
         theta = np.minimum(theta, theta.mean() * np.sqrt(n))
-        order = np.argsort(y, kind="stable")
+        order = np.argsort(y.astype(np.min_scalar_type(C - 1)), kind="stable")  # a radix sort on narrow ints
         cum = np.cumsum(theta[order])
-        # what np.searchsorted(cum, bounds, side="right") gives, from one search per vertex instead of per slice
-        slices = _GUIDE_SLICES * n
-        bounds = np.arange(slices + 1) * (cum[-1] / slices)
-        first = np.searchsorted(bounds, cum, side="left")  # the first slice bound at or past each vertex's cum
-        guide = np.cumsum(np.bincount(first, minlength=slices + 2)[:slices + 1]).astype(index_dtype(n))
-        bounds = np.concatenate([[0.0], cum[np.searchsorted(y[order], np.arange(C), side="right") - 1]])
-        community = y[order].astype(np.min_scalar_type(C))
-        return _Communities(y, theta, order, cum, guide, bounds[:-1], np.diff(bounds), 1.0 if C == 1 else p_in,
-                            community)
+        by_position = y[order].astype(np.min_scalar_type(C))
+        bounds = np.concatenate([[0.0], cum[np.searchsorted(by_position, np.arange(C), side="right") - 1]])
+        names = None if clustered else order
+        community = by_position if clustered else y.astype(by_position.dtype)
+        start, width = np.tile(bounds[:-1], 2), np.tile(np.diff(bounds), 2)
+        return _Communities(y, theta, order, cum, _table(cum, names), start, width, 1.0 if C == 1 else p_in,
+                            community, clustered)
 
     def search(self, pos: np.ndarray) -> np.ndarray:
-        """``np.minimum(np.searchsorted(cum, pos, side="right"), n - 1)`` for ``pos >= 0``, from the guide table."""
-        cum, n, slices = self.cum, self.cum.size, self.guide.size - 1
+        """The names of ``np.minimum(np.searchsorted(cum, pos, side="right"), n - 1)`` for ``pos >= 0``: ids, or
+        positions in ``order`` with ``clustered`` (int32 where ids fit)."""
+        cum, slices = self.cum, self.table.size
         # the slice of each position, rounded down (never up: the scale is shrunk by far more than the rounding), so
-        # that its guide entry counts only vertices at or below the position: a start at or before the answer
-        at = self.guide[np.minimum((pos * (slices / cum[-1] * (1 - 2**-40))).astype(np.intp), slices - 1)]
+        # that the vertices its table entry counts are all at or below the position: a start at or before the answer
+        slice_of = pos * (slices / cum[-1] * (1 - 2**-40))
+        at = np.minimum(slice_of.astype(np.intp), slices - 1)
+        del slice_of
+        found = self.table[at]
+        miss = np.flatnonzero(found < 0)  # a vertex's cum inside the slice: a search from the slice's start
+        if miss.size:
+            found[miss] = self._step(~found[miss].astype(np.int64), pos[miss])
+        return found
+
+    def _step(self, at: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """The names of ``min(searchsorted(cum, pos, "right"), n - 1)`` from starts ``at`` at or before them."""
+        cum, n = self.cum, self.cum.size
         ahead = np.flatnonzero(cum[np.minimum(at, n - 1)] <= pos)
         ahead = ahead[at[ahead] < n]
         while ahead.size:  # rarely more than one step: a slice holds a quarter of a vertex's mean weight
             at[ahead] += 1
             ahead = ahead[at[ahead] < n]
             ahead = ahead[cum[at[ahead]] <= pos[ahead]]
-        return np.minimum(at, n - 1).astype(np.int64, copy=False)
+        np.minimum(at, n - 1, out=at)
+        return at if self.clustered else self.order[at]
 
-    def pairs(self, rng: np.random.Generator, want: int, clustered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def pairs(self, rng: np.random.Generator, want: int) -> tuple[np.ndarray, np.ndarray]:
         """``want`` raw edge draws ``(u, v)``: ``u`` ∝ theta; ``v`` ∝ theta in u's community w.p. p_in, else in
-        a uniformly chosen other one. Self loops and duplicates included. ``clustered``: vertices named by their
-        position in ``order`` (community by community) instead of their id."""
-        C = self.start.size
-        u = self.search(rng.random(want) * self.cum[-1])  # positions in order
-        own = self.community[u].astype(np.int64)
-        inside = rng.random(want) < self.p_in
-        other = (own + rng.integers(1, max(C, 2), size=want)) % C  # a uniformly chosen different community
-        comm = np.where(inside, own, other)
-        v = self.search(self.start[comm] + rng.random(comm.size) * self.width[comm])
-        return (u, v) if clustered else (self.order[u], self.order[v])
+        a uniformly chosen other one. Self loops and duplicates included; vertices named as :meth:`search` does."""
+        C = self.start.size // 2
+        pos = rng.random(want)
+        pos *= self.cum[-1]
+        u = self.search(pos)
+        outside = rng.random(want) >= self.p_in
+        # own + 0 inside, own + a uniform 1 .. C - 1 outside: start and width repeat every C communities
+        comm = rng.integers(1, max(C, 2), size=want)
+        comm *= outside
+        comm += self.community[u]
+        del outside
+        rng.random(want, out=pos)
+        pos *= self.width[comm]
+        pos += self.start[comm]
+        return u, self.search(pos)
 
-    def block(self, seed: int, block: int, count: int, clustered: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        return self.pairs(np.random.default_rng([seed, _TAG, block]), count, clustered)
+    def block(self, seed: int, block: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.pairs(np.random.default_rng([seed, _TAG, block]), count)
+
+
+def _table(cum: np.ndarray, names: np.ndarray | None) -> np.ndarray:
+    """:attr:`_Communities.table` of the cumulative weights ``cum``: the vertices named by ``names[position]``, or by
+    their position without ``names``."""
+    n, dtype = cum.size, index_dtype(cum.size)
+    slices = _GUIDE_SLICES * n
+    step = cum[-1] / slices  # slice g starts at bounds[g] = g · step
+    first = _bounds_below(cum, step, slices)  # vertex k's cum lies in slice first[k] - 1
+    # guide[g]: how many vertices have cum <= bounds[g], the vertex that every position of the slice finds where the
+    # slice holds no vertex's cum: a run of first[k] - first[k - 1] slices per vertex
+    counts = np.diff(np.minimum(first, slices), prepend=0, append=slices)
+    guide = np.repeat(np.arange(n + 1, dtype=dtype), counts)
+    found = np.arange(n, dtype=dtype) if names is None else names.astype(dtype)
+    table = np.repeat(np.append(found, found[-1:]), counts)
+    del found, counts
+    # Every position of slice g that search() puts there lies below bounds[g + 1] but for rounding (far below the
+    # margin): slices g where a vertex's cum lies in (bounds[g], bounds[g + 1] · (1 + margin)] search. The last slice
+    # also takes the positions past the total, so it always searches.
+    near = _bounds_below(cum, step, slices, 1 + 2**-30)
+    for back in range(int((first - near).max(initial=0)) + 1):
+        g = first - 1 - back
+        g = g[(g >= near - 1) & (g >= 0) & (g < slices)]
+        table[g] = ~guide[g]
+    table[-1] = ~guide[-1]
+    return table
+
+
+def _bounds_below(values: np.ndarray, step: float, slices: int, scale: float = 1.0) -> np.ndarray:
+    """For each value, how many ``g`` in ``[0, slices]`` have ``(g · step) · scale < value`` (each product rounded
+    as numpy rounds it): ``np.searchsorted(np.arange(slices + 1) * step * scale, values)``, without the bounds."""
+    at = np.minimum(np.ceil(values / (step * scale)), slices + 1)  # off by a step at most, from the rounding
+    while (back := (at > 0) & ((at - 1) * step * scale >= values)).any():
+        at -= back
+    while (ahead := (at <= slices) & (at * step * scale < values)).any():
+        at += ahead
+    return at.astype(np.int64)
 
 
 def _check(name: str, num_nodes: int, num_classes: int, num_features: int, avg_degree: float,
@@ -141,9 +200,9 @@ def _blocks(first: int, pairs: int) -> dict[int, int]:
     return {first + i: min(COMMUNITY_BLOCK, pairs - begin) for i, begin in enumerate(range(0, pairs, COMMUNITY_BLOCK))}
 
 
-def _model(n: int, C: int, p_in: float, degree_exponent: float, seed: int):
+def _model(n: int, C: int, p_in: float, degree_exponent: float, seed: int, clustered: bool = False):
     seeds = np.random.SeedSequence(seed).spawn(4)  # labels and weights, (unused), features, split
-    return _Communities.draw(n, C, p_in, degree_exponent, np.random.default_rng(seeds[0])), seeds
+    return _Communities.draw(n, C, p_in, degree_exponent, np.random.default_rng(seeds[0]), clustered), seeds
 
 
 def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_CLASSES,
@@ -160,7 +219,7 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
     name = f"community_graph(n={num_nodes}, seed={seed})"
     _check(name, num_nodes, num_classes, num_features, avg_degree, p_in, noise, degree_exponent)
     n, C = num_nodes, num_classes
-    model, seeds = _model(n, C, p_in, degree_exponent, seed)
+    model, seeds = _model(n, C, p_in, degree_exponent, seed, clustered)
     target = _target(n, avg_degree)
     graph, want, next_block = PairGraph(n), target, 0
     # Self loops and duplicates (frequent at hubs) are dropped, so pairs are drawn again until the count is met
@@ -169,7 +228,7 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
     for _ in range(_TOP_UP_ROUNDS):
         blocks = _blocks(next_block, want)
         before = graph.num_pairs
-        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b], clustered), limit=target,
+        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b]), limit=target,
                   names=model.order if clustered else None)
         next_block += len(blocks)
         gained = graph.num_pairs - before
@@ -241,7 +300,7 @@ def community_stream(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_
         for block, count in blocks.items():
             u, v = model.block(seed, block, count)
             keep = u != v
-            yield np.stack([u[keep], v[keep]])
+            yield np.stack([u[keep], v[keep]]).astype(np.int64, copy=False)
 
     def vertex_data(in_degree: np.ndarray):
         masks = random_split(n, split, np.random.default_rng(seeds[3]))
