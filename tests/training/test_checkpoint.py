@@ -15,7 +15,8 @@ from mggcn.training.checkpoint import Checkpointer, CheckpointError, check_compa
 
 def _state(epoch: int) -> dict:
     return {"epoch": epoch, "model": {"w": torch.full((2, 2), float(epoch))}, "dims": [4, 2],
-            "dataset": {"name": "g", "num_nodes": 10}}
+            "dataset": {"name": "g", "num_nodes": 10}, "optimizer": {"state": {}, "param_groups": []},
+            "history": []}
 
 
 def test_save_and_read_back_the_newest_keeping_two(tmp_path):

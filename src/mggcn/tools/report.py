@@ -23,6 +23,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.files import check_writable, write_output
 from mggcn.utils.optional import require
 
 __all__ = ["STACKED", "COLORS", "MetricsError", "TensorBoardMissing", "read_metrics", "plot_curves", "plot_phases",
@@ -205,13 +207,12 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
     figures = [("curves.png", plot_curves(records)[0]), ("phases.png", plot_phases(records)[0])]
     if epoch is not None or any(r.get("timeline") for r in records):
         figures.append(("timeline.png", plot_timeline(traced_epoch(records, epoch))[0]))
-    created = not os.path.isdir(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    created = _output_directory(out_dir)
     written = []
     try:
         for name, fig in figures:
             path = os.path.join(out_dir, name)
-            fig.savefig(path)
+            write_output(path, lambda f, fig=fig: fig.savefig(f, format="png"))  # whole, or not at all
             written.append(path)
     except BaseException:
         if created:
@@ -221,6 +222,26 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
                 os.unlink(path)
         raise
     return written
+
+
+def _output_directory(out_dir: str) -> bool:
+    """Make ``out_dir`` if missing (returns whether it was made) and check that it takes files, or raise
+    :class:`~mggcn.utils.errors.ConfigError` naming it (``--out``): a file there, a parent that cannot have
+    directories (``/proc``), a read-only file system."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ConfigError(f"out {out_dir}: exists and is not a directory (give a directory for the PNGs)", "out")
+    created = not os.path.isdir(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"out {out_dir}: cannot make the directory ({err.strerror})", "out") from None
+    try:
+        check_writable("out", out_dir, out_dir)
+    except ConfigError:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    return created
 
 
 def write_tensorboard(records: list[dict], logdir: str) -> None:

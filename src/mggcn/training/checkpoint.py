@@ -6,7 +6,14 @@ the ``torch.save`` payload, so a truncated or corrupted file is recognised and s
 is used). The payload holds only tensors, numbers, strings, lists and dicts, and is read with
 ``torch.load(weights_only=True)``: a file that asks the unpickler for anything else (code) is refused, unrun.
 Files are written to a temporary name and renamed, so a crash during a write leaves the previous checkpoint intact;
-the newest ``keep`` files are kept.
+the newest ``keep`` files are kept. The rotation deletes only checkpoints of this run: the files it wrote and, when
+it resumed, the intact checkpoints it continues (the one it resumed from and older ones that still pass the checksum).
+A corrupt file, a file that is not a checkpoint, or one of another run in the same directory is never deleted; one
+in the way of a checkpoint this run writes is renamed aside (``ckpt-000006.pt.kept``), never replaced.
+
+Loading checks the contents too: every entry must have the type training reads from it (tensors where tensors belong,
+numbers, lists of records), and :func:`check_fits` checks the weights and the optimizer's state against the model of
+this run, so a crafted or foreign file is refused naming it, before training starts.
 
 Weights and Adam state are replicated (identical on every rank), so rank 0 alone writes, and a checkpoint resumes at
 any number of ranks. Dropout masks are drawn from a seed derived from (seed, epoch, rank), so no generator state
@@ -20,14 +27,15 @@ import hashlib
 import io
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable
 
 import torch
 
-from mggcn.utils.files import atomic_write
+from mggcn.utils.files import OutputError, write_output
 
-__all__ = ["CheckpointError", "Checkpointer", "check_compatible"]
+__all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "unpickling_reason"]
 
 _MAGIC = b"mggcn-checkpoint "
 FORMAT_VERSION = 1
@@ -46,8 +54,11 @@ class Checkpointer:
         keep: how many of the newest checkpoints to keep (at least 2, so one survives a corrupted newest).
     """
 
-    def __init__(self, directory: str, every: int = 0, keep: int = 2) -> None:
+    def __init__(self, directory: str, every: int = 0, keep: int = 2, resumed_from: str | None = None) -> None:
         self.directory, self.every, self.keep = directory, every, max(2, keep)
+        self.resumed_from = resumed_from  # the checkpoint this run continues: it and its intact elders are the run's
+        self._written: set[str] = set()
+        self._lineage: list[str] | None = None
 
     def due(self, epoch: int) -> bool:
         return self.every > 0 and epoch % self.every == 0
@@ -56,21 +67,53 @@ class Checkpointer:
         return os.path.join(self.directory, f"ckpt-{epoch:06d}.pt")
 
     def save(self, state: dict) -> str:
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as err:
+            raise OutputError(self.directory, f"cannot make the checkpoint directory: {err.strerror}",
+                              err.errno) from None
         buffer = io.BytesIO()
         torch.save({**state, "format": FORMAT_VERSION}, buffer)
         payload = buffer.getvalue()
         path = self.path(state["epoch"])
+        self._keep_aside(path)
 
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
-                f.write(payload)
+        def write(f) -> None:
+            f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+            f.write(payload)
 
-        atomic_write(path, write, sync=True)
-        for old in self.files()[self.keep:]:
+        write_output(path, write, sync=True)
+        self._written.add(os.path.abspath(path))
+        for old in self._own()[self.keep:]:
             os.unlink(old)
+            self._written.discard(os.path.abspath(old))
         return path
+
+    def _keep_aside(self, path: str) -> None:
+        """A file by the name of the checkpoint about to be written that this run did not write (a corrupt one, one
+        of another run) is renamed, not replaced: ``ckpt-000006.pt.kept`` (``.kept.1``, ... if taken)."""
+        if not os.path.lexists(path) or os.path.abspath(path) in self._written:
+            return
+        aside, n = f"{path}.kept", 0
+        while os.path.lexists(aside):
+            n += 1
+            aside = f"{path}.kept.{n}"
+        try:
+            os.rename(path, aside)
+        except OSError as err:
+            raise OutputError(path, f"cannot keep the file of that name aside as {aside}: {err.strerror}",
+                              err.errno) from None
+        print(f"mggcn: {path} was not written by this run: kept as {aside}", file=sys.stderr, flush=True)
+
+    def _own(self) -> list[str]:
+        """This run's checkpoints, newest first: those it wrote, and those it continues (checked once)."""
+        if self._lineage is None:
+            self._lineage = []
+            if self.resumed_from is not None:
+                resumed = os.path.basename(self.resumed_from)
+                self._lineage = [f for f in self.files() if os.path.basename(f) <= resumed and _intact(f)]
+        own = {os.path.abspath(f) for f in self._lineage if os.path.exists(f)} | self._written
+        return sorted(own, key=os.path.basename, reverse=True)
 
     def files(self) -> list[str]:
         """Checkpoint files, newest epoch first."""
@@ -88,7 +131,8 @@ class Checkpointer:
         return None
 
 
-def load(path: str) -> dict:
+def _verified_payload(path: str) -> bytes:
+    """The payload of ``path`` once its header and checksum say it is an intact mggcn checkpoint."""
     try:
         with open(path, "rb") as f:
             header = f.readline()
@@ -99,6 +143,19 @@ def load(path: str) -> dict:
         raise CheckpointError(f"{path}: not an mggcn checkpoint")
     if hashlib.sha256(payload).hexdigest().encode() != header[len(_MAGIC):].strip():
         raise CheckpointError(f"{path}: corrupt (checksum mismatch; truncated or overwritten)")
+    return payload
+
+
+def _intact(path: str) -> bool:
+    try:
+        _verified_payload(path)
+    except CheckpointError:
+        return False
+    return True
+
+
+def load(path: str) -> dict:
+    payload = _verified_payload(path)
     try:
         # weights_only: tensors, numbers, strings and containers only; a pickle that names any other class or
         # function (a crafted __reduce__) is refused before anything in it runs. The checksum is no defence
@@ -107,15 +164,127 @@ def load(path: str) -> dict:
             warnings.simplefilter("ignore")  # torch's note on an unusual pickle protocol: the error below says it
             state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - the unpickler raises many kinds on a bad or crafted payload
-        raise CheckpointError(f"{path}: refused: not plain tensors and data ({_unpickling_reason(err)})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("epoch"), int):
+        raise CheckpointError(f"{path}: refused: not plain tensors and data ({unpickling_reason(err)})") from None
+    if not isinstance(state, dict) or not _is_int(state.get("epoch")):
         raise CheckpointError(f"{path}: not an mggcn checkpoint (no epoch)")
+    if not _is_int(state.get("format", 0)):
+        raise CheckpointError(f"{path}: not an mggcn checkpoint (format {state['format']!r})")
     if state.get("format", 0) > FORMAT_VERSION:
         raise CheckpointError(f"{path}: written by a newer mggcn (format {state['format']}); upgrade mggcn")
+    _check_types(state, path)
     return state
 
 
-def _unpickling_reason(err: Exception) -> str:
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+# Each check says what is wrong with an entry, or None: what training reads from a checkpoint must have the type it
+# reads (the checksum says nothing of that: whoever writes the payload writes its header too).
+def _tensors(value: object) -> str | None:
+    if not isinstance(value, dict):
+        return f"not a dict of tensors (a {_kind(value)})"
+    bad = next((k for k, v in value.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))), None)
+    return None if bad is None else f"not a dict of tensors ({bad!r} is a {_kind(value[bad])})"
+
+
+def _history(value: object) -> str | None:
+    if not isinstance(value, list):
+        return f"not a list of epoch records (a {_kind(value)})"
+    for i, r in enumerate(value):
+        if not (isinstance(r, dict) and _is_int(r.get("epoch"))):
+            return f"not a list of epoch records (record {i} has no integer epoch)"
+        bad = next((k for k in ("loss", "train_acc", "val_acc", "test_acc") if not _is_number(r.get(k))), None)
+        if bad is not None:
+            return f"not a list of epoch records (record {i}'s {bad} is not a number)"
+    return None
+
+
+def _optimizer_state(value: object) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get("param_groups"), list) or not all(
+            isinstance(g, dict) and isinstance(g.get("params"), list) for g in value["param_groups"]):
+        return "not an optimizer state (no list of param_groups)"
+    state = value.get("state")
+    if not isinstance(state, dict) or not all(isinstance(p, dict) for p in state.values()):
+        return "not an optimizer state (no dict of per-parameter states)"
+    for key, entries in state.items():
+        bad = next((k for k, v in entries.items() if not (isinstance(v, torch.Tensor) or _is_number(v))), None)
+        if bad is not None:
+            return f"not an optimizer state (parameter {key}'s {bad!r} is a {_kind(entries[bad])})"
+    return None
+
+
+def _best(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"not the best weights (a {_kind(value)})"
+    if not (_is_number(value.get("val_acc")) and _is_int(value.get("since")) and _is_int(value.get("epoch"))):
+        return "not the best weights (val_acc, since and epoch must be numbers)"
+    return _tensors(value.get("model"))
+
+
+def _typed(check: Callable[[object], bool], what: str) -> Callable[[object], str | None]:
+    return lambda value: None if check(value) else f"not {what} (a {_kind(value)})"
+
+
+_ENTRIES: dict[str, Callable[[object], str | None]] = {
+    "model": _tensors, "optimizer": _optimizer_state, "history": _history, "best": _best,
+    "dims": _typed(lambda v: isinstance(v, list) and all(_is_int(d) and d > 0 for d in v), "a list of layer sizes"),
+    "model_kind": _typed(lambda v: isinstance(v, str), "a model name"),
+    "config": _typed(lambda v: isinstance(v, dict), "a dict of settings"),
+    "dataset": _typed(lambda v: isinstance(v, dict), "a dict describing the dataset"),
+}
+
+
+def _check_types(state: dict, path: str) -> None:
+    missing = [k for k in ("model", "optimizer", "history") if k not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not an mggcn checkpoint (no {', '.join(missing)})")
+    for key, check in _ENTRIES.items():
+        wrong = check(state[key]) if key in state else None
+        if wrong is not None:
+            raise CheckpointError(f"{path}: refused: its {key!r} is {wrong}")
+
+
+def check_fits(state: dict, path: str, model: torch.nn.Module) -> None:
+    """Refuse a checkpoint whose weights (and best weights) or optimizer state do not fit ``model``, a fresh model
+    of this run (its names and shapes; the layer sizes a checkpoint claims may not be those it holds)."""
+    for key, weights in (("weights", state["model"]), ("best weights", (state.get("best") or {}).get("model"))):
+        if weights is None:
+            continue
+        try:
+            model.load_state_dict(weights)
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{path}: refused: its {key} do not fit this model ({_first_line(err)})") from None
+    params = list(model.parameters())
+    optimizer = torch.optim.Adam(params)
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise CheckpointError(f"{path}: refused: its optimizer state does not fit this model "
+                              f"({_first_line(err)})") from None
+    for i, param in enumerate(params):
+        for name, value in optimizer.state.get(param, {}).items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                raise CheckpointError(f"{path}: refused: its optimizer's {name} of parameter {i} has shape "
+                                      f"{list(value.shape)}, the parameter {list(param.shape)}")
+
+
+def _first_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text[:200] or type(err).__name__
+
+
+def unpickling_reason(err: Exception) -> str:
     """What torch's weights-only unpickler refused, in a few words (its message wraps that in advice to load the
     file with ``weights_only=False``, which is exactly what must not be done with a file of unknown origin)."""
     text = str(err)
@@ -126,7 +295,9 @@ def _unpickling_reason(err: Exception) -> str:
     if found:
         return f"unsupported pickle operation {found.group(1)}"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return first if first and "weights_only" not in first.lower() and len(first) < 200 else type(err).__name__
+    if first and "weights_only" not in first.lower() and len(first) < 200:
+        return f"{type(err).__name__}: {first}"
+    return type(err).__name__
 
 
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",

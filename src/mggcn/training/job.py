@@ -27,12 +27,13 @@ from mggcn.distributed.metis import require_pymetis
 from mggcn.distributed.partition import Shard, check_partition
 from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
 from mggcn.distributed.spmm import check_train_columns
-from mggcn.nn.models import model_type, operator_for
-from mggcn.training.checkpoint import Checkpointer, check_compatible
-from mggcn.training.outputs import check_output, check_writable, save_model, save_predictions
+from mggcn.nn.models import make_model, model_type, operator_for
+from mggcn.training.checkpoint import Checkpointer, check_compatible, check_fits
+from mggcn.training.outputs import check_output, save_model, save_predictions
 from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, format_balance, predict_shard, shard_tile_columns, train_shard
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.files import check_writable, open_output
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock
@@ -63,7 +64,7 @@ class TrainJob:
     log_every: int = 1
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
-    resume: bool = False
+    resume: bool | str = False  # True: continue or refuse; "auto": continue, or start at epoch 1 (find_resume)
     clock: SetupClock | None = None  # the job's setup phases since its start (the command's process start)
 
 
@@ -101,15 +102,36 @@ def _silent(message: str) -> None:
 
 def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] = _print_err
                 ) -> tuple[dict, str] | None:
-    """The checkpoint ``--resume`` continues from (checked against the dataset and model), or None."""
+    """The checkpoint ``resume`` continues from: the newest in ``checkpoint_dir`` that reads back intact, checked
+    against the dataset and the model (its identity, its weights and optimizer state); None to start at epoch 1.
+
+    ``resume=True`` (``--resume``) refuses, naming the directory and why, when there is nothing to resume from (no
+    checkpoint file, or none intact), as a resumed run that silently started over would be; ``resume="auto"``
+    (``--resume-or-start``) then starts at epoch 1, saying so. Skipped files are ``report`` ed, never deleted.
+    """
     if not (job.resume and job.checkpoint_dir):
         return None
-    found = Checkpointer(job.checkpoint_dir).latest(report)
-    if found is not None:
-        state, path = found
-        check_compatible(state, path, dataset_identity(dataset),
-                         job.config.dims(dataset.num_features, dataset.num_classes), job.config.model,
-                         {o: getattr(job.config, o) for o in model_type(job.config.model).options})
+    skipped: list[str] = []
+
+    def skip(message: str) -> None:  # "skipping FILE: why"
+        skipped.append(message.removeprefix("skipping "))
+        report(message)
+
+    found = Checkpointer(job.checkpoint_dir).latest(skip)
+    if found is None:
+        why = (f"no intact checkpoint ({len(skipped)} skipped; the newest: {skipped[0]})" if skipped else
+               "no checkpoint files (ckpt-*.pt)")
+        if job.resume != "auto":
+            raise ConfigError(f"resume: nothing to resume from in {job.checkpoint_dir}: {why}; to start at epoch 1 "
+                              "when there is nothing to resume, ask for resume='auto' (--resume-or-start)", "resume")
+        report(f"nothing to resume from in {job.checkpoint_dir} ({why}); starting at epoch 1")
+        return None
+    state, path = found
+    cfg = job.config
+    dims = cfg.dims(dataset.num_features, dataset.num_classes)
+    check_compatible(state, path, dataset_identity(dataset), dims, cfg.model,
+                     {o: getattr(cfg, o) for o in model_type(cfg.model).options})
+    check_fits(state, path, make_model(cfg.model, dims, activation=cfg.activation, train_eps=cfg.gin_train_eps))
     return found
 
 
@@ -150,7 +172,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
     for option, path in (("metrics", job.metrics), ("save_model", job.save_model),
                          ("save_predictions", job.save_predictions)):
-        check_output(option, path)
+        check_output(option, path, sidecar=option == "save_model")
     cfg = job.config
     check_job_settings(job)
     check_train_columns(cfg.train_columns)
@@ -229,7 +251,8 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
         log = _EpochLog(job, ctx, resume)
-        checkpointer = Checkpointer(job.checkpoint_dir, job.checkpoint_every) if job.checkpoint_dir else None
+        checkpointer = (Checkpointer(job.checkpoint_dir, job.checkpoint_every, resumed_from=resume and resume[1])
+                        if job.checkpoint_dir else None)
         try:
             with StopOnSignal() as stop:
                 result = train_shard(ctx, shard, cfg, log, checkpointer=checkpointer,
@@ -286,7 +309,7 @@ class _EpochLog:
     def log_metrics(self, record: dict | None) -> None:
         """Append an epoch's record (None: only open the file)."""
         if self.metrics_file is None:
-            self.metrics_file = open(self.job.metrics, "w")
+            self.metrics_file = open_output(self.job.metrics)
             # the epochs of the checkpoint, not those the interrupted run may have logged after it
             self.metrics_file.writelines(json.dumps(r) + "\n"
                                          for r in (self.resume[0]["history"] if self.resume else []))

@@ -1,7 +1,9 @@
 """What a job writes and reads back: predictions, model files, and the one atomic writer they all go through.
 
-Files are written whole or not at all: :func:`mggcn.utils.files.atomic_write` writes a temporary file next to the
-target and renames it into place, so a reader (or a crash) never sees half a file.
+Files are written whole or not at all: :func:`mggcn.utils.files.write_output` writes a temporary file next to the
+target and renames it into place, so a reader (or a crash) never sees half a file; a special file (``/dev/null``, a
+FIFO) is written to where it is, and a write that fails raises :class:`~mggcn.utils.files.OutputError` naming the
+file.
 
 The model file is what ``mggcn train --save-model FILE`` writes: a state dict under the names of PyG's ``GCN``,
 ``GraphSAGE`` or ``GIN`` (``convs.{l}.lin.weight``, ``convs.{l}.lin_l.weight`` or ``convs.{l}.nn.lins.0.weight``
@@ -16,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -25,52 +26,47 @@ import torch
 from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
+from mggcn.training.checkpoint import unpickling_reason
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import atomic_write
+from mggcn.utils.files import OutputError, atomic_write, check_writable, is_special, write_output
 
-__all__ = ["CARD_FORMAT", "atomic_write", "check_output", "check_writable", "load_model", "model_dims", "model_kind",
-           "save_model", "save_output", "save_predictions", "sidecar_path"]
+__all__ = ["CARD_FORMAT", "OutputError", "atomic_write", "check_output", "load_model", "model_dims",
+           "model_kind", "save_model", "save_output", "save_predictions", "sidecar_path"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1
 _DEFAULTS = TrainConfig()
 
 
-def check_output(option: str, path: str | None) -> None:
+def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
     """Raise :class:`ConfigError` (naming ``option``, e.g. ``save_model``) unless a file can be written at ``path``:
-    its directory exists and takes a new file, and it is not a directory."""
+    its directory exists and takes a new file, and it is not a directory; or it is a special file (``/dev/null``, a
+    FIFO), written to where it is. ``sidecar``: the model's ``path.json`` too (:func:`save_model`)."""
     if path is None:
         return
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ConfigError(f"{option} {path}: the directory {parent} does not exist", option)
-    if os.path.isdir(path):
-        raise ConfigError(f"{option} {path}: is a directory", option)
-    check_writable(option, path, parent)
-
-
-def check_writable(option: str, path: str, directory: str) -> None:
-    """``directory`` takes a new file (tried, not guessed from permission bits, which root ignores)."""
-    try:
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".mggcn-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ConfigError(f"{option} {path}: cannot write in {directory} ({err.strerror})", option) from None
+    for target in (path, sidecar_path(path)) if sidecar and not is_special(path) else (path,):
+        if is_special(target):
+            continue
+        parent = os.path.dirname(os.path.abspath(target))
+        if not os.path.isdir(parent):
+            raise ConfigError(f"{option} {path}: the directory {parent} does not exist", option)
+        if os.path.isdir(target):
+            what = "is a directory" if target == path else f"its model description {target} is a directory"
+            raise ConfigError(f"{option} {path}: {what}", option)
+        check_writable(option, path, parent)
 
 
 def save_predictions(path: str, predictions: np.ndarray) -> None:
     """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
     if path.endswith(".npy"):
-        atomic_write(path, lambda tmp: np.save(tmp, predictions))
+        write_output(path, lambda f: np.save(f, predictions))
         return
 
-    def write_csv(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            f.write("vertex,prediction\n")
-            np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
+    def write_csv(f) -> None:
+        f.write("vertex,prediction\n")
+        np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
 
-    atomic_write(path, write_csv)
+    write_output(path, write_csv, text=True)
 
 
 def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
@@ -80,16 +76,16 @@ def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
         save_predictions(path, values)
         return
     if path.endswith(".npy"):
-        atomic_write(path, lambda tmp: np.save(tmp, values))
+        write_output(path, lambda f: np.save(f, values))
         return
 
-    def write_csv(tmp: str) -> None:
+    def write_csv(f) -> None:
         header = ",".join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
         table = np.concatenate([np.arange(values.shape[0])[:, None], values], axis=1)
         fmt = ["%d"] + ["%.7g"] * values.shape[1]
-        np.savetxt(tmp, table, fmt=fmt, delimiter=",", header=header, comments="")
+        np.savetxt(f, table, fmt=fmt, delimiter=",", header=header, comments="")
 
-    atomic_write(path, write_csv)
+    write_output(path, write_csv, text=True)
 
 
 def sidecar_path(path: str) -> str:
@@ -113,7 +109,10 @@ def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> li
     layer = 0
     weight = MODEL_TYPES[model_kind(state_dict, source)].layer_weight
     while weight.format(layer) in state_dict:
-        d_out, d_in = state_dict[weight.format(layer)].shape
+        tensor = state_dict[weight.format(layer)]
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
+            raise GraphError(f"{source}: {weight.format(layer)} is not a matrix (a [d_out, d_in] tensor)")
+        d_out, d_in = tensor.shape
         if dims and dims[-1] != d_in:
             raise GraphError(f"{source}: layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
         dims = dims or [int(d_in)]
@@ -125,18 +124,19 @@ def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> li
 def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConfig, dataset: dict,
                **extra: Any) -> None:
     """Write the weights to ``path`` and the sidecar ``path.json`` (model, dims, activation, norm, dataset
-    identity)."""
+    identity); none when ``path`` is a special file (``/dev/null``, a FIFO)."""
     card = {"format": CARD_FORMAT, "version": CARD_VERSION, "model": config.model,
             "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
             "dataset": dataset, **extra}
-    atomic_write(path, lambda tmp: torch.save(state_dict, tmp))
+    write_output(path, lambda f: torch.save(state_dict, f))
+    if is_special(path):  # weights streamed to a device or a pipe: no file beside it to describe them
+        return
 
-    def write_card(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            json.dump(card, f, indent=1)
-            f.write("\n")
+    def write_card(f) -> None:
+        json.dump(card, f, indent=1)
+        f.write("\n")
 
-    atomic_write(sidecar_path(path), write_card)
+    write_output(sidecar_path(path), write_card, text=True)
 
 
 def _read_card(path: str) -> dict | None:
@@ -170,9 +170,11 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
     try:
         state_dict = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
-        raise GraphError(f"{path}: not a model file ({type(err).__name__}: {err})") from None
-    if not isinstance(state_dict, dict):
-        raise GraphError(f"{path}: not a state dict")
+        raise GraphError(f"{path}: not a model file written by torch.save ({unpickling_reason(err)})") from None
+    if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                   for k, v in state_dict.items()):
+        raise GraphError(f"{path}: not a state dict (names and tensors); give a file written by `mggcn train "
+                         "--save-model`")
     found = model_kind(state_dict, path)
     dims = model_dims(state_dict, path)
     card = _read_card(path)

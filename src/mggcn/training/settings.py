@@ -78,6 +78,8 @@ def check_job_settings(job: Any) -> None:
     check_timeout(job.timeout_s)
     _at_least("log_every", job.log_every, 0, integer=True)
     _at_least("checkpoint_every", job.checkpoint_every, 0, integer=True)
+    if not (isinstance(job.resume, bool) or job.resume == "auto"):
+        raise ConfigError(f"resume must be True, False or 'auto', got {job.resume!r}", "resume")
     if job.resume and not job.checkpoint_dir:
         raise ConfigError("resume needs a checkpoint directory", "resume")
     if job.checkpoint_every and not job.checkpoint_dir:

@@ -1,26 +1,110 @@
-"""The one atomic writer: a file is written whole or not at all, whoever writes it (outputs, checkpoints, the results
-a worker hands its launcher, bench reports)."""
+"""The one writer of files: whoever writes (outputs, checkpoints, the results a worker hands its launcher, bench
+reports), a regular file is written whole or not at all, and a file that cannot be written is named.
+
+* A regular file (or a new path) is written under a temporary name beside it and renamed into place: readers, and
+  a crash, never see half a file, and a failed write leaves the old file as it was.
+* A special file the user named (``/dev/null``, ``/dev/stdout``, a FIFO, a terminal) is written to directly, never
+  renamed over: as root the rename would replace the device node itself with a regular file. A FIFO that no process
+  reads is refused at once instead of blocking the run.
+* Any failure (disk full, an I/O error, a reader that went away, a read-only or missing directory) raises
+  :class:`OutputError`, whose one line names the file and the system's reason (``No space left on device``).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
+from typing import IO, Any
 
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.outputs import follow_umask
 
-__all__ = ["atomic_write"]
+__all__ = ["OutputError", "atomic_write", "check_writable", "is_special", "open_output", "write_output"]
+
+
+class OutputError(OSError):
+    """An output that could not be written. ``str(err)`` is one line: the file, then the reason; ``filename``
+    and ``errno`` are those of the failure. The command line prints it and exits 1 (the run failed)."""
+
+    def __init__(self, path: str, reason: str, code: int | None = None) -> None:
+        super().__init__(code, reason, path)
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def _failed(path: str, err: OSError, doing: str = "cannot write") -> OutputError:
+    if isinstance(err, OutputError):
+        return err
+    reason = err.strerror or str(err) or type(err).__name__
+    return OutputError(path, f"{doing}: {reason}", err.errno)
+
+
+def is_special(path: str | os.PathLike) -> bool:
+    """Whether ``path`` (followed through links) exists and is neither a regular file nor a directory: a device,
+    a FIFO, a socket, a terminal."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _check_reader(path: str) -> None:
+    """A FIFO must have a reader now: opening it for writing would otherwise block until one comes."""
+    try:
+        fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return  # not there yet: a regular file will be made
+    if not fifo:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            raise OutputError(path, "a FIFO that no process is reading (start its reader first)", err.errno) from None
+        raise _failed(path, err) from None
+    os.close(fd)
+
+
+def check_writable(option: str, path: str, directory: str) -> None:
+    """``directory`` takes a new file (tried, not guessed from permission bits, which root ignores), or
+    :class:`~mggcn.utils.errors.ConfigError` naming ``option`` and ``path``."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".mggcn-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(f"{option} {path}: cannot write in {directory} ({err.strerror})", option) from None
 
 
 def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) -> None:
     """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file. ``path`` gets the mode of any
-    new file under the umask (:func:`mggcn.utils.outputs.follow_umask`), not the private one of ``tmp``.
+    new file under the umask (:func:`mggcn.utils.outputs.follow_umask`), not the private one of ``tmp``. A special
+    file (:func:`is_special`) is given to ``write`` itself.
 
     ``sync``: flush ``tmp`` to the disk before the rename, so that after a crash ``path`` holds either the old or
     the new content, never a torn one (checkpoints).
+
+    Raises:
+        OutputError: the file could not be written (naming ``path`` and why); nothing is left of the attempt.
     """
+    path = os.fspath(path)
+    if is_special(path):
+        _check_reader(path)
+        try:
+            write(path)
+        except OSError as err:
+            raise _failed(path, err) from None
+        return
     parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
+    except OSError as err:
+        raise _failed(path, err, f"cannot write in {parent}") from None
     os.close(fd)
     try:
         write(tmp)
@@ -29,7 +113,80 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise _failed(path, err) from None
         raise
+
+
+def write_output(path: str, write: Callable[[IO[Any]], None], text: bool = False, sync: bool = False) -> None:
+    """``write(f)`` into an open file ``f`` (binary, or ``text``), whole or not at all (:func:`atomic_write`): the
+    form for writers that take a file object (``np.save``, ``torch.save``, ``json.dump``), which then never see, or
+    change, the file's name (``np.save`` adds ``.npy`` to a name without it)."""
+
+    def into(target: str) -> None:
+        with open(target, "w" if text else "wb") as f:
+            # a pipe or a device cannot seek: writers that would (np.save on a real file) stream instead
+            write(f if text or target != path or not is_special(path) else _Stream(f))
+
+    atomic_write(path, into, sync)
+
+
+class _Stream:
+    """Only ``write`` and ``flush`` of a binary file: what a writer may do with a FIFO or a device."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+
+    def write(self, data: bytes) -> int:
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+class _OutputStream:
+    """A text file written as it goes (a log), whose every failure names it (:class:`OutputError`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self._broken = path, False
+        _check_reader(path)
+        try:
+            self._file = open(path, "w")  # noqa: SIM115 - closed by close()
+        except OSError as err:
+            raise _failed(path, err) from None
+
+    def _do(self, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except OSError as err:
+            self._broken = True
+            raise _failed(self.path, err) from None
+
+    def write(self, text: str) -> None:
+        self._do(lambda: self._file.write(text))
+
+    def writelines(self, lines: Any) -> None:
+        self._do(lambda: self._file.writelines(lines))
+
+    def flush(self) -> None:
+        self._do(self._file.flush)
+
+    def close(self) -> None:
+        """Close, raising a failure to write what is left; after a failure already raised, quietly (the error is
+        said once, and what was not written is lost either way)."""
+        if not self._broken:
+            self._do(self._file.close)
+            return
+        try:
+            self._file.close()
+        except OSError:
+            pass
+
+
+def open_output(path: str) -> _OutputStream:
+    """``path`` opened for writing text as it goes (the ``--metrics`` log: each epoch's line lands when it is
+    written, to be followed with ``tail -f``); a FIFO must have its reader; failures raise :class:`OutputError`."""
+    return _OutputStream(os.fspath(path))

@@ -21,6 +21,7 @@ from mggcn.tools.bench.pyg import PYG_LAST_SETUP_PHASE, pyg_worker
 from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
 from mggcn.tools.bench.table import write_report
 from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
+from mggcn.training.outputs import check_output
 
 __all__ = ["run_bench", "configurations", "rounds", "run_one"]
 
@@ -35,6 +36,7 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: st
     ``--gpu-memory`` larger than the GPU, Ctrl-C) is named in ``error`` before the exception goes on. ``complete``
     says whether every step ran.
     """
+    check_output("out", out)  # before an hour of measuring, not after it
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
     report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": describe_host(opts.device), "command": command,

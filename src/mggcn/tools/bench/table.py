@@ -145,13 +145,9 @@ def _detail_lines(report: dict, g: dict | None) -> list[str]:
 
 def write_report(report: dict, path: str) -> None:
     """The report as JSON at ``path`` (written whole or not at all)."""
-    from mggcn.utils.files import atomic_write
+    from mggcn.utils.files import write_output
 
-    def write(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=1)
-
-    atomic_write(path, write)
+    write_output(path, lambda f: json.dump(report, f, indent=1), text=True)
 
 
 def report_source(report: dict) -> str:

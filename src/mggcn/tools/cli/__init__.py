@@ -20,6 +20,7 @@ from mggcn.config import __version__
 from mggcn.tools.cli import bench, datasets, info, plan, predict, prepare, report, train
 from mggcn.tools.cli.common import HelpFormatter, flag_message
 from mggcn.utils.errors import GraphError
+from mggcn.utils.files import OutputError
 from mggcn.utils.system import own_process, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser", "COMMANDS"]

@@ -144,8 +144,14 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="write checkpoints here")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="checkpoint every K epochs (default 0: only when stopped by a signal)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the newest intact checkpoint in --checkpoint-dir (--epochs is the total)")
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_const", const=True, default=False,
+                        help="continue from the newest intact checkpoint in --checkpoint-dir (--epochs is the "
+                             "total); refused when there is none (no file, or all corrupt). Checkpoints of other "
+                             "runs and corrupt files there are never deleted")
+    resume.add_argument("--resume-or-start", dest="resume", action="store_const", const="auto",
+                        help="as --resume, but start at epoch 1 when there is nothing to resume from (a job that "
+                             "may be restarting after preemption)")
 
 
 def _check_tensorboard(args: argparse.Namespace) -> None:

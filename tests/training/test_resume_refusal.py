@@ -1,0 +1,148 @@
+"""``--resume`` with nothing usable, checkpoints holding the wrong types, and which files a run may delete (issue 31).
+
+resume=True refuses, in one line naming the directory and why, when no checkpoint is usable; resume="auto" starts at
+epoch 1 instead, saying so. A checkpoint whose entries have the wrong type, or whose weights or optimizer state do not
+fit the model, is refused naming the file. The rotation deletes only this run's checkpoints: never a corrupt file or
+another run's; a file in the way of a new checkpoint is kept aside under another name."""
+
+import hashlib
+import io
+import os
+
+import pytest
+import torch
+
+from cli_util import run_cli
+from mggcn.config import TrainConfig
+from mggcn.training.checkpoint import Checkpointer, CheckpointError, load
+from mggcn.training.job import TrainJob, check_job, run_train_job
+from mggcn.utils.errors import ConfigError
+
+KARATE = "builtin:karate"
+
+
+def _job(ck, epochs, resume=False, every=1):
+    config = TrainConfig(hidden=(8,), epochs=epochs, seed=1, trace_epoch=0)
+    return TrainJob(dataset=KARATE, config=config, quiet=True, checkpoint_dir=str(ck), checkpoint_every=every,
+                    resume=resume)
+
+
+def _rewrite(src, dst, change) -> None:
+    """``src``'s contents changed by ``change(state)``, saved at ``dst`` under a valid header: the checksum says
+    nothing of the types, since whoever writes the payload writes the header too."""
+    state = load(str(src))
+    change(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    dst.write_bytes(b"mggcn-checkpoint " + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+
+
+@pytest.mark.parametrize("contents", ["missing", "empty", "corrupt"])
+def test_resume_with_nothing_usable_is_refused_naming_the_directory(tmp_path, contents):
+    ck = tmp_path / "ck"
+    if contents != "missing":
+        ck.mkdir()
+    if contents == "corrupt":
+        (ck / "ckpt-000003.pt").write_bytes(b"not a checkpoint\n")
+    with pytest.raises(ConfigError) as info:
+        check_job(_job(ck, 4, resume=True), 1)
+    message = str(info.value)
+    assert info.value.option == "resume" and "\n" not in message
+    assert message.startswith(f"resume: nothing to resume from in {ck}: ")
+    assert ("ckpt-000003.pt: not an mggcn checkpoint" in message) == (contents == "corrupt")
+    assert "resume='auto'" in message
+    if contents == "corrupt":
+        assert (ck / "ckpt-000003.pt").read_bytes() == b"not a checkpoint\n"
+
+
+def test_resume_auto_starts_at_epoch_one_and_never_deletes_what_it_did_not_write(tmp_path, capsys):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    junk = {"ckpt-000001.pt": b"junk one\n", "ckpt-000009.pt": b"junk nine\n", "notes.txt": b"mine\n"}
+    for name, data in junk.items():
+        (ck / name).write_bytes(data)
+    result = run_train_job(_job(ck, 4, resume="auto"))
+    assert result.resumed_from is None and len(result.history) == 4
+    err = capsys.readouterr().err
+    assert f"nothing to resume from in {ck}" in err and "starting at epoch 1" in err
+    names = sorted(os.listdir(ck))
+    # its own checkpoints rotated to the newest two; the corrupt ones kept, the one in the way renamed aside
+    assert names == ["ckpt-000001.pt.kept", "ckpt-000003.pt", "ckpt-000004.pt", "ckpt-000009.pt", "notes.txt"]
+    assert (ck / "ckpt-000001.pt.kept").read_bytes() == b"junk one\n"
+    assert (ck / "ckpt-000009.pt").read_bytes() == b"junk nine\n"
+    assert f"{ck}/ckpt-000001.pt was not written by this run: kept as {ck}/ckpt-000001.pt.kept" in err
+
+
+def test_a_resumed_run_rotates_its_own_lineage_but_not_other_files(tmp_path):
+    ck = tmp_path / "ck"
+    run_train_job(_job(ck, 3))
+    assert sorted(os.listdir(ck)) == ["ckpt-000002.pt", "ckpt-000003.pt"]
+    (ck / "ckpt-000005.pt").write_bytes(b"torn\n")  # newer than the resumed one, and corrupt
+    resumed = run_train_job(_job(ck, 6, resume=True))
+    assert resumed.resumed_from.endswith("ckpt-000003.pt") and len(resumed.history) == 6
+    # 2 and 3 (the lineage it continues) and 4 rotated out; the torn 5 kept aside when this run wrote its own 5
+    assert sorted(os.listdir(ck)) == ["ckpt-000005.pt", "ckpt-000005.pt.kept", "ckpt-000006.pt"]
+    assert (ck / "ckpt-000005.pt.kept").read_bytes() == b"torn\n"
+    assert Checkpointer(str(ck)).latest()[1].endswith("ckpt-000006.pt")
+
+
+def _set_first_weight(value):
+    def change(state):
+        state["model"][next(iter(state["model"]))] = value
+    return change
+
+
+WRONG = {
+    "a string for the weights": (lambda s: s.__setitem__("model", "weights"), "its 'model' is not a dict of tensors"),
+    "a string for one tensor": (_set_first_weight("w"), "is a str"),
+    "a string in the optimizer": (lambda s: s["optimizer"]["state"][0].__setitem__("exp_avg", "x"),
+                                  "its 'optimizer' is not an optimizer state"),
+    "a record without numbers": (lambda s: s["history"][0].__setitem__("loss", "low"),
+                                 "its 'history' is not a list of epoch records"),
+    "a string for the epoch": (lambda s: s.__setitem__("epoch", "3"), "not an mggcn checkpoint (no epoch)"),
+    "best weights of another type": (lambda s: s.__setitem__("best", 5), "its 'best' is not the best weights"),
+    "weights of another shape": (_set_first_weight(torch.zeros(2, 2)), "its weights do not fit this model"),
+    "optimizer moments of another shape": (lambda s: s["optimizer"]["state"][0].__setitem__("exp_avg",
+                                                                                        torch.zeros(3)),
+                                           "its optimizer's exp_avg of parameter 0 has shape [3]"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG))
+def test_a_checkpoint_with_the_wrong_types_is_refused_naming_the_file(tmp_path, case):
+    change, expected = WRONG[case]
+    ck = tmp_path / "ck"
+    run_train_job(_job(ck, 2, every=2))
+    crafted = ck / "ckpt-000002.pt"
+    _rewrite(crafted, crafted, change)
+    with pytest.raises((ConfigError, CheckpointError)) as info:
+        check_job(_job(ck, 4, resume=True), 1)
+    message = str(info.value)
+    assert str(crafted) in message and expected in message and "\n" not in message
+
+
+def test_the_command_line_refuses_and_starts_afresh_as_asked(tmp_path):
+    ck = tmp_path / "ck"
+    common = ["train", KARATE, "--epochs", "2", "--hidden", "8", "--quiet", "--trace-epoch", "0", "--checkpoint-dir",
+              str(ck)]
+    out = run_cli(*common, "--resume")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == (f"mggcn train: error: --resume: nothing to resume from in {ck}: no checkpoint "
+                                  "files (ckpt-*.pt); to start at epoch 1 when there is nothing to resume, ask for "
+                                  "resume='auto' (--resume-or-start)")
+    out = run_cli(*common, "--resume-or-start", "--checkpoint-every", "1")
+    assert out.returncode == 0, out.stderr
+    assert "starting at epoch 1" in out.stderr and sorted(os.listdir(ck)) == ["ckpt-000001.pt", "ckpt-000002.pt"]
+    crafted = ck / "ckpt-000002.pt"
+    _rewrite(crafted, crafted, lambda s: s.__setitem__("model", "weights"))
+    out = run_cli(*common[:3], "3", *common[4:], "--resume")  # the intact one before it is used
+    assert out.returncode == 0, out.stderr
+    assert f"skipping {crafted}: refused: its 'model' is not a dict of tensors (a str)" in out.stderr
+    assert crafted.exists()
+    assert run_cli(*common, "--resume", "--resume-or-start").returncode == 2  # one or the other
+
+
+def test_resume_takes_true_false_or_auto():
+    with pytest.raises(ConfigError, match="resume must be True, False or 'auto', got 'yes'"):
+        check_job(TrainJob(KARATE, checkpoint_dir="ck", resume="yes"), 1)

@@ -1,0 +1,148 @@
+"""Outputs into special files and failing writes (mggcn.utils.files): a device or a FIFO is written to where it is,
+never renamed over; a write that fails raises OutputError naming the file; a regular file is never half-written.
+
+Run as root here, so permission bits stop nothing: a directory that takes no files is a chmod'ed one for other
+users, else one on a file system that refuses new files to root too (sysfs)."""
+
+import errno
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from mggcn.utils.files import OutputError, atomic_write, is_special, open_output, write_output
+
+
+def _is_char_device(path: str) -> bool:
+    return stat.S_ISCHR(os.stat(path).st_mode)
+
+
+def test_a_full_device_is_named_with_the_reason_and_stays_a_device():
+    with pytest.raises(OutputError) as info:
+        write_output("/dev/full", lambda f: np.save(f, np.arange(100_000)))
+    assert str(info.value) == "/dev/full: cannot write: No space left on device"
+    assert info.value.errno == errno.ENOSPC and info.value.filename == "/dev/full"
+    assert _is_char_device("/dev/full")  # written to, not replaced by a regular file
+
+
+def test_dev_null_is_written_to_not_renamed_over():
+    assert is_special("/dev/null")
+    write_output("/dev/null", lambda f: f.write("vertex,prediction\n0,1\n"), text=True)
+    atomic_write("/dev/null", lambda p: open(p, "w").write("x"))
+    assert _is_char_device("/dev/null")
+    assert not [n for n in os.listdir("/dev") if n.startswith(".mggcn-")]  # no temporary beside it
+
+
+def test_a_fifo_without_a_reader_is_refused_at_once(tmp_path):
+    fifo = str(tmp_path / "out.csv")
+    os.mkfifo(fifo)
+    with pytest.raises(OutputError, match="out.csv: a FIFO that no process is reading"):
+        write_output(fifo, lambda f: f.write(b"never"))
+    with pytest.raises(OutputError, match="no process is reading"):
+        open_output(fifo)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_fifo_with_a_reader_gets_the_bytes_and_stays_a_fifo(tmp_path):
+    fifo = str(tmp_path / "out.npy")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader now, so the writer does not wait
+    got = []
+    drain = threading.Thread(target=lambda: got.append(_read_all(reader)))
+    drain.start()
+    write_output(fifo, lambda f: np.save(f, np.arange(5)))
+    drain.join(timeout=30)
+    assert not drain.is_alive()
+    assert got[0].startswith(b"\x93NUMPY") and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["out.npy"]
+
+
+def _read_all(fd: int) -> bytes:
+    os.set_blocking(fd, True)
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def test_a_reader_that_goes_away_is_a_broken_pipe_naming_the_file(tmp_path):
+    fifo = str(tmp_path / "pipe")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+
+    def write(f) -> None:
+        f.write(b"first")
+        f.flush()
+        os.close(reader)  # the reader leaves mid-write
+        f.write(b"x" * (1 << 20))
+        f.flush()
+
+    with pytest.raises(OutputError) as info:
+        write_output(fifo, write)
+    assert info.value.errno == errno.EPIPE and str(info.value) == f"{fifo}: cannot write: Broken pipe"
+
+
+def test_a_failed_write_of_a_regular_file_names_it_and_leaves_the_old_content(tmp_path):
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"old")
+
+    def disk_full(f) -> None:
+        f.write(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OutputError) as info:
+        write_output(str(path), disk_full)
+    assert str(info.value) == f"{path}: cannot write: No space left on device"
+    assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["model.pt"]
+
+
+def test_a_path_that_is_a_directory_or_under_a_file_is_named(tmp_path):
+    (tmp_path / "d").mkdir()
+    with pytest.raises(OutputError, match=f"^{tmp_path}/d: cannot write: Is a directory$"):
+        write_output(str(tmp_path / "d"), lambda f: f.write(b"x"))
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputError, match=f"^{tmp_path}/f/out.csv: cannot write in {tmp_path}/f: Not a directory$"):
+        write_output(str(tmp_path / "f" / "out.csv"), lambda f: f.write(b"x"))
+    assert sorted(os.listdir(tmp_path)) == ["d", "f"]
+
+
+def test_a_directory_that_takes_no_files_is_named(readonly_dir):
+    target = os.path.join(readonly_dir, "out.json")
+    with pytest.raises(OutputError) as info:
+        write_output(target, lambda f: f.write("{}"), text=True)
+    assert str(info.value).startswith(f"{target}: cannot write in {readonly_dir}: ")
+    assert "\n" not in str(info.value)
+
+
+def test_a_log_stream_names_its_file_when_the_device_is_full():
+    stream = open_output("/dev/full")
+    stream.write("{}\n" * 10)
+    with pytest.raises(OutputError, match="^/dev/full: cannot write: No space left on device$"):
+        stream.flush()
+    stream.close()  # the buffer is dropped: closing again says nothing more
+    assert _is_char_device("/dev/full")
+
+
+@pytest.fixture
+def readonly_dir(tmp_path):
+    """A directory in which creating a file fails, for root too where the test runs as root."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    candidates = [str(locked), "/sys/kernel", "/proc/self"]
+    try:
+        for directory in candidates:
+            probe = os.path.join(directory, ".mggcn-test-probe")
+            try:
+                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except OSError:
+                yield directory
+                return
+            os.close(fd)
+            os.unlink(probe)
+        pytest.skip("no directory here refuses new files")
+    finally:
+        locked.chmod(0o755)
