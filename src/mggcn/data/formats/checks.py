@@ -30,6 +30,7 @@ from typing import Any, TextIO
 import numpy as np
 import scipy.sparse as sp
 
+from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import GraphError
 
@@ -461,12 +462,28 @@ def with_vertex_data(path: Path, ei: np.ndarray, n: int, n_from: str, fmt: str, 
                  meta={"format": fmt, "source": str(path)}).validate()
 
 
+# Bytes per vertex of the arrays vertex_data makes besides synthetic features: labels, the split's permutation, codes
+# and masks.
+_VERTEX_BYTES = 36
+
+
+def check_vertex_memory(path: PathLike, n: int, n_from: str, synthetic_features: int = 0) -> None:
+    """Refuse, before allocating, ``n`` vertices whose arrays (and ``synthetic_features`` float32 features each)
+    would not fit in this machine's memory, naming the file and where ``n`` came from (``--num-nodes``)."""
+    need = n * (_VERTEX_BYTES + 4 * synthetic_features)
+    memory = physical_memory()
+    if memory is not None and need > memory:
+        raise file_error(path, f"{n:,} vertices ({n_from}): their arrays would take about {need / 2**30:,.1f} GiB, "
+                               f"more than this machine's {memory / 2**30:,.1f} GiB of memory")
+
+
 def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labels: PathLike | None,
                 split: PathLike | None, num_classes: int | None, seed: int,
                 num_features: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
     """Features, labels, split masks and class count from the optional files, the rest synthesized from ``seed``."""
     if n <= 0:
         raise file_error(path, "the graph has no vertices")
+    check_vertex_memory(path, n, n_from, 0 if features is not None else num_features)
     # One independent stream per kind, so supplying (say) real labels does not change the synthetic features.
     rng_x, rng_y, rng_split = (np.random.default_rng([seed, k]) for k in range(3))
     if features is not None:
@@ -498,20 +515,28 @@ def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labe
     return x, y, masks, num_classes
 
 
+def _vector(a: np.ndarray, path: Path, what: str, kind: str) -> np.ndarray:
+    """A split's array must be one-dimensional: one entry per vertex, never a table read row by row."""
+    if a.ndim != 1:
+        raise file_error(path, f"{what} must be a one-dimensional {kind} (one entry per vertex), got shape "
+                               f"{list(a.shape)}")
+    return a
+
+
 def load_split(path: Path, n: int, n_from: str) -> dict[str, np.ndarray]:
     """A ``.npz`` of bool train/val/test masks, or an ``.npy`` code vector 0/1/2 (-1 = none)."""
     if path.suffix == ".npz":
         arrays = load_npz(path, list(SPLITS))
         masks = {}
         for name in SPLITS:
-            m = arrays[name].reshape(-1)
+            m = _vector(arrays[name], path, f"'{name}'", "mask")
             if m.shape[0] != n:
                 raise file_error(path, f"'{name}' has {m.shape[0]} entries for {n} vertices ({n_from})")
             if m.dtype != bool and not (np.issubdtype(m.dtype, np.integer) and np.isin(m, (0, 1)).all()):
                 raise file_error(path, f"'{name}' must be a bool mask, got {m.dtype}")
             masks[name] = m.astype(bool)
         return masks
-    codes = load_npy(path).reshape(-1)
+    codes = _vector(load_npy(path), path, "the split codes", "vector of codes")
     if not np.issubdtype(codes.dtype, np.integer):
         raise file_error(path, f"split codes must be integers (0 train, 1 val, 2 test, -1 none), got {codes.dtype}")
     if codes.shape[0] != n:
