@@ -44,7 +44,7 @@ __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch",
 class WorkerError(RuntimeError):
     """A worker of a local job failed or hung. ``rank`` is the first failed rank; ``detail`` its traceback;
     ``kind`` what ended it (:func:`_kind_of`: ``"broken_pipe"`` when its own output went away, ``"interrupt"``
-    for Ctrl-C, else ``"error"``)."""
+    for Ctrl-C, ``"bad_input"`` for bad data or settings, else ``"error"``)."""
 
     def __init__(self, rank: int, message: str, detail: str = "", kind: str = "error") -> None:
         super().__init__(f"rank {rank} {message}")
@@ -52,9 +52,13 @@ class WorkerError(RuntimeError):
 
 
 def _kind_of(exc: BaseException) -> str:
-    """What a worker's exception says of how the job ended (:attr:`WorkerError.kind`), by its type."""
+    """What a worker's exception says of how the job ended (:attr:`WorkerError.kind`), by its type: ``"bad_input"``
+    for what the command line reports as bad input (a ``ValueError``: GraphError, ConfigError, found by the rank
+    that reads the rows)."""
     if isinstance(exc, BrokenPipeError):
         return "broken_pipe"
+    if isinstance(exc, ValueError):
+        return "bad_input"
     return "interrupt" if isinstance(exc, KeyboardInterrupt) else "error"
 
 
@@ -357,6 +361,7 @@ class JobInterrupted(WorkerError):
 # What a rank reports when a PEER failed: a lost connection (gloo, NCCL, the store) or a collective timeout.
 _PEER_LOST = re.compile(
     r"connection (reset|closed|refused)|closed by peer|broken pipe|socket (closed|timeout)|timed out|"
+    r"connectFullMesh|no route to host|connect timeout|"
     r"DistNetworkError|DistBackendError|ncclRemoteError|communicator was aborted",
     re.IGNORECASE)
 
@@ -377,8 +382,8 @@ class _Failure:
             with open(path) as f:
                 report = json.load(f)
             kind = str(report.get("kind", "error"))
-            # a BrokenPipeError of the rank's own output (`| head`) is its own cause, whatever its text says
-            peer_lost = bool(_PEER_LOST.search(report["error"])) and kind != "broken_pipe"
+            # a BrokenPipeError of the rank's own output (`| head`), bad input: their own cause, whatever the text says
+            peer_lost = bool(_PEER_LOST.search(report["error"])) and kind not in ("broken_pipe", "bad_input")
             return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], peer_lost,
                        kind)
         except (OSError, ValueError, KeyError, TypeError):

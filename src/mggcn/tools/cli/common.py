@@ -193,8 +193,9 @@ def flag_message(err: Exception) -> str:
 
 def job_failure_status(err: WorkerError) -> int:
     """The exit status of a job the launcher could not finish, its one line said on stderr: 130 for Ctrl-C or
-    SIGTERM before the workers could stop by themselves, 1 for a failed rank. A rank 0 whose output went away
-    (``| head``) is re-raised as ``BrokenPipeError``, which the command ends quietly."""
+    SIGTERM before the workers could stop by themselves, 2 for bad input a rank found in its rows, 1 for another
+    failure. A rank 0 whose output went away (``| head``) is re-raised as ``BrokenPipeError``, which the command
+    ends quietly."""
     from mggcn.distributed.launch import JobInterrupted
 
     if isinstance(err, JobInterrupted):
@@ -203,4 +204,4 @@ def job_failure_status(err: WorkerError) -> int:
     if err.kind == "broken_pipe":  # rank 0's reader went away (| head)
         raise BrokenPipeError from None
     print(f"mggcn: {err}", file=sys.stderr)
-    return 1
+    return 2 if err.kind == "bad_input" else 1

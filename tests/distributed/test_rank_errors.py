@@ -1,0 +1,48 @@
+"""Bad data that only a rank finds (the rows it reads of a prepared directory) at P = 2: the rank that found it is
+named with the file and its problem, in one line, exit status 2 (bad input), never a peer's lost connection."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "data"))
+import test_hostile_inputs as hostile  # noqa: E402  (the crafted directories and the check of their outcome)
+
+from mggcn.distributed.launch import _PEER_LOST, WorkerError, _Failure, _kind_of, _root_cause  # noqa: E402
+
+
+def _at_two_ranks(case):
+    def at_two(tmp):
+        argv, named, outputs = case(tmp)
+        argv[argv.index("--nprocs") + 1] = "2"
+        return argv, named, outputs
+
+    return at_two
+
+
+def test_crafted_prepared_directories_at_two_ranks_name_the_file(tmp_path):
+    cases = {name: _at_two_ranks(case) for name, case in hostile.ITEM_5.items() if name.startswith("prepared")}
+    hostile.assert_all_clean(cases, tmp_path)
+
+
+def test_bad_input_found_by_a_rank_is_the_cause_even_when_a_peer_failed_first():
+    """A peer loses its connection to the rank that raised (gloo's words vary: connectFullMesh during the
+    rendezvous, a reset connection later); the rank's own error is reported, with its kind."""
+    assert _kind_of(ValueError("x")) == "bad_input" and _kind_of(RuntimeError("x")) == "error"
+    for lost in ("RuntimeError: Gloo connectFullMesh failed with [pair.cc:144] no error",
+                 "DistBackendError: [pair.cc:534] Read error: Connection reset by peer"):
+        assert _PEER_LOST.search(lost), lost
+        failed = {0: _Failure(0, 1.0, f"failed: {lost}", peer_lost=True),
+                  1: _Failure(1, 2.0, "failed: GraphError: d/labels.npy: label 17", kind="bad_input")}
+        cause = _root_cause(failed)
+        assert isinstance(cause, WorkerError) and cause.rank == 1 and cause.kind == "bad_input"
+        assert str(cause) == "rank 1 failed: GraphError: d/labels.npy: label 17"
+
+
+@pytest.mark.parametrize("kind, status", [("bad_input", 2), ("error", 1)])
+def test_the_command_exits_2_for_bad_input_a_rank_found(kind, status, capsys):
+    from mggcn.tools.cli.common import job_failure_status
+
+    assert job_failure_status(WorkerError(1, "failed: GraphError: f.npy: bad", kind=kind)) == status
+    assert capsys.readouterr().err == "mggcn: rank 1 failed: GraphError: f.npy: bad\n"
