@@ -103,3 +103,22 @@ def test_predict_on_a_file_that_is_not_a_model_is_one_line(tmp_path, content):
     assert out.returncode == 2
     _one_error_line(out, str(path))
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_prepare_never_moves_a_special_file_aside(tmp_path):
+    fifo = tmp_path / "ds"
+    os.mkfifo(fifo)
+    out = run_cli("prepare", "builtin:karate", str(fifo), "--overwrite")
+    assert out.returncode == 2
+    _one_error_line(out, str(fifo), "is a device, FIFO or socket, not a directory")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["ds"]
+
+
+def test_a_short_write_on_a_full_disk_is_said_as_no_space(tmp_path, monkeypatch):
+    from mggcn.data.prepared import writer
+
+    short = OSError("800000 requested and 16384 written")  # numpy's tofile: no errno
+    assert writer._write_failure(short, tmp_path) == "800000 requested and 16384 written"
+    monkeypatch.setattr(writer.os, "statvfs", lambda _: os.statvfs_result((4096,) * 3 + (0,) * 7))
+    assert writer._write_failure(short, tmp_path) == "No space left on device"
+    assert writer._write_failure(OSError(5, "Input/output error"), tmp_path) == "Input/output error"

@@ -22,6 +22,7 @@ This module never imports torch (a process preparing a big graph under a tight m
 from __future__ import annotations
 
 import datetime
+import errno
 import importlib.metadata
 import json
 import os
@@ -48,6 +49,7 @@ from mggcn.data.prepared.edgesort import (
 )
 from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
 from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.files import is_special
 from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
 from mggcn.utils.units import parse_bytes
@@ -211,6 +213,9 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
     parent = out.parent
     if not parent.is_dir():
         raise GraphError(f"{out}: the parent directory {parent} does not exist")
+    if is_special(out):  # --overwrite would move a device node aside and remove it
+        raise GraphError(f"{out}: is a device, FIFO or socket, not a directory; give a path for the dataset's "
+                         "directory")
     if out.exists() and not overwrite:
         raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
     budget = DEFAULT_MEMORY_LIMIT if memory_limit is None else parse_memory(memory_limit)
@@ -228,13 +233,25 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
                                  seconds=round(time.monotonic() - start, 3))
         _install(tmp, out, manifest)
     except OSError as exc:
+        why = _write_failure(exc, parent)  # before the partial files are removed: a full disk looks full
         shutil.rmtree(tmp, ignore_errors=True)
-        where = exc.filename or out
-        raise GraphError(f"{where}: cannot write the prepared dataset ({exc.strerror or exc})") from None
+        raise GraphError(f"{exc.filename or out}: cannot write the prepared dataset ({why})") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _write_failure(exc: OSError, parent: Path) -> str:
+    """Why a write failed, in the system's words: numpy's ``tofile`` reports a short write without an errno
+    ("800000 requested and 16384 written"), which on a file system with no space left is that."""
+    if exc.strerror:
+        return exc.strerror
+    try:
+        full = os.statvfs(parent).f_bavail == 0
+    except OSError:
+        full = False
+    return os.strerror(errno.ENOSPC) if full else str(exc) or type(exc).__name__
 
 
 def _install(tmp: Path, out: Path, manifest: dict) -> None:
