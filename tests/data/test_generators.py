@@ -260,11 +260,11 @@ def _pair_keys(csr) -> np.ndarray:
 
 
 # key ranges of PairGraph: the default, many ranges shorter than a row (a row cut several times), and int64 keys
-_KEY_RANGES = {"default": {}, "short": {"RANGES_PER_THREAD": 200}, "wide": {"MAX_RANGES": 1}}
+_KEY_RANGES = {"default": {}, "short": {"RANGES_PER_THREAD": 200}, "wide": {"MAX_RANGES": 2}}
 
 
 @pytest.mark.parametrize("ranges", list(_KEY_RANGES))
-@pytest.mark.parametrize("n", [2, 300, 70_000])
+@pytest.mark.parametrize("n", [2, 300, 100_000])
 def test_pair_graph_csr_equals_the_sorted_unique_keys(n, ranges, monkeypatch, threads):
     import mggcn.data.generators.common as common
 
@@ -280,6 +280,8 @@ def test_pair_graph_csr_equals_the_sorted_unique_keys(n, ranges, monkeypatch, th
     assert keys.dtype == (np.int64 if ranges == "wide" and n > 2**16 else np.uint32)
     if ranges == "short" and n == 300:
         assert 1 << keys.shift < n
+    if ranges == "wide" and n > 2**16:
+        assert keys.count > 1
     csr = graph.csr()
     keep = u != v
     want = np.unique(np.concatenate([u[keep] * n + v[keep], v[keep] * n + u[keep]]))

@@ -137,7 +137,8 @@ class _KeyRanges:
         """int64 ``keys`` (changed in place) sorted and cut into the ranges, each less its first key."""
         keys.sort()
         cut = np.searchsorted(keys, self.bounds)
-        np.bitwise_and(keys, (1 << self.shift) - 1, out=keys)
+        if self.shift != 32:  # at 32, the cast to uint32 keeps just the low bits
+            np.bitwise_and(keys, (1 << self.shift) - 1, out=keys)
         return np.split(keys.astype(self.dtype, copy=False), cut)
 
     def sorted_unique(self, blocks: list[list[np.ndarray]]) -> list[np.ndarray]:

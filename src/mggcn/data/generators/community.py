@@ -235,12 +235,13 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
         if graph.num_pairs >= target or gained == 0:
             break
         want = int((target - graph.num_pairs) * want / gained * 1.02) + 16
+    csr = graph.csr()  # the keys released before the features are made
     y = model.y[model.order] if clustered else model.y
     x = CentroidFeatures(y, C, num_features, noise, seeds[2]).all()
     masks = random_split(n, split, np.random.default_rng(seeds[3]))
     meta = dict(generator="community_graph", p_in=model.p_in, noise=noise, degree_exponent=degree_exponent,
                 avg_degree=avg_degree, seed=seed, clustered=clustered)
-    return GeneratedGraph(name + (", clustered ids" if clustered else ""), graph.csr(), x, y, masks, C, meta)
+    return GeneratedGraph(name + (", clustered ids" if clustered else ""), csr, x, y, masks, C, meta)
 
 
 def community_graph(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_CLASSES,
