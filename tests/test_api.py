@@ -108,3 +108,73 @@ def test_bad_arguments_are_named():
         mggcn.adjacency_operator(np.array([[0, 1], [1, 5]]), 5)
     with pytest.raises(mggcn.ConfigError, match="hidden sizes must be positive"):
         mggcn.train("builtin:karate", hidden=(0,))
+
+
+# (the API's keyword arguments, the command line's arguments for the same bad setting); the setting is the first key
+_BAD_SETTINGS = [
+    ({"hidden": "abc"}, ["--hidden", "abc"]),
+    ({"hidden": (8, 0)}, ["--hidden", "8,0"]),
+    ({"hidden": (8.5,)}, ["--hidden", "8.5"]),
+    ({"epochs": -1}, ["--epochs", "-1"]),
+    ({"lr": float("nan")}, ["--lr", "nan"]),
+    ({"lr": -1.0}, ["--lr", "-1"]),
+    ({"weight_decay": float("inf")}, ["--weight-decay", "inf"]),
+    ({"dropout": 1.5}, ["--dropout", "1.5"]),
+    ({"input_dropout": -0.1}, ["--input-dropout", "-0.1"]),
+    ({"timeout_s": 0.0}, ["--timeout", "0"]),
+    ({"patience": -1}, ["--patience", "-1"]),
+    ({"trace_epoch": -1}, ["--trace-epoch", "-1"]),
+    ({"seed": -1}, ["--seed", "-1"]),
+    ({"checkpoint_every": 2}, ["--checkpoint-every", "2"]),
+    ({"log_every": 0}, ["--log-every", "0"]),
+    ({"threads": 0}, ["--threads", "0"]),
+    ({"tile_bytes": -1}, ["--tile-bytes", "-1"]),
+    ({"model": "xyz"}, ["--model", "xyz"]),
+    ({"norm": "xyz"}, ["--norm", "xyz"]),
+    ({"activation": "xyz"}, ["--activation", "xyz"]),
+    ({"partition": "xyz"}, ["--partition", "xyz"]),
+    ({"comm": "xyz"}, ["--comm", "xyz"]),
+    ({"shm": "xyz"}, ["--shm", "xyz"]),
+    ({"order": "xyz"}, ["--order", "xyz"]),
+    ({"train_columns": "xyz"}, ["--train-columns", "xyz"]),
+    ({"device": "tpu"}, ["--device", "tpu"]),
+    ({"nprocs": 0}, ["--nprocs", "0"]),
+    ({"gin_train_eps": True}, ["--gin-train-eps"]),
+]
+
+# what only a Python caller can give (the parser fixes the type): refused the same way, naming the setting
+_BAD_TYPES = [{"hidden": None}, {"epochs": True}, {"epochs": "5"}, {"lr": "0.1"}, {"timeout_s": "60"},
+              {"threads": "2"}, {"threads": 2.5}, {"nprocs": "2"}, {"quiet": "yes"}, {"undirected": "no"},
+              {"dedup": 2}, {"metrics": 5}, {"save_model": 5}, {"save_predictions": ""}, {"checkpoint_dir": 5},
+              {"mmap_threshold": -5}, {"features": 5}, {"normalize_features": "yes"}, {"fmt": 3}, {"log_every": 1.5}]
+
+
+def _api_error(kwargs) -> mggcn.ConfigError:
+    kwargs = dict(kwargs)
+    with pytest.raises(mggcn.ConfigError) as caught:
+        mggcn.train("builtin:karate", **{"epochs": 1, "quiet": True, **kwargs})
+    return caught.value
+
+
+@pytest.mark.parametrize("kwargs, argv", _BAD_SETTINGS, ids=[" ".join(a) for _, a in _BAD_SETTINGS])
+def test_the_api_refuses_a_bad_setting_as_the_command_line_does(kwargs, argv, capsys):
+    from mggcn.tools.cli.common import flag_message
+
+    setting = next(iter(kwargs))
+    err = _api_error(kwargs)
+    assert err.option == setting and "\n" not in str(err) and setting in str(err), err
+    try:
+        status = main(["train", "builtin:karate", "--epochs", "1", "--quiet", *argv])
+    except SystemExit as exit_:  # the parser's own refusal
+        status = exit_.code
+    line = capsys.readouterr().err
+    assert status == 2 and line.count("\n") == 1 and argv[0] in line, line
+    if not line.startswith("mggcn train: error: argument"):  # past the parser: the one shared check said it
+        assert line == f"mggcn train: error: {flag_message(err)}\n"
+
+
+@pytest.mark.parametrize("kwargs", _BAD_TYPES, ids=[repr(k) for k in _BAD_TYPES])
+def test_the_api_refuses_a_wrong_type_naming_the_setting(kwargs):
+    err = _api_error(kwargs)
+    setting = next(iter(kwargs))
+    assert err.option == setting and "\n" not in str(err) and str(err).startswith(setting), err

@@ -37,7 +37,7 @@ from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job, share_dataset
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
-from mggcn.utils.errors import GraphError
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
@@ -120,23 +120,40 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
     elif not isinstance(hidden, (str, bytes)):  # a string is refused whole by the settings' check
         hidden = tuple(hidden) if hasattr(hidden, "__iter__") else hidden
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
-    read_options = {k: options[k] if isinstance(options[k], bool) else os.fspath(options[k])
-                    for k in _READ_KEYS if options.get(k) is not None}
-    job_options = {"keep_predictions": True, **{k: v for k, v in options.items() if k in _JOB_KEYS}}
+    read_options = {k: _read_option(k, options[k]) for k in _READ_KEYS if options.get(k) is not None}
+    job_options = {"keep_predictions": True, **{k: _path(v) for k, v in options.items() if k in _JOB_KEYS}}
     job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
-                   clock=SetupClock(), **job_options)
+                   clock=SetupClock(), **job_options)  # checked with the command line's job (check_job)
     identity: dict = {}
 
     def note_identity(dataset: Dataset, _: int) -> None:
         identity.update(dataset_identity(dataset))
 
-    result = launch(run_train_job, job, check_job, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
+    grace_s = max(60.0, job.timeout_s) if isinstance(job.timeout_s, (int, float)) else 60.0  # refused when bad
+    result = launch(run_train_job, job, check_job, nprocs, grace_s=grace_s, torchrun=False,
                     on_checked=note_identity, share=share_dataset)
     predictions = result.predictions
     model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)
     return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch,
                         result.final)
+
+
+def _path(value: Any) -> Any:
+    """A ``pathlib.Path`` given for an output as the ``str`` the command line gives (anything else as it is, for
+    the job's check to refuse)."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _read_option(option: str, value: Any) -> Any:
+    """A reader's file (``features``, ``labels``, ``split``) as a path, ``normalize_features`` a boolean."""
+    if option == "normalize_features":
+        if not isinstance(value, bool):
+            raise ConfigError(f"normalize_features must be True or False, got {value!r}", option)
+        return value
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{option} must be a path, got {value!r}", option)
+    return os.fspath(value)
 
 
 def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",

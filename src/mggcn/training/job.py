@@ -38,8 +38,8 @@ from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock
 
-__all__ = ["TrainJob", "JobResult", "check_job", "open_job_dataset", "run_train_job", "format_epoch", "format_final",
-           "format_setup", "share_dataset"]
+__all__ = ["TrainJob", "JobResult", "check_job", "check_job_fields", "open_job_dataset", "run_train_job",
+           "format_epoch", "format_final", "format_setup", "share_dataset"]
 
 
 @dataclass(frozen=True)
@@ -164,12 +164,36 @@ def check_threads(threads: int | None) -> None:
                           "threads")
 
 
+_FLAGS = ("undirected", "dedup", "quiet", "keep_predictions")
+_PATHS = ("metrics", "save_model", "save_predictions", "checkpoint_dir")
+
+
+def check_job_fields(job: TrainJob) -> None:
+    """The types of the job's own fields, which the command line's parser fixes and a caller of :func:`mggcn.train`
+    may not: switches are booleans, outputs are paths (``str``), ``threads`` and ``mmap_threshold`` integers. One
+    :class:`ConfigError` naming the field, as for every other setting, never a ``TypeError`` from deep inside."""
+    for option in _FLAGS:
+        if not isinstance(getattr(job, option), bool):
+            raise ConfigError(f"{option} must be True or False, got {getattr(job, option)!r}", option)
+    for option in _PATHS:
+        path = getattr(job, option)
+        if path is not None and (not isinstance(path, str) or not path):
+            raise ConfigError(f"{option} must be a path, got {path!r}", option)
+    for option, low in (("threads", 1), ("mmap_threshold", 0)):
+        value = getattr(job, option)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise ConfigError(f"{option} must be an integer of at least {low}, got {value!r}", option)
+    if job.fmt is not None and not isinstance(job.fmt, str):
+        raise ConfigError(f"fmt must be a format's name, got {job.fmt!r}", "fmt")
+
+
 def open_job_dataset(job: TrainJob) -> Dataset:
     return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options)
 
 
 def check_job(job: TrainJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: the dataset, P against it, the output paths."""
+    check_job_fields(job)
     for option, path in (("metrics", job.metrics), ("save_model", job.save_model),
                          ("save_predictions", job.save_predictions)):
         check_output(option, path, sidecar=option == "save_model")

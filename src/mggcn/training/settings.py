@@ -76,7 +76,7 @@ def check_job_settings(job: Any) -> None:
     """The job's own settings beside its config (a :class:`~mggcn.training.job.TrainJob`)."""
     check_config(job.config)
     check_timeout(job.timeout_s)
-    _at_least("log_every", job.log_every, 0, integer=True)
+    _at_least("log_every", job.log_every, 1, integer=True)
     _at_least("checkpoint_every", job.checkpoint_every, 0, integer=True)
     if not (isinstance(job.resume, bool) or job.resume == "auto"):
         raise ConfigError(f"resume must be True, False or 'auto', got {job.resume!r}", "resume")
