@@ -122,3 +122,23 @@ def test_a_short_write_on_a_full_disk_is_said_as_no_space(tmp_path, monkeypatch)
     monkeypatch.setattr(writer.os, "statvfs", lambda _: os.statvfs_result((4096,) * 3 + (0,) * 7))
     assert writer._write_failure(short, tmp_path) == "No space left on device"
     assert writer._write_failure(OSError(5, "Input/output error"), tmp_path) == "Input/output error"
+
+
+@pytest.mark.parametrize(("model", "said"), [("/dev/null", "is a device, FIFO or socket, not a model file"),
+                                             (".", "is a directory, not a model file"),
+                                             ("missing.pt", "no such model file")])
+def test_predict_on_a_path_that_is_not_a_file_is_one_line(tmp_path, model, said):
+    out = run_cli("predict", model, "builtin:karate", "--out", str(tmp_path / "p.csv"), cwd=str(tmp_path))
+    assert out.returncode == 2
+    _one_error_line(out, f"{model}: {said}")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_predict_out_onto_a_full_device_fails_naming_it(tmp_path):
+    model = tmp_path / "m.pt"
+    assert run_cli(*TRAIN, "--save-model", str(model)).returncode == 0
+    out = run_cli("predict", str(model), "builtin:karate", "--out", "/dev/full")
+    assert out.returncode == 1
+    _one_error_line(out, "/dev/full: cannot write: No space left on device")
+    out = run_cli("predict", str(model), "builtin:karate", "--out", "/dev/null")
+    assert out.returncode == 0 and stat.S_ISCHR(os.stat("/dev/null").st_mode)

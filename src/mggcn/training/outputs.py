@@ -166,7 +166,9 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
     the normalization and activation it was trained with).
     """
     if not os.path.isfile(path):
-        raise GraphError(f"{path}: no such model file")
+        what = ("a directory" if os.path.isdir(path) else "a device, FIFO or socket" if os.path.exists(path)
+                else None)
+        raise GraphError(f"{path}: is {what}, not a model file" if what else f"{path}: no such model file")
     try:
         state_dict = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
