@@ -216,3 +216,65 @@ def test_the_length_check_sees_long_functions_and_modules(tmp_path):
     assert _over_length(source) == [f"m.py:{MAX_FUNCTION_LINES + 4}: long, {MAX_FUNCTION_LINES + 1} lines"]
     source.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
     assert _over_length(source) == [f"m.py: {MAX_MODULE_LINES + 1} lines"]
+
+
+# the public API: mggcn's lazy names and mggcn.api say where each name is defined (docs/api.md shows it there)
+PUBLIC = ("mggcn", "mggcn.api")
+
+
+def _passed_on(path: Path) -> set[str]:
+    """The names ``path`` imports from mggcn modules (not the standard library's or others', which tests patch
+    through the module that uses them)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "mggcn"):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def _reexports(paths: list[Path], modules: dict[str, Path]) -> list[str]:
+    """Names used through a module that imported them from another mggcn module: ``from M import name`` or
+    ``M.name`` on a module bound by an import, in ``paths``. A package's ``__init__`` (its face:
+    ``mggcn.data.formats`` lists the readers of its modules) and :data:`PUBLIC` may pass names on."""
+    modules = {m: p for m, p in modules.items() if p.name != "__init__.py" and m not in PUBLIC}
+    imported = {m: _passed_on(p) for m, p in modules.items()}
+
+    def through(module: str, name: str) -> bool:
+        return module in modules and name in imported[module]
+
+    found = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound = {}  # local name -> module, for `import mggcn.a.b as m` and `from mggcn.a import b`
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if through(node.module, alias.name):
+                        found.append(f"{path.name}:{node.lineno}: {alias.name} through {node.module}")
+                    if f"{node.module}.{alias.name}" in modules:
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                bound.update((alias.asname, alias.name) for alias in node.names if alias.asname)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and not node.attr.startswith("__") and through(bound[node.value.id], node.attr)):
+                found.append(f"{path.name}:{node.lineno}: {node.attr} through {bound[node.value.id]}")
+    return found
+
+
+def test_no_name_is_used_through_a_module_that_does_not_define_it():
+    """A name is imported from where it is defined, so that moving it breaks no import that merely passed it on."""
+    root = SRC.parent
+    paths = [*_modules().values(), *sorted((root / "tests").rglob("*.py")), *sorted((root / "scripts").rglob("*.py"))]
+    found = _reexports(paths, _modules())
+    assert not found, "\n".join(found)
+
+
+def test_the_reexport_check_sees_imports_and_attributes(tmp_path):
+    user = tmp_path / "user.py"
+    user.write_text("from mggcn.nn.model import ORDERS\nfrom mggcn.nn import model\nmodel.ACTIVATIONS\n"
+                    "from mggcn.nn.model import GCN\nmodel.LayerStack\nimport mggcn.nn.norm as norm\nnorm.NORMS\n"
+                    "from mggcn.data.formats import read_mtx\nfrom mggcn import train\n")
+    assert _reexports([user], _modules()) == ["user.py:1: ORDERS through mggcn.nn.model",
+                                              "user.py:3: ACTIVATIONS through mggcn.nn.model",
+                                              "user.py:7: NORMS through mggcn.nn.norm"]

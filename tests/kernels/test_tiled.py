@@ -131,12 +131,12 @@ def test_shard_of_tiles_matches_the_plan():
     graph = random_graph(301, 6000, features=12, classes=5, directed=True, seed=3)
     part = make_partition(graph.num_nodes, 2, 0, "random")
     whole = build_shard(graph, part, 1, "sym")
-    tiled = build_shard(graph, part, 1, "sym", tile_cols=40)
-    assert [len(b.tiles) for b in tiled.adj] == [4, 4]  # m = 151 columns per block
-    assert (tiled.tile_cols, whole.tile_cols) == (40, None)
-    for a, b in zip(whole.adj + whole.adj_t, tiled.adj + tiled.adj_t):
+    cut = build_shard(graph, part, 1, "sym", tile_cols=40)
+    assert [len(b.tiles) for b in cut.adj] == [4, 4]  # m = 151 columns per block
+    assert (cut.tile_cols, whole.tile_cols) == (40, None)
+    for a, b in zip(whole.adj + whole.adj_t, cut.adj + cut.adj_t):
         assert (a.to_scipy() != b.to_scipy()).nnz == 0
-    plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2, rank_nnz=tiled.nnz,
-                       rank_nnz_t=sum(b.nnz for b in tiled.adj_t), tile_cols=40)
-    assert plan.parts["adjacency A"] == sum(b.nbytes for b in tiled.adj)
-    assert plan.parts["adjacency A^T"] == sum(b.nbytes for b in tiled.adj_t)
+    plan = plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), 2, rank_nnz=cut.nnz,
+                       rank_nnz_t=sum(b.nnz for b in cut.adj_t), tile_cols=40)
+    assert plan.parts["adjacency A"] == sum(b.nbytes for b in cut.adj)
+    assert plan.parts["adjacency A^T"] == sum(b.nbytes for b in cut.adj_t)

@@ -11,12 +11,13 @@ from torch_geometric.nn.models import MLP
 from torch_geometric.nn.models import GraphSAGE as PygGraphSAGE
 
 import workers
+from mggcn.config import MODELS
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
 from mggcn.nn.gin import GIN, GINLayer
-from mggcn.nn.models import MODELS, make_model, operator_for
+from mggcn.nn.models import make_model, operator_for
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.nn.sage import GraphSAGE, SAGELayer
 from mggcn.utils.errors import ConfigError

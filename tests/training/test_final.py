@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.distributed.launch import run_workers
 from mggcn.training.job import format_final
-from mggcn.training.trainer import TrainConfig
 from reference import adj_hat, random_graph
 
 

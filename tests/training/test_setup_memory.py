@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import workers
+from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.formats.saint import write_saint
 from mggcn.data.prepared.writer import prepare
@@ -20,7 +21,7 @@ from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
-from mggcn.training.trainer import TrainConfig, predict_shard, train_shard
+from mggcn.training.trainer import predict_shard, train_shard
 from reference import random_graph
 
 CFG = TrainConfig(hidden=(64,), epochs=2, trace_epoch=0)

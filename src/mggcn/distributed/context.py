@@ -18,11 +18,10 @@ import torch.distributed as dist
 
 from mggcn.config import MMAP_THRESHOLD
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import enter_rank, set_mmap_threshold
+from mggcn.utils.system import enter_rank
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
-           "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "MMAP_THRESHOLD",
-           "set_mmap_threshold"]
+           "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device"]
 
 @dataclass(frozen=True)
 class DistContext:

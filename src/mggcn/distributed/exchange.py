@@ -40,13 +40,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from mggcn.config import COMM_MODES
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm, training_columns
 from mggcn.kernels.tiled import TiledCSR
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["COMM_MODES", "DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
+__all__ = ["DENSE_FRACTION", "ExchangePlan", "SparseExchangeSpMM"]
 
 DENSE_FRACTION = 0.8
 

@@ -34,8 +34,7 @@ from mggcn.config import ORDERINGS
 from mggcn.kernels.tiled import TiledCSR, csr_to_torch, num_tiles
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["ORDERINGS", "Partition", "Shard", "check_partition", "make_partition", "split_row_block", "csr_to_torch",
-           "to_blocks"]
+__all__ = ["Partition", "Shard", "check_partition", "make_partition", "split_row_block", "to_blocks"]
 
 
 @dataclass(frozen=True)

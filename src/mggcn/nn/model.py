@@ -55,8 +55,7 @@ from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["ORDERS", "ACTIVATIONS", "GCNLayer", "GCN", "LayerStack", "Workspace", "aggregate_first", "glorot_",
-           "spmm_widths", "check_order"]
+__all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "glorot_", "spmm_widths", "check_order"]
 
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)

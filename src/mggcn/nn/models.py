@@ -17,7 +17,7 @@ from mggcn.nn.model import GCN, LayerStack
 from mggcn.nn.sage import GraphSAGE
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["MODELS", "MODEL_TYPES", "model_type", "register_model", "make_model", "operator_for"]
+__all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "operator_for"]
 
 # Every model by its --model name. A model class carries what the rest of mggcn knows about it (its Â, PyG
 # counterpart, parameters, GEMMs, the plan's buffers: see LayerStack), so registering it is all a new model needs.

@@ -28,8 +28,7 @@ import scipy.sparse as sp
 from mggcn.config import NORMS, OPERATORS
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["NORMS", "OPERATORS", "adds_self_loops", "adjacency", "entry_values", "normalize",
-           "normalized_adjacency"]
+__all__ = ["adds_self_loops", "adjacency", "entry_values", "normalize", "normalized_adjacency"]
 
 
 def adds_self_loops(operator: str) -> bool:

@@ -32,7 +32,7 @@ from mggcn.nn.model import LayerStack, spmm_widths
 from mggcn.nn.models import make_model, operator_for
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock
 
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
+__all__ = ["TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
            "epoch_width", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
 
 
