@@ -99,7 +99,9 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         options: any :class:`~mggcn.config.TrainConfig` field (``model``, ``gin_train_eps``, ``lr``,
             ``weight_decay``, ``dropout``, ``norm``,
             ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
-            ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ...), and
+            ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ``resume``:
+            ``True`` continues from the newest intact checkpoint and refuses when there is none, ``"auto"`` starts
+            at epoch 1 then, ...), and
             ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``, ``normalize_features=True``
             for ``fmt="planetoid"``.
 
@@ -108,6 +110,7 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
 
     Raises:
         GraphError: bad dataset or options, before any worker starts.
+        mggcn.utils.files.OutputError: an output could not be written (an ``OSError`` naming the file).
         mggcn.distributed.launch.WorkerError: a worker failed.
     """
     if isinstance(nprocs, int) and nprocs > 1:
