@@ -93,11 +93,15 @@ class PairGraph:
         n = self.keys.num_nodes
         new = self.keys.sorted_unique(thread_map(lambda b: self.keys.split(undirected_keys(*pairs_of(b), n)),
                                                  blocks))
+        places = None  # each new key's place among those held
         if self.ranges is not None:
-            new = thread_map(_unseen, zip(self.ranges, new))
+            new, places = (list(x) for x in zip(*thread_map(_unseen, zip(self.ranges, new))))
         if limit is not None and _pairs_in(new) > limit - self.num_pairs:
-            new = self.keys.first_pairs(new, limit - self.num_pairs, names)
-        self.ranges = new if self.ranges is None else thread_map(_insert, zip(self.ranges, new))
+            kept = self.keys.first_pairs(new, limit - self.num_pairs, names)
+            new = [k[m] for k, m in zip(new, kept)]
+            places = places and [p[m] for p, m in zip(places, kept)]
+        self.ranges = new if places is None else \
+            thread_map(lambda j: np.insert(self.ranges[j], places[j], new[j]), range(len(new)))
 
     def csr(self) -> CSR:
         ranges = self.ranges if self.ranges is not None else self.keys.sorted_unique([])
@@ -185,10 +189,10 @@ class _KeyRanges:
         return CSR(indptr, indices)
 
     def first_pairs(self, ranges: list[np.ndarray], count: int, names: np.ndarray | None) -> list[np.ndarray]:
-        """The ``count`` pairs of the ranges' keys that come first in the hash order of their undirected keys (of
-        ``names[vertex]`` with ``names``)."""
+        """Which of the ranges' keys are the ``count`` pairs that come first in the hash order of their undirected
+        keys (of ``names[vertex]`` with ``names``): a mask per range."""
         if count <= 0:
-            return [r[:0] for r in ranges]
+            return [np.zeros(r.size, dtype=bool) for r in ranges]
         n = self.num_nodes
 
         def pair_hash(j: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,28 +208,21 @@ class _KeyRanges:
         upper = np.concatenate([h[up] for h, up in hashes])  # each pair once
         cut = np.partition(upper, count - 1)[count - 1]
         del upper
-        return [k[h <= cut] for k, (h, _) in zip(ranges, hashes)]
+        return [h <= cut for h, _ in hashes]
 
 
 def _pairs_in(ranges: list[np.ndarray]) -> int:
     return sum(r.size for r in ranges) // 2  # both directions of every pair
 
 
-def _unseen(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """The keys of a sorted array of distinct keys that another sorted array does not hold."""
+def _unseen(pair: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The keys of a sorted array of distinct keys that another sorted array does not hold, and where they go in
+    it."""
     held, new = pair
-    if not new.size or not held.size:
-        return new
     at = np.searchsorted(held, new)
     seen = at < held.size
     seen[seen] = held[at[seen]] == new[seen]
-    return new[~seen]
-
-
-def _insert(pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Two sorted arrays of distinct keys, none in both, as one sorted array."""
-    held, new = pair
-    return np.insert(held, np.searchsorted(held, new), new) if new.size else held
+    return new[~seen], at[~seen]
 
 
 def random_split(n: int, split: tuple[float, float, float], rng: np.random.Generator,

@@ -100,10 +100,8 @@ class _Communities:
         cum, slices = self.cum, self.table.size
         # the slice of each position, rounded down (never up: the scale is shrunk by far more than the rounding), so
         # that the vertices its table entry counts are all at or below the position: a start at or before the answer
-        slice_of = pos * (slices / cum[-1] * (1 - 2**-40))
-        at = np.minimum(slice_of.astype(np.intp), slices - 1)
-        del slice_of
-        found = self.table[at]
+        at = (pos * (slices / cum[-1] * (1 - 2**-40))).astype(np.intp)
+        found = self.table[np.minimum(at, slices - 1, out=at)]
         miss = np.flatnonzero(found < 0)  # a vertex's cum inside the slice: a search from the slice's start
         if miss.size:
             found[miss] = self._step(~found[miss].astype(np.int64), pos[miss])
