@@ -175,6 +175,28 @@ def test_killing_one_torchrun_agent_ends_both_nodes_and_leaves_no_process(tmp_pa
                 pass
 
 
+def test_a_lost_node_is_one_line_in_the_other_nodes_log(tmp_path):
+    env, _ = _env(tmp_path)
+    metrics = tmp_path / "m.jsonl"
+    nodes = _torchrun_nodes(tmp_path, env, "synthetic:n=2000,features=8", "--epochs", "100000", "--quiet",
+                            "--trace-epoch", "0", "--timeout", "30", "--metrics", str(metrics))
+    try:
+        deadline = time.monotonic() + 240
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert all(n.poll() is None for n in nodes) and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        nodes[1].kill()  # the node without the store is lost
+        assert nodes[0].wait(150) != 0
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+    log = (tmp_path / "node0.log").read_text()
+    ours = [line for line in log.splitlines() if line.startswith(("mggcn train", "mggcn:", "[rank"))]
+    assert len(ours) == 1, log
+    assert ours[0].startswith("mggcn train: error: rank 0 lost its connection to the other ranks"), log
+
+
 def test_shm_on_across_nodes_that_do_not_share_it_is_one_line_from_rank_0(tmp_path):
     env, _ = _env(tmp_path)
     dirs = [tmp_path / "shm0", tmp_path / "shm1"]  # as two containers with private /dev/shm see it
@@ -190,10 +212,11 @@ def test_shm_on_across_nodes_that_do_not_share_it_is_one_line_from_rank_0(tmp_pa
                 n.kill()
     assert codes == [1, 1]  # torchrun's status when a worker fails
     logs = [(tmp_path / f"node{i}.log").read_text() for i in range(2)]
-    # the workers' own words: one line, from rank 0 (the rest of the logs is torchrun's report of a failed worker)
-    # (a worker's traceback would come as "[rankN]: ..." lines)
-    ours = [line for log in logs for line in log.splitlines() if line.startswith(("mggcn train", "mggcn:", "[rank"))]
-    assert len(ours) == 1 and ours[0].startswith(f"mggcn train: error: rank 0: cannot open rank 1's outbox "
-                                                 f"{dirs[0]}/mggcn-outbox-"), logs
+    # the workers' own words: one line in each node's log (the rest of the logs is torchrun's report of a failed
+    # worker; a worker's traceback would come as "[rankN]: ..." lines)
+    for log in logs:
+        ours = [line for line in log.splitlines() if line.startswith(("mggcn train", "mggcn:", "[rank"))]
+        assert len(ours) == 1 and ours[0].startswith(f"mggcn train: error: rank 0: cannot open rank 1's outbox "
+                                                     f"{dirs[0]}/mggcn-outbox-"), logs
     assert "exitcode  : 2" in logs[0] and "exitcode  : 2" in logs[1]
     assert os.listdir(dirs[0]) == [] and os.listdir(dirs[1]) == []

@@ -38,7 +38,7 @@ from mggcn.utils.files import atomic_write
 from mggcn.utils.system import Terminated, die_with_parent, own_process, sigterm_as_interrupt
 
 __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch", "under_torchrun",
-           "refuse_unguarded_script", "UNGUARDED_EXIT"]
+           "refuse_unguarded_script", "UNGUARDED_EXIT", "peer_lost"]
 
 
 class WorkerError(RuntimeError):
@@ -366,6 +366,12 @@ _PEER_LOST = re.compile(
     re.IGNORECASE)
 
 
+def peer_lost(message: str) -> bool:
+    """Whether a rank's error ``message`` only says that a peer went away (a lost connection, a collective that
+    timed out), not what went wrong."""
+    return bool(_PEER_LOST.search(message))
+
+
 class _Failure:
     """One rank's failure: when, what (its error report, or the signal or status it died of), and whether it only
     says that a peer went away."""
@@ -383,9 +389,8 @@ class _Failure:
                 report = json.load(f)
             kind = str(report.get("kind", "error"))
             # a BrokenPipeError of the rank's own output (`| head`), bad input: their own cause, whatever the text says
-            peer_lost = bool(_PEER_LOST.search(report["error"])) and kind not in ("broken_pipe", "bad_input")
-            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], peer_lost,
-                       kind)
+            lost = peer_lost(report["error"]) and kind not in ("broken_pipe", "bad_input")
+            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], lost, kind)
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if exitcode == UNGUARDED_EXIT:

@@ -23,7 +23,7 @@ from mggcn.utils.errors import GraphError
 from mggcn.utils.files import OutputError
 from mggcn.utils.system import own_process, sigterm_as_interrupt
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS", "EXIT_BROKEN_PIPE"]
 
 COMMANDS: dict[str, ModuleType] = {"train": train, "prepare": prepare, "datasets": datasets, "info": info,
                                    "report": report, "predict": predict, "bench": bench, "plan": plan}
@@ -105,3 +105,20 @@ def _main(argv: list[str]) -> int:
     except (FloatingPointError, OutputError) as err:  # NonFiniteLoss; an output that could not be written
         print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
+        if "TORCHELASTIC_RUN_ID" not in os.environ:
+            raise
+        print(f"mggcn {args.command}: error: {_rank_failure(err)}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _rank_failure(err: Exception) -> str:
+    """What ended a torchrun rank, in one line naming it: a lost connection to its peers (a rank or a node that
+    failed or was stopped, whose own log says why) as such, rather than gloo's or NCCL's words alone."""
+    rank = os.environ.get("RANK", "?")
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    launch = sys.modules.get("mggcn.distributed.launch")  # loaded by any job that got as far as a collective
+    if launch is not None and launch.peer_lost(text):
+        return f"rank {rank} lost its connection to the other ranks (one of them, or its node, failed or was " \
+               f"stopped; its log says why): {text[:300]}"
+    return f"rank {rank} failed: {text}"

@@ -16,8 +16,8 @@ if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse ar
     from mggcn.distributed.launch import WorkerError
 
 __all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
-           "add_reader_options", "read_options", "rank_zero", "exit_status", "HelpFormatter", "FORMAT_HELP",
-           "flag_message", "job_failure_status"]
+           "add_reader_options", "read_options", "rank_zero", "node_speaker", "exit_status", "HelpFormatter",
+           "FORMAT_HELP", "flag_message", "job_failure_status"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -166,6 +166,12 @@ def rank_zero() -> bool:
     from mggcn.distributed.launch import under_torchrun  # torch is loaded only by a command that runs a job
 
     return os.environ.get("RANK", "0") == "0" or not under_torchrun()
+
+
+def node_speaker() -> bool:
+    """Whether this process says an error every rank shares, once for its node's log: local rank 0 under torchrun
+    (each node's log has the line, not only rank 0's), and any command that is not a rank."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
 def exit_status(result) -> int:

@@ -28,8 +28,8 @@ from mggcn.tools.cli.common import (
     exit_status,
     hidden_sizes,
     job_failure_status,
+    node_speaker,
     positive_int,
-    rank_zero,
     read_options,
 )
 from mggcn.utils.errors import ConfigError, GraphError
@@ -49,6 +49,11 @@ examples:
   mggcn train gcn/data/ind.cora --format planetoid --normalize-features   # Cora, as the GCN paper
   mggcn train DATA --format ogb --device cuda --nprocs 8
   torchrun --nproc-per-node 4 -m mggcn train DATA --format ogb --device cuda    # one rank per process
+
+Under torchrun, rank 0 writes --metrics, --save-model, --save-predictions and the checkpoints. torchrun's c10d
+rendezvous (--rdzv-backend c10d) numbers the ranks itself, whatever --node-rank says: give those paths on a file
+system every node shares, or use the static rendezvous (--master-addr, --master-port, --node-rank) to keep rank 0
+on node 0. An error is said on every node; a node that is lost is one line in the others' logs.
 """
 
 DEFAULTS = TrainConfig()
@@ -230,8 +235,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = launch(run_train_job, job, check_job, args.nprocs, grace_s=max(60.0, args.timeout),
                         on_checked=announce, share=share_dataset)
-    except ShmUnavailable as err:  # --shm on, under torchrun: every rank has the same error; rank 0 says it once
-        if rank_zero():
+    except ShmUnavailable as err:  # --shm on, under torchrun: every rank has the same error; each node says it once
+        if node_speaker():
             print(f"mggcn train: error: {err}", file=sys.stderr, flush=True)
         return 2
     except WorkerError as err:  # JobInterrupted too: a signal before the workers could stop by themselves
