@@ -19,6 +19,26 @@ def _is_char_device(path: str) -> bool:
     return stat.S_ISCHR(os.stat(path).st_mode)
 
 
+def test_a_link_stays_a_link_and_the_file_it_points_to_is_replaced(tmp_path):
+    (tmp_path / "real.csv").write_text("old\n")
+    (tmp_path / "link.csv").symlink_to("real.csv")
+    write_output(str(tmp_path / "link.csv"), lambda f: f.write("new\n"), text=True)
+    assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_text() == "new\n"
+    assert sorted(os.listdir(tmp_path)) == ["link.csv", "real.csv"]
+
+
+def test_stdout_redirected_to_a_file_is_written_through_not_replaced(tmp_path):
+    log = tmp_path / "stdout.txt"
+    with open(log, "w") as stdout:  # what /dev/stdout is after `> stdout.txt`: /proc/self/fd/N, a link to the file
+        stdout.write("a line printed before\n")
+        stdout.flush()
+        through = f"/proc/self/fd/{stdout.fileno()}"
+        write_output(through, lambda f: np.savetxt(f, np.arange(3), fmt="%d"), text=True)
+        inode = os.fstat(stdout.fileno()).st_ino
+    assert os.stat(log).st_ino == inode  # the same file the stream writes to, not one renamed over it
+    assert log.read_text() == "a line printed before\n0\n1\n2\n"
+
+
 def test_a_full_device_is_named_with_the_reason_and_stays_a_device():
     with pytest.raises(OutputError) as info:
         write_output("/dev/full", lambda f: np.save(f, np.arange(100_000)))
@@ -49,10 +69,12 @@ def test_a_fifo_with_a_reader_gets_the_bytes_and_stays_a_fifo(tmp_path):
     fifo = str(tmp_path / "out.npy")
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader now, so the writer does not wait
+    held = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the reader sees no end of file before the writer comes
     got = []
     drain = threading.Thread(target=lambda: got.append(_read_all(reader)))
     drain.start()
     write_output(fifo, lambda f: np.save(f, np.arange(5)))
+    os.close(held)
     drain.join(timeout=30)
     assert not drain.is_alive()
     assert got[0].startswith(b"\x93NUMPY") and stat.S_ISFIFO(os.stat(fifo).st_mode)

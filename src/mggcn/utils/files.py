@@ -4,8 +4,10 @@ reports), a regular file is written whole or not at all, and a file that cannot 
 * A regular file (or a new path) is written under a temporary name beside it and renamed into place: readers, and
   a crash, never see half a file, and a failed write leaves the old file as it was.
 * A special file the user named (``/dev/null``, ``/dev/stdout``, a FIFO, a terminal) is written to directly, never
-  renamed over: as root the rename would replace the device node itself with a regular file. A FIFO that no process
-  reads is refused at once instead of blocking the run.
+  renamed over: as root the rename would replace the device node itself with a regular file. So is any existing name
+  under ``/dev`` or ``/proc`` (``/dev/stdout`` redirected to a file). A FIFO that no process reads is refused at once
+  instead of blocking the run.
+* A link to a regular file stays a link: the file it points to is replaced.
 * Any failure (disk full, an I/O error, a reader that went away, a read-only or missing directory) raises
   :class:`OutputError`, whose one line names the file and the system's reason (``No space left on device``).
 """
@@ -53,6 +55,15 @@ def is_special(path: str | os.PathLike) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _in_place(path: str) -> bool:
+    """Whether ``path`` is written where it is, not replaced: a special file, or an existing name under ``/dev`` or
+    ``/proc`` (``/dev/stdout`` redirected to a file is a link to that file through ``/proc/self/fd``: replacing the
+    file would leave the process's stdout writing to a deleted one)."""
+    if is_special(path):
+        return True
+    return os.path.exists(path) and os.path.abspath(path).startswith(("/dev/", "/proc/"))
+
+
 def _check_reader(path: str) -> None:
     """A FIFO must have a reader now: opening it for writing would otherwise block until one comes."""
     try:
@@ -93,14 +104,15 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         OutputError: the file could not be written (naming ``path`` and why); nothing is left of the attempt.
     """
     path = os.fspath(path)
-    if is_special(path):
+    if _in_place(path):
         _check_reader(path)
         try:
             write(path)
         except OSError as err:
             raise _failed(path, err) from None
         return
-    parent = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)  # a link stays a link: the file it points to is replaced
+    parent = os.path.dirname(target)
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
     except OSError as err:
@@ -112,7 +124,7 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         if sync:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -127,9 +139,11 @@ def write_output(path: str, write: Callable[[IO[Any]], None], text: bool = False
     change, the file's name (``np.save`` adds ``.npy`` to a name without it)."""
 
     def into(target: str) -> None:
-        with open(target, "w" if text else "wb") as f:
+        # a regular file reached in place (/dev/stdout redirected to it) is appended to, not emptied under its writer
+        mode = "a" if target == path and os.path.isfile(path) and _in_place(path) else "w"
+        with open(target, mode if text else mode + "b") as f:
             # a pipe or a device cannot seek: writers that would (np.save on a real file) stream instead
-            write(f if text or target != path or not is_special(path) else _Stream(f))
+            write(f if text or target != path or not _in_place(path) else _Stream(f))
 
     atomic_write(path, into, sync)
 
