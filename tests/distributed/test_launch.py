@@ -99,6 +99,20 @@ def test_a_script_without_a_main_guard_gets_one_clear_error_and_leaves_nothing(t
     assert os.listdir(tmp) == []  # no job directory left
 
 
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_piped_on_stdin_gets_one_clear_error_and_leaves_nothing(tmp_path, guarded):
+    env, tmp = _env(tmp_path)
+    call = "mggcn.train('synthetic:n=300,features=8', nprocs=2, hidden=(8,), epochs=2, quiet=True)"
+    script = f"import mggcn\nif __name__ == '__main__':\n    {call}\n" if guarded else f"import mggcn\n{call}\n"
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.count('if __name__ == "__main__":') == 1 and "read from <stdin>" in out.stderr, out.stderr
+    assert out.stderr.count("Traceback") == 1  # the script's own uncaught ConfigError, nothing from a worker
+    assert "forkserver" not in out.stderr and "FileNotFoundError" not in out.stderr
+    assert os.listdir(tmp) == []
+
+
 def test_a_killed_launcher_leaves_no_worker_and_no_job_directory(tmp_path):
     env, tmp = _env(tmp_path)
     metrics = tmp_path / "m.jsonl"

@@ -38,7 +38,7 @@ from mggcn.utils.files import atomic_write
 from mggcn.utils.system import Terminated, die_with_parent, own_process, sigterm_as_interrupt
 
 __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch", "under_torchrun",
-           "refuse_unguarded_script", "UNGUARDED_EXIT", "peer_lost"]
+           "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT", "peer_lost"]
 
 
 class WorkerError(RuntimeError):
@@ -162,6 +162,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     it writes there (a dataset the workers read) goes with the directory.
     """
     refuse_unguarded_script()
+    refuse_script_without_a_file()
     workdir = tempfile.mkdtemp(prefix="mggcn-job-")
     cleaner = _start_cleaner(workdir)
     procs: list[mp.process.BaseProcess] = []
@@ -282,6 +283,19 @@ def refuse_unguarded_script() -> None:
     multiprocessing's traceback."""
     if getattr(mp.current_process(), "_inheriting", False):
         exit_now(UNGUARDED_EXIT)
+
+
+def refuse_script_without_a_file() -> None:
+    """In the launcher: refuse a main script that was read from stdin (``python - < script.py``), with one line
+    saying what to do (:class:`ConfigError` naming ``nprocs``). Each worker starts by running the script that
+    started it again, from its file (which is how an unguarded script is caught), and this one has none:
+    multiprocessing would print a traceback per worker instead."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(main, "__spec__", None) is None and isinstance(path, str) and not os.path.isfile(path):
+        raise ConfigError(f"nprocs > 1 needs the script that calls mggcn in a file, and it was read from {path}: "
+                          "worker processes start by running that file again (as with torch.multiprocessing); save "
+                          "it, put the call to mggcn under `if __name__ == \"__main__\":` and run the file", "nprocs")
 
 
 # The launcher writes the directories it leaves to the cleaner should it be killed, one a line, and "done" when it
@@ -460,6 +474,7 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
         raise ConfigError(f"nprocs must be an integer of at least 1, got {nprocs!r}", "nprocs")
     if nprocs > 1:
         refuse_unguarded_script()
+        refuse_script_without_a_file()  # before the dataset is read
     dataset = check(job, nprocs)
     if on_checked is not None:
         on_checked(dataset, nprocs)
