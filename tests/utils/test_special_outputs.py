@@ -168,3 +168,15 @@ def readonly_dir(tmp_path):
         pytest.skip("no directory here refuses new files")
     finally:
         locked.chmod(0o755)
+
+
+def test_the_output_check_lets_special_and_proc_paths_through_and_follows_links(tmp_path):
+    from mggcn.training.outputs import check_output
+
+    with open(tmp_path / "stdout.txt", "w") as stdout:
+        check_output("save_predictions", f"/proc/self/fd/{stdout.fileno()}")  # /proc/self/fd takes no new files
+    for special in ("/dev/null", "/dev/full"):
+        check_output("save_model", special, sidecar=True)  # no FILE.json beside a device
+    (tmp_path / "out").mkdir()
+    (tmp_path / "link.csv").symlink_to(tmp_path / "out" / "p.csv")
+    check_output("save_predictions", str(tmp_path / "link.csv"))

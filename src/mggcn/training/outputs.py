@@ -28,7 +28,7 @@ from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
 from mggcn.training.checkpoint import unpickling_reason
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import OutputError, atomic_write, check_writable, is_special, write_output
+from mggcn.utils.files import OutputError, atomic_write, check_writable, write_output, written_in_place
 
 __all__ = ["CARD_FORMAT", "OutputError", "atomic_write", "check_output", "load_model", "model_dims",
            "model_kind", "save_model", "save_output", "save_predictions", "sidecar_path"]
@@ -44,10 +44,10 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
     FIFO), written to where it is. ``sidecar``: the model's ``path.json`` too (:func:`save_model`)."""
     if path is None:
         return
-    for target in (path, sidecar_path(path)) if sidecar and not is_special(path) else (path,):
-        if is_special(target):
+    for target in (path, sidecar_path(path)) if sidecar and not written_in_place(path) else (path,):
+        if written_in_place(target):
             continue
-        parent = os.path.dirname(os.path.abspath(target))
+        parent = os.path.dirname(os.path.realpath(target))  # where the temporary file goes (a link's target's)
         if not os.path.isdir(parent):
             raise ConfigError(f"{option} {path}: the directory {parent} does not exist", option)
         if os.path.isdir(target):
@@ -129,7 +129,7 @@ def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConf
             "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
             "dataset": dataset, **extra}
     write_output(path, lambda f: torch.save(state_dict, f))
-    if is_special(path):  # weights streamed to a device or a pipe: no file beside it to describe them
+    if written_in_place(path):  # weights streamed to a device or a pipe: no file beside it to describe them
         return
 
     def write_card(f) -> None:

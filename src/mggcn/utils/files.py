@@ -24,7 +24,8 @@ from typing import IO, Any
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.outputs import follow_umask
 
-__all__ = ["OutputError", "atomic_write", "check_writable", "is_special", "open_output", "write_output"]
+__all__ = ["OutputError", "atomic_write", "check_writable", "is_special", "open_output", "write_output",
+           "written_in_place"]
 
 
 class OutputError(OSError):
@@ -55,7 +56,7 @@ def is_special(path: str | os.PathLike) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
-def _in_place(path: str) -> bool:
+def written_in_place(path: str) -> bool:
     """Whether ``path`` is written where it is, not replaced: a special file, or an existing name under ``/dev`` or
     ``/proc`` (``/dev/stdout`` redirected to a file is a link to that file through ``/proc/self/fd``: replacing the
     file would leave the process's stdout writing to a deleted one)."""
@@ -95,7 +96,7 @@ def check_writable(option: str, path: str, directory: str) -> None:
 def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) -> None:
     """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file. ``path`` gets the mode of any
     new file under the umask (:func:`mggcn.utils.outputs.follow_umask`), not the private one of ``tmp``. A special
-    file (:func:`is_special`) is given to ``write`` itself.
+    file, or a name under ``/dev`` or ``/proc`` (:func:`written_in_place`), is given to ``write`` itself.
 
     ``sync``: flush ``tmp`` to the disk before the rename, so that after a crash ``path`` holds either the old or
     the new content, never a torn one (checkpoints).
@@ -104,7 +105,7 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         OutputError: the file could not be written (naming ``path`` and why); nothing is left of the attempt.
     """
     path = os.fspath(path)
-    if _in_place(path):
+    if written_in_place(path):
         _check_reader(path)
         try:
             write(path)
@@ -140,10 +141,10 @@ def write_output(path: str, write: Callable[[IO[Any]], None], text: bool = False
 
     def into(target: str) -> None:
         # a regular file reached in place (/dev/stdout redirected to it) is appended to, not emptied under its writer
-        mode = "a" if target == path and os.path.isfile(path) and _in_place(path) else "w"
+        mode = "a" if target == path and os.path.isfile(path) and written_in_place(path) else "w"
         with open(target, mode if text else mode + "b") as f:
             # a pipe or a device cannot seek: writers that would (np.save on a real file) stream instead
-            write(f if text or target != path or not _in_place(path) else _Stream(f))
+            write(f if text or target != path or not written_in_place(path) else _Stream(f))
 
     atomic_write(path, into, sync)
 
