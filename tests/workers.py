@@ -311,12 +311,13 @@ def setup_memory_worker(source, fmt, cfg: TrainConfig, chunk: int | None = None)
     is smaller than one block, as it is on the graphs the defaults are sized for)."""
     import gc
 
+    import mggcn.data.rows as rows
     import mggcn.distributed.sharding as sharding
     import mggcn.nn.norm as norm
 
     if chunk is not None:
         sharding.SHARD_CHUNK_EDGES = norm._CHUNK = chunk
-        sharding.ROWS_PER_READ = max(1, chunk // 64)
+        rows.ROWS_PER_READ = max(1, chunk // 64)
 
     from mggcn.data.datasets import open_dataset
     from mggcn.tools.bench import _release_memory, current_rss, peak_rss, reset_peak_rss

@@ -3,8 +3,9 @@
 A dataset (:class:`mggcn.data.datasets.Dataset`: a graph in memory, or a directory ``mggcn prepare`` wrote) holds
 the graph as arrays indexed by original vertex id (:data:`mggcn.data.datasets.ROW_ARRAYS`). :func:`build_shard`
 reads from them only what rank ``rank`` needs: its rows of both CSRs, the degree of those rows and of their
-neighbours, and its rows of features, labels and split. From a prepared dataset these are memory-mapped reads, so a
-rank's host memory grows with its share of the graph, not with the whole graph.
+neighbours, and its rows of features, labels and split, each checked as it is read (:mod:`mggcn.data.rows`). From
+a prepared dataset these are memory-mapped reads, so a rank's host memory grows with its share of the graph, not
+with the whole graph.
 
 Â is built as :func:`mggcn.nn.norm.normalize` builds it, entry for entry and bit for bit, for every operator
 (:data:`mggcn.config.OPERATORS`): self loops dropped for one unit loop (the GCN's norms; GraphSAGE's ``in-mean`` and
@@ -25,7 +26,6 @@ Legend: n = vertices, m = rows of a rank, P = ranks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,8 +37,16 @@ import torch
 from mggcn.config import NORMS, OPERATORS
 from mggcn.data.datasets import Dataset, InMemoryDataset
 from mggcn.data.graph import SPLITS, Graph
-from mggcn.data.mapped import drop_pages, gather, read_rows
 from mggcn.data.prepared.reader import pair_hash
+from mggcn.data.rows import (
+    check_features,
+    check_symmetric_sums,
+    check_vertex_rows,
+    copy_rows,
+    dataset_error,
+    read_neighbours,
+    read_row_spans,
+)
 from mggcn.distributed.metis import metis_partition
 from mggcn.distributed.partition import Partition, Shard, make_partition
 from mggcn.kernels.tiled import TiledCSR, csr_to_torch, num_tiles
@@ -58,7 +66,6 @@ BATCH_CHUNKS = 16  # chunks per thread built, then placed, together (_entries)
 # arrays, serializes the threads and its hand-offs cost more than the cores gain
 THREAD_CHUNK_EDGES = 1 << 12
 KEY_BITS = 63  # of an int64 sort key (_chunk_keys)
-ROWS_PER_READ = 1 << 14  # vertex rows copied out of a mapped array between two drop_pages
 
 
 def partition_dataset(dataset: Dataset | Graph, num_parts: int, seed: int = 0, ordering: str = "random") -> Partition:
@@ -75,48 +82,6 @@ def partition_dataset(dataset: Dataset | Graph, num_parts: int, seed: int = 0, o
         sources = np.asarray(dataset.arrays["in_indices"]).astype(np.int64)
         return metis_partition(targets, sources, dataset.num_nodes, num_parts, seed)  # rows of Â are targets
     return make_partition(dataset.num_nodes, num_parts, seed, ordering)
-
-
-def _err(dataset: Dataset, array: str, msg: str) -> GraphError:
-    return GraphError(" ".join(f"{dataset.source(array)}: {msg}".split()))
-
-
-def _check_rows(dataset: Dataset, ids: np.ndarray, degree: np.ndarray, y: np.ndarray, codes: np.ndarray) -> None:
-    """The vertex data of the rows a rank loads, checked (together, the ranks check every row once): a damaged
-    prepared dataset is named by its file instead of training on garbage. (The features: :func:`_check_features`.)"""
-    bad = (y < -1) | (y >= dataset.num_classes)
-    if bad.any():
-        raise _err(dataset, "labels", f"label {int(y[np.argmax(bad)])} of vertex {int(ids[np.argmax(bad)])} is out "
-                                      f"of range [-1, {dataset.num_classes}) (num_classes of manifest.json)")
-    bad = ~np.isin(codes, (-1, 0, 1, 2))
-    if bad.any():
-        raise _err(dataset, "split", f"split code {int(codes[np.argmax(bad)])} of vertex "
-                                     f"{int(ids[np.argmax(bad)])} is not one of 0, 1, 2, -1")
-    bad = (codes >= 0) & (y < 0)
-    if bad.any():
-        raise _err(dataset, "split", f"vertex {int(ids[np.argmax(bad)])} is in a split but has no label")
-    bad = degree < 1
-    if bad.any():
-        raise _err(dataset, "degree", f"degree {int(degree[np.argmax(bad)])} of vertex {int(ids[np.argmax(bad)])} "
-                                      "is below 1 (the self loop counts one)")
-
-
-def _check_features(dataset: Dataset, ids: np.ndarray, x: np.ndarray) -> None:
-    """Rows ``x`` of vertices ``ids``: finite features."""
-    bad = ~np.isfinite(x).all(axis=1)
-    if bad.any():
-        raise _err(dataset, "features", f"the features of vertex {int(ids[np.argmax(bad)])} contain NaN or inf")
-
-
-def _check_symmetric_block(dataset: Dataset, sums: list) -> None:
-    """A symmetric dataset lets a rank use its rows of A as its rows of Aᵀ: check it where a rank can, on its
-    diagonal block (i, i), which must equal its transpose (with P = 1, the whole graph; with P > 1, the edges among
-    its own rows, so an asymmetric graph is caught unless every asymmetric edge crosses ranks). ``sums``: the sums
-    over the block's entries of multiplicity × :func:`~mggcn.data.prepared.reader.pair_hash` of (row, column) and of
-    (column, row), accumulated chunk by chunk (multisets compared in O(1) memory, as ``mggcn verify`` does)."""
-    if sums[0] != sums[1]:
-        raise _err(dataset, "manifest", "says \"symmetric\": true but the edges of in_indices are not "
-                                        "symmetric: prepare the dataset again")
 
 
 def _degree(dataset: Dataset, ids: np.ndarray, norm: str) -> np.ndarray:
@@ -212,8 +177,9 @@ def _check_in_degrees(rows: _Rows, begin: int, end: int, loop_rows: np.ndarray, 
     wrong = kept + 1 != stored
     if wrong.any():
         k = int(np.argmax(wrong))
-        raise _err(rows.dataset, "degree", f"degree {int(stored[k])} of vertex {int(rows.ids[begin + k])}, which has "
-                                           f"{int(kept[k])} in-edges besides self loops (expected that plus one)")
+        raise dataset_error(rows.dataset, "degree", f"degree {int(stored[k])} of vertex {int(rows.ids[begin + k])}, "
+                                                    f"which has {int(kept[k])} in-edges besides self loops (expected "
+                                                    "that plus one)")
 
 
 def _column_degrees(rows: _Rows) -> bool:
@@ -229,12 +195,7 @@ def _read_chunk(rows: _Rows, begin: int, end: int) -> tuple[np.ndarray, ...]:
     of ``in``, and the degree of the columns."""
     dataset, part = rows.dataset, rows.part
     local, counts = rows.local[begin:end], rows.counts[begin:end]
-    indices = dataset.arrays[f"{rows.view}_indices"]
-    nbr = gather(indices, rows.starts[begin:end], counts)
-    drop_pages(indices)
-    if nbr.size and (int(nbr.min()) < 0 or int(nbr.max()) >= dataset.num_nodes):
-        bad_id = int(nbr.min()) if int(nbr.min()) < 0 else int(nbr.max())
-        raise _err(dataset, f"{rows.view}_indices", f"vertex id {bad_id} is out of range [0, {dataset.num_nodes})")
+    nbr = read_neighbours(dataset, rows.view, rows.starts[begin:end], counts)
     r0, height, nbytes = int(local[0]), int(local[-1] - local[0]) + 1, nbr.nbytes
     row = np.repeat(local - r0, counts)
     col = np.take(part.position, nbr)
@@ -248,8 +209,8 @@ def _read_chunk(rows: _Rows, begin: int, end: int) -> tuple[np.ndarray, ...]:
     if adds_self_loops(rows.norm) and deg.size and int(deg.min()) < 1:  # its own rank says more
         low = np.flatnonzero(deg < 1)
         first = low[np.lexsort((col[low], row[low]))[0]]  # in CSR order
-        raise _err(dataset, "degree", f"degree {int(deg.min())} of vertex {int(nbr[first])} is below 1 (the self "
-                                      "loop counts one)")
+        raise dataset_error(dataset, "degree", f"degree {int(deg.min())} of vertex {int(nbr[first])} is below 1 "
+                                               "(the self loop counts one)")
     return row, col, deg, r0, height, nbytes + deg.nbytes
 
 
@@ -328,7 +289,8 @@ def _values(rows: _Rows, count: np.ndarray, here: np.ndarray, there: np.ndarray 
 def _chunk_entries(rows: _Rows, span: tuple[int, int]) -> tuple[list[tuple | None], list[np.uint64], int, int]:
     """The entries of the chunk ``span`` of ``rows`` (:func:`_spans`): per column group, its piece ``(first local
     row, where each of its rows starts, columns, values, values of Âᵀ or None)`` in CSR order (None: no entry
-    there); the chunk's sums of :func:`_check_symmetric_block` (``both``); the edges and the bytes it read."""
+    there); the chunk's sums of :func:`~mggcn.data.rows.check_symmetric_sums` (``both``); the edges and the bytes
+    it read."""
     begin, end = span
     keys, r0, height, bits, nbytes = _chunk_keys(rows, begin, end)
     uniq, count = _distinct(keys)
@@ -459,21 +421,14 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
     too. The rows are read a chunk at a time, batches of chunks on the rank's threads
     (:func:`mggcn.utils.parallel.thread_map`), placed in chunk order, so that the blocks, and the first error found
     in damaged data, do not depend on the thread count."""
-    indptr = dataset.arrays[f"{view}_indptr"]
-    starts = np.asarray(indptr[ids])
-    counts = np.asarray(indptr[ids + 1]) - starts
+    starts, counts = read_row_spans(dataset, view, ids)
     reads["bytes"] += 2 * counts.nbytes
-    bad = (counts < 0) | (starts < 0) | (starts + counts > dataset.num_edges)
-    if bad.any():
-        v = int(ids[np.argmax(bad)])
-        raise _err(dataset, f"{view}_indptr", f"corrupt row offsets: row {v} runs from {int(indptr[v])} to "
-                                              f"{int(indptr[v + 1])}, outside [0, E = {dataset.num_edges}]")
     m, tiles = part.rows_per_part, num_tiles(part.rows_per_part, tile_cols)
     rows = _Rows(dataset, view, part, first_row, local, ids, starts, counts, degree, norm, both,
                  m if tiles == 1 else tile_cols, tiles)
     fill = _BlockFill(rows, int(counts.sum()), ids.size if adds_self_loops(norm) else 0)
     spans, threads, batch = _spans(rows)
-    sums = [np.uint64(0), np.uint64(0)]  # both: the diagonal block's hash sums (_check_symmetric_block)
+    sums = [np.uint64(0), np.uint64(0)]  # both: the diagonal block's hash sums (check_symmetric_sums)
     for first in range(0, len(spans), batch):
         chunks = thread_map(partial(_chunk_entries, rows), spans[first:first + batch], threads)
         pieces = [chunk[0] for chunk in chunks]
@@ -486,7 +441,7 @@ def _entries(dataset: Dataset, view: str, part: Partition, first_row: int, local
         del chunks, pieces
     trim_heap()  # the chunks' temporaries: their pages go back
     if both:
-        _check_symmetric_block(dataset, sums)
+        check_symmetric_sums(dataset, sums)
     return fill, rows
 
 
@@ -506,28 +461,6 @@ def _blocks(fill: _BlockFill, rows: _Rows) -> tuple[list[TiledCSR], list[TiledCS
         del tiles
         trim_heap()
     return adj, adj_t
-
-
-def _copy_rows(dataset: Dataset, name: str, ids: np.ndarray, local: np.ndarray, out: np.ndarray,
-               counted: dict[str, int], check: Callable[[Dataset, np.ndarray, np.ndarray], None] | None = None) -> None:
-    """``out[local] = arrays[name][ids]``, a chunk of rows at a time on the rank's threads (each chunk passed to
-    ``check(dataset, ids, rows)``, the first error in row order raised), the pages of a mapped array dropped after
-    each. A chunk of consecutive local rows is read straight into ``out``."""
-    arr = dataset.arrays[name]
-
-    def copy(start: int) -> int:
-        where, chunk = local[start: start + ROWS_PER_READ], ids[start: start + ROWS_PER_READ]
-        if where[-1] - where[0] == where.size - 1:
-            rows = read_rows(arr, chunk, out[where[0]: where[-1] + 1])
-        else:
-            rows = read_rows(arr, chunk)
-            out[where] = rows
-        if check is not None:
-            check(dataset, chunk, rows)
-        drop_pages(arr)
-        return rows.nbytes
-
-    counted["bytes"] += sum(thread_map(copy, range(0, ids.size, ROWS_PER_READ)))
 
 
 def release_dataset(dataset: Dataset) -> None:
@@ -576,10 +509,10 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
     counted["bytes"] += 8 * ids.size
     y = np.full(m, -1, dtype=np.int64)
     codes = np.full(m, -1, dtype=np.int8)
-    _copy_rows(dataset, "labels", ids, local, y, counted)
-    _copy_rows(dataset, "split", ids, local, codes, counted)
+    copy_rows(dataset, "labels", ids, local, y, counted)
+    copy_rows(dataset, "split", ids, local, codes, counted)
     stored = degree[local] if adds_self_loops(norm) else np.asarray(arrays["degree"][ids])
-    _check_rows(dataset, ids, stored, y[local], codes[local])
+    check_vertex_rows(dataset, ids, stored, y[local], codes[local])
     view = partial(_entries, dataset, part=part, first_row=first, local=local, ids=ids, degree=degree, norm=norm,
                    tile_cols=tile_cols, reads=counted)
     if dataset.symmetric:  # the rows of Aᵀ are the rows of A: read once, weighted twice
@@ -591,7 +524,7 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
         adj_t, _ = _blocks(*view("out"))
     # the features last: while the blocks were built, the rank did not hold them yet
     x = np.zeros((m, dataset.num_features), dtype=np.float32)
-    _copy_rows(dataset, "features", ids, local, x, counted, check=_check_features)
+    copy_rows(dataset, "features", ids, local, x, counted, check=check_features)
     if reads is not None:
         reads.update(counted)
     masks = {s: torch.from_numpy(codes == k) for k, s in enumerate(SPLITS)}
