@@ -5,17 +5,21 @@ in the real on-disk layout of each format, under the name the command uses (``DA
 from __future__ import annotations
 
 import gzip
+import sys
 from pathlib import Path
 
 import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from data.test_formats import write_ogb_csv, write_reddit, write_saint, write_vertex_files
 from mggcn.data.formats import write_mggcn_bin
 from mggcn.data.generators import parse_spec
 from mggcn.data.graph import Graph
 from planetoid_files import make_planetoid, write_planetoid
+
+# The writers of the formats' tests, imported under the name pytest gives that module (its folder on the path).
+sys.path.insert(0, str(Path(__file__).parent / "data"))
+from test_formats import write_ogb_csv, write_reddit, write_saint, write_vertex_files  # noqa: E402
 
 
 def small_graph() -> Graph:
