@@ -16,8 +16,9 @@ The package is laid out by layer, lowest first; a module imports only from its o
                          device
 - ``mggcn.nn``           normalization, the models (GCN, GraphSAGE, GIN), their layers and the order policy (with the
                          SpMM widths it implies), dropout from a seeded generator, the loss, the buffer workspace
-- ``mggcn.distributed``  the distributed context, partitioning (+ METIS) and the one shard builder, the SpMM
-                         operators (staged broadcast, sparse exchange; shared-memory transport), launching
+- ``mggcn.distributed``  the distributed context (the run's device decisions), the parallel layout (who holds which
+                         blocks, which exchange), partitioning (+ METIS) and the one shard builder, the SpMM operators
+                         (staged broadcast, sparse exchange; shared-memory transport), launching
 - ``mggcn.training``     the trainer, checkpoints, the train and predict jobs, their outputs (the one atomic writer)
 - ``mggcn.tools``        the command line (one module per command), bench, plan, roofline, report
 - ``mggcn.api``          ``mggcn.train`` and the layers on their own

@@ -297,7 +297,7 @@ def host_outboxes(ctx: DistContext, mode: str, rows: int, width: int,
     """
     if mode not in SHM_MODES:
         raise ConfigError(f"shm must be one of {', '.join(SHM_MODES)}, got '{mode}'", "shm")
-    backend = "nccl" if ctx.device.type == "cuda" else "gloo"
+    backend = ctx.backend  # the context decided it (gloo on CPU, NCCL on CUDA)
     if ctx.world_size == 1:
         return None, Transport("one rank")
     if mode == "off":

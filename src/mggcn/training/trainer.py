@@ -22,7 +22,14 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.data.graph import SPLITS
-from mggcn.distributed.context import DistContext, all_gather_objects, all_reduce_max, all_reduce_min, all_reduce_sum
+from mggcn.distributed.context import (
+    DistContext,
+    all_gather_objects,
+    all_reduce_max,
+    all_reduce_min,
+    all_reduce_sum,
+    synchronize,
+)
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard
 from mggcn.distributed.spmm import SpMMOperator, StagedSpMM, keeps_training_columns
@@ -210,8 +217,8 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     clock.mark("model")
     with torch.no_grad():
         x_agg = adj.run(x) if model.caches_input_aggregation else None
-        if x_agg is not None and device.type == "cuda":
-            torch.cuda.synchronize(device)
+        if x_agg is not None:
+            synchronize(device)
     clock.mark("A.X")
     if x_agg is not None and not model.reads_input_with_aggregation:
         # no epoch reads X again: release it before the first epoch allocates its activations
@@ -392,7 +399,7 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
     if checkpointer is not None:
         files = checkpointer.files()
         kept = f"; last good checkpoint: {files[0]}" if files else "; no checkpoint was saved yet"
-    return f"epoch {epoch}: the loss is {loss}{where} (try a smaller --lr){kept}"
+    return f"epoch {epoch}: the loss is {loss}{where} (try a smaller lr){kept}"
 
 
 @torch.no_grad()
