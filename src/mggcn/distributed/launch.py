@@ -35,7 +35,7 @@ from mggcn.distributed.context import shutdown
 from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import atomic_write
-from mggcn.utils.system import Terminated, die_with_parent, own_process, sigterm_as_interrupt
+from mggcn.utils.system import Terminated, die_with_parent, die_with_process, own_process, sigterm_as_interrupt
 
 __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch", "under_torchrun",
            "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT", "peer_lost"]
@@ -63,10 +63,11 @@ def _kind_of(exc: BaseException) -> str:
 
 
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
-                  environ: dict[str, str]) -> None:
+                  environ: dict[str, str], launcher: int) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
     own_process()  # the settings a rank makes (threads, allocator) stay in this process
     die_with_parent()
+    die_with_process(launcher)  # the fork server is the parent: a killed launcher ends it only at its exit
     _let_go_of_the_fork_server()
     os.environ.clear()  # the launcher's environment as it is now, not as it was when the fork server started
     os.environ.update(environ)
@@ -172,7 +173,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         context = _worker_context(fn)
         _start_fork_server(context, cleaner)
         environ = dict(os.environ)
-        procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ),
+        procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ, os.getpid()),
                                  name=f"mggcn-rank{rank}") for rank in range(nprocs)]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with sigterm_as_interrupt():  # the launcher's handler is back before the workers are stopped

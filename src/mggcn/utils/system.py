@@ -15,6 +15,7 @@ Importing this module loads no torch.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import warnings
@@ -30,9 +31,10 @@ from typing import Any
 from mggcn.config import MMAP_THRESHOLD
 from mggcn.utils.parallel import configured_threads, set_threads
 
-__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "caller_settings_kept",
-           "enter_rank", "mmap_threshold", "own_process", "owns_process", "quiet_sparse_warnings", "set_mmap_threshold",
-           "sigterm_as_interrupt", "sparse_warnings_silenced", "torch_threads", "trim_heap"]
+__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
+           "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
+           "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
+           "torch_threads", "trim_heap"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -70,6 +72,26 @@ def die_with_parent() -> None:
         return
     if os.getppid() == 1:  # the parent died before the request: it will never fire
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_process(pid: int) -> None:
+    """Linux: end this process at once (SIGKILL) when process ``pid`` ends, however it ends: a worker forked by the
+    fork server dies with the launcher itself, not only once the fork server it hangs from has noticed and ended
+    (which takes that server's own exit, while the worker trains on). A thread waits on a pidfd of ``pid``; where
+    there is none (not Linux, a kernel before 5.3) nothing is watched."""
+    try:
+        watched = os.pidfd_open(pid)
+    except ProcessLookupError:  # gone already
+        os.kill(os.getpid(), signal.SIGKILL)
+        return
+    except (AttributeError, OSError):
+        return
+
+    def watch() -> None:
+        select.select([watched], [], [])  # readable once the process has ended
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="mggcn-watch-launcher", daemon=True).start()
 
 
 def set_mmap_threshold(nbytes: int | None) -> bool:
