@@ -238,6 +238,15 @@ def test_features_are_the_same_in_any_chunks():
                           whole[FEATURE_BLOCK_ROWS - 5:FEATURE_BLOCK_ROWS + 5])
 
 
+def test_features_aside_equal_all_and_leave_with_the_caller():
+    y = np.arange(5 * FEATURE_BLOCK_ROWS + 9) % 4
+    feats = CentroidFeatures(y, 4, 3, 2.0, np.random.SeedSequence(3))
+    with feats.aside() as aside:
+        assert np.array_equal(aside(), feats.all())
+    with pytest.raises(KeyboardInterrupt), feats.aside():
+        raise KeyboardInterrupt
+
+
 @pytest.mark.parametrize("count", [1, 2, 3])
 def test_csr_of_edges_equals_scipy_with_parallel_edges(count, threads):
     threads(count)

@@ -12,6 +12,8 @@ Legend: n = vertices, F = features, C = classes, K = undirected pairs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -278,6 +280,26 @@ class CentroidFeatures:
 
     def all(self) -> np.ndarray:
         return self.rows(0, self.y.size)
+
+    @contextmanager
+    def aside(self) -> Iterator[Callable[[], np.ndarray]]:
+        """All the features, drawn block by block on a thread of their own while the caller goes on (on cores its
+        own work leaves idle); the callable given waits for them. Blocks not yet begun when the caller leaves the
+        block early are dropped."""
+        out = np.empty((self.y.size, self.num_features), dtype=np.float32)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="mggcn-features")
+        jobs = [pool.submit(self._fill, b, out[b:b + FEATURE_BLOCK_ROWS]) for b in range(0, self.y.size,
+                                                                                        FEATURE_BLOCK_ROWS)]
+
+        def done() -> np.ndarray:
+            for job in jobs:
+                job.result()
+            return out
+
+        try:
+            yield done
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def chunks(self, rows: int) -> Iterator[np.ndarray]:
         """The features about ``rows`` rows at a time (whole blocks where ``rows`` allows; the last chunk may be

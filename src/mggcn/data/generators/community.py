@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mggcn.data.csr import index_dtype
+from mggcn.data.csr import CSR, index_dtype
 from mggcn.data.generators.common import (
     DEFAULT_SPLIT,
     CentroidFeatures,
@@ -110,8 +110,8 @@ class _Communities:
     def _step(self, at: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """The names of ``min(searchsorted(cum, pos, "right"), n - 1)`` from starts ``at`` at or before them."""
         cum, n = self.cum, self.cum.size
-        ahead = np.flatnonzero(cum[np.minimum(at, n - 1)] <= pos)
-        ahead = ahead[at[ahead] < n]
+        np.minimum(at, n - 1, out=at)  # a start past the last vertex finds the last one, as a step to it would
+        ahead = np.flatnonzero(cum[at] <= pos)
         while ahead.size:  # rarely more than one step: a slice holds a quarter of a vertex's mean weight
             at[ahead] += 1
             ahead = ahead[at[ahead] < n]
@@ -203,6 +203,25 @@ def _model(n: int, C: int, p_in: float, degree_exponent: float, seed: int, clust
     return _Communities.draw(n, C, p_in, degree_exponent, np.random.default_rng(seeds[0]), clustered), seeds
 
 
+def _edges(model: _Communities, n: int, target: int, seed: int, clustered: bool) -> CSR:
+    """The CSR of ``target`` distinct pairs of the model's draws (fewer where the graph cannot hold them)."""
+    graph, want, next_block = PairGraph(n), target, 0
+    # Self loops and duplicates (frequent at hubs) are dropped, so pairs are drawn again until the count is met
+    # (the last round's new pairs beyond it dropped by a hash order, so the mean degree is met exactly); the rounds
+    # are capped so that a tiny dense request cannot loop forever.
+    for _ in range(_TOP_UP_ROUNDS):
+        blocks = _blocks(next_block, want)
+        before = graph.num_pairs
+        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b]), limit=target,
+                  names=model.order if clustered else None)
+        next_block += len(blocks)
+        gained = graph.num_pairs - before
+        if graph.num_pairs >= target or gained == 0:
+            break
+        want = int((target - graph.num_pairs) * want / gained * 1.02) + 16
+    return graph.csr()
+
+
 def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_CLASSES,
                         num_features: int = DEFAULT_FEATURES, avg_degree: float = DEFAULT_DEGREE,
                         p_in: float = DEFAULT_P_IN, noise: float = DEFAULT_NOISE,
@@ -218,25 +237,11 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
     _check(name, num_nodes, num_classes, num_features, avg_degree, p_in, noise, degree_exponent)
     n, C = num_nodes, num_classes
     model, seeds = _model(n, C, p_in, degree_exponent, seed, clustered)
-    target = _target(n, avg_degree)
-    graph, want, next_block = PairGraph(n), target, 0
-    # Self loops and duplicates (frequent at hubs) are dropped, so pairs are drawn again until the count is met
-    # (the last round's new pairs beyond it dropped by a hash order, so the mean degree is met exactly); the rounds
-    # are capped so that a tiny dense request cannot loop forever.
-    for _ in range(_TOP_UP_ROUNDS):
-        blocks = _blocks(next_block, want)
-        before = graph.num_pairs
-        graph.add(blocks, lambda b, blocks=blocks: model.block(seed, b, blocks[b]), limit=target,
-                  names=model.order if clustered else None)
-        next_block += len(blocks)
-        gained = graph.num_pairs - before
-        if graph.num_pairs >= target or gained == 0:
-            break
-        want = int((target - graph.num_pairs) * want / gained * 1.02) + 16
-    csr = graph.csr()  # the keys released before the features are made
     y = model.y[model.order] if clustered else model.y
-    x = CentroidFeatures(y, C, num_features, noise, seeds[2]).all()
-    masks = random_split(n, split, np.random.default_rng(seeds[3]))
+    with CentroidFeatures(y, C, num_features, noise, seeds[2]).aside() as features:
+        masks = random_split(n, split, np.random.default_rng(seeds[3]))
+        csr = _edges(model, n, _target(n, avg_degree), seed, clustered)
+        x = features()
     meta = dict(generator="community_graph", p_in=model.p_in, noise=noise, degree_exponent=degree_exponent,
                 avg_degree=avg_degree, seed=seed, clustered=clustered)
     return GeneratedGraph(name + (", clustered ids" if clustered else ""), csr, x, y, masks, C, meta)
