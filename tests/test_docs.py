@@ -446,3 +446,12 @@ def test_output_comparison():
     assert compare(shown, [*real[:3], "directory /home/u/w/other (1.0 MiB)"]) is not None
     assert compare(shown, real[:2]) is not None
     assert compare([], []) is None and compare([], ["a line"]) is not None
+
+
+def test_a_models_repr_says_what_it_holds():
+    """print(result.model) (the tutorial) names its linears as torch does and shows each GCN layer's own bias."""
+    text = repr(mggcn.GCN([8, 4, 3]))
+    assert "_Uninitialized" not in text
+    assert text.count("GCNLayer(\n      8, 4, bias=True") == 1 and "4, 3, bias=True" in text
+    assert "(lin): Linear(in_features=8, out_features=4, bias=False)" in text  # the bias is added after the SpMM
+    assert "bias=False" in repr(mggcn.GCN([8, 4, 3], bias=False)).split("(lin)")[0]
