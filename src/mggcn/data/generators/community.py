@@ -77,10 +77,16 @@ class _Communities:
     clustered: bool = False
 
     @staticmethod
+    def labels(n: int, C: int, rng: np.random.Generator) -> np.ndarray:
+        """The communities, the first draw of the model's generator: balanced (every class has n // C or n // C + 1
+        members) in random order."""
+        return rng.permutation(np.arange(n, dtype=np.int64) % C)
+
+    @staticmethod
     def draw(n: int, C: int, p_in: float, degree_exponent: float, rng: np.random.Generator,
-             clustered: bool = False) -> _Communities:
-        # Balanced communities in random order: every class has n // C or n // C + 1 members.
-        y = rng.permutation(np.arange(n, dtype=np.int64) % C)
+             clustered: bool = False, y: np.ndarray | None = None) -> _Communities:
+        """The model from its generator ``rng``, or from the rest of it after :meth:`labels` drew ``y``."""
+        y = _Communities.labels(n, C, rng) if y is None else y
         # Pareto(alpha = gamma - 1) weights, capped so that no vertex expects more than ~n neighbours.
         theta = (1.0 - rng.random(n)) ** (-1.0 / (degree_exponent - 1.0))
         theta = np.minimum(theta, theta.mean() * np.sqrt(n))
@@ -236,15 +242,19 @@ def community_generated(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAU
     name = f"community_graph(n={num_nodes}, seed={seed})"
     _check(name, num_nodes, num_classes, num_features, avg_degree, p_in, noise, degree_exponent)
     n, C = num_nodes, num_classes
-    model, seeds = _model(n, C, p_in, degree_exponent, seed, clustered)
-    y = model.y[model.order] if clustered else model.y
-    with CentroidFeatures(y, C, num_features, noise, seeds[2]).aside() as features:
+    seeds = np.random.SeedSequence(seed).spawn(4)  # as _model's
+    rng = np.random.default_rng(seeds[0])
+    y = _Communities.labels(n, C, rng)
+    labels = y[np.argsort(y, kind="stable")] if clustered else y
+    # the features need only the labels: drawn while the rest of the model, the split and the edges are made
+    with CentroidFeatures(labels, C, num_features, noise, seeds[2]).aside() as features:
+        model = _Communities.draw(n, C, p_in, degree_exponent, rng, clustered, y)
         masks = random_split(n, split, np.random.default_rng(seeds[3]))
         csr = _edges(model, n, _target(n, avg_degree), seed, clustered)
         x = features()
     meta = dict(generator="community_graph", p_in=model.p_in, noise=noise, degree_exponent=degree_exponent,
                 avg_degree=avg_degree, seed=seed, clustered=clustered)
-    return GeneratedGraph(name + (", clustered ids" if clustered else ""), csr, x, y, masks, C, meta)
+    return GeneratedGraph(name + (", clustered ids" if clustered else ""), csr, x, labels, masks, C, meta)
 
 
 def community_graph(num_nodes: int = DEFAULT_NODES, num_classes: int = DEFAULT_CLASSES,
