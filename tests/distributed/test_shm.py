@@ -145,6 +145,19 @@ def test_the_sweep_removes_only_outboxes_whose_owner_is_provably_gone(tmp_path):
     assert sweep_outboxes(str(tmp_path / "missing")) == []
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_the_sweep_leaves_another_users_outbox(tmp_path):
+    from mggcn.distributed.shm import _owner_tag, sweep_outboxes
+
+    boot, namespace, _, start = _owner_tag().split(".")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    theirs = tmp_path / f"mggcn-outbox-{boot}.{namespace}.{dead.pid}.{start}-ffff-0"
+    theirs.write_bytes(b"x")
+    os.chown(theirs, os.getuid() + 4242, -1)
+    assert sweep_outboxes(str(tmp_path)) == [] and theirs.exists()
+
+
 def _train_in_handshake(tmp_path):
     """``mggcn train --nprocs 2 --shm on`` held in the shared-memory handshake (both outboxes created, none mapped
     yet); the launcher, and the outbox of each rank by rank."""
