@@ -173,6 +173,22 @@ def test_the_api_refuses_a_bad_setting_as_the_command_line_does(kwargs, argv, ca
         assert line == f"mggcn train: error: {flag_message(err)}\n"
 
 
+def test_the_api_names_settings_not_flags(tmp_path, monkeypatch):
+    """What mggcn.train says names the setting by its Python name (``fmt=``, ``lr=``), never a flag."""
+    from mggcn.training.trainer import NonFiniteLoss
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "edges.txt").write_text("0 1\n")
+    with pytest.raises(mggcn.GraphError, match=r"^edges\.txt: a file: give its layout with fmt= \(") as err:
+        mggcn.train("edges.txt", epochs=1, quiet=True)
+    assert err.value.option == "fmt" and "--" not in str(err.value)
+    with pytest.raises(mggcn.GraphError, match=r"which takes no fmt=; fmt=mtx is for a path$"):
+        mggcn.train("builtin:karate", fmt="mtx", epochs=1, quiet=True)
+    with pytest.raises(NonFiniteLoss, match=r"\(try a smaller lr=\)$") as err:
+        mggcn.train("builtin:karate", lr=1e30, epochs=20, quiet=True)
+    assert err.value.option == "lr" and "--" not in str(err.value)
+
+
 @pytest.mark.parametrize("kwargs", _BAD_TYPES, ids=[repr(k) for k in _BAD_TYPES])
 def test_the_api_refuses_a_wrong_type_naming_the_setting(kwargs):
     err = _api_error(kwargs)

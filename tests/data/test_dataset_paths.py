@@ -18,13 +18,13 @@ def prepared(tmp_path):
 @pytest.mark.parametrize("case, expected", [
     ("typo", r"mygrpah: no such file or directory, and not a built-in dataset \(synthetic\[:n=\.\.\.\]"),
     ("directory", r"a directory that is not a prepared dataset \(no manifest\.json\); for files in another layout "
-                  r"give --format \(ogb, .*\), or write one with `mggcn prepare"),
-    ("file", r"edges\.txt: a file: give its layout with --format \(ogb, saint, dgl-reddit, mtx, edgelist"),
-    ("spec with format", r"synthetic: a built-in dataset, which takes no --format; --format ogb is for a path"),
-    ("prepared with format", r"karate: a prepared dataset directory, which needs no --format; drop --format edgelist"),
-    ("file for a directory format", r"edges\.txt: not a directory, but --format saint reads a directory \(holding "
+                  r"give fmt= \(ogb, .*\), or write one with `mggcn prepare"),
+    ("file", r"edges\.txt: a file: give its layout with fmt= \(ogb, saint, dgl-reddit, mtx, edgelist"),
+    ("spec with format", r"synthetic: a built-in dataset, which takes no fmt=; fmt=ogb is for a path"),
+    ("prepared with format", r"karate: a prepared dataset directory, which needs no fmt=; drop fmt=edgelist"),
+    ("file for a directory format", r"edges\.txt: not a directory, but fmt=saint reads a directory \(holding "
                                     r"adj_full\.npz"),
-    ("directory for a file format", r"plain: a directory, but --format mtx reads one file; give the file itself"),
+    ("directory for a file format", r"plain: a directory, but fmt=mtx reads one file; give the file itself"),
     ("missing with format", r"nope\.txt: no such file or directory"),
 ])
 def test_what_is_wrong_with_a_path(tmp_path, prepared, monkeypatch, case, expected):
@@ -49,5 +49,5 @@ def test_planetoid_prefix_trains_from_memory_and_prepares(tmp_path):
     assert (ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes) == \
         (graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes)
     with pytest.raises(GraphError, match=r"ind\.cite: no such file or directory; .*planetoid holds ind\.cora; "
-                                         r"--format planetoid takes"):
+                                         r"fmt=planetoid takes"):
         load_graph(str(folder / "ind.cite"), "planetoid")

@@ -180,7 +180,7 @@ def test_unparsable_test_index_names_the_line(tmp_path):
 
 
 def test_paths_that_are_not_one_planetoid_dataset(tmp_path):
-    with pytest.raises(GraphError, match=r"nope: no such file or directory; --format planetoid takes"):
+    with pytest.raises(GraphError, match=r"nope: no such file or directory; fmt=planetoid takes"):
         read_planetoid(tmp_path / "nope")
     with pytest.raises(GraphError, match=r"no Planetoid files here"):
         read_planetoid(tmp_path)

@@ -20,6 +20,7 @@ from mggcn.tools import bench
 from mggcn.tools.bench import run as bench_run
 from mggcn.tools.cli import main
 from mggcn.training.trainer import train_shard
+from mggcn.utils.errors import ConfigError
 from reference import random_graph
 
 MGGCN_SETUP = ["dataset", "partition", "shard", "release", "device", "model", "A.X"]  # as mggcn train's ranks
@@ -424,5 +425,5 @@ def test_bench_model_against_pygs_own(model):
         # float32 on both sides, another summation order: 3 Adam steps agree to a few ulps of the loss
         assert rows[name]["loss"] == pytest.approx(pyg["loss"], rel=1e-5), name
         assert rows[name]["time_vs_pyg"] == pytest.approx(rows[name]["epoch_s"] / pyg["epoch_s"])
-    with pytest.raises(Exception, match="one hidden width"):
+    with pytest.raises(ConfigError, match=r"one hidden width, got hidden=16,8 \(or give pyg=False\)$"):
         bench.options_from(small=True, model=model, hidden=(16, 8))

@@ -317,7 +317,7 @@ def test_train_and_predict_graphsage_and_gin_from_the_command_line(tmp_path):
 
 def test_library_settings_are_named_by_their_flags():
     from mggcn.tools.cli.common import flag_message
-    from mggcn.utils.errors import ConfigError
+    from mggcn.utils.errors import ConfigError, GraphError
 
     size = ConfigError("memory_limit: expected a size", "memory_limit")
     assert flag_message(size) == "--memory-limit: expected a size"
@@ -325,3 +325,28 @@ def test_library_settings_are_named_by_their_flags():
     assert flag_message(layer) == "--embeddings 4: the model has layers 1..2"
     assert flag_message(ConfigError("x.txt: give its format", "format")) == "x.txt: give its format (--format)"
     assert flag_message(ValueError("x.txt: no such file")) == "x.txt: no such file"
+    # settings written as a Python caller passes them: each keyword becomes its flag, a switch its --no- form
+    spec = GraphError("synthetic: a built-in dataset, which takes no fmt=; fmt=ogb is for a path", "fmt")
+    assert flag_message(spec) == "synthetic: a built-in dataset, which takes no --format; --format ogb is for a path"
+    pyg = ConfigError("model gin: one hidden width, got hidden=16,8 (or give pyg=False)", "model")
+    assert flag_message(pyg) == "--model gin: one hidden width, got --hidden 16,8 (or give --no-pyg)"
+    counts = GraphError("e.txt: 9 vertices; give features=/labels= for them, or num_nodes=", "features")
+    assert flag_message(counts) == "e.txt: 9 vertices; give --features/--labels for them, or --num-nodes"
+    assert flag_message(GraphError("synthetic:n=5: no (x=1)")) == "synthetic:n=5: no (x=1)"  # carries no setting
+
+
+def test_library_messages_name_flags_on_the_command_line(tmp_path, monkeypatch, capsys):
+    """The library's message names the setting (what mggcn.train takes); the command line's names the flag."""
+    from mggcn.tools.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "edges.txt").write_text("0 1\n")
+    for argv, library, flag in (
+            (["train", "edges.txt"], "give its layout with fmt= (", "give its layout with --format ("),
+            (["train", "builtin:karate", "--format", "mtx"], "which takes no fmt=; fmt=mtx is for a path",
+             "which takes no --format; --format mtx is for a path"),
+            (["train", "builtin:karate", "--lr", "1e30", "--epochs", "20", "--quiet"], "(try a smaller lr=)",
+             "(try a smaller --lr)")):
+        assert main(argv) in (1, 2)
+        line = capsys.readouterr().err
+        assert flag in line and library not in line and line.count("\n") == 1, line

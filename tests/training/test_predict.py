@@ -111,7 +111,7 @@ def test_sidecar_settles_norm_and_activation(trained, tmp_path, capsys):
     assert load_model(bare, norm="sym", activation="leaky_relu")[1]["activation"] == "leaky_relu"
     capsys.readouterr()
     assert load_model(bare)[1]["activation"] == "relu"
-    assert "no bare.pt.json; assuming --norm sym --activation relu" in capsys.readouterr().err
+    assert "no bare.pt.json; assuming norm sym and activation relu" in capsys.readouterr().err
     assert main(["predict", path, "builtin:digits", "--out", str(tmp_path / "x.npy")]) == 2
     assert "takes 34 features per vertex; builtin:digits has 64" in capsys.readouterr().err
     assert main(["predict", path, "builtin:karate", "--out", str(tmp_path / "x.npy"), "--embeddings", "4"]) == 2

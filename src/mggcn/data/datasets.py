@@ -282,10 +282,9 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
         from mggcn.data import formats
 
         if fmt is None:
-            raise GraphError(_not_a_dataset(spec))
+            raise _not_a_dataset(spec)
         if is_generated(spec) and not os.path.exists(spec):
-            raise GraphError(f"{spec}: a built-in dataset, which takes no --format; --format {fmt} is for a path "
-                             f"(DATASET --format {fmt})")
+            raise GraphError(f"{spec}: a built-in dataset, which takes no fmt=; fmt={fmt} is for a path", "fmt")
         check_not_named(spec, fmt)
         formats.check_path(spec, fmt)
         graph = formats.read(spec, fmt, **(read_options or {}))
@@ -299,22 +298,23 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
 def check_not_named(spec: str, fmt: str | None) -> None:
     """Raise :class:`GraphError` when ``spec``, given a format, is no path but a name of the catalog."""
     if fmt is not None and find(spec) is not None and not os.path.exists(spec):
-        raise GraphError(f"{spec}: a dataset known by name (`mggcn datasets`), which takes no --format; --format "
-                         f"{fmt} is for a path")
+        raise GraphError(f"{spec}: a dataset known by name (`mggcn datasets`), which takes no fmt=; fmt={fmt} is for "
+                         "a path", "fmt")
 
 
-def _not_a_dataset(spec: str) -> str:
-    """What is wrong with ``spec`` given without ``--format``, and what to give instead (one line)."""
+def _not_a_dataset(spec: str) -> GraphError:
+    """What is wrong with ``spec`` given without a format (``fmt``), and what to give instead (one line)."""
     from mggcn.data.formats import FORMATS
 
     built_in = "synthetic[:n=...], rmat:scale=..., builtin:karate or builtin:digits"
     if not os.path.exists(spec):
-        return (f"{spec}: no such file or directory, and not a built-in dataset ({built_in}) nor a named one "
-                f"({', '.join(CATALOG)}; `mggcn datasets` lists them)")
+        return GraphError(f"{spec}: no such file or directory, and not a built-in dataset ({built_in}) nor a named one "
+                          f"({', '.join(CATALOG)}; `mggcn datasets` lists them)")
     if os.path.isdir(spec):
-        return (f"{spec}: a directory that is not a prepared dataset (no manifest.json); for files in another layout "
-                f"give --format ({', '.join(FORMATS)}), or write one with `mggcn prepare {spec} OUT_DIR --format F`")
-    return f"{spec}: a file: give its layout with --format ({', '.join(FORMATS)})"
+        return GraphError(f"{spec}: a directory that is not a prepared dataset (no manifest.json); for files in "
+                          f"another layout give fmt= ({', '.join(FORMATS)}), or write one with `mggcn prepare {spec} "
+                          "OUT_DIR --format F`", "fmt")
+    return GraphError(f"{spec}: a file: give its layout with fmt= ({', '.join(FORMATS)})", "fmt")
 
 
 def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, InputError
 from mggcn.utils.files import check_writable, write_output
 from mggcn.utils.optional import require
 
@@ -41,7 +41,7 @@ _COMPUTE = ("spmm", "gemm", "criterion", "optimizer", "comm_wait")  # the lower 
 _COMM = ("broadcast", "allreduce")  # the upper lines
 
 
-class MetricsError(ValueError):
+class MetricsError(InputError):
     """A metrics file that cannot be plotted; the message names the file and line."""
 
 
@@ -61,8 +61,8 @@ def read_metrics(path: str) -> list[dict]:
     except OSError as err:
         raise MetricsError(f"{path}: {err.strerror}") from None
     except UnicodeDecodeError as err:
-        raise MetricsError(f"{path}: not UTF-8 text (byte {err.start}); not a file `mggcn train --metrics` wrote") \
-            from None
+        raise MetricsError(f"{path}: not UTF-8 text (byte {err.start}); not a file that metrics= wrote",
+                           "metrics") from None
     by_epoch: dict[int, dict] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -155,7 +155,7 @@ def traced_epoch(records: list[dict], epoch: int | None = None) -> dict:
         traced = [r for r in traced if r["epoch"] == epoch]
     if not traced:
         which = f"epoch {epoch} was" if epoch is not None else "no epoch was"
-        raise MetricsError(f"{which} traced; train with --trace-epoch E to record a timeline")
+        raise MetricsError(f"{which} traced; train with trace_epoch=E to record a timeline", "trace_epoch")
     return traced[0]
 
 

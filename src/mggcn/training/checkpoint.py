@@ -1,4 +1,4 @@
-"""Checkpoints: model, optimizer, epoch, history and the identity of the dataset and model (its ``--model`` and
+"""Checkpoints: model, optimizer, epoch, history and the identity of the dataset and model (its ``model`` and
 layer sizes), written atomically.
 
 A checkpoint file is ``ckpt-EEEEEE.pt`` in the checkpoint directory: one line ``mggcn-checkpoint <sha256>`` and then
@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 import torch
 
+from mggcn.utils.errors import InputError
 from mggcn.utils.files import OutputError, write_output
 
 __all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "unpickling_reason"]
@@ -41,8 +42,9 @@ _MAGIC = b"mggcn-checkpoint "
 FORMAT_VERSION = 1
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed from here (other dataset, other model shape, unreadable)."""
+class CheckpointError(InputError):
+    """A checkpoint that cannot be resumed from here (other dataset, other model shape, unreadable); ``option``, when
+    given, the setting that differs from the checkpoint's (``model``)."""
 
 
 class Checkpointer:
@@ -302,7 +304,7 @@ def unpickling_reason(err: Exception) -> str:
 
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",
                      options: dict | None = None) -> None:
-    """Refuse to resume against another dataset, another model (``--model``; a checkpoint without one is a GCN's),
+    """Refuse to resume against another dataset, another model (``model``; a checkpoint without one is a GCN's),
     another setting of the model's own ``options`` (the :class:`~mggcn.config.TrainConfig` fields it alone takes,
     e.g. ``gin_train_eps``), or another model shape. Datasets are compared by content where
     both identities carry a ``fingerprint`` (sizes and a hash of the arrays), by name and sizes otherwise."""
@@ -317,12 +319,12 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
     theirs_model = state.get("model_kind", "gcn")
     if theirs_model != model:
         raise CheckpointError(f"{path}: the checkpoint is of a {theirs_model} model, this run trains a {model} "
-                              f"(check --model)")
+                              "(check model=)", "model")
     for option, value in (options or {}).items():
         saved = state.get("config", {}).get(option, False)
         if saved != value:
             raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {saved!r}, this run {value!r} "
-                                  f"(check --{option.replace('_', '-')})")
+                                  f"(check {option}=)", option)
     if state.get("dims") != list(dims):
         raise CheckpointError(f"{path}: the checkpoint's model has layer sizes {state.get('dims')}, this run "
                               f"{list(dims)} (check the hidden layer sizes)")

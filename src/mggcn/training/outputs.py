@@ -100,7 +100,7 @@ def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> st
             return kind
     names = ", ".join(f"{cls.__name__} ({cls.layer_weight.format(0)})" for cls in MODEL_TYPES.values())
     raise GraphError(f"{source}: not the state dict of a model mggcn trains (none of the weights of {names}); give a "
-                     "file written by `mggcn train --save-model`")
+                     "file written by save_model=", "save_model")
 
 
 def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
@@ -151,7 +151,7 @@ def _read_card(path: str) -> dict | None:
     except RecursionError:  # nesting deeper than the parser's recursion
         raise GraphError(f"{card_path}: unreadable model description (JSON nested too deep)") from None
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-        raise GraphError(f"{card_path}: not a model description written by `mggcn train --save-model`")
+        raise GraphError(f"{card_path}: not a model description written by save_model=", "save_model")
     return card
 
 
@@ -175,8 +175,8 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
         raise GraphError(f"{path}: not a model file written by torch.save ({unpickling_reason(err)})") from None
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                    for k, v in state_dict.items()):
-        raise GraphError(f"{path}: not a state dict (names and tensors); give a file written by `mggcn train "
-                         "--save-model`")
+        raise GraphError(f"{path}: not a state dict (names and tensors); give a file written by save_model=",
+                         "save_model")
     found = model_kind(state_dict, path)
     dims = model_dims(state_dict, path)
     card = _read_card(path)
@@ -186,8 +186,8 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
         card = {"model": found, "dims": dims, "activation": activation or _DEFAULTS.activation,
                 "norm": norm or _DEFAULTS.norm}
         if note and (norm is None or activation is None):
-            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming --norm {card['norm']} "
-                  f"--activation {card['activation']}", file=sys.stderr, flush=True)
+            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming norm {card['norm']} and "
+                  f"activation {card['activation']}", file=sys.stderr, flush=True)
     else:
         if card.get("model", "gcn") != found:
             raise GraphError(f"{sidecar_path(path)} describes a {card.get('model', 'gcn')} model but {path} holds "

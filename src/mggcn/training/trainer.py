@@ -67,7 +67,10 @@ class TrainResult:
 
 
 class NonFiniteLoss(FloatingPointError):
-    """The loss became NaN or inf; the message names the epoch and the first layer with non-finite output."""
+    """The loss became NaN or inf; the message names the epoch, the first layer with non-finite output and the
+    setting to lower, ``option`` (the command line names it by its flag)."""
+
+    option = "lr"
 
 
 def epoch_width(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
@@ -399,7 +402,7 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
     if checkpointer is not None:
         files = checkpointer.files()
         kept = f"; last good checkpoint: {files[0]}" if files else "; no checkpoint was saved yet"
-    return f"epoch {epoch}: the loss is {loss}{where} (try a smaller lr){kept}"
+    return f"epoch {epoch}: the loss is {loss}{where} (try a smaller lr=){kept}"
 
 
 @torch.no_grad()

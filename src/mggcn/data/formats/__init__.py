@@ -99,12 +99,12 @@ def check_path(source: PathLike, fmt: str) -> None:
     if not path.exists():
         raise GraphError(f"{text}: no such file or directory")
     if path.is_dir() and (path / "manifest.json").is_file():
-        raise GraphError(f"{text}: a prepared dataset directory, which needs no --format; drop --format {fmt}")
+        raise GraphError(f"{text}: a prepared dataset directory, which needs no fmt=; drop fmt={fmt}", "fmt")
     if path.is_dir() and fmt in _FILE_FORMATS:
-        raise GraphError(f"{text}: a directory, but --format {fmt} reads one file; give the file itself")
+        raise GraphError(f"{text}: a directory, but fmt={fmt} reads one file; give the file itself", "fmt")
     if not path.is_dir() and fmt in _DIRECTORY_FORMATS:
-        raise GraphError(f"{text}: not a directory, but --format {fmt} reads a directory (holding "
-                         f"{_DIRECTORY_FORMATS[fmt]}); give that directory")
+        raise GraphError(f"{text}: not a directory, but fmt={fmt} reads a directory (holding "
+                         f"{_DIRECTORY_FORMATS[fmt]}); give that directory", "fmt")
 
 
 def read(source: PathLike, fmt: str, **options: Any) -> Graph:

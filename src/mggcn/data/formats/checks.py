@@ -40,9 +40,9 @@ PathLike = str | os.PathLike
 CORRUPT = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
-def file_error(path: PathLike, msg: str) -> GraphError:
-    # One line, always: the caller may log it next to thousands of others.
-    return GraphError(" ".join(f"{os.fspath(path)}: {msg}".split()))
+def file_error(path: PathLike, msg: str, option: str | None = None) -> GraphError:
+    # One line, always: the caller may log it next to thousands of others. ``option``: the setting the message names.
+    return GraphError(" ".join(f"{os.fspath(path)}: {msg}".split()), option)
 
 
 def why(exc: BaseException, limit: int = 100) -> str:
@@ -431,13 +431,14 @@ def check_splits(masks: dict[str, np.ndarray], y: np.ndarray, sources: dict[str,
 ISOLATED_SLACK = 1 << 16  # vertices without an edge accepted beyond the 2E endpoints, when no file says n
 
 
-def check_vertex_count(path: PathLike, n: int, num_edges: int, hint: str) -> None:
+def check_vertex_count(path: PathLike, n: int, num_edges: int, hint: str, option: str | None = None) -> None:
     """Refuse an ``n`` that only the largest id or a header says, when it leaves more than :data:`ISOLATED_SLACK`
     vertices beyond the ``2 · num_edges`` the edges can touch: one stray id would otherwise make millions of
-    vertices (and their synthesized features) silently. ``hint`` says how to mean it."""
+    vertices (and their synthesized features) silently. ``hint`` says how to mean it, through the setting
+    ``option``."""
     if n > 2 * num_edges + ISOLATED_SLACK:
         raise file_error(path, f"{n} vertices for {num_edges} edges: at least {n - 2 * num_edges} of them would "
-                               f"have no edge (a stray vertex id or size?); {hint}")
+                               f"have no edge (a stray vertex id or size?); {hint}", option)
 
 
 def check_edges(ei: np.ndarray, n: int, path: PathLike, where: Callable[[int], str],

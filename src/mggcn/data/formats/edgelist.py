@@ -156,7 +156,7 @@ def _edgelist_num_nodes(path: Path, ids_end: int, num_edges: int | None, num_nod
     if rows:
         return max(rows.values()), f"the rows of {' and '.join(rows)}"
     if num_edges is not None:
-        check_vertex_count(path, ids_end, num_edges, "pass --num-nodes (num_nodes=) to mean it")
+        check_vertex_count(path, ids_end, num_edges, "pass num_nodes= to mean it", "num_nodes")
     return ids_end, f"n = largest id in {path.name} + 1"
 
 

@@ -41,6 +41,7 @@ def read_mtx(path: PathLike, features: PathLike | None = None, labels: PathLike 
     n = int(mat.shape[0])
     ei = edges_from_sparse(sp.coo_matrix(mat))
     if features is None and labels is None:  # nothing but the header says n
-        check_vertex_count(path, n, ei.shape[1], "give --features/--labels for its vertices to mean it")
+        check_vertex_count(path, n, ei.shape[1], "give features=/labels= for its vertices to mean it",
+                           "features")
     return with_vertex_data(path, ei, n, f"{path.name} is {n} x {n}", "mtx", features, labels, split,
                             num_classes, seed, num_features)

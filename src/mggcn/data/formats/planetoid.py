@@ -316,14 +316,14 @@ def planetoid_files(source: PathLike) -> tuple[str, dict[str, Path]]:
             folder, name = path.parent, path.name[4:]
         else:
             what = "no such file or directory" if not path.exists() else "not a Planetoid directory or DIR/ind.NAME"
-            raise file_error(path, f"{what}; --format planetoid takes a directory with ind.NAME.* files, or "
-                                   "DIR/ind.NAME")
+            raise file_error(path, f"{what}; fmt=planetoid takes a directory with ind.NAME.* files, or "
+                                   "DIR/ind.NAME", "fmt")
     files = {part: folder / f"ind.{name}.{part}" for part in PARTS}
     if not any(f.exists() for f in files.values()):
         held = sorted({m.group(1) for f in folder.iterdir() if (m := _NAME.match(f.name))}) if folder.is_dir() else []
         there = f"; {folder} holds {', '.join('ind.' + h for h in held)}" if held else ""
-        raise file_error(path, f"no such file or directory{there}; --format planetoid takes a directory with "
-                               "ind.NAME.* files, or DIR/ind.NAME")
+        raise file_error(path, f"no such file or directory{there}; fmt=planetoid takes a directory with "
+                               "ind.NAME.* files, or DIR/ind.NAME", "fmt")
     for f in files.values():
         require_file(f)
     return name, files

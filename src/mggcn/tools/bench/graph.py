@@ -88,7 +88,7 @@ def cached_info(path: str, opts: BenchOptions | None = None) -> dict:
             holds = ", ".join(f"{k} {made[k]}" for k in wanted)
             asked = ", ".join(f"{k} {v}" for k, v in wanted.items())
             raise ConfigError(f"graph_cache: {path} holds the graph of {holds}; the options ask for {asked} "
-                              "(give those options, or another --graph-cache)", "graph_cache")
+                              "(give those options, or another graph_cache=)", "graph_cache")
     return info
 
 

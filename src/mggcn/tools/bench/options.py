@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mggcn.config import TrainConfig
-from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import parse_bytes
 
 __all__ = ["BenchOptions", "SMALL", "SAINT", "PYG_ADJ", "IDS", "options_from"]
@@ -77,10 +77,10 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
 
     kind = MODEL_TYPES.get(opts.model)
     if kind is None:
-        raise GraphError(f"--model must be one of {', '.join(MODEL_TYPES)}, got '{opts.model}'")
+        raise ConfigError(f"model must be one of {', '.join(MODEL_TYPES)}, got '{opts.model}'", "model")
     if kind.pyg_one_hidden_width and opts.pyg and len(set(opts.hidden)) > 1:
-        raise GraphError(f"--model {opts.model}: PyG's {kind.pyg_name} has one hidden width, got --hidden "
-                         f"{','.join(map(str, opts.hidden))} (or give --no-pyg)")
+        raise ConfigError(f"model {opts.model}: PyG's {kind.pyg_name} has one hidden width, got hidden="
+                          f"{','.join(map(str, opts.hidden))} (or give pyg=False)", "model")
     if opts.ids not in IDS:
         raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")
     _check_caps(opts)
@@ -90,11 +90,11 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
 def _check_caps(opts: BenchOptions) -> None:
     """What can be said of the memory caps without a GPU at hand (the GPU's size is checked by the bench)."""
     if opts.gpu_memory is not None and opts.device != "cuda":
-        raise ConfigError(f"gpu_memory caps a GPU's memory: give --device cuda (the device is {opts.device})",
+        raise ConfigError(f"gpu_memory caps a GPU's memory: give device=cuda (the device is {opts.device})",
                           "gpu_memory")
     if opts.host_memory is not None and opts.device != "cpu":
         raise ConfigError("host_memory caps a CPU run (a CUDA process reserves host address space far beyond what "
-                          "it uses): give --device cpu, or --gpu-memory", "host_memory")
+                          "it uses): give device=cpu, or gpu_memory=", "host_memory")
     for key in ("gpu_memory", "host_memory"):
         if getattr(opts, key) == 0:
             raise ConfigError(f"{key} must be more than 0", key)

@@ -103,7 +103,7 @@ def _main(argv: list[str]) -> int:
         print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 2
     except (FloatingPointError, OutputError) as err:  # NonFiniteLoss; an output that could not be written
-        print(f"mggcn {args.command}: error: {err}", file=sys.stderr)
+        print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
         if "TORCHELASTIC_RUN_ID" not in os.environ:

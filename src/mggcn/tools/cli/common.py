@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import textwrap
 from typing import TYPE_CHECKING
 
 from mggcn.config import ORDERINGS
-from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.errors import GraphError
 from mggcn.utils.units import parse_bytes
 
 if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse arguments must not
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse ar
 
 __all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
            "add_reader_options", "read_options", "rank_zero", "node_speaker", "exit_status", "HelpFormatter",
-           "FORMAT_HELP", "flag_message", "job_failure_status"]
+           "FORMAT_HELP", "flag", "flag_message", "job_failure_status"]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -180,21 +181,45 @@ def exit_status(result) -> int:
 
 
 # library options whose flag has another name; the rest: --name-with-dashes
-FLAGS = {"layer": "--embeddings", "timeout_s": "--timeout"}
+FLAGS = {"layer": "--embeddings", "timeout_s": "--timeout", "fmt": "--format"}
+
+# a setting as a Python caller passes it (``fmt=mtx``, ``(num_nodes=)``, ``pyg=False``), at the start or after a
+# space, "(" or "/"
+_KEYWORD = re.compile(r"(?:(?<=^)|(?<=[\s(/]))([a-z][a-z0-9_]*)=(True\b|False\b)?(?=(\S?))")
+
+
+def _keyword_flag(m: re.Match) -> str:
+    """A keyword as its flag: a switch ``name=True`` as ``--name``, ``name=False`` as ``--no-name``, the flag then a
+    space where a value follows (``fmt=mtx``: ``--format mtx``)."""
+    name, switch, after = m.groups()
+    if switch == "False":
+        return "--no-" + flag(name)[2:]
+    return flag(name) + (" " if not switch and after and after not in ",;:.)]/" else "")
+
+
+def flag(option: str) -> str:
+    """The command line's flag for the library setting ``option``."""
+    return FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
 def flag_message(err: Exception) -> str:
-    """A library error as the command line says it: a :class:`~mggcn.utils.errors.ConfigError` that starts with its
-    option's library name (``nprocs 5 is larger ...``) names the flag instead (``--nprocs 5 is larger ...``); one
-    that names it otherwise gets the flag at its end (``... give its format (--format)``)."""
+    """A library error as the command line says it. An error that carries the setting it concerns (``option``: an
+    :class:`~mggcn.utils.errors.InputError`, a non-finite loss) names flags instead of settings: a message that
+    starts with the option's library name (``nprocs 5 is larger ...``) starts with its flag (``--nprocs 5 is
+    larger ...``), and settings written as a Python caller passes them (``give fmt= (mtx, ...)``, ``fmt=mtx is for a
+    path``, ``pyg=False``) become their flags (``give --format (mtx, ...)``, ``--format mtx is for a path``,
+    ``--no-pyg``); a message that names the option neither way gets the flag at its end (``... give its format
+    (--format)``)."""
     text = str(err)
-    option = err.option if isinstance(err, ConfigError) else None
-    if not option:
+    option = getattr(err, "option", None)
+    if not isinstance(option, str) or not option:
         return text
-    flag = FLAGS.get(option, "--" + option.replace("_", "-"))
-    if text.startswith(option):
-        return flag + text[len(option):]
-    return f"{text} ({flag})"
+    starts = re.match(rf"{re.escape(option)}(?![\w=])", text) is not None
+    named = starts or _KEYWORD.search(text) is not None
+    if starts:
+        text = flag(option) + text[len(option):]
+    text = _KEYWORD.sub(_keyword_flag, text)
+    return text if named else f"{text} ({flag(option)})"
 
 
 def job_failure_status(err: WorkerError) -> int:
