@@ -30,16 +30,3 @@ def test_a_thread_count_above_the_cores_is_refused_before_torch_hears_of_it():
         with pytest.raises(ValueError, match=f"threads {threads}: must be between 1 and"):
             init_distributed("cpu", threads=threads)
     assert torch.get_num_threads() == before
-
-
-def test_synchronize_waits_for_a_cuda_device_only(monkeypatch):
-    import torch
-
-    from mggcn.distributed.context import synchronize
-
-    waited = []
-    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
-    synchronize(torch.device("cpu"))
-    assert waited == []  # the CPU's work is done when its calls return
-    synchronize(torch.device("cuda", 1))
-    assert waited == [torch.device("cuda", 1)]

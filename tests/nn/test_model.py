@@ -142,10 +142,10 @@ def test_gradients_over_the_outputs_they_belong_to_equal_fresh_tensors(dims, act
     gradient. The losses are the same bits (the forward passes are the same); the gradients agree to float32 rounding,
     not bit for bit: a GEMM of a few rows may sum its K products in another order than one GEMM of every row (MKL
     picks its kernel by the shape and the buffers' alignment), a relative 1e-7 per sum, far inside rtol 1e-5."""
-    from mggcn.nn import functional as model_module
+    from mggcn.kernels import policy
     from mggcn.nn.loss import MaskedCrossEntropy
 
-    monkeypatch.setattr(model_module, "MASK_CHUNK", 24)
+    monkeypatch.setattr(policy, "MASK_CHUNK", 24)
     graph = random_graph(31, 120, features=dims[0], classes=dims[-1])
     adj, x = _local(graph), torch.from_numpy(graph.x)
     y, train = torch.from_numpy(graph.y), torch.from_numpy(graph.masks["train"])
@@ -178,10 +178,11 @@ def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_on
     whole GEMMs, to float32 rounding (a GEMM of a few rows may sum in another order: rtol 1e-5); without autograd too.
     A second forward before the first one's backward makes that backward raise, as elsewhere; a forward hook on either
     layer turns the fusion off."""
+    from mggcn.kernels import policy
     from mggcn.nn import functional as model_module
 
-    monkeypatch.setattr(model_module, "GEMM_CHUNK", 40)  # blocks of 2-10 rows and a shorter last one
-    monkeypatch.setattr(model_module, "MASK_CHUNK", 24)
+    monkeypatch.setattr(policy, "GEMM_CHUNK", 40)  # blocks of 2-10 rows and a shorter last one
+    monkeypatch.setattr(policy, "MASK_CHUNK", 24)
     fused = []
     apply = model_module._GemmActGemm.apply
     monkeypatch.setattr(model_module._GemmActGemm, "apply", lambda *args: fused.append(args[-2]) or apply(*args))
@@ -222,9 +223,10 @@ def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkey
     """weight_grad sums its rows in 2 · threads parts by one bmm, plus the rows left over: the GEMM's result, summed
     in another order (float32: rtol 1e-5 over ≤ 64 products); fewer parts where the rows or the bytes of the partial
     products bound them; too few rows for two parts, or a strided operand, take the GEMM."""
+    from mggcn.kernels import policy
     from mggcn.nn import functional as model_module
 
-    monkeypatch.setattr(model_module, "SPLIT_ROWS", 5)
+    monkeypatch.setattr(policy, "SPLIT_ROWS", 5)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # 4 parts: 40 rows split, 41 and 47 leave rows over
     gen = torch.Generator().manual_seed(rows)
     grad, h = torch.randn(rows, 6, generator=gen, dtype=dtype), torch.randn(rows, 9, generator=gen, dtype=dtype)
@@ -237,6 +239,6 @@ def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkey
     torch.testing.assert_close(model_module.weight_grad(grad, strided), grad.t() @ strided, rtol=1e-5, atol=1e-6)
     assert len(parts) == (rows >= 10)
     # partial products of 6 × 9 elements: room for 2 of them
-    monkeypatch.setattr(model_module, "SPLIT_BYTES", 2 * 6 * 9 * grad.element_size() + 1)
+    monkeypatch.setattr(policy, "SPLIT_BYTES", 2 * 6 * 9 * grad.element_size() + 1)
     torch.testing.assert_close(model_module.weight_grad(grad, h), grad.t() @ h, rtol=1e-5, atol=1e-6)
     assert parts[len(parts) - 1:] == ([2] if rows >= 10 else [])

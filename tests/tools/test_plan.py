@@ -330,7 +330,7 @@ def test_plan_per_model(capsys):
 def test_a_gpu_plan_counts_the_gpu_block_of_sigmas_backward():
     """On a GPU σ's backward runs blocks of MASK_CHUNK_GPU elements (few large kernels), on a CPU of MASK_CHUNK (in
     cache); the first GEMM, σ and the second GEMM run whole on a GPU (blocks would only add kernels)."""
-    from mggcn.nn.functional import MASK_CHUNK, MASK_CHUNK_GPU, chain_rows, mask_chunk_rows
+    from mggcn.kernels.policy import MASK_CHUNK, MASK_CHUNK_GPU, chain_rows, mask_chunk_rows
 
     rows = 10**6
     assert mask_chunk_rows(rows, 128, "cuda") == MASK_CHUNK_GPU // 128 < rows

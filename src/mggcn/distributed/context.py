@@ -2,8 +2,8 @@
 
 The run's device decisions live here: which device a rank drives (:func:`resolve_device`), which backend (gloo on
 CPU, NCCL on CUDA: :attr:`DistContext.backend`, which the rest reads instead of deciding again), how many CPU
-threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold), and waiting for a
-device's queued work (:func:`synchronize`). Which local sparse kernel runs on which device is
+threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold); waiting for a
+device's queued work is :func:`mggcn.utils.timing.synchronize`. Which local sparse kernel runs on which device is
 :mod:`mggcn.kernels.policy`'s. Library code never calls ``dist.get_rank()``; it receives a :class:`DistContext`. A
 world of size 1 needs no process group: every collective below is then the identity.
 """
@@ -23,7 +23,7 @@ from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import enter_rank
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
-           "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "synchronize"]
+           "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device"]
 
 @dataclass(frozen=True)
 class DistContext:
@@ -58,12 +58,6 @@ def resolve_device(kind: str) -> str:
     if kind == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device cuda: no CUDA device is visible to PyTorch", "device")
     return kind
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait until the work queued on ``device`` is done (CUDA runs it asynchronously; on the CPU it is done)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int | None = None,

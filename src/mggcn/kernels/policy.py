@@ -8,6 +8,10 @@ on column tiles of :data:`~mggcn.config.TILE_BYTES` of B each (:func:`tile_colum
 keeps their extra row pointers under :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes: blocks with few nonzeros
 per row (many ranks, a sparse graph) stay whole. Indices are int32 where they fit (:func:`index_bytes`; a bit
 faster in MKL).
+
+The layers' dense kernels (:mod:`mggcn.nn.functional`) run a block of rows at a time on a CPU, sized to stay in
+cache, and whole on a GPU (:func:`mask_chunk_rows`, :func:`chain_rows`); a weight gradient's sum is cut among the
+CPU's threads (:func:`weight_grad_parts`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import torch
 
 from mggcn.config import GATHER_BYTES, TILE_BYTES
 
-__all__ = ["MIN_TILE_COLUMNS", "MAX_INDEX_OVERHEAD", "gather_kernel", "index_bytes", "tile_columns", "max_tiles"]
+__all__ = ["MIN_TILE_COLUMNS", "MAX_INDEX_OVERHEAD", "gather_kernel", "index_bytes", "tile_columns", "max_tiles",
+           "MASK_CHUNK", "MASK_CHUNK_GPU", "mask_chunk_rows", "GEMM_CHUNK", "chain_rows", "SPLIT_ROWS", "SPLIT_BYTES",
+           "weight_grad_parts"]
 
 # TILE_BYTES (mggcn.config), bytes of B one tile reads per machine: a few MiB, well inside the last-level cache
 # shared by the ranks and past the per-core L2 (mggcn bench --compare-tiles measures others).
@@ -73,3 +79,37 @@ def max_tiles(rows: int, nnz: int) -> int:
     pointers within :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes."""
     ib = index_bytes(nnz, rows)
     return 1 + int(MAX_INDEX_OVERHEAD * nnz * (ib + 4) / ((rows + 1) * ib))
+
+
+# on a GPU there is no cache to fit and every block costs kernel launches (and Python calls)
+MASK_CHUNK = 1 << 19  # elements (2 MiB of float32): σ's backward with a GEMM's ∂H runs a block of rows this size
+MASK_CHUNK_GPU = 1 << 24  # elements (64 MiB) on a GPU: few and large kernels
+GEMM_CHUNK = 1 << 20  # elements (4 MiB of float32): a GEMM, σ and the next GEMM run a block of rows this size
+SPLIT_ROWS = 4096  # weight_grad splits the rows among the threads when each part gets at least this many
+SPLIT_BYTES = 1 << 21  # and its partial products take at most this much (2 MiB) together
+
+
+def mask_chunk_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
+    """Rows per block of σ's backward fused with a GEMM's ``∂H`` (:func:`mggcn.nn.functional._grad_over_activation`)
+    on ``device``: about :data:`MASK_CHUNK` elements on a CPU, :data:`MASK_CHUNK_GPU` on a GPU."""
+    chunk = MASK_CHUNK if torch.device(device).type == "cpu" else MASK_CHUNK_GPU
+    return max(1, min(rows, chunk // max(1, width)))
+
+
+def chain_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
+    """Rows per block of a GEMM, σ and the next GEMM (:class:`mggcn.nn.functional._GemmActGemm`; ``width``: the
+    wider of its two outputs): about :data:`GEMM_CHUNK` elements on a CPU, all of them on a GPU, where blocks would
+    only add kernels."""
+    if torch.device(device).type != "cpu":
+        return max(1, rows)
+    return max(1, min(rows, GEMM_CHUNK // max(1, width)))
+
+
+def weight_grad_parts(rows: int, product_bytes: int, device: torch.device | str = "cpu") -> int:
+    """Parts to cut the ``rows`` of a weight gradient's sum into, one ``bmm`` multiplying them
+    (:func:`mggcn.nn.functional.weight_grad`; below 2: one GEMM). Only on a CPU, where MKL's GEMM would split the
+    small result of ``product_bytes`` among the threads and each would read all of both operands: two parts per
+    thread, each of at least :data:`SPLIT_ROWS` rows, their partial products at most :data:`SPLIT_BYTES` together."""
+    if torch.device(device).type != "cpu":
+        return 1
+    return min(2 * torch.get_num_threads(), rows // SPLIT_ROWS, SPLIT_BYTES // max(1, product_bytes))

@@ -2,7 +2,8 @@
 functions that keep only what their backward reads and put their results and gradients where a
 :class:`~mggcn.nn.workspace.Workspace` says — a GEMM timed as the ``gemm`` phase (:class:`_TimedLinear`), σ in place
 (:class:`_InplaceActivation`, :func:`activate`), a GEMM, σ and the next GEMM a block of rows at a time
-(:class:`_GemmActGemm`), dropout from a seeded generator (:func:`dropout`) — and the block sizes they run at.
+(:class:`_GemmActGemm`), dropout from a seeded generator (:func:`dropout`). The block sizes they run at on each
+device are :mod:`mggcn.kernels.policy`'s.
 Why the buffers are shared this way: :mod:`mggcn.nn.model`'s docstring.
 """
 
@@ -14,29 +15,20 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from mggcn.kernels.policy import chain_rows, mask_chunk_rows, weight_grad_parts
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import PhaseTimer
 
-__all__ = ["MASK_CHUNK", "MASK_CHUNK_GPU", "mask_chunk_rows", "dropout", "weight_grad", "activate", "GEMM_CHUNK",
-           "chain_rows"]
-
-
-MASK_CHUNK = 1 << 19  # elements (2 MiB of float32): σ's backward with a GEMM's ∂H runs a block of rows this size
-MASK_CHUNK_GPU = 1 << 24  # elements (64 MiB) on a GPU: no cache to fit, few and large kernels (and Python calls)
-
-
-def mask_chunk_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
-    """Rows per block of σ's backward fused with a GEMM's ``∂H`` (:func:`_grad_over_activation`) on ``device``."""
-    chunk = MASK_CHUNK if torch.device(device).type == "cpu" else MASK_CHUNK_GPU
-    return max(1, min(rows, chunk // max(1, width)))
+__all__ = ["dropout", "weight_grad", "activate"]
 
 
 def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
                           ws: Workspace) -> torch.Tensor:
     """``∂H = (grad · W) ⊙ σ'`` written over ``H``, σ's output: a block of rows at a time, the GEMM's rows go to the
-    workspace buffer ``sigma block`` (about :data:`MASK_CHUNK` elements, in cache), then σ's backward — the very aten
-    op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's output, for their signs and
-    writes the gradient over them. No copy of the signs is kept: ``H`` is read once and written once."""
+    workspace buffer ``sigma block`` (:func:`~mggcn.kernels.policy.mask_chunk_rows` rows, in cache), then σ's
+    backward — the very aten op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's
+    output, for their signs and writes the gradient over them. No copy of the signs is kept: ``H`` is read once and
+    written once."""
     m, d = h.shape
     rows = mask_chunk_rows(m, d, h.device)
     block = ws.take("sigma block", rows, d, h)
@@ -111,21 +103,15 @@ class _TimedLinear(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None
 
 
-SPLIT_ROWS = 4096  # weight_grad splits the rows among the threads when each part gets at least this many
-SPLIT_BYTES = 1 << 21  # and its partial products take at most this much (2 MiB) together
-
-
 def weight_grad(grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """``gradᵀ·h`` (``∂W`` of ``h·Wᵀ``), a sum over the rows. On a CPU the rows are cut into two parts per thread and
     multiplied by one ``bmm`` (the threads share out the parts), then the partial products are added: MKL's GEMM
     splits the small ``d_out × d_in`` result among the threads instead, and each of them then reads all of both
-    operands. The sum is taken in another order than the GEMM's: float rounding apart, the same result. Each part
-    has at least :data:`SPLIT_ROWS` rows and the partial products take at most :data:`SPLIT_BYTES` (fewer parts, or
-    the GEMM, where they would not)."""
+    operands. The sum is taken in another order than the GEMM's: float rounding apart, the same result. How many
+    parts (none: the GEMM): :func:`~mggcn.kernels.policy.weight_grad_parts`."""
     rows = grad.shape[0]
-    product = grad.shape[1] * h.shape[1] * grad.element_size()
-    parts = min(2 * torch.get_num_threads(), rows // SPLIT_ROWS, SPLIT_BYTES // max(1, product))
-    if grad.device.type != "cpu" or parts < 2 or not grad.is_contiguous() or not h.is_contiguous():
+    parts = weight_grad_parts(rows, grad.shape[1] * h.shape[1] * grad.element_size(), grad.device)
+    if parts < 2 or not grad.is_contiguous() or not h.is_contiguous():
         return grad.t() @ h
     n = rows - rows % parts
     a = grad[:n].view(parts, n // parts, grad.shape[1]).transpose(1, 2)
@@ -195,17 +181,6 @@ def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.
     if torch.is_grad_enabled() and z.requires_grad:
         return _InplaceActivation.apply(z, slope, deferred)
     return z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
-
-
-GEMM_CHUNK = 1 << 20  # elements (4 MiB of float32): a GEMM, σ and the next GEMM run a block of rows this size
-
-
-def chain_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
-    """Rows per block of :class:`_GemmActGemm` (``width``: the wider of its two outputs); all of them on a GPU, where
-    blocks would only add kernels."""
-    if torch.device(device).type != "cpu":
-        return max(1, rows)
-    return max(1, min(rows, GEMM_CHUNK // max(1, width)))
 
 
 class _GemmActGemm(torch.autograd.Function):

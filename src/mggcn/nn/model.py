@@ -50,7 +50,8 @@ import torch
 from torch import nn
 
 from mggcn.config import ACTIVATIONS, ORDERS
-from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, dropout, mask_chunk_rows
+from mggcn.kernels.policy import mask_chunk_rows
+from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, dropout
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer

@@ -29,8 +29,8 @@ aggregate-first layer's GEMM keeps, and the loss's row maxima and labels' logits
 two float32 vectors of row sums besides. A gradient overwrites the buffer of what it is the gradient of wherever
 backward no longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits, an SpMM's over its ``H·Wᵀ``, a GEMM's
 over its ``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, a block of
-rows at a time through one block buffer of about :data:`~mggcn.nn.functional.MASK_CHUNK` elements on a CPU,
-:data:`~mggcn.nn.functional.MASK_CHUNK_GPU` on a GPU (``sigma block``). Other gradients (an aggregate-first layer's
+rows at a time through one block buffer of about :data:`~mggcn.kernels.policy.MASK_CHUNK` elements on a CPU,
+:data:`~mggcn.kernels.policy.MASK_CHUNK_GPU` on a GPU (``sigma block``). Other gradients (an aggregate-first layer's
 SpMM, dropout's, GraphSAGE's and GIN's) go to two shared gradient buffers used in turn.
 :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order
 policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (h + 2C) + 17 · m`` plus the block buffer (≤ 2 MiB on a CPU):
@@ -252,7 +252,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         gather: the CPU's gather kernel runs (:func:`~mggcn.kernels.policy.gather_kernel`: float32, FBGEMM); it
             multiplies whole blocks (``tile_cols`` None), each SpMM holding one chunk of rows in flight
             (:func:`~mggcn.kernels.tiled.gather_chunk_bytes`, under 1 MiB).
-        device: ``cpu`` or ``cuda``, the size of σ's block buffer (:func:`~mggcn.nn.functional.mask_chunk_rows`).
+        device: ``cpu`` or ``cuda``, the size of σ's block buffer (:func:`~mggcn.kernels.policy.mask_chunk_rows`).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")

@@ -19,6 +19,7 @@ Legend: n = vertices, m = rows per rank, ib = bytes per CSR index.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from mggcn.kernels.policy import index_bytes
 from mggcn.nn.model import spmm_widths
 from mggcn.nn.models import model_type
 from mggcn.tools.plan import FLOAT
+from mggcn.utils.timing import synchronize
 
 __all__ = ["Machine", "EpochWork", "measure_machine", "mggcn_work", "pyg_work", "epoch_floor"]
 
@@ -84,7 +86,7 @@ def measure_machine(device: str = "cpu", copy_bytes: int = 512 << 20, gemm_size:
     """The best of ``repeats``: a ``copy_bytes`` tensor copy and a ``gemm_size``² float32 matmul, with the
     current ``torch.get_num_threads()``."""
     dev = torch.device(device)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync = functools.partial(synchronize, dev)
     copy_s = _copy_seconds(copy_bytes, dev, repeats, sync)
     a = torch.randn(gemm_size, gemm_size, device=dev)
     b = torch.randn(gemm_size, gemm_size, device=dev)

@@ -28,7 +28,6 @@ from mggcn.distributed.context import (
     all_reduce_max,
     all_reduce_min,
     all_reduce_sum,
-    synchronize,
 )
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard
@@ -37,7 +36,7 @@ from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
 from mggcn.nn.models import make_model, operator_for
-from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock
+from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock, synchronize
 
 __all__ = ["TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
            "epoch_width", "epoch_tile_columns", "shard_tile_columns", "shard_for"]

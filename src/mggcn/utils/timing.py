@@ -3,7 +3,8 @@ to its first epoch (:class:`SetupClock`: start-up, dataset, partition, shard, de
 
 One :class:`PhaseTimer` per rank, passed explicitly to the pieces that do the work. On CUDA a phase is timed by
 synchronizing the compute stream at its ends (not the whole device, so broadcasts in flight on NCCL's stream keep
-overlapping); this costs a little launch latency, so disable the timer where only the total matters.
+overlapping); this costs a little launch latency, so disable the timer where only the total matters. Whoever times
+a device's work waits for it through :func:`synchronize`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,22 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["PHASES", "PhaseTimer", "NULL_TIMER", "SetupClock", "process_start"]
+__all__ = ["PHASES", "PhaseTimer", "NULL_TIMER", "SetupClock", "process_start", "synchronize"]
 
 # Phases reported per epoch; "other" is the epoch's time not covered by the rest.
 PHASES = ("spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer")
+
+
+def synchronize(device: torch.device | str | None, stream: bool = False) -> None:
+    """Wait until the work queued on ``device`` is done: CUDA runs it asynchronously (``stream``: only the current
+    stream's work, so that transfers queued on other streams keep going); on a CPU, or with no device, it is done
+    when its calls return."""
+    if device is None or torch.device(device).type != "cuda":
+        return
+    if stream:
+        torch.cuda.current_stream(device).synchronize()
+    else:
+        torch.cuda.synchronize(device)
 
 
 class PhaseTimer:
@@ -26,7 +39,7 @@ class PhaseTimer:
 
     def __init__(self, device: torch.device | None = None, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.sync = device is not None and device.type == "cuda"
+        self.device = device
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.events: list[tuple[str, float, float]] | None = None  # (phase, start, end) when tracing
 
@@ -39,14 +52,12 @@ class PhaseTimer:
         if not self.enabled:
             yield
             return
-        if self.sync:
-            torch.cuda.current_stream().synchronize()
+        synchronize(self.device, stream=True)
         start = time.perf_counter()
         try:
             yield
         finally:
-            if self.sync:
-                torch.cuda.current_stream().synchronize()
+            synchronize(self.device, stream=True)
             end = time.perf_counter()
             self.seconds[phase] += end - start
             if self.events is not None:

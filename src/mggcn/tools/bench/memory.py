@@ -14,6 +14,7 @@ import resource
 import torch
 
 from mggcn.nn.adam import Adam
+from mggcn.utils.timing import synchronize
 
 __all__ = ["current_rss", "peak_rss", "reset_peak_rss", "release_memory", "status_bytes", "ru_maxrss",
            "warm_runtime", "MemoryProbe"]
@@ -98,8 +99,8 @@ class MemoryProbe:
         self.record["setup_peak"] = peak_rss()  # the process's peak so far: runtime and setup
         release_memory()
         self.record.update(ready=current_rss(), peak_reset=reset_peak_rss())
+        synchronize(self.device)
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def done(self) -> dict:

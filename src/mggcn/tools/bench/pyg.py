@@ -9,6 +9,7 @@ weights, once: what ``cached=True`` does), ``csr`` (Âᵀ as ``torch.sparse_csr`
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ from mggcn.tools.bench.options import BenchOptions
 from mggcn.tools.bench.probes import measure_after
 from mggcn.tools.bench.workers import threshold, train_config
 from mggcn.training.trainer import build_model
-from mggcn.utils.timing import SetupClock
+from mggcn.utils.timing import SetupClock, synchronize
 
 __all__ = ["pyg_worker", "PYG_LAST_SETUP_PHASE"]
 
@@ -59,8 +60,7 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int, notes_dir: str | Non
         adj = _adjacency(data, opts, clock)
         x, y, adj = data.x.to(dev), data.y.to(dev), adj.to(dev)
         rows = {s: r.to(dev) for s, r in data.rows.items()}
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        synchronize(dev)
         clock.mark("device")
         convs = _model(opts, cfg, dev)
         clock.mark("model")
@@ -154,7 +154,7 @@ def _train(convs, optimizer, x, y, adj, rows: dict, opts: BenchOptions, dev: tor
     """``warmup + epochs`` full-batch epochs; each epoch's record (loss, accuracies, seconds by phase)."""
     import torch.nn.functional as F
 
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync = functools.partial(synchronize, dev)
     history = []
     for epoch in range(1, opts.warmup + opts.epochs + 1):
         t0 = time.perf_counter()

@@ -1,0 +1,47 @@
+"""Waiting for a device's queued work (mggcn.utils.timing.synchronize) and the phase timer that uses it."""
+
+import torch
+
+from mggcn.utils.timing import PhaseTimer, synchronize
+
+
+class _Stream:
+    def __init__(self, waited: list, device) -> None:
+        self.waited, self.device = waited, device
+
+    def synchronize(self) -> None:
+        self.waited.append(("stream", self.device))
+
+
+def _record(monkeypatch) -> list:
+    waited: list = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(("device", device)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(waited, device))
+    return waited
+
+
+def test_synchronize_waits_for_a_cuda_device_only(monkeypatch):
+    waited = _record(monkeypatch)
+    synchronize(torch.device("cpu"))
+    synchronize("cpu")
+    synchronize(None)
+    assert waited == []  # the CPU's work is done when its calls return
+    synchronize(torch.device("cuda", 1))
+    synchronize("cuda:0", stream=True)  # only the compute stream: other streams' transfers keep going
+    assert waited == [("device", torch.device("cuda", 1)), ("stream", "cuda:0")]
+
+
+def test_a_phase_waits_for_the_compute_stream_at_its_ends_on_cuda_only(monkeypatch):
+    waited = _record(monkeypatch)
+    timer = PhaseTimer(torch.device("cpu"))
+    with timer("gemm"):
+        pass
+    assert waited == []
+    cuda = torch.device("cuda", 0)
+    timer = PhaseTimer(cuda)
+    with timer("gemm"):
+        assert waited == [("stream", cuda)]
+    assert waited == [("stream", cuda)] * 2 and timer.seconds["gemm"] >= 0.0
+    with PhaseTimer(cuda, enabled=False)("spmm"):
+        pass
+    assert len(waited) == 2
