@@ -21,8 +21,9 @@ from mggcn.config import TrainConfig
 from mggcn.data.datasets import InMemoryDataset, load_graph
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
-from mggcn.distributed.sharding import build_shard, partition_dataset
-from mggcn.training.trainer import shard_tile_columns, train_shard
+from mggcn.distributed.parallel_layout import ParallelLayout
+from mggcn.nn.models import operator_for
+from mggcn.training.trainer import epoch_width, train_shard
 
 DEFAULT_RUNS = "random:broadcast,random:sparse,random:auto,metis:broadcast,metis:sparse,metis:auto"
 
@@ -31,9 +32,11 @@ def volume_worker(graph, cfg: TrainConfig) -> dict:
     ctx = init_distributed("cpu", timeout_s=600)
     dataset = InMemoryDataset(graph)
     start = time.perf_counter()
-    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+    layout = ParallelLayout.of(cfg, ctx.world_size)
+    part = layout.partition(dataset)
     partition_s = time.perf_counter() - start
-    shard = build_shard(dataset, part, ctx.rank, cfg.norm, shard_tile_columns(cfg, dataset, ctx))
+    shard = layout.shard(dataset, ctx, operator_for(cfg.model, cfg.norm),
+                         epoch_width(cfg, dataset.num_features, dataset.num_classes), part)
     history = train_shard(ctx, shard, cfg).history
     return {"history": history, "partition_s": partition_s}
 

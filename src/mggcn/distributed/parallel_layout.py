@@ -89,10 +89,13 @@ class ParallelLayout:
         return tile_columns(width, -(-num_nodes // p), (num_edges + num_nodes) // (p * p), device, local_ranks,
                             self.tile_bytes)
 
-    def shard(self, dataset: Dataset | Graph, ctx: DistContext, norm: str, width: int) -> Shard:
-        """This rank's shard of ``dataset`` for the operator ``norm``, its blocks tiled for SpMMs of ``width``."""
+    def shard(self, dataset: Dataset | Graph, ctx: DistContext, norm: str, width: int,
+              partition: Partition | None = None) -> Shard:
+        """This rank's shard of ``dataset`` for the operator ``norm``, its blocks tiled for SpMMs of ``width``;
+        ``partition``: the layout's :meth:`partition` of ``dataset`` where the caller made it already (to time it)."""
         tiles = self.tile_columns(dataset.num_nodes, dataset.num_edges, width, ctx.device, ctx.local_world_size)
-        return build_shard(dataset, self.partition(dataset), ctx.rank, norm, tiles)
+        part = self.partition(dataset) if partition is None else partition
+        return build_shard(dataset, part, ctx.rank, norm, tiles)
 
     def spmm_operator(self, ctx: DistContext, shard: Shard, width: int,
                       timer: PhaseTimer = NULL_TIMER) -> tuple[SpMMOperator, Transport | None]:

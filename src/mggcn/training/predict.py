@@ -21,14 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import check_partition
-from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
+from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.functional import activate
 from mggcn.nn.model import LayerStack
@@ -36,7 +35,6 @@ from mggcn.nn.models import operator_for
 from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import check_output, load_model, save_output
 from mggcn.training.settings import check_timeout
-from mggcn.training.trainer import shard_tile_columns
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept
 
@@ -44,7 +42,6 @@ __all__ = ["OUTPUTS", "PredictJob", "layer_output", "check_predict", "predict_on
            "run_predict_job", "predict"]
 
 OUTPUTS = ("classes", "proba", "embeddings")
-_DEFAULTS = TrainConfig()
 
 
 @torch.no_grad()
@@ -120,11 +117,10 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     if dataset is None:
         dataset = _open(job)
     model, card = load_model(job.model, job.norm, job.activation, note=False)  # check_predict said it
-    part = partition_dataset(dataset, ctx.world_size, 0, "random")
     widths = [model.dims[i] if conv.aggregate_first else model.dims[i + 1] for i, conv in enumerate(model.convs)]
-    tiles = shard_tile_columns(_DEFAULTS, dataset, ctx, max(widths))
     operator = operator_for(card["model"], card["norm"])  # the Â the model was trained with
-    shard = build_shard(dataset, part, ctx.rank, operator, tile_cols=tiles).to(ctx.device)
+    layout = ParallelLayout(ctx.world_size, ordering="random")  # any renumbering: the rows are gathered back
+    shard = layout.shard(dataset, ctx, operator, max(widths)).to(ctx.device)
     release_dataset(dataset)
     del dataset
     model.to(ctx.device)

@@ -9,7 +9,8 @@ import torch
 
 from mggcn.config import MMAP_THRESHOLD, TrainConfig
 from mggcn.distributed.context import init_distributed
-from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
+from mggcn.distributed.parallel_layout import ParallelLayout
+from mggcn.distributed.sharding import release_dataset
 from mggcn.kernels.policy import gather_kernel
 from mggcn.nn.models import operator_for
 from mggcn.tools.bench.graph import open_dataset
@@ -17,7 +18,7 @@ from mggcn.tools.bench.limits import SetupNotes, cap_memory, lift_caps
 from mggcn.tools.bench.memory import MemoryProbe
 from mggcn.tools.bench.options import BenchOptions
 from mggcn.tools.bench.probes import measure_after
-from mggcn.training.trainer import shard_tile_columns, train_shard
+from mggcn.training.trainer import epoch_width, train_shard
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["mggcn_worker", "train_config", "threshold", "PROBE_PHASE", "MGGCN_LAST_SETUP_PHASE"]
@@ -82,10 +83,11 @@ def _shard(path: str, cfg: TrainConfig, ctx, clock: SetupClock):
     """This rank's shard, cut as ``mggcn train`` cuts it (each rank reads its share of a prepared directory)."""
     dataset = open_dataset(path)
     clock.mark("dataset")
-    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+    layout = ParallelLayout.of(cfg, ctx.world_size)
+    part = layout.partition(dataset)
     clock.mark("partition")
-    shard = build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
-                        shard_tile_columns(cfg, dataset, ctx))
+    shard = layout.shard(dataset, ctx, operator_for(cfg.model, cfg.norm),
+                         epoch_width(cfg, dataset.num_features, dataset.num_classes), part)
     clock.mark("shard")
     release_dataset(dataset)
     clock.mark("release")
