@@ -30,13 +30,12 @@ from mggcn.config import DEFAULT_DATASET
 from mggcn.data.catalog import CATALOG, NamedDataset, cache_dir, find, named
 from mggcn.data.csr import MAX_KEY_NODES, directed_csr
 from mggcn.data.generators.common import GeneratedGraph
-from mggcn.data.generators.spec import GENERATED_PREFIXES, generate_spec, is_generated
+from mggcn.data.generators.spec import generate_spec, is_generated
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import ConfigError, GraphError
 
-__all__ = ["DEFAULT_DATASET", "GENERATED_PREFIXES", "ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset",
-           "cached_state", "check_not_named", "content_hash", "graph_arrays", "is_generated", "load_graph",
-           "named_dataset_dir", "open_dataset", "split_codes"]
+__all__ = ["ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset", "cached_state", "check_not_named",
+           "content_hash", "graph_arrays", "load_graph", "named_dataset_dir", "open_dataset", "split_codes"]
 
 # The arrays a dataset holds (n vertices, E edges, F features; original ids), the layout of a prepared directory:
 ROW_ARRAYS = {

@@ -28,10 +28,10 @@ from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
 from mggcn.training.checkpoint import unpickling_reason
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import OutputError, atomic_write, check_writable, write_output, written_in_place
+from mggcn.utils.files import check_writable, write_output, written_in_place
 
-__all__ = ["CARD_FORMAT", "OutputError", "atomic_write", "check_output", "load_model", "model_dims",
-           "model_kind", "save_model", "save_output", "save_predictions", "sidecar_path"]
+__all__ = ["CARD_FORMAT", "check_output", "load_model", "model_dims", "model_kind", "save_model", "save_output",
+           "save_predictions", "sidecar_path"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1

@@ -31,7 +31,7 @@ from typing import Any
 from mggcn.config import MMAP_THRESHOLD
 from mggcn.utils.parallel import configured_threads, set_threads
 
-__all__ = ["MMAP_THRESHOLD", "SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
+__all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
            "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
            "torch_threads", "trim_heap"]
