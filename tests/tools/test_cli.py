@@ -333,6 +333,8 @@ def test_library_settings_are_named_by_their_flags():
     counts = GraphError("e.txt: 9 vertices; give features=/labels= for them, or num_nodes=", "features")
     assert flag_message(counts) == "e.txt: 9 vertices; give --features/--labels for them, or --num-nodes"
     assert flag_message(GraphError("synthetic:n=5: no (x=1)")) == "synthetic:n=5: no (x=1)"  # carries no setting
+    quoted = ConfigError("resume: none; ask for resume='auto' (--resume-or-start)", "resume")  # a call's text
+    assert flag_message(quoted) == "--resume: none; ask for resume='auto' (--resume-or-start)"
 
 
 def test_library_messages_name_flags_on_the_command_line(tmp_path, monkeypatch, capsys):

@@ -184,8 +184,8 @@ def exit_status(result) -> int:
 FLAGS = {"layer": "--embeddings", "timeout_s": "--timeout", "fmt": "--format"}
 
 # a setting as a Python caller passes it (``fmt=mtx``, ``(num_nodes=)``, ``pyg=False``), at the start or after a
-# space, "(" or "/"
-_KEYWORD = re.compile(r"(?:(?<=^)|(?<=[\s(/]))([a-z][a-z0-9_]*)=(True\b|False\b)?(?=(\S?))")
+# space, "(" or "/"; one given a quoted Python value (``resume='auto'``) is a call's text and stays as it is
+_KEYWORD = re.compile(r"(?:(?<=^)|(?<=[\s(/]))([a-z][a-z0-9_]*)=(?!['\"])(True\b|False\b)?(?=(\S?))")
 
 
 def _keyword_flag(m: re.Match) -> str:
