@@ -66,19 +66,19 @@ def test_prepare_name_writes_the_directory_from_the_downloaded_files(served, tmp
     assert abs(float(rows.max()) - 1.0) < 1e-5
 
 
-def test_prepare_name_with_a_wrong_checksum_exits_2_in_one_line(served, tmp_path, monkeypatch, capsys):
+def test_prepare_name_with_a_wrong_checksum_exits_1_in_one_line(served, tmp_path, monkeypatch, capsys):
     entry = CATALOG["citeseer"]
     bad = tuple(dataclasses.replace(f, sha256="f" * 64) if f.name == "ind.citeseer.graph" else f for f in entry.files)
     monkeypatch.setitem(CATALOG, "citeseer", dataclasses.replace(entry, files=bad))
-    assert main(["prepare", "citeseer", str(tmp_path / "out"), "--quiet"]) == 2
+    assert main(["prepare", "citeseer", str(tmp_path / "out"), "--quiet"]) == 1  # a failed download: a failed run
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("mggcn prepare: error: citeseer: ") and "sha256" in err
     assert not (tmp_path / "out").exists()
 
 
-def test_train_name_offline_exits_2_naming_what_to_download_and_where(served, monkeypatch, capsys):
+def test_train_name_offline_exits_1_naming_what_to_download_and_where(served, monkeypatch, capsys):
     monkeypatch.setenv("MGGCN_DATA_URL", "http://127.0.0.1:9")  # the discard port: refused
-    assert main(["train", "reddit", "--epochs", "1"]) == 2
+    assert main(["train", "reddit", "--epochs", "1"]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
     assert "http://127.0.0.1:9/reddit/reddit.zip" in err and f"{cache_dir()}/downloads/reddit/" in err

@@ -44,6 +44,9 @@ BACKOFF_S = 1.0  # the wait before the second try, doubled before each one after
 class DownloadError(GraphError):
     """A dataset's files could not be downloaded; the message says what to fetch by hand and where to put it."""
 
+    # a failed run, not bad input: the same command works once the network or the files are there
+    exit_status = 1
+
 
 class _Cut(Exception):
     """The connection ended before the file did (resumable)."""

@@ -101,7 +101,7 @@ def _main(argv: list[str]) -> int:
         return 130
     except (GraphError, ValueError) as err:  # bad input or options, ConfigError and CheckpointError included
         print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
-        return 2
+        return getattr(err, "exit_status", 2)  # a download that failed is a failed run (1)
     except (FloatingPointError, OutputError) as err:  # NonFiniteLoss; an output that could not be written
         print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 1
