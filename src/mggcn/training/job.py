@@ -24,14 +24,15 @@ from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
 from mggcn.distributed.context import DistContext, available_cores, init_distributed, shutdown
 from mggcn.distributed.metis import require_pymetis
+from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard, check_partition
-from mggcn.distributed.sharding import build_shard, partition_dataset, release_dataset
+from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import check_train_columns
 from mggcn.nn.models import make_model, model_type, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible, check_fits
 from mggcn.training.outputs import check_output, save_model, save_predictions
 from mggcn.training.settings import check_job_settings
-from mggcn.training.trainer import TrainResult, format_balance, predict_shard, shard_tile_columns, train_shard
+from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import check_writable, open_output
 from mggcn.utils.progress import epoch_progress
@@ -308,10 +309,11 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
         dataset = open_job_dataset(job)
         clock.mark("dataset")
     cfg = job.config
-    part = partition_dataset(dataset, ctx.world_size, cfg.seed, cfg.partition)
+    layout = ParallelLayout.of(cfg, ctx.world_size)
+    part = layout.partition(dataset)
     clock.mark("partition")
-    shard = build_shard(dataset, part, ctx.rank, operator_for(cfg.model, cfg.norm),
-                        shard_tile_columns(cfg, dataset, ctx))
+    shard = layout.shard(dataset, ctx, operator_for(cfg.model, cfg.norm),
+                         epoch_width(cfg, dataset.num_features, dataset.num_classes), part)
     clock.mark("shard")
     resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
     identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints

@@ -39,7 +39,7 @@ from mggcn.nn.models import make_model, operator_for
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock, synchronize
 
 __all__ = ["TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
-           "epoch_width", "epoch_tile_columns", "shard_tile_columns", "shard_for"]
+           "epoch_width", "epoch_tile_columns", "shard_for"]
 
 
 @dataclass
@@ -85,12 +85,6 @@ def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_fea
     SpMMs of ``width`` (default: the widest of an epoch of ``cfg``'s model, :func:`epoch_width`)."""
     width = epoch_width(cfg, num_features, num_classes) if width is None else width
     return ParallelLayout.of(cfg, nprocs).tile_columns(num_nodes, num_edges, width, device, local_ranks)
-
-
-def shard_tile_columns(cfg: TrainConfig, dataset, ctx: DistContext, width: int | None = None) -> int | None:
-    """:func:`epoch_tile_columns` for ``dataset`` on this rank."""
-    return epoch_tile_columns(cfg, dataset.num_nodes, dataset.num_edges, dataset.num_features, dataset.num_classes,
-                              ctx.world_size, ctx.device, ctx.local_world_size, width)
 
 
 def shard_for(cfg: TrainConfig, dataset, ctx: DistContext) -> Shard:
