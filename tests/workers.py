@@ -60,11 +60,16 @@ def train_worker(graph, cfg: TrainConfig, tile_cols: int | None = None):
 
 
 def failing_worker(bad_rank: int, mode: str):
-    """Rank ``bad_rank`` raises, hangs or kills itself after the group is up; the others wait in a collective."""
+    """Rank ``bad_rank`` raises (``setting``: a ConfigError), hangs or kills itself after the group is up; the others
+    wait in a collective."""
     ctx = init_distributed("cpu", timeout_s=120)
     if ctx.rank == bad_rank:
         if mode == "raise":
             raise RuntimeError("boom from the test")
+        if mode == "setting":  # bad input that names the setting it concerns
+            from mggcn.utils.errors import ConfigError
+
+            raise ConfigError("hidden sizes must be positive, got 0 (or leave hidden= out)", "hidden")
         if mode == "pipe":  # its own output went away (`| head`)
             raise BrokenPipeError(32, "Broken pipe")
         if mode == "pipe text":  # an error that only reads like one

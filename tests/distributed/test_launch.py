@@ -32,6 +32,21 @@ def test_a_failing_rank_fails_the_job_and_is_named(mode, expected):
     assert mp.active_children() == []
 
 
+def test_a_ranks_bad_setting_is_named_by_its_flag_on_the_command_line(capsys):
+    """The setting a worker's error concerns travels with it: the launcher's line names the flag, as the same error
+    raised in the command's own process would, and exits 2 (bad input)."""
+    from mggcn.tools.cli.common import job_failure_status
+
+    with pytest.raises(WorkerError) as info:
+        run_workers(workers.failing_worker, 2, (1, "setting"), timeout_s=120)
+    err = info.value
+    assert (err.rank, err.kind, err.option) == (1, "bad_input", "hidden")
+    assert str(err) == ("rank 1 failed: ConfigError: hidden sizes must be positive, got 0 (or leave hidden= out)")
+    assert job_failure_status(err) == 2
+    assert capsys.readouterr().err == ("mggcn: rank 1 failed: ConfigError: --hidden sizes must be positive, got 0 "
+                                       "(or leave --hidden out)\n")
+
+
 @pytest.mark.parametrize("mode, kind", [("pipe", "broken_pipe"), ("pipe text", "error"), ("raise", "error")])
 def test_what_ended_a_rank_is_told_by_its_exception_type_not_its_text(mode, kind):
     """`| head` closing rank 0's output ends the command quietly (mggcn.tools.cli.common.job_failure_status): the

@@ -58,3 +58,8 @@ def test_the_command_exits_2_for_bad_input_a_rank_found(kind, status, capsys):
 
     assert job_failure_status(WorkerError(1, "failed: GraphError: f.npy: bad", kind=kind)) == status
     assert capsys.readouterr().err == "mggcn: rank 1 failed: GraphError: f.npy: bad\n"
+    # a setting the worker's error names: its flag, in the worker's own words only
+    named = WorkerError(1, "failed: GraphError: fmt=mtx: f.npy: bad", kind=kind, option="fmt",
+                        reason="fmt=mtx: f.npy: bad")
+    assert job_failure_status(named) == status
+    assert capsys.readouterr().err == "mggcn: rank 1 failed: GraphError: --format mtx: f.npy: bad\n"

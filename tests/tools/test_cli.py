@@ -156,12 +156,13 @@ def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
     assert out.returncode == 1, (out.stdout, out.stderr)
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and "cannot create" in err[0] and "missing" in err[0] and "--shm off" in err[0], out.stderr
+    assert "shm=off" not in err[0]  # a worker's error names the flag, not the library's setting
     assert not metrics.exists()
     out = run_cli(*common, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "comm broadcast (gloo):" in out.stdout
     warning = [line for line in out.stderr.splitlines() if "warning" in line]
-    assert len(warning) == 1 and warning[0].startswith("mggcn: warning: --shm auto: no shared memory (rank 0: "
+    assert len(warning) == 1 and warning[0].startswith("mggcn: warning: shm auto: no shared memory (rank 0: "
                                                        "cannot create") and "broadcasting through gloo" in warning[0]
     monkeypatch.delenv("MGGCN_SHM_DIR")
     out = run_cli(*common, timeout=120)
@@ -333,8 +334,10 @@ def test_library_settings_are_named_by_their_flags():
     counts = GraphError("e.txt: 9 vertices; give features=/labels= for them, or num_nodes=", "features")
     assert flag_message(counts) == "e.txt: 9 vertices; give --features/--labels for them, or --num-nodes"
     assert flag_message(GraphError("synthetic:n=5: no (x=1)")) == "synthetic:n=5: no (x=1)"  # carries no setting
-    quoted = ConfigError("resume: none; ask for resume='auto' (--resume-or-start)", "resume")  # a call's text
-    assert flag_message(quoted) == "--resume: none; ask for resume='auto' (--resume-or-start)"
+    quoted = ConfigError("norm: none; norm='sym' is a call's text", "norm")  # stays as it is
+    assert flag_message(quoted) == "--norm: none; norm='sym' is a call's text"
+    own = ConfigError("resume: none; ask for resume='auto'", "resume")  # a value with a flag of its own
+    assert flag_message(own) == "--resume: none; ask for --resume-or-start"
 
 
 def test_library_messages_name_flags_on_the_command_line(tmp_path, monkeypatch, capsys):

@@ -168,6 +168,7 @@ def test_nan_loss_stops_with_the_epoch_named(tmp_path):
     out = run_cli("train", SPEC, "--hidden", "16", "--epochs", "50", "--lr", "1e30", "--nprocs", "2", "--quiet")
     assert out.returncode == 1
     assert "NonFiniteLoss: epoch" in out.stderr and "layer" in out.stderr
+    assert "(try a smaller --lr)" in out.stderr and "lr=" not in out.stderr  # the flag, from a worker too
 
 
 def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):

@@ -44,11 +44,15 @@ __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch",
 class WorkerError(RuntimeError):
     """A worker of a local job failed or hung. ``rank`` is the first failed rank; ``detail`` its traceback;
     ``kind`` what ended it (:func:`_kind_of`: ``"broken_pipe"`` when its own output went away, ``"interrupt"``
-    for Ctrl-C, ``"bad_input"`` for bad data or settings, else ``"error"``)."""
+    for Ctrl-C, ``"bad_input"`` for bad data or settings, else ``"error"``); ``option`` the setting its error
+    concerns (an :class:`~mggcn.utils.errors.InputError`'s, a non-finite loss's ``lr``), and ``reason`` that
+    error's own words, with which the message ends: the command line names the setting there by its flag, as it
+    does for the same error raised in its own process."""
 
-    def __init__(self, rank: int, message: str, detail: str = "", kind: str = "error") -> None:
+    def __init__(self, rank: int, message: str, detail: str = "", kind: str = "error", option: str | None = None,
+                 reason: str | None = None) -> None:
         super().__init__(f"rank {rank} {message}")
-        self.rank, self.detail, self.kind = rank, detail, kind
+        self.rank, self.detail, self.kind, self.option, self.reason = rank, detail, kind, option, reason
 
 
 def _kind_of(exc: BaseException) -> str:
@@ -80,8 +84,11 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
         shutdown(clean=True)
         atomic_write(os.path.join(workdir, f"result.{rank}"), lambda tmp: _pickle_to(tmp, result))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent, KeyboardInterrupt included
-        report = {"time": time.time(), "error": " ".join(f"{type(exc).__name__}: {exc}".split()),  # one line
-                  "detail": traceback.format_exc(), "kind": _kind_of(exc)}
+        option = getattr(exc, "option", None)
+        reason = " ".join(str(exc).split())  # one line
+        report = {"time": time.time(), "error": f"{type(exc).__name__}: {reason}", "reason": reason,
+                  "option": option if isinstance(option, str) else None, "detail": traceback.format_exc(),
+                  "kind": _kind_of(exc)}
         atomic_write(os.path.join(workdir, f"error.{rank}"), lambda tmp: _json_to(tmp, report))
         os._exit(1)  # skip atexit handlers that could block on a broken process group
     exit_now(0)
@@ -392,9 +399,9 @@ class _Failure:
     says that a peer went away."""
 
     def __init__(self, rank: int, when: float, message: str, detail: str = "", peer_lost: bool = False,
-                 kind: str = "error") -> None:
+                 kind: str = "error", option: str | None = None, reason: str | None = None) -> None:
         self.rank, self.when, self.message, self.detail, self.peer_lost = rank, when, message, detail, peer_lost
-        self.kind = kind
+        self.kind, self.option, self.reason = kind, option, reason
 
     @classmethod
     def of(cls, rank: int, exitcode: int, workdir: str) -> _Failure:
@@ -405,7 +412,8 @@ class _Failure:
             kind = str(report.get("kind", "error"))
             # a BrokenPipeError of the rank's own output (`| head`), bad input: their own cause, whatever the text says
             lost = peer_lost(report["error"]) and kind not in ("broken_pipe", "bad_input")
-            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], lost, kind)
+            return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], lost, kind,
+                       report.get("option"), report.get("reason"))
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if exitcode == UNGUARDED_EXIT:
@@ -428,7 +436,7 @@ def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
     a peer (a death by signal writes no report: it counts from when the launcher saw it), else the earliest."""
     causes = [f for f in failed.values() if not f.peer_lost] or list(failed.values())
     first = min(causes, key=lambda f: (f.when, f.rank))
-    return WorkerError(first.rank, first.message, first.detail, first.kind)
+    return WorkerError(first.rank, first.message, first.detail, first.kind, first.option, first.reason)
 
 
 def under_torchrun() -> bool:

@@ -49,7 +49,10 @@ SHM_DIR = "/dev/shm"  # MGGCN_SHM_DIR overrides it (e.g. a container whose /dev/
 
 
 class ShmUnavailable(RuntimeError):
-    """Shared-memory broadcast was asked for (``shm="on"``) but cannot be set up; the message says why."""
+    """Shared-memory broadcast was asked for (``shm="on"``) but cannot be set up; the message says why, and names
+    the setting ``option`` (``shm=off``) where another value of it would do (the command line names its flag)."""
+
+    option = "shm"
 
 
 def _host_id() -> str:
@@ -215,7 +218,7 @@ class SharedOutboxes:
                 time.sleep(float(os.environ[_PAUSE_ENV]))
         except OSError as e:
             error = (f"cannot create {size / 2**20:.0f} MiB of shared memory in {mine}: {e.strerror} "
-                     "(set MGGCN_SHM_DIR to a larger tmpfs, or --shm off)")
+                     "(set MGGCN_SHM_DIR to a larger tmpfs, or shm=off)")
         maps: list[torch.Tensor] = []
         try:
             error = _agree(ctx, error)

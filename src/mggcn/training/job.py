@@ -124,7 +124,7 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
                "no checkpoint files (ckpt-*.pt)")
         if job.resume != "auto":
             raise ConfigError(f"resume: nothing to resume from in {job.checkpoint_dir}: {why}; to start at epoch 1 "
-                              "when there is nothing to resume, ask for resume='auto' (--resume-or-start)", "resume")
+                              "when there is nothing to resume, ask for resume='auto'", "resume")
         report(f"nothing to resume from in {job.checkpoint_dir} ({why}); starting at epoch 1")
         return None
     state, path = found
@@ -351,8 +351,8 @@ class _EpochLog:
             if "setup" in record:
                 self.progress.note(format_setup(record["setup"]))
             via = f" ({record['broadcast']})" if "broadcast" in record else ""
-            if "broadcast_fallback" in record:  # --shm auto could not use shared memory: one warning line
-                _print_err(f"warning: --shm auto: no shared memory ({record['broadcast_fallback']}); broadcasting "
+            if "broadcast_fallback" in record:  # shm auto could not use shared memory: one warning line
+                _print_err(f"warning: shm auto: no shared memory ({record['broadcast_fallback']}); broadcasting "
                            f"through {record['broadcast']}")
             cfg = self.job.config
             self.progress.note(f"mggcn: partition {cfg.partition}, comm {cfg.comm}{via}: {format_balance(record)}")
@@ -385,7 +385,7 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
 def _report_end(result: TrainResult, patience: int) -> None:
     """How the run ended (a signal, early stopping) and the final accuracies."""
     if result.stopped == "interrupted":
-        saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no --checkpoint-dir)"
+        saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no checkpoint directory)"
         print(f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}", flush=True)
     elif result.stopped == "early":
         print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "

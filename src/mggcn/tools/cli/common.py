@@ -183,8 +183,12 @@ def exit_status(result) -> int:
 # library options whose flag has another name; the rest: --name-with-dashes
 FLAGS = {"layer": "--embeddings", "timeout_s": "--timeout", "fmt": "--format"}
 
+# a setting's value that has a flag of its own on the command line
+VALUE_FLAGS = {"resume='auto'": "--resume-or-start"}
+
 # a setting as a Python caller passes it (``fmt=mtx``, ``(num_nodes=)``, ``pyg=False``), at the start or after a
-# space, "(" or "/"; one given a quoted Python value (``resume='auto'``) is a call's text and stays as it is
+# space, "(" or "/"; one given a quoted Python value (``norm='sym'``) is a call's text and stays as it is, but for
+# those of VALUE_FLAGS
 _KEYWORD = re.compile(r"(?:(?<=^)|(?<=[\s(/]))([a-z][a-z0-9_]*)=(?!['\"])(True\b|False\b)?(?=(\S?))")
 
 
@@ -208,18 +212,26 @@ def flag_message(err: Exception) -> str:
     starts with the option's library name (``nprocs 5 is larger ...``) starts with its flag (``--nprocs 5 is
     larger ...``), and settings written as a Python caller passes them (``give fmt= (mtx, ...)``, ``fmt=mtx is for a
     path``, ``pyg=False``) become their flags (``give --format (mtx, ...)``, ``--format mtx is for a path``,
-    ``--no-pyg``); a message that names the option neither way gets the flag at its end (``... give its format
-    (--format)``)."""
+    ``--no-pyg``), a value with a flag of its own (``resume='auto'``) that flag (``--resume-or-start``); a message
+    that names the option neither way gets the flag at its end (``... give its format (--format)``). A worker's
+    error (:class:`~mggcn.distributed.launch.WorkerError`) is said so in its own words, ``reason``, which end the
+    launcher's line (``rank 0 failed: NonFiniteLoss: ... lr=``)."""
     text = str(err)
     option = getattr(err, "option", None)
     if not isinstance(option, str) or not option:
         return text
+    reason = getattr(err, "reason", None)
+    head = ""
+    if isinstance(reason, str) and reason and text.endswith(reason):
+        head, text = text[:-len(reason)], reason
+    for value, value_flag in VALUE_FLAGS.items():
+        text = text.replace(value, value_flag)
     starts = re.match(rf"{re.escape(option)}(?![\w=])", text) is not None
     named = starts or _KEYWORD.search(text) is not None
     if starts:
         text = flag(option) + text[len(option):]
     text = _KEYWORD.sub(_keyword_flag, text)
-    return text if named else f"{text} ({flag(option)})"
+    return head + (text if named else f"{text} ({flag(option)})")
 
 
 def job_failure_status(err: WorkerError) -> int:
@@ -234,5 +246,5 @@ def job_failure_status(err: WorkerError) -> int:
         return 130
     if err.kind == "broken_pipe":  # rank 0's reader went away (| head)
         raise BrokenPipeError from None
-    print(f"mggcn: {err}", file=sys.stderr)
+    print(f"mggcn: {flag_message(err)}", file=sys.stderr)
     return 2 if err.kind == "bad_input" else 1
