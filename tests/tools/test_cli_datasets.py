@@ -134,3 +134,11 @@ def test_the_docs_table_is_the_catalog():
             assert cells[2].startswith("about "), name
         else:
             assert cells[2] == format_bytes(entry.download), name
+
+
+def test_train_name_quiet_downloads_and_prepares_without_a_word(served, capsys):
+    assert main(["train", "cora", "--epochs", "1", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # no progress of the download, the extraction or the preparation
+    assert captured.out.startswith("mggcn: trained model") and len(captured.out.splitlines()) == 1
+    assert (cache_dir() / "prepared" / "cora" / "manifest.json").is_file() and served.requests

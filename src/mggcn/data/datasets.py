@@ -317,11 +317,13 @@ def _not_a_dataset(spec: str) -> GraphError:
 
 
 def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,
-                 dedup: bool = False, read_options: dict[str, Any] | None = None) -> Dataset:
+                 dedup: bool = False, read_options: dict[str, Any] | None = None, progress: bool = True) -> Dataset:
     """The :class:`Dataset` behind ``spec`` (a spec string, a path, or a :class:`Graph` already in memory).
 
     A directory holding a ``manifest.json`` (without ``fmt``, or with ``fmt="prepared"``) is a prepared dataset
-    (:class:`mggcn.data.prepared.reader.PreparedDataset`): each rank then reads only its own rows.
+    (:class:`mggcn.data.prepared.reader.PreparedDataset`): each rank then reads only its own rows. A dataset known
+    by name (``cora``, ``ogbn-products``, ...) is downloaded and prepared in the cache the first time, with progress
+    on stderr unless ``progress`` is False.
     """
     if isinstance(spec, Graph):
         return InMemoryDataset(spec.validate())
@@ -329,7 +331,7 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
 
     entry = named(spec) if fmt is None else None
     if entry is not None:
-        return PreparedDataset(named_dataset_dir(entry, undirected, dedup, read_options))
+        return PreparedDataset(named_dataset_dir(entry, undirected, dedup, read_options, progress))
     if fmt == "prepared" or (fmt is None and is_prepared(spec)):
         if undirected or dedup or read_options:
             given = ["undirected"] * undirected + ["dedup"] * dedup + list(read_options or {})

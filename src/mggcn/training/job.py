@@ -189,7 +189,7 @@ def check_job_fields(job: TrainJob) -> None:
 
 
 def open_job_dataset(job: TrainJob) -> Dataset:
-    return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options)
+    return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options, progress=not job.quiet)
 
 
 def check_job(job: TrainJob, nprocs: int) -> Dataset:

@@ -26,6 +26,7 @@ from mggcn.tools.cli.common import (
     add_dataset_options,
     byte_size,
     exit_status,
+    flag_message,
     hidden_sizes,
     job_failure_status,
     node_speaker,
@@ -237,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
                         on_checked=announce, share=share_dataset)
     except ShmUnavailable as err:  # --shm on, under torchrun: every rank has the same error; each node says it once
         if node_speaker():
-            print(f"mggcn train: error: {err}", file=sys.stderr, flush=True)
+            print(f"mggcn train: error: {flag_message(err)}", file=sys.stderr, flush=True)
         return 2
     except WorkerError as err:  # JobInterrupted too: a signal before the workers could stop by themselves
         return job_failure_status(err)
