@@ -77,6 +77,30 @@ def test_ctrl_c_while_the_workers_start_is_one_line_and_130(tmp_path, after_s):
     assert os.listdir(tmp) == []
 
 
+def test_ctrl_c_in_the_moment_the_fork_server_starts_is_not_lost(tmp_path):
+    """The launcher holds Ctrl-C back while it forks and execs the server (so that the server does not inherit a
+    handler that would print its traceback): a Ctrl-C in that moment must reach the launcher once it is done, not be
+    dropped (the job would then train on, uninterruptible by that Ctrl-C)."""
+    env, _ = _env(tmp_path)
+    script = textwrap.dedent("""\
+        import multiprocessing, os, signal
+        import multiprocessing.forkserver as forkserver
+        from mggcn.distributed import launch
+        start = forkserver.ensure_running
+        def ctrl_c_while_starting():
+            os.kill(os.getpid(), signal.SIGINT)
+            start()
+        forkserver.ensure_running = ctrl_c_while_starting
+        try:
+            launch._start_fork_server(multiprocessing.get_context("forkserver"), None)
+            print("lost")
+        except KeyboardInterrupt:
+            print("interrupted", forkserver._forkserver._forkserver_pid is not None)
+        """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env)
+    assert out.stdout.splitlines() == ["interrupted True"], (out.stdout, out.stderr)
+
+
 def _console_script() -> str:
     """What the installed ``mggcn`` command runs: the entry point pyproject.toml declares, as pip's script calls it."""
     target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["mggcn"]

@@ -16,6 +16,7 @@ import json
 import multiprocessing as mp
 import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
 import pickle
@@ -25,7 +26,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -69,6 +69,7 @@ def _kind_of(exc: BaseException) -> str:
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
                   environ: dict[str, str], launcher: int) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the server started (see there)
     own_process()  # the settings a rank makes (threads, allocator) stay in this process
     die_with_parent()
     die_with_process(launcher)  # the fork server is the parent: a killed launcher ends it only at its exit
@@ -208,24 +209,25 @@ def _worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:
 
 
 def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen | None) -> None:
-    """Start the fork server (if it does not run yet) with Ctrl-C ignored: it shares the terminal's process group, and
-    a Ctrl-C while it imports torch would print its traceback beside the launcher's one line. An ignored signal stays
-    ignored across exec, and the server ignores SIGINT by itself once its imports are done; the workers take the
-    default handler back (:func:`_worker_entry`). The launcher ignores Ctrl-C only while the server process starts
-    (a fork and an exec), not while it imports.
+    """Start the fork server (if it does not run yet) with Ctrl-C blocked: it shares the terminal's process group, and
+    a Ctrl-C while it imports torch would print its traceback beside the launcher's one line. A blocked signal stays
+    blocked across fork and exec, so a Ctrl-C waits in the server until it ignores SIGINT by itself once its imports
+    are done (which discards it); the workers unblock it and take the default handler back (:func:`_worker_entry`).
+    The launcher blocks it only while the server process starts (a fork and an exec), and a Ctrl-C in that moment
+    stays pending, reaching the launcher once it unblocks: blocked, never ignored, so no Ctrl-C is lost.
 
     The server's socket lies in multiprocessing's temporary directory of this process (``pymp-*``), removed at its
     exit; the ``cleaner`` removes it should this process be killed."""
     if context.get_start_method() != "forkserver":
         return
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    # the resource tracker first: starting it unblocks SIGINT (and would let a Ctrl-C reach the server mid-start)
+    multiprocessing.resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread's: the one that forks
     try:
         with _start_method_left_alone():
             multiprocessing.forkserver.ensure_running()
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     if cleaner is not None:
         try:
             cleaner.stdin.write(f"{multiprocessing.util.get_temp_dir()}\n".encode())
