@@ -468,14 +468,19 @@ def with_vertex_data(path: Path, ei: np.ndarray, n: int, n_from: str, fmt: str, 
 _VERTEX_BYTES = 36
 
 
+def check_memory(path: PathLike, nbytes: int, what: str) -> None:
+    """Refuse, naming ``path``, ``what`` of ``nbytes`` that would not fit in this machine's memory (before
+    allocating)."""
+    memory = physical_memory()
+    if memory is not None and nbytes > memory:
+        raise file_error(path, f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than this machine's "
+                               f"{memory / 2**30:,.1f} GiB of memory")
+
+
 def check_vertex_memory(path: PathLike, n: int, n_from: str, synthetic_features: int = 0) -> None:
     """Refuse, before allocating, ``n`` vertices whose arrays (and ``synthetic_features`` float32 features each)
     would not fit in this machine's memory, naming the file and where ``n`` came from (``--num-nodes``)."""
-    need = n * (_VERTEX_BYTES + 4 * synthetic_features)
-    memory = physical_memory()
-    if memory is not None and need > memory:
-        raise file_error(path, f"{n:,} vertices ({n_from}): their arrays would take about {need / 2**30:,.1f} GiB, "
-                               f"more than this machine's {memory / 2**30:,.1f} GiB of memory")
+    check_memory(path, n * (_VERTEX_BYTES + 4 * synthetic_features), f"{n:,} vertices ({n_from}): their arrays")
 
 
 def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labels: PathLike | None,

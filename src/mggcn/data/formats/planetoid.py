@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import io
 import operator
-import os
 import pickle
 import re
 from pathlib import Path
@@ -43,7 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mggcn.data.csr import MAX_KEY_NODES
-from mggcn.data.formats.checks import PathLike, file_error, require_file
+from mggcn.data.formats.checks import PathLike, check_memory, file_error, require_file
 from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
 
@@ -332,7 +331,7 @@ def planetoid_files(source: PathLike) -> tuple[str, dict[str, Path]]:
 def _matrix(obj: Any, path: Path, what: str) -> np.ndarray:
     """A dense 2-D float array from an unpickled array or sparse matrix (checking a sparse one's structure)."""
     if sp.issparse(obj):  # built by load_pickle from checked arrays (PickledSparse.build)
-        _check_memory(path, obj.shape[0] * obj.shape[1] * (obj.dtype.itemsize + 4), f"{what} {obj.shape} as dense")
+        check_memory(path, obj.shape[0] * obj.shape[1] * (obj.dtype.itemsize + 4), f"{what} {obj.shape} as dense")
         try:
             obj = obj.tocsr()
             obj.check_format(full_check=True)
@@ -348,22 +347,6 @@ def _matrix(obj: Any, path: Path, what: str) -> np.ndarray:
     if not np.isfinite(out).all():
         raise file_error(path, "contains NaN or inf")
     return out
-
-
-def _physical_memory() -> int | None:
-    """This machine's memory in bytes (None where the system does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _check_memory(path: Path, nbytes: int, what: str) -> None:
-    """Refuse, naming ``path``, sizes whose arrays would not fit in this machine's memory (before allocating)."""
-    memory = _physical_memory()
-    if memory is not None and nbytes > memory:
-        raise file_error(path, f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than this machine's "
-                               f"{memory / 2**30:,.1f} GiB of memory")
 
 
 def _test_index(path: Path) -> np.ndarray:
@@ -472,7 +455,7 @@ def read_planetoid(source: PathLike, normalize_features: bool = False) -> Graph:
         raise file_error(files["test.index"], f"test vertex {int(test.min())} is among the {num_all} vertices of "
                                         f"{files['allx'].name}")
     n = int(test.max()) + 1
-    _check_memory(files["test.index"], n * (num_features + num_classes) * 4 * 2,
+    check_memory(files["test.index"], n * (num_features + num_classes) * 4 * 2,
                   f"the features and labels of its {n:,} vertices ({num_features:,} features, {num_classes:,} classes)")
     x = np.zeros((n, num_features), dtype=np.float32)
     x[:num_all], x[test] = feats["allx"], feats["tx"]
