@@ -1,6 +1,8 @@
 """The distributed context (mggcn.distributed.context): the host allocator policy of mggcn's ranks
 (mggcn.utils.system.set_mmap_threshold) and their thread count, in fresh processes; waiting for a device."""
 
+import pytest
+
 import workers
 from mggcn.config import MMAP_THRESHOLD
 from mggcn.distributed.launch import run_workers
@@ -30,3 +32,119 @@ def test_a_thread_count_above_the_cores_is_refused_before_torch_hears_of_it():
         with pytest.raises(ValueError, match=f"threads {threads}: must be between 1 and"):
             init_distributed("cpu", threads=threads)
     assert torch.get_num_threads() == before
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Which device and backend a rank gets (rank_placement): decided by the same code on a machine without GPUs, with the
+# GPU count given or torch.cuda's answers replaced.
+
+def test_cpu_ranks_use_gloo_on_the_cpu_whatever_the_switch(monkeypatch):
+    import torch
+
+    from mggcn.distributed.context import SHARE_DEVICE_ENV, rank_placement
+
+    for value in ("0", "1"):
+        monkeypatch.setenv(SHARE_DEVICE_ENV, value)
+        assert [rank_placement("cpu", r, 3, gpus=0) for r in range(3)] == [(torch.device("cpu"), "gloo")] * 3
+
+
+def test_one_gpu_per_rank_uses_nccl_and_never_needs_the_switch(monkeypatch):
+    import torch
+
+    from mggcn.distributed.context import SHARE_DEVICE_ENV, rank_placement
+
+    monkeypatch.delenv(SHARE_DEVICE_ENV, raising=False)
+    assert [rank_placement("cuda", r, 4, gpus=4) for r in range(4)] == \
+        [(torch.device("cuda", r), "nccl") for r in range(4)]
+    assert rank_placement("cuda", 0, 1, gpus=8) == (torch.device("cuda", 0), "nccl")
+
+
+def test_more_ranks_than_gpus_share_them_over_gloo_when_the_switch_allows(monkeypatch):
+    import torch
+
+    from mggcn.distributed.context import SHARE_DEVICE_ENV, rank_placement
+
+    # every rank of the host decides gloo: NCCL refuses two ranks on one GPU, and a job has one backend
+    assert [rank_placement("cuda", r, 3, gpus=1, share=True) for r in range(3)] == \
+        [(torch.device("cuda", 0), "gloo")] * 3
+    assert [rank_placement("cuda", r, 3, gpus=2, share=True)[0].index for r in range(3)] == [0, 1, 0]
+    monkeypatch.setenv(SHARE_DEVICE_ENV, "1")  # the switch stands for share= when that is not given
+    assert [rank_placement("cuda", r, 2, gpus=1) for r in range(2)] == [(torch.device("cuda", 0), "gloo")] * 2
+
+
+def test_more_ranks_than_gpus_are_refused_with_one_line_naming_the_switch(monkeypatch):
+    from mggcn.distributed.context import SHARE_DEVICE_ENV, check_gpus, rank_placement
+    from mggcn.utils.errors import ConfigError
+
+    expected = ("nprocs 3 needs 3 GPUs, 1 visible (or set MGGCN_SHARE_DEVICE=1 to run ranks that share a GPU, over "
+                "gloo: for testing)")
+    for value in (None, "0", " 0 "):
+        if value is None:
+            monkeypatch.delenv(SHARE_DEVICE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(SHARE_DEVICE_ENV, value)
+        for refused in (lambda: check_gpus(3, gpus=1), lambda: rank_placement("cuda", 2, 3, gpus=1)):
+            with pytest.raises(ConfigError) as err:
+                refused()
+            assert str(err.value) == expected and err.value.option == "nprocs"
+    with pytest.raises(ConfigError, match="^nprocs 2 needs 2 GPUs, 1 visible"):
+        rank_placement("cuda", 0, 2, gpus=1, share=False)  # share= given wins over the environment
+    monkeypatch.setenv(SHARE_DEVICE_ENV, "yes")
+    with pytest.raises(ConfigError, match=r"^MGGCN_SHARE_DEVICE=yes: must be 1 \(ranks may share a GPU\) or 0$"):
+        check_gpus(2, gpus=1)
+    assert check_gpus(1, gpus=1) is False  # enough GPUs: the switch is not read at all
+
+
+def _fake_gpus(monkeypatch, count: int) -> list:
+    """torch.cuda as on a machine with ``count`` GPUs, as far as the context asks; the devices that set_device and
+    init_process_group were given are recorded."""
+    import torch
+    import torch.distributed as dist
+
+    calls: list = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(dist, "init_process_group",
+                        lambda backend, **kw: calls.append(("init_process_group", backend, kw.get("device_id"))))
+    return calls
+
+
+def _rank_environment(monkeypatch, rank: int, world: int) -> None:
+    for name, value in (("RANK", rank), ("LOCAL_RANK", rank), ("WORLD_SIZE", world), ("LOCAL_WORLD_SIZE", world)):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("MGGCN_INIT_METHOD", "file:///nonexistent/never-used")
+
+
+def test_a_rank_of_more_than_the_gpus_is_refused_before_it_touches_a_gpu_or_its_settings(monkeypatch):
+    import torch
+
+    from mggcn.distributed.context import SHARE_DEVICE_ENV, init_distributed
+    from mggcn.utils.errors import ConfigError
+
+    calls = _fake_gpus(monkeypatch, 1)
+    _rank_environment(monkeypatch, 1, 3)
+    monkeypatch.delenv(SHARE_DEVICE_ENV, raising=False)
+    threads = torch.get_num_threads()
+    with pytest.raises(ConfigError, match=r"^nprocs 3 needs 3 GPUs, 1 visible \(or set MGGCN_SHARE_DEVICE=1"):
+        init_distributed("cuda", threads=1)
+    assert calls == [] and torch.get_num_threads() == threads
+
+
+@pytest.mark.parametrize("gpus, device, backend", [(1, 0, "gloo"), (2, 1, "gloo"), (3, 1, "nccl")])
+def test_a_rank_joins_with_the_device_and_backend_decided(monkeypatch, gpus, device, backend):
+    """init_distributed runs rank_placement's decision: local rank 1 of 3 on 1, 2 or 3 GPUs (the switch on)."""
+    import torch
+
+    from mggcn.distributed.context import SHARE_DEVICE_ENV, init_distributed
+    from mggcn.utils.system import caller_settings_kept
+
+    calls = _fake_gpus(monkeypatch, gpus)
+    _rank_environment(monkeypatch, 1, 3)
+    monkeypatch.setenv(SHARE_DEVICE_ENV, "1")
+    with caller_settings_kept():  # the rank's thread count, in this test's process
+        ctx = init_distributed("cuda", threads=1)
+    cuda = torch.device("cuda", device)
+    assert (ctx.device, ctx.backend, ctx.rank, ctx.world_size) == (cuda, backend, 1, 3)
+    # NCCL is told its device up front; gloo takes none (it moves CUDA tensors through the host)
+    assert calls == [("set_device", cuda), ("init_process_group", backend, cuda if backend == "nccl" else None)]

@@ -1,8 +1,9 @@
 """Distributed state, in one small frozen dataclass passed explicitly, and the few collectives mggcn uses.
 
-The run's device decisions live here: which device a rank drives (:func:`resolve_device`), which backend (gloo on
-CPU, NCCL on CUDA: :attr:`DistContext.backend`, which the rest reads instead of deciding again), how many CPU
-threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold); waiting for a
+The run's device decisions live here: which device a rank drives (:func:`resolve_device`, :func:`rank_placement`),
+which backend (gloo on CPU and for ranks sharing a GPU, NCCL on CUDA: :attr:`DistContext.backend`, which the rest
+reads instead of deciding again), whether more ranks than GPUs may share them (:data:`SHARE_DEVICE_ENV`), how many
+CPU threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold); waiting for a
 device's queued work is :func:`mggcn.utils.timing.synchronize`. Which local sparse kernel runs on which device is
 :mod:`mggcn.kernels.policy`'s. Library code never calls ``dist.get_rank()``; it receives a :class:`DistContext`. A
 world of size 1 needs no process group: every collective below is then the identity.
@@ -23,7 +24,12 @@ from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import enter_rank
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
-           "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device"]
+           "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "SHARE_DEVICE_ENV",
+           "shares_devices", "check_gpus", "rank_placement"]
+
+# Set to 1, it lets a host run more CUDA ranks than it has GPUs (rank r on GPU r mod G, the job over gloo): the
+# multi-rank CUDA path runs where one GPU is all there is. For testing: the ranks share the GPU's time and memory.
+SHARE_DEVICE_ENV = "MGGCN_SHARE_DEVICE"
 
 @dataclass(frozen=True)
 class DistContext:
@@ -60,13 +66,49 @@ def resolve_device(kind: str) -> str:
     return kind
 
 
+def shares_devices() -> bool:
+    """Whether :data:`SHARE_DEVICE_ENV` lets ranks share a GPU: ``1`` yes, ``0`` or unset no, else one line."""
+    value = os.environ.get(SHARE_DEVICE_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"{SHARE_DEVICE_ENV}={value}: must be 1 (ranks may share a GPU) or 0", "nprocs")
+    return value == "1"
+
+
+def check_gpus(nprocs: int, gpus: int | None = None, share: bool | None = None) -> bool:
+    """Whether ``nprocs`` CUDA ranks of one host must share its ``gpus`` (default: those visible), which
+    ``share`` (default: :func:`shares_devices`) must allow; else one line naming the switch."""
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    if nprocs <= gpus:
+        return False
+    if not (shares_devices() if share is None else share):
+        raise ConfigError(f"nprocs {nprocs} needs {nprocs} GPUs, {gpus} visible (or set {SHARE_DEVICE_ENV}=1 to "
+                          "run ranks that share a GPU, over gloo: for testing)", "nprocs")
+    return True
+
+
+def rank_placement(device: str, local_rank: int, local_world: int, gpus: int | None = None,
+                   share: bool | None = None) -> tuple[torch.device, str]:
+    """The device that local rank ``local_rank`` of this host's ``local_world`` ranks computes on, and the job's
+    backend. ``device`` ``cpu``: the CPU, gloo. ``cuda``: GPU ``local_rank``, NCCL; with fewer GPUs than ranks
+    (:func:`check_gpus`), GPU ``local_rank mod gpus`` and gloo, whose collectives take CUDA tensors through host
+    memory: NCCL refuses two ranks on one GPU. Every rank of the host decides the same backend."""
+    if device != "cuda":
+        return torch.device("cpu"), "gloo"
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    if check_gpus(local_world, gpus, share):
+        return torch.device("cuda", local_rank % gpus), "gloo"
+    return torch.device("cuda", local_rank), "nccl"
+
+
 def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int | None = None,
                      mmap_threshold: int | None = MMAP_THRESHOLD) -> DistContext:
     """Join the job described by the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, ...).
 
     Without those variables this is a single-process run. ``MGGCN_INIT_METHOD`` (set by mggcn's own launcher)
-    overrides the rendezvous, which otherwise is torchrun's ``env://``. Each rank uses ``cores / local ranks``
-    threads unless ``threads`` says otherwise, so that local workers don't fight over cores. ``mmap_threshold``:
+    overrides the rendezvous, which otherwise is torchrun's ``env://``. The device and backend are
+    :func:`rank_placement`'s (more local ranks than GPUs are refused unless :data:`SHARE_DEVICE_ENV` allows). Each
+    rank uses ``cores / local ranks`` threads unless ``threads`` says otherwise, so that local workers don't fight
+    over cores. ``mmap_threshold``:
     the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's default), set only in a
     process mggcn owns (:func:`mggcn.utils.system.enter_rank`; a job run in the caller's process puts the rest back
     on return: :func:`mggcn.utils.system.caller_settings_kept`).
@@ -82,16 +124,14 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
         # parallel region, even after being told fewer again; refuse before torch hears of it.
         raise ConfigError(f"threads {threads}: must be between 1 and the {cores} core(s) this process may use",
                           "threads")
+    dev, backend = rank_placement(device, local_rank, local_world)  # a refusal leaves the process as it was
     enter_rank(threads or max(1, cores // max(1, local_world)), mmap_threshold)
 
-    if device == "cuda":
-        torch.cuda.set_device(local_rank)
-        dev, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        dev, backend = torch.device("cpu"), "gloo"
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
     if world_size > 1 and not dist.is_initialized():
         init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
-        kwargs = {"device_id": dev} if device == "cuda" else {}
+        kwargs = {"device_id": dev} if backend == "nccl" else {}
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s), **kwargs)
     return DistContext(rank=rank, world_size=world_size, device=dev, backend=backend,

@@ -33,7 +33,7 @@ from mggcn.tools.cli.common import (
     positive_int,
     read_options,
 )
-from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.errors import GraphError
 
 HELP = "train a GCN, GraphSAGE or GIN"
 DESCRIPTION = """Train a GCN (GraphSAGE, GIN with --model) on the whole graph every epoch, its rows split across P
@@ -218,14 +218,10 @@ def run(args: argparse.Namespace) -> int:
     if not torchrun:
         _check_tensorboard(args)
         if args.device != "cpu":
-            import torch
+            from mggcn.distributed.context import check_gpus, resolve_device
 
-            from mggcn.distributed.context import resolve_device
-
-            nprocs = args.nprocs or 1
-            if resolve_device(args.device) == "cuda" and nprocs > torch.cuda.device_count():
-                raise ConfigError(f"nprocs {nprocs} needs {nprocs} GPUs, {torch.cuda.device_count()} visible",
-                                  "nprocs")
+            if resolve_device(args.device) == "cuda":
+                check_gpus(args.nprocs or 1)  # more ranks than GPUs only with MGGCN_SHARE_DEVICE=1
 
     def announce(dataset, nprocs: int) -> None:
         if not (torchrun or args.quiet):
