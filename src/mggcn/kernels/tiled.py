@@ -138,8 +138,9 @@ class TiledCSR:
     def nbytes(self) -> int:
         return sum(t.nbytes for tile in self.tiles for t in (tile.crow_indices(), tile.col_indices(), tile.values()))
 
-    def to(self, device: torch.device | str) -> TiledCSR:
-        return TiledCSR([t.to(device) for t in self.tiles], self.starts, self.width)
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> TiledCSR:
+        """The block on ``device``, its values in ``dtype`` (None: as they are)."""
+        return TiledCSR([t.to(device=device, dtype=dtype) for t in self.tiles], self.starts, self.width)
 
     def spans(self) -> list[tuple[int, int]]:
         """``(first column, columns)`` of every tile."""
@@ -150,6 +151,10 @@ class TiledCSR:
         block multiplies float32 on the CPU with the gather kernel where it runs (:func:`gather_kernel`)."""
         if len(self.tiles) == 1 and self.tiles[0].values().dtype == b.dtype and gather_kernel(b.device, b.dtype):
             return gather_matmul(self.tiles[0], b, out, accumulate)
+        if b.dtype == torch.bfloat16 and b.device.type == "cpu":  # MKL has no bfloat16 CSR product; the gather has
+            for k, (tile, (start, cols)) in enumerate(zip(self.tiles, self.spans())):
+                gather_matmul(tile, b[start: start + cols], out, accumulate or k > 0)
+            return out
         for k, (tile, (start, cols)) in enumerate(zip(self.tiles, self.spans())):
             rows = b[start: start + cols]
             if k == 0 and not accumulate:
