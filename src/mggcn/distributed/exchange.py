@@ -54,7 +54,9 @@ class ExchangePlan:
     """Who sends which rows to whom for one direction (Â or Âᵀ), and the blocks to multiply with.
 
     ``send_index[i]``: this rank's rows rank i needs (``None``: all m rows, contiguous); ``recv_rows[j]``: how many
-    rows arrive from rank j; ``blocks[j]``: the block to multiply with them (compacted unless dense or diagonal).
+    rows arrive from rank j; ``blocks[j]``: the block to multiply with them (compacted unless dense or diagonal);
+    ``columns[j]``: for a compacted block, rank j's row of each of its columns (sorted int64 on the blocks' device),
+    else None.
     """
 
     def __init__(self, ctx: DistContext, blocks: list[TiledCSR], mode: str, dense_fraction: float) -> None:
@@ -80,6 +82,7 @@ class ExchangePlan:
             full = chunk.numel() == m and bool(torch.equal(chunk, torch.arange(m)))
             self.send_index.append(None if full else chunk.to(device))
         self.blocks = [b if (j == rank or dense[j]) else b.compact(needed[j]) for j, b in enumerate(blocks)]
+        self.columns = [None if (j == rank or dense[j]) else needed[j].to(device) for j in range(p)]
         self.empty = [b.nnz == 0 for b in self.blocks]
         self.dense_pairs = sum(dense)
 
@@ -139,13 +142,14 @@ class SparseExchangeSpMM(SpMMOperator):
         self.adj_t_train = blocks
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
-            train_columns: bool = False) -> torch.Tensor:
+            train_columns: bool = False, accumulator: BlockAccumulator | None = None) -> torch.Tensor:
         """One exchange SpMM with Â (or Âᵀ, or Âᵀ's training columns) on this rank's rows ``b``, into ``out`` or a
-        new tensor; no autograd."""
+        new tensor; no autograd. ``accumulator``: see :meth:`~mggcn.distributed.spmm.SpMMOperator.run` (a
+        compacted block comes with its ``columns``)."""
         train_columns = transpose and train_columns
         if self.ctx.world_size == 1:
             blocks = self.adj_t_train if train_columns else self.adj_t if transpose else self.adj
-            return local_spmm(blocks, b, self.timer, out)
+            return local_spmm(blocks, b, self.timer, out, accumulator)
         plan = self.train_plan if train_columns else self.plans[1 if transpose else 0]
         b = b.contiguous()
         send, recv = self._views(plan, b)
@@ -167,10 +171,12 @@ class SparseExchangeSpMM(SpMMOperator):
         if not self.overlap:
             with self.timer("comm_wait"):
                 work.wait()
-        out = BlockAccumulator(torch.empty_like(b) if out is None else out, self.timer)
+        if accumulator is None:
+            accumulator = BlockAccumulator(torch.empty_like(b) if out is None else out, self.timer)
+        out = accumulator
         rank = self.ctx.rank
         if not plan.empty[rank]:
-            out.add(plan.blocks[rank], b)
+            out.add(plan.blocks[rank], b, rank)
         if self.overlap:
             with self.timer("comm_wait"):
                 work.wait()
@@ -178,6 +184,6 @@ class SparseExchangeSpMM(SpMMOperator):
         offset = 0
         for j, rows in enumerate(plan.recv_rows):
             if j != rank and not plan.empty[j]:
-                out.add(plan.blocks[j], recv[offset: offset + rows])
+                out.add(plan.blocks[j], recv[offset: offset + rows], j, plan.columns[j])
             offset += rows
         return out.result()

@@ -101,15 +101,18 @@ class ParallelLayout:
                       timer: PhaseTimer = NULL_TIMER) -> tuple[SpMMOperator, Transport | None]:
         """The distributed ``Â·H`` on this rank's blocks for SpMMs up to ``width`` columns, and the broadcast's
         transport (None: no broadcast between ranks)."""
+        vertex_ids = torch.from_numpy(shard.partition.order[shard.partition.rows(ctx.rank)]).to(ctx.device)
         if self.comm != "broadcast":
-            return SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=self.comm, overlap=self.overlap,
-                                      timer=timer), None
+            adj = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=self.comm, overlap=self.overlap, timer=timer)
+            adj.vertex_ids = vertex_ids  # the original ids of its rows (GAT's attention dropout hashes them)
+            return adj, None
         rows, dtype = shard.x.shape[0], shard.x.dtype
         outboxes, transport = host_outboxes(ctx, self.shm, rows, width, dtype)
         buffers = BroadcastBuffers(rows, width, dtype, ctx.device) if ctx.world_size > 1 and outboxes is None \
             else None
         adj = StagedSpMM(ctx, shard.adj, shard.adj_t, buffers=buffers, overlap=self.overlap, timer=timer,
                          outboxes=outboxes)
+        adj.vertex_ids = vertex_ids
         return adj, transport if ctx.world_size > 1 else None
 
     @staticmethod

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from mggcn.config import TRAIN_COLUMNS
-from mggcn.distributed.context import DistContext
+from mggcn.distributed.context import DistContext, all_gather_rows
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.kernels.tiled import TiledCSR
 from mggcn.nn.workspace import GradSpec, OutSpec, grad_destination
@@ -108,9 +108,13 @@ class BroadcastBuffers:
 
 
 def local_spmm(blocks: list[TiledCSR], b: torch.Tensor, timer: PhaseTimer = NULL_TIMER,
-               out: torch.Tensor | None = None) -> torch.Tensor:
+               out: torch.Tensor | None = None, accumulator: BlockAccumulator | None = None) -> torch.Tensor:
     """``Â · B`` when one rank holds everything (P = 1), into ``out`` or a new tensor (not zeroed first:
-    ``beta=0``)."""
+    ``beta=0``); with ``accumulator``, its result for the one block (:meth:`SpMMOperator.run`)."""
+    if accumulator is not None:
+        if blocks[0].nnz:
+            accumulator.add(blocks[0], b, 0)
+        return accumulator.result()
     if out is None:
         out = torch.empty(blocks[0].rows, b.shape[1], dtype=b.dtype, device=b.device)
     with timer("spmm"):
@@ -119,12 +123,19 @@ def local_spmm(blocks: list[TiledCSR], b: torch.Tensor, timer: PhaseTimer = NULL
 
 class BlockAccumulator:
     """``out = Σ`` of the blocks' products in the order they come: the first one writes, the others add.
-    Every SpMM operator sums its stages through one."""
+    Every SpMM operator sums its stages through one.
+
+    An operator's :meth:`SpMMOperator.run` takes another accumulator in its place (``accumulator=``): anything with
+    this :meth:`add` and :meth:`result` then sees every nonempty block with the rows it multiplies (GAT's attention,
+    :mod:`mggcn.distributed.attention`, computes its own per-block kernels that way on the same exchange)."""
 
     def __init__(self, out: torch.Tensor, timer: PhaseTimer) -> None:
         self.out, self.timer, self.started = out, timer, False
 
-    def add(self, block: TiledCSR, rows: torch.Tensor) -> None:
+    def add(self, block: TiledCSR, rows: torch.Tensor, source: int = 0, columns: torch.Tensor | None = None) -> None:
+        """``out (+)= block · rows``. ``source``: the rank whose rows ``rows`` are (the block's column block);
+        ``columns``: for a compacted block, the sender's row of each of its columns (``rows[k]`` is the sender's
+        row ``columns[k]``); None: ``rows`` are all the sender's rows, in order."""
         with self.timer("spmm"):
             block.matmul(rows, self.out, accumulate=self.started)
         self.started = True
@@ -140,14 +151,32 @@ class SpMMOperator:
     staged broadcast, through gloo/NCCL or shared memory) and
     :class:`mggcn.distributed.exchange.SparseExchangeSpMM` (only the rows a block references)."""
 
+    ctx: DistContext
     rows: int
     sent_bytes: int
     recv_bytes: int
+    # the original vertex id of each of this rank's rows (int64 [m], -1 on padding rows); None: the rows' ids in the
+    # partition's order are the original ids (one process, no renumbering). GAT's attention dropout hashes them.
+    vertex_ids: torch.Tensor | None = None
     adj_t_train: list[TiledCSR] | None = None  # Âᵀ's training columns, once use_training_columns kept them
 
     @property
     def has_training_columns(self) -> bool:
         return self.adj_t_train is not None
+
+    def all_vertex_ids(self) -> torch.Tensor:
+        """The original id of every rank's rows in rank order (int64 [P·m] on the operator's device, -1 on padding
+        rows), from each rank's :attr:`vertex_ids`. Collective the first time (an all-gather; every rank calls it at
+        the same point), then kept."""
+        ctx = self.ctx
+        ids = getattr(self, "_all_vertex_ids", None)
+        if ids is None:
+            if self.vertex_ids is None:
+                ids = torch.arange(ctx.world_size * self.rows, dtype=torch.int64, device=ctx.device)
+            else:
+                ids = all_gather_rows(ctx, self.vertex_ids.to(device=ctx.device, dtype=torch.int64))
+            self._all_vertex_ids = ids
+        return ids
 
     def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None,
                  grad_on_train_rows: bool = False) -> torch.Tensor:
@@ -159,9 +188,11 @@ class SpMMOperator:
         return _SpMMFunction.apply(b, self, out, grad_ws, grad_on_train_rows and self.has_training_columns)
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
-            train_columns: bool = False) -> torch.Tensor:
+            train_columns: bool = False, accumulator: BlockAccumulator | None = None) -> torch.Tensor:
         """``Â·b`` (or ``Âᵀ·b``; with ``train_columns`` Âᵀ's training columns) on this rank's rows ``b`` (m × d),
-        into ``out`` (not ``b``) or a new tensor."""
+        into ``out`` (not ``b``) or a new tensor. ``accumulator``: instead of multiplying, hand each nonempty block
+        and the rows of ``b`` it reads to ``accumulator.add`` (:class:`BlockAccumulator`) and return its
+        :meth:`~BlockAccumulator.result` (``out`` unused)."""
         raise NotImplementedError
 
     def use_training_columns(self, train: torch.Tensor) -> None:
@@ -205,23 +236,25 @@ class StagedSpMM(SpMMOperator):
         self.skip_train = [b.nnz == 0 for b in self.adj_t_train]
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
-            train_columns: bool = False) -> torch.Tensor:
+            train_columns: bool = False, accumulator: BlockAccumulator | None = None) -> torch.Tensor:
         """One staged SpMM with Â (or Âᵀ, or Âᵀ's training columns) on this rank's rows ``b``, into ``out``
         (m × d, not ``b``) or a new tensor; no autograd. The broadcasts are the same with the training columns:
-        only the multiplies shrink."""
+        only the multiplies shrink. ``accumulator``: see :meth:`SpMMOperator.run`."""
         blocks = self.adj_t if transpose else self.adj
         empty = self.skip[1] if transpose else self.skip[0]
         if transpose and train_columns:
             blocks, empty = self.adj_t_train, self.skip_train
         if self.ctx.world_size == 1:
-            return local_spmm(blocks, b, self.timer, out)
+            return local_spmm(blocks, b, self.timer, out, accumulator)
         b = b.contiguous()
         shm = self.outboxes if self.outboxes is not None and self.outboxes.fits(b) else None
         if shm is not None:
             call, shm.calls = shm.calls, shm.calls + 1
         elif self.buffers is None and self.outboxes is None:
             self.buffers = BroadcastBuffers(self.rows, b.shape[1], b.dtype, b.device)
-        out = BlockAccumulator(torch.empty_like(b) if out is None else out, self.timer)
+        if accumulator is None:
+            accumulator = BlockAccumulator(torch.empty_like(b) if out is None else out, self.timer)
+        out = accumulator
         num_stages, rank = self.ctx.world_size, self.ctx.rank
 
         def receive_buffer(stage: int) -> torch.Tensor:
@@ -251,12 +284,12 @@ class StagedSpMM(SpMMOperator):
             if self.overlap and stage + 1 < num_stages:
                 pending = issue(stage + 1)
             if self.overlap and stage == 0 and not empty[rank]:
-                out.add(blocks[rank], b)  # the local block needs no broadcast: it runs while the first two fly
+                out.add(blocks[rank], b, rank)  # the local block needs no broadcast: it runs while the first two fly
             with self.timer("comm_wait"):
                 work.wait()
             self.timer.mark("broadcast", issued, time.perf_counter())
             if not empty[stage] and not (self.overlap and stage == rank):
-                out.add(blocks[stage], rows)
+                out.add(blocks[stage], rows, stage)
             if not self.overlap and stage + 1 < num_stages:
                 pending = issue(stage + 1)
         return out.result()
