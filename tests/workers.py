@@ -470,3 +470,35 @@ def training_columns_train_worker(cases):
                          result.adj.recv_bytes))
         out.append(runs)
     return ctx.rank, out
+
+
+def gat_worker(cases, seed):
+    """For each (graph, comm, overlap, tile columns, GAT keywords, state dict, X, G, dtype, attention seed): a GAT
+    model (``mggcn.nn.gat.GAT``, training mode) with those weights on this rank's rows through the operator of
+    ``comm``, its original vertex ids set as ``ParallelLayout.spmm_operator`` sets them: its output rows, the
+    gradient of its input rows and this rank's partial parameter gradients."""
+    from mggcn.distributed.exchange import SparseExchangeSpMM
+    from mggcn.nn.gat import GAT
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    out = []
+    for graph, comm, overlap, tile_cols, options, state, x_orig, g_orig, dtype, attention_seed in cases:
+        part = make_partition(graph.num_nodes, ctx.world_size, seed)
+        shard = build_shard(graph, part, ctx.rank, "gat", tile_cols=tile_cols)
+        if comm == "broadcast":
+            op = StagedSpMM(ctx, shard.adj, shard.adj_t, overlap=overlap)
+        else:
+            op = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=comm, overlap=overlap)
+        op.vertex_ids = torch.from_numpy(part.order[part.rows(ctx.rank)])
+        dims = [x_orig.shape[1]] + list(options["hidden"]) + [g_orig.shape[1]]
+        model = GAT(dims, heads=options["heads"], attention_dropout=options.get("attention_dropout", 0.0))
+        model.load_state_dict(state, strict=True)
+        model = model.to(dtype)
+        if attention_seed is not None:
+            model.seed_attention(attention_seed)
+        x = rows_of(to_new_order(x_orig, part), part, ctx.rank).to(dtype).clone().requires_grad_()
+        y = model(x, op)
+        y.backward(rows_of(to_new_order(g_orig, part), part, ctx.rank).to(dtype))
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+        out.append((y.detach().clone(), x.grad.clone(), grads))
+    return ctx.rank, out

@@ -15,11 +15,12 @@ __all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "SYMMETRIC_OPERA
 
 __version__ = "0.1.0"
 
-MODELS = ("gcn", "sage", "gin")  # mggcn.nn.models: GCN, GraphSAGE (mean, root weight), GIN (2-layer MLP)
+MODELS = ("gcn", "sage", "gin", "gat")  # mggcn.nn.models: GCN, GraphSAGE (mean, root weight), GIN (2-layer MLP), GAT
 NORMS = ("sym", "mean")  # the GCN's: D^-1/2 (A+I) D^-1/2 (PyG GCNConv) or D^-1 (A+I) (the original MG-GCN)
-# every Â a shard can be built with (mggcn.nn.norm): the GCN's, GraphSAGE's D_in^-1 A, GIN's A
-OPERATORS = NORMS + ("in-mean", "sum")
-SYMMETRIC_OPERATORS = ("sym", "sum")  # Â = Âᵀ when A is symmetric (an undirected graph)
+# every Â a shard can be built with (mggcn.nn.norm): the GCN's, GraphSAGE's D_in^-1 A, GIN's A, GAT's pattern
+# (A with one unit self loop per vertex, the edge counts as values)
+OPERATORS = NORMS + ("in-mean", "sum", "gat")
+SYMMETRIC_OPERATORS = ("sym", "sum", "gat")  # Â = Âᵀ when A is symmetric (an undirected graph)
 ORDERS = ("auto", "aggregate-first", "transform-first")  # per layer: (Â·H)·W, Â·(H·W), or the narrower SpMM
 ACTIVATIONS = ("relu", "leaky_relu")
 ORDERINGS = ("random", "none", "random-local", "metis")  # the vertex order before the row split

@@ -65,9 +65,9 @@ def test_operators():
     np.testing.assert_allclose(mean, [[0, 1 / 3, 2 / 3, 0], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]], rtol=1e-7)
     np.testing.assert_array_equal(normalize(a, "sum").toarray(), [[0, 1, 2, 0], [1, 0, 0, 0], [0, 0, 0, 0],
                                                                    [0, 0, 0, 1]])
-    assert [operator_for(m) for m in MODELS] == ["sym", "in-mean", "sum"]
+    assert [operator_for(m) for m in MODELS] == ["sym", "in-mean", "sum", "gat"]
     with pytest.raises(ValueError, match="^model must be one of"):  # the library's name; the CLI's is --model
-        operator_for("gat")
+        operator_for("gcnn")
 
 
 @pytest.mark.parametrize("kind,order,first,train_eps", [
@@ -141,7 +141,7 @@ def test_models_and_their_parameters():
     for p, q in zip(sage.parameters(), again.parameters(), strict=True):
         assert torch.equal(p, q)
     with pytest.raises(ConfigError, match="^model must be one of"):
-        make_model("gat", [5, 3])
+        make_model("gcnn", [5, 3])
     for layers in (GIN, GraphSAGE):
         with pytest.raises(ConfigError, match="^order must be one of") as info:
             layers([5, 8, 3], order="sideways")

@@ -4,6 +4,7 @@
 ``gcn``    :class:`~mggcn.nn.model.GCN`        Â by ``--norm``         ``torch_geometric.nn.models.GCN``
 ``sage``   :class:`~mggcn.nn.sage.GraphSAGE`   ``D_in^-1 A``           ``torch_geometric.nn.models.GraphSAGE``
 ``gin``    :class:`~mggcn.nn.gin.GIN`          ``A`` (+ ``(1+ε) I``)   ``torch_geometric.nn.models.GIN``
+``gat``    :class:`~mggcn.nn.gat.GAT`          attention on ``A + I``  ``torch_geometric.nn.models.GAT``
 =========  ==================================  ======================  =========================================
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mggcn.config import MODELS
+from mggcn.nn.gat import GAT
 from mggcn.nn.gin import GIN
 from mggcn.nn.model import GCN, LayerStack
 from mggcn.nn.sage import GraphSAGE
@@ -21,7 +23,7 @@ __all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "operato
 
 # Every model by its --model name. A model class carries what the rest of mggcn knows about it (its Â, PyG
 # counterpart, parameters, GEMMs, the plan's buffers: see LayerStack), so registering it is all a new model needs.
-MODEL_TYPES: dict[str, type[LayerStack]] = {cls.kind: cls for cls in (GCN, GraphSAGE, GIN)}
+MODEL_TYPES: dict[str, type[LayerStack]] = {cls.kind: cls for cls in (GCN, GraphSAGE, GIN, GAT)}
 assert tuple(MODEL_TYPES) == MODELS  # the names the command line offers (mggcn.config, which loads no torch)
 
 
@@ -43,7 +45,8 @@ def model_type(kind: str) -> type[LayerStack]:
 
 
 def operator_for(model: str, norm: str = "sym") -> str:
-    """The Â that ``model`` aggregates with: the GCN's ``norm``, GraphSAGE's ``in-mean``, GIN's ``sum``."""
+    """The Â that ``model`` aggregates with: the GCN's ``norm``, GraphSAGE's ``in-mean``, GIN's ``sum``, GAT's
+    ``gat``."""
     return model_type(model).operator(norm)
 
 

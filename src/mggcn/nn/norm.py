@@ -17,6 +17,11 @@ The other models aggregate over the edges exactly as given (no self loop added o
   aggregates to 0),
 * ``sum``     — ``Â = A`` (GIN's sum; its ``(1 + ε)·h_i`` is a local term of the model, not part of Â).
 
+GAT's ``gat`` is the pattern its attention runs on: ``A`` with its self loops replaced by one unit loop per vertex
+(PyG ``GATConv``'s ``remove_self_loops`` then ``add_self_loops``), the values the edge multiplicities (two parallel
+edges ``j -> i`` give 2: two PyG edges with the same attention score), 1 on the diagonal. The attention weights are
+computed from it at run time (:mod:`mggcn.distributed.attention`).
+
 :func:`mggcn.nn.models.operator_for` names the operator a model trains with.
 """
 
@@ -31,10 +36,16 @@ from mggcn.utils.errors import ConfigError
 __all__ = ["adds_self_loops", "adjacency", "entry_values", "normalize", "normalized_adjacency"]
 
 
+# the operators whose Â replaces the input's self loops by one unit loop per vertex
+_SELF_LOOPS = NORMS + ("gat",)
+# the operators whose values are the edge counts, no degree involved
+_COUNTS = ("sum", "gat")
+
+
 def adds_self_loops(operator: str) -> bool:
-    """Whether Â replaces the input's self loops by one unit loop per vertex (the GCN's) or keeps the edges as
-    given."""
-    return operator in NORMS
+    """Whether Â replaces the input's self loops by one unit loop per vertex (the GCN's, GAT's) or keeps the edges
+    as given."""
+    return operator in _SELF_LOOPS
 
 
 def _check(operator: str) -> None:
@@ -56,8 +67,8 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
 
     Args:
         adj: ``[n, n]`` CSR, rows are targets.
-        norm: the operator, one of :data:`OPERATORS` (``"sym"``, ``"mean"``: with unit self loops; ``"in-mean"``,
-            ``"sum"``: the edges as given).
+        norm: the operator, one of :data:`OPERATORS` (``"sym"``, ``"mean"``, ``"gat"``: with unit self loops;
+            ``"in-mean"``, ``"sum"``: the edges as given).
     """
     _check(norm)
     n = adj.shape[0]
@@ -117,7 +128,7 @@ def normalized_adjacency(edge_index: np.ndarray, num_nodes: int, norm: str = "sy
     del rows, cols
     adj.sum_duplicates()
     adj.sort_indices()
-    if norm == "sum":
+    if norm in _COUNTS:
         return adj
     deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # as normalize computes it
     for start in range(0, adj.nnz, _CHUNK):
@@ -134,13 +145,13 @@ def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarr
     """float32 ``Â[t, s]`` of entries with multiplicity ``count`` (1 on the GCN's diagonal), given ``D`` at both ends.
 
     ``sym``: ``D_t^-1/2 · count · D_s^-1/2``; ``mean`` and ``in-mean``: ``count / D_t`` (``deg_source`` unused;
-    ``D`` counts the unit self loop for ``mean``, the in-edges as given for ``in-mean``); ``sum``: ``count`` (no
-    degree used). Computed in float64 in this exact order, so that a rank building its rows from a prepared dataset
-    gets the same float32 bits as :func:`normalize` on the whole graph.
+    ``D`` counts the unit self loop for ``mean``, the in-edges as given for ``in-mean``); ``sum`` and ``gat``:
+    ``count`` (no degree used). Computed in float64 in this exact order, so that a rank building its rows from a
+    prepared dataset gets the same float32 bits as :func:`normalize` on the whole graph.
     """
     _check(norm)
     count = np.asarray(count).astype(np.float64)
-    if norm == "sum":
+    if norm in _COUNTS:
         return count.astype(np.float32)
     if norm == "sym":
         values = (1.0 / np.sqrt(np.asarray(deg_target, dtype=np.float64))) * count

@@ -1,0 +1,131 @@
+"""Local kernels of GAT's attention on one sparse block: per-edge scores, per-row segment reductions, the per-head
+weighted gather-sum and the per-edge dot products of its backward, and the counter-based attention-dropout hash.
+No communication here: :mod:`mggcn.distributed.attention` runs them on the blocks an exchange hands it.
+
+A block is a tile of a :class:`~mggcn.kernels.tiled.TiledCSR` (torch sparse CSR ``m × w``); its edges are listed in
+CSR order as ``(row, col)`` pairs, ``col`` relative to the tile's first column. Per-edge values are ``[nnz, H]``
+(one per attention head) and exist only for the tile being processed.
+
+The weighted gather-sum ``out[r, h] = Σ_e p[e, h] · T[col_e, h]`` (``T`` ``[w, H, C]``) is one
+``torch.nn.functional.embedding_bag`` call in ``sum`` mode with per-sample weights: ``T`` viewed as ``[w·H, C]``,
+bag ``(h, r)`` holding the indices ``col_e·H + h`` of row r's edges, bags ordered head-major (the offsets of head h
+are the CSR row pointers shifted by ``h·nnz``), so the result is ``[H·m, C]``, seen as ``[H, m, C]``. On x86 CPUs it
+runs FBGEMM's fused gather-multiply-add (float32), elsewhere torch's own kernel (float64, CUDA).
+
+Legend: m = rows of the block, w = its columns, nnz = its nonzeros, H = heads, C = channels per head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["edge_list", "leaky_relu_slope", "segment_max", "segment_sum", "gather_heads", "edge_dots",
+           "splitmix64", "edge_keys", "dropout_keep", "DOT_CHUNK_BYTES"]
+
+# bytes of the two gathered [chunk, H, C] operands edge_dots holds at a time
+DOT_CHUNK_BYTES = 8 << 20
+
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    """A 64-bit pattern as the int64 torch holds it."""
+    value &= _MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+_GOLDEN, _MUL1, _MUL2 = (_signed(v) for v in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shr(x: torch.Tensor | int, bits: int) -> torch.Tensor | int:
+    """Logical right shift of int64 bit patterns (torch's ``>>`` is arithmetic on negative values)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finalizer on int64 tensors, the multiplications wrapping modulo 2⁶⁴ (two's complement, as torch
+    computes int64 products on CPU and CUDA): a bijective mix whose every output bit depends on every input bit."""
+    x = x + _GOLDEN
+    x = (x ^ _shr(x, 30)) * _MUL1
+    x = (x ^ _shr(x, 27)) * _MUL2
+    return x ^ _shr(x, 31)
+
+
+def _mix_int(x: int) -> int:
+    """:func:`splitmix64` on one Python integer (the same bits)."""
+    x = (x + _GOLDEN) & _MASK64
+    x = ((x ^ (x >> 30)) * (_MUL1 & _MASK64)) & _MASK64
+    x = ((x ^ (x >> 27)) * (_MUL2 & _MASK64)) & _MASK64
+    return _signed(x ^ (x >> 31))
+
+
+def edge_keys(seed: int, layer: int, src: torch.Tensor, dst: torch.Tensor, heads: int) -> torch.Tensor:
+    """A pseudo-random int64 ``[nnz, heads]`` per (seed, layer, head, source id, destination id): a function of
+    those numbers alone, so any rank computing an edge's key, in any layout, on any device, gets the same bits."""
+    base = _mix_int(_mix_int(int(seed)) ^ int(layer))
+    head_keys = torch.tensor([_mix_int(base ^ h) for h in range(heads)], dtype=torch.int64, device=src.device)
+    edge = splitmix64(splitmix64(src.to(torch.int64) ^ base) ^ dst.to(torch.int64))
+    return splitmix64(edge[:, None] ^ head_keys)
+
+
+def dropout_keep(seed: int, layer: int, src: torch.Tensor, dst: torch.Tensor, heads: int, p: float) -> torch.Tensor:
+    """bool ``[nnz, heads]``: which edges' attention weights survive a dropout of probability ``p``; an edge is kept
+    when the top 53 bits of its :func:`edge_keys`, read as a fraction of 2⁵³, are at least ``p``."""
+    threshold = int(round(p * (1 << 53)))
+    return _shr(edge_keys(seed, layer, src, dst, heads), 11) >= threshold
+
+
+def edge_list(tile: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CSR ``tile``'s row pointers, and per edge (CSR order) its row and column (int64) and value."""
+    crow, col = tile.crow_indices(), tile.col_indices()
+    counts = crow[1:] - crow[:-1]
+    row = torch.repeat_interleave(torch.arange(tile.shape[0], device=crow.device), counts.to(torch.int64))
+    return crow, row, col.to(torch.int64), tile.values()
+
+
+def leaky_relu_slope(pre: torch.Tensor, slope: float) -> torch.Tensor:
+    """The derivative of LeakyReLU at ``pre``: 1 where positive, ``slope`` elsewhere (PyG's and torch's choice at 0)."""
+    return torch.where(pre > 0, torch.ones((), dtype=pre.dtype, device=pre.device),
+                       torch.full((), slope, dtype=pre.dtype, device=pre.device))
+
+
+def segment_max(index: torch.Tensor, values: torch.Tensor, size: int) -> torch.Tensor:
+    """``out[r] = max over e with index[e] = r of values[e]`` (``-inf`` where none); ``values`` [nnz, H]."""
+    out = torch.full((size, values.shape[1]), float("-inf"), dtype=values.dtype, device=values.device)
+    return out.scatter_reduce_(0, index[:, None].expand_as(values), values, "amax")
+
+
+def segment_sum(index: torch.Tensor, values: torch.Tensor, size: int) -> torch.Tensor:
+    """``out[r] = Σ over e with index[e] = r of values[e]``; ``values`` [nnz, H]."""
+    out = torch.zeros((size, values.shape[1]), dtype=values.dtype, device=values.device)
+    return out.index_add_(0, index, values)
+
+
+def gather_heads(crow: torch.Tensor, col: torch.Tensor, weights: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``out[r, h] = Σ_e p[e, h] · table[col_e, h]`` over the edges e of row r (CSR ``crow``, ``col``, weights ``p``
+    [nnz, H]) with ``table`` [w, H, C]: ``[m, H, C]`` (a view of a head-major result). One embedding_bag call (the
+    module docstring)."""
+    nnz, heads = weights.shape
+    channels = table.shape[2]
+    m = crow.numel() - 1
+    flat = table.detach().reshape(-1, channels)  # [w·H, C], a copy only where table is not contiguous
+    head = torch.arange(heads, device=col.device)
+    indices = (col[None, :] * heads + head[:, None]).reshape(-1)  # head-major: head h's edges in CSR order
+    offsets = (crow.to(torch.int64)[None, :-1] + head[:, None] * nnz).reshape(-1)
+    out = F.embedding_bag(indices, flat, offsets, mode="sum", per_sample_weights=weights.t().reshape(-1))
+    return out.view(heads, m, channels).transpose(0, 1)
+
+
+def edge_dots(a: torch.Tensor, a_index: torch.Tensor, b: torch.Tensor, b_index: torch.Tensor) -> torch.Tensor:
+    """``out[e, h] = <a[a_index[e], h], b[b_index[e], h]>`` for ``a`` [*, H, C] and ``b`` [*, H, C]: [nnz, H],
+    gathering :data:`DOT_CHUNK_BYTES` of edges' rows at a time."""
+    nnz, heads, channels = a_index.numel(), a.shape[1], a.shape[2]
+    out = torch.empty(nnz, heads, dtype=a.dtype, device=a.device)
+    step = max(1, DOT_CHUNK_BYTES // (2 * heads * channels * a.element_size()))
+    for start in range(0, nnz, step):
+        end = min(nnz, start + step)
+        left = torch.index_select(a, 0, a_index[start:end])
+        left.mul_(torch.index_select(b, 0, b_index[start:end]))
+        torch.sum(left, dim=2, out=out[start:end])
+    return out

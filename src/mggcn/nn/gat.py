@@ -1,0 +1,225 @@
+"""GAT (graph attention, PyG ``GATConv`` and ``torch_geometric.nn.models.GAT``) on the ranks' exchange of rows.
+
+Layer l computes, per head h of H (``Z = H·Wᵀ`` viewed ``[m, H, C]``)
+
+.. math::
+    \\alpha_{ij} = \\mathrm{softmax}_j\\big(\\mathrm{LeakyReLU}_{0.2}(a_{src} \\cdot Z_j + a_{dst} \\cdot Z_i)\\big),
+    \\qquad \\mathbf{h}_i' = \\Big\\Vert_h \\sum_{j \\to i} \\alpha_{ij} Z_j \\;(+\\,\\mathbf{b})
+
+over the in-edges of i with its self loops replaced by one (PyG's default), parallel edges counted: a hidden layer
+concatenates its heads (``hidden = H·C``), the last one averages them (``C = classes``), as PyG's GAT model builds
+them. The aggregation is :func:`mggcn.distributed.attention.attention` on the operator ``gat``
+(:func:`mggcn.nn.norm.normalize`: the edge multiplicities, unit diagonal), which uses the SpMM operator's exchange
+for its own per-block kernels: one exchange of ``[Z | e_src]`` forward, one of ``[∂out | e_dst | lse | c]``
+backward, plus an all-reduce of ``P·m·H`` values (the destinations' score gradients).
+
+The layer always multiplies first (the attention needs ``Z``), so nothing is cached (``Â·X`` means nothing here).
+Attention dropout (``attention_dropout``, PyG's ``GATConv(dropout=...)``) draws its masks from a hash of (seed,
+layer, head, original source and destination ids): any P draws the same masks; :meth:`GAT.seed_attention` sets the
+seed (the trainer: once per epoch, the same on every rank).
+
+Buffers: the GAT's tensors are not on the workspace; a layer keeps for backward its input (the GEMM's, for ∂W),
+``Z`` [m, H·C], ``e_src``, ``e_dst`` and ``lse`` [m, H], and the attention's output [m, H·C]; σ keeps its output (the
+next layer's input). ``grad_on_train_rows`` (the last layer's gradient is zero outside the training rows) is not
+used: the backward runs over all rows (the same result, not faster).
+
+Parameter names match PyG 2.8: ``convs.{l}.lin.weight`` [H·C, d_in], ``convs.{l}.att_src`` and ``.att_dst``
+[1, H, C], ``convs.{l}.bias`` [H·C] (hidden) or [C] (last): the state dict loads with ``strict=True`` into
+``torch_geometric.nn.models.GAT(d_0, hidden, L, classes, heads=H)``.
+
+Legend: m = rows of this rank, H = heads, C = channels per head.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from mggcn.distributed.attention import AttentionSpec, attention
+from mggcn.nn.functional import _TimedLinear, activate
+from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.timing import NULL_TIMER, PhaseTimer
+
+__all__ = ["GATLayer", "GAT"]
+
+NEGATIVE_SLOPE = 0.2  # the scores' LeakyReLU (PyG GATConv's default)
+
+
+def _glorot_att(att: torch.Tensor, generator: torch.Generator | None) -> None:
+    """PyG's ``glorot`` on ``[1, H, C]``: uniform in ±sqrt(6 / (H + C))."""
+    bound = math.sqrt(6.0 / (att.shape[-2] + att.shape[-1]))
+    with torch.no_grad():
+        att.uniform_(-bound, bound, generator=generator)
+
+
+class GATLayer(nn.Module):
+    r"""One graph attention layer (PyG ``GATConv(in_dim, channels, heads=heads, concat=concat)``).
+
+    Args:
+        in_dim: ``d_in``. channels: ``C``, the output channels per head. heads: ``H``.
+        concat: concatenate the heads (output ``H·C``) or average them (output ``C``).
+        attention_dropout: dropout probability on the attention weights (training only).
+        bias: add a learnable bias (default True).
+        index: the layer's position in its model (its dropout masks hash it).
+        generator: draw ``W``, ``att_src``, ``att_dst`` with PyG's ``glorot`` from it (:class:`GAT` does); None:
+            ``W`` as ``torch.nn.Linear`` does, the attention vectors from torch's global RNG.
+
+    Shapes: ``h`` [m, d_in] -> [m, H·C] (concat) or [m, C].
+    """
+
+    def __init__(self, in_dim: int, channels: int, heads: int = 1, concat: bool = True,
+                 attention_dropout: float = 0.0, bias: bool = True, index: int = 0,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if heads < 1 or channels < 1:
+            raise ConfigError(f"a GAT layer needs at least one head and one channel, got {heads} heads of "
+                              f"{channels}", "heads")
+        if not 0.0 <= attention_dropout < 1.0:
+            raise ConfigError(f"attention_dropout must be in [0, 1), got {attention_dropout}", "attention_dropout")
+        self.in_dim, self.channels, self.heads, self.concat = in_dim, channels, heads, concat
+        self.attention_dropout, self.index = attention_dropout, index
+        self.lin = glorot_linear(in_dim, heads * channels, bias=False, generator=generator)
+        self.att_src = nn.Parameter(torch.empty(1, heads, channels))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, channels))
+        _glorot_att(self.att_src, generator)
+        _glorot_att(self.att_dst, generator)
+        self.bias = nn.Parameter(torch.zeros(heads * channels if concat else channels)) if bias else None
+        self.attention_seed = 0
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.channels}, heads={self.heads}, concat={self.concat}"
+
+    def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
+                h_aggregated: torch.Tensor | None = None, **_unused) -> torch.Tensor:
+        """``adj``: the :class:`~mggcn.distributed.spmm.SpMMOperator` of the ``gat`` operator (its exchange moves
+        the rows). ``h_aggregated`` must be None (the layer multiplies first); the workspace keywords of
+        :meth:`mggcn.nn.model.GCNLayer.forward` are accepted and unused."""
+        if h_aggregated is not None:
+            raise ValueError("a GAT layer multiplies first: it takes no precomputed aggregation")
+        op = getattr(adj, "func", adj)  # a functools.partial (grad_on_train_rows) carries the operator
+        m = h.shape[0]
+        z = _TimedLinear.apply(h, self.lin.weight, None, timer, None, None).view(m, self.heads, self.channels)
+        e_src = (z * self.att_src).sum(dim=-1)
+        e_dst = (z * self.att_dst).sum(dim=-1)
+        spec = AttentionSpec(NEGATIVE_SLOPE, self.attention_dropout if self.training else 0.0,
+                             self.attention_seed, self.index)
+        out = attention(z, e_src, e_dst, op, spec, timer)
+        out = out.reshape(m, self.heads * self.channels) if self.concat else out.mean(dim=1)
+        return out if self.bias is None else out + self.bias
+
+
+class GAT(LayerStack):
+    """A stack of :class:`GATLayer`, σ between layers, logits out (PyG's ``GAT`` model).
+
+    ``activation``, ``dropout`` (on the input of every layer but the first), ``input_dropout`` and ``reuse_buffers``
+    (accepted; GAT's tensors are not on the workspace): as :class:`~mggcn.nn.model.LayerStack`.
+
+    Args:
+        dims: ``[d_0, hidden..., classes]``, each hidden width the total over the heads (divisible by ``heads``).
+        heads: attention heads of every layer (default 8).
+        attention_dropout: dropout probability on the attention weights.
+        order: accepted for the common signature; a GAT layer always multiplies first.
+        bias: every layer adds a learnable bias (default True).
+        seed: initialization seed (Glorot weights, zero biases), and the attention masks' seed until
+            :meth:`seed_attention`.
+    """
+
+    kind = "gat"
+    pyg_name = "GAT"
+    pyg_label = "GATConv"
+    pyg_one_hidden_width = True
+    options = ("heads", "attention_dropout")
+    layer_weight = "convs.{}.lin.weight"  # [H·C, d_in]
+
+    @classmethod
+    def build(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, attention_dropout: float = 0.0,
+              **common) -> GAT:
+        return cls(dims, heads=heads, attention_dropout=attention_dropout, **common)
+
+    @classmethod
+    def operator(cls, norm: str) -> str:
+        return "gat"
+
+    @classmethod
+    def linears(cls, d_in: int, d_out: int, heads: int = 1, last: bool = False) -> list[tuple[int, int, bool]]:
+        """The layer's one linear map: ``d_in -> d_out`` (a hidden layer, ``d_out = H·C``), or ``d_in -> H·d_out``
+        for the ``last`` layer (``d_out`` classes, each head's own)."""
+        return [(d_in, d_out * heads if last else d_out, False)]
+
+    @classmethod
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8) -> int:
+        """Per hidden layer ``d_in·d_out`` (W) + ``2·d_out`` (att_src, att_dst) + ``d_out`` (bias); the last layer
+        has ``H·C`` outputs before its mean, so ``(d_in + 2)·H·C + C``."""
+        total = 0
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+            width = b * heads if i == len(dims) - 2 else b
+            total += (a + 2) * width + b
+        return total
+
+    @classmethod
+    def pyg_spmm_widths(cls, d_in: int, d_out: int, first: bool) -> list[int]:
+        return [d_out, d_out]
+
+    @classmethod
+    def pyg_edge_weight(cls, edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, None]:
+        return edge_index, None  # GATConv removes and adds the self loops itself
+
+    @classmethod
+    def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
+        from torch_geometric.nn import models
+
+        heads = int(state["convs.0.att_src"].shape[1])
+        model = models.GAT(dims[0], dims[1], len(dims) - 1, dims[-1], heads=heads)
+        model.load_state_dict(state, strict=True)
+        return model.convs
+
+    def __init__(self, dims: Sequence[int], heads: int = 8, attention_dropout: float = 0.0,
+                 activation: str = "relu", dropout: float = 0.0, input_dropout: float = 0.0, order: str = "auto",
+                 bias: bool = True, seed: int = 0, reuse_buffers: bool = True) -> None:
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
+        check_order(order)
+        if not isinstance(heads, int) or heads < 1:
+            raise ConfigError(f"heads must be a positive integer, got {heads}", "heads")
+        for width in dims[1:-1]:
+            if width % heads:
+                raise ConfigError(f"every hidden width must be divisible by heads: hidden {width} with {heads} "
+                                  "heads", "heads")
+        self.heads, self.attention_dropout = heads, attention_dropout
+        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
+        last = len(dims) - 2
+        self.convs.extend(
+            GATLayer(dims[i], dims[i + 1] if i == last else dims[i + 1] // heads, heads, concat=i != last,
+                     attention_dropout=attention_dropout, bias=bias, index=i, generator=generator)
+            for i in range(len(dims) - 1))
+        self.seed_attention(seed)
+
+    def seed_attention(self, seed: int) -> None:
+        """The attention-dropout masks of the following forward passes come from ``seed`` (the trainer: once per
+        epoch, the SAME seed on every rank, so that every P draws the same masks)."""
+        for conv in self.convs:
+            conv.attention_seed = int(seed)
+
+    @property
+    def caches_input_aggregation(self) -> bool:
+        return False  # every layer multiplies first
+
+    def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
+                x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
+                loss_on_train_rows: bool = False) -> torch.Tensor:
+        """Logits [m, classes] for the rows ``x`` [m, d_0] (as :meth:`LayerStack.forward`; the logits are a new
+        tensor whatever ``logits_in_workspace`` says, and ``loss_on_train_rows`` changes nothing)."""
+        if x_aggregated is not None:
+            raise ValueError("x_aggregated cannot be used with a GAT (its layers multiply first)")
+        h = self._drop(x, self.input_dropout)
+        last = len(self.convs) - 1
+        for i, conv in enumerate(self.convs):
+            if i > 0:
+                h = self._drop(h, self.dropout)
+            h = conv(h, adj, timer)
+            if i < last:
+                h = activate(h, self.activation)
+        return h
