@@ -1,4 +1,5 @@
-"""Every collective of the GPU path gets tensors on the rank's device (NCCL rejects CPU tensors), checked on gloo.
+"""Every collective of the GPU path gets tensors on the rank's device (NCCL rejects CPU tensors), checked on gloo,
+and is one that gloo runs on CUDA tensors too (ranks sharing a GPU talk over gloo: MGGCN_SHARE_DEVICE).
 
 On gloo a CPU tensor and the rank's device are the same place; tests/host_tensors.py follows where each tensor
 would be on a GPU run (made without a device: on the host) and wraps ``torch.distributed``'s collectives so that
@@ -13,6 +14,10 @@ from host_tensors import HostTracker, check_collectives, on_host
 from mggcn.config import TrainConfig
 from mggcn.distributed.launch import run_workers
 from reference import random_graph
+
+# The collectives whose CUDA tensors torch's ProcessGroupGloo moves through host memory (its Async*CUDAWork):
+# send/recv, reduce_scatter and the *_into_tensor forms are not among them on every torch from 2.4 on.
+GLOO_CUDA_COLLECTIVES = {"broadcast", "all_reduce", "all_gather", "all_to_all_single"}
 
 
 def test_the_tracker_follows_tensors_to_the_host_and_back():
@@ -60,5 +65,6 @@ def test_every_collective_of_the_gpu_path_gets_device_tensors(nprocs):
     results = run_workers(workers.collective_devices_worker, nprocs, (graph, nan_graph, configs), timeout_s=300)
     for rank, (problems, checked) in enumerate(results):
         assert problems == [], f"rank {rank}:\n" + "\n".join(problems)
-        # the wrapper saw the collectives of every path (else the check above proves nothing)
-        assert {"all_to_all_single", "broadcast", "all_reduce", "all_gather"} <= set(checked), checked
+        # the wrapper saw the collectives of every path (else the check above proves nothing), and no other one:
+        # ranks that share a GPU run every one of them over gloo on CUDA tensors
+        assert set(checked) == GLOO_CUDA_COLLECTIVES, checked

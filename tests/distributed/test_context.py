@@ -1,5 +1,6 @@
 """The distributed context (mggcn.distributed.context): the host allocator policy of mggcn's ranks
-(mggcn.utils.system.set_mmap_threshold) and their thread count, in fresh processes; waiting for a device."""
+(mggcn.utils.system.set_mmap_threshold) and their thread count, in fresh processes; which device and backend each
+rank gets, and the refusal of more CUDA ranks than GPUs without MGGCN_SHARE_DEVICE=1."""
 
 import pytest
 
