@@ -1,26 +1,40 @@
 #!/usr/bin/env bash
-# The GPU check, well under 8 minutes on one H200 (run it whenever a GPU machine is available; put the table in
-# README). Four steps, each under its own `timeout -k`, each run whatever the previous ones did:
+# The GPU check, under 8 minutes on one H200 (run it whenever a GPU machine is available; put the table in README).
+# Six steps, each under its own `timeout -k`, each run whatever the previous ones did:
 #   1. imports: everything the other steps need, with versions, and the GPUs PyTorch sees (printed first);
 #   2. CUDA tests: the SpMM on CUDA = CPU (outputs filled with NaN first), 3 epochs on CUDA = CPU, 2 ranks over
 #      NCCL when there are 2+ GPUs, the benchmark's CUDA memory accounting;
-#   3. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
-#   4. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 and PyG's GCNConv) on that graph.
+#   3. shared GPU: P = 2 and 3 ranks on the GPUs there, more ranks than GPUs sharing them (MGGCN_SHARE_DEVICE=1,
+#      gloo), with the broadcast, sparse and auto exchange, overlap on and off: each one's losses against P = 1's
+#      (scripts/rank_check.py ranks: the largest relative difference, PASS within 1e-4);
+#   4. reproducible: GCN, GraphSAGE and GIN with dropout trained twice at P = 1 and 2, the losses compared bit for
+#      bit, and torch.use_deterministic_algorithms's list of non-deterministic kernels asked about each model
+#      (scripts/rank_check.py repeat);
+#   5. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
+#   6. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 and PyG's GCNConv) on that graph.
 #
-# Sizes: the graph is generated and sharded on the CPU (single-threaded numpy/scipy), which is what bounds the
-# time, so the GPU is filled with a wide hidden layer rather than with more edges. The defaults, 1M vertices x 20
-# nonzeros, 512 features, hidden 4096, 64 classes: `mggcn plan` predicts 35.3 GiB for mggcn; PyG's GCNConv keeps
+# Time: the steps together get GPU_CHECK_BUDGET seconds (default 465, their kill grace included): a step runs under
+# its own limit or what is left of the budget, whichever is less, so the check ends within 8 minutes whatever
+# hangs. Expected on an H200: imports ~10 s, CUDA tests ~1-1.5 min, shared GPU ~1.5 min (13 runs on 100k vertices,
+# each P > 1 starting P CUDA contexts), reproducible ~1 min (12 runs and 3 audited ones), plan ~5 s, bench ~2.5 min.
+#
+# Sizes: the bench's graph is generated and sharded on the CPU (single-threaded numpy/scipy), which is what bounds
+# the time, so the GPU is filled with a wide hidden layer rather than with more edges. The defaults, 1M vertices x
+# 20 nonzeros, 512 features, hidden 4096, 64 classes: `mggcn plan` predicts 35.3 GiB for mggcn; PyG's GCNConv keeps
 # about five 1M x 4096 float activations (~76 GiB), so on a 141 GB H200 both run and the comparison is real. The
 # bench step takes about half the 300-340 s measured for 2M vertices x 20, 1024 features. Override with GPU_NODES,
-# GPU_DEGREE, GPU_FEATURES, GPU_HIDDEN, GPU_CLASSES, GPU_EPOCHS; GPU_CHECK_TESTS names the test files of step 2.
+# GPU_DEGREE, GPU_FEATURES, GPU_HIDDEN, GPU_CLASSES, GPU_EPOCHS; GPU_CHECK_TESTS names the test files of step 2;
+# GPU_RANK_NODES (default 100000) and GPU_RANK_EPOCHS (5) size steps 3 and 4 (64 features, hidden 64, 8 classes).
 #
 # Outputs in OUT_DIR (default: $OUT where that is set, else the current folder), all there after every step:
 #   gpu_check.log         everything printed
 #   gpu_check_steps.txt   one line per step so far: name, exit status, seconds (gpu_check.json: the same as JSON)
+#   gpu_ranks.json        step 3's rows (configuration, losses, difference, pass), written after each
+#   gpu_repeat.json       step 4's rows, written after each
 #   gpu_bench.json        the bench's report, written as it grows (after every configuration, failed ones too)
 #   gpu_bench.txt         the bench's table, made from gpu_bench.json (also when the bench was stopped midway)
-# Exit status: 0 when every step passed, else the sum of the failed steps' bits (imports 1, CUDA tests 2, plan 4,
-# bench 8), and the last line names them.
+# Exit status: 0 when every step passed, else the sum of the failed steps' bits (imports 1, CUDA tests 2, shared
+# GPU 4, reproducible 8, plan 16, bench 32), and the last line names them.
 #
 # It checks this checkout's mggcn (src/ goes first on PYTHONPATH; no install needed) and runs `python3` (the
 # Python that holds PyTorch on the GPU machines lent here), else `python`, or $PYTHON.
@@ -28,7 +42,8 @@
 # commands, options and output files, with the CUDA tests skipped.
 #
 #   scripts/gpu_check.sh            # from the repository root
-#   GPU_CHECK_DEVICE=cpu GPU_NODES=2000 GPU_FEATURES=16 GPU_HIDDEN=16 GPU_CLASSES=4 scripts/gpu_check.sh
+#   GPU_CHECK_DEVICE=cpu GPU_NODES=2000 GPU_FEATURES=16 GPU_HIDDEN=16 GPU_CLASSES=4 GPU_RANK_NODES=2000 \
+#       scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -40,12 +55,16 @@ FEATURES=${GPU_FEATURES:-512}
 HIDDEN=${GPU_HIDDEN:-4096}
 CLASSES=${GPU_CLASSES:-64}
 EPOCHS=${GPU_EPOCHS:-5}
+RANK_NODES=${GPU_RANK_NODES:-100000}
+RANK_EPOCHS=${GPU_RANK_EPOCHS:-5}
+BUDGET=${GPU_CHECK_BUDGET:-465}
 TESTS=${GPU_CHECK_TESTS:-tests/tools/test_bench.py tests/distributed/test_spmm.py}
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's mggcn, whatever else is installed
 mkdir -p "$OUT_DIR" || exit 1
 exec > >(tee "$OUT_DIR/gpu_check.log") 2>&1
-rm -f "$OUT_DIR/gpu_check_steps.txt" "$OUT_DIR/gpu_check.json" "$OUT_DIR/gpu_bench.json" "$OUT_DIR/gpu_bench.txt"
+rm -f "$OUT_DIR/gpu_check_steps.txt" "$OUT_DIR/gpu_check.json" "$OUT_DIR/gpu_bench.json" "$OUT_DIR/gpu_bench.txt" \
+    "$OUT_DIR/gpu_ranks.json" "$OUT_DIR/gpu_repeat.json"
 
 STEP_TAG=gpu_check
 STEPS_FILE="$OUT_DIR/gpu_check_steps.txt"
@@ -53,11 +72,15 @@ STEPS_FILE="$OUT_DIR/gpu_check_steps.txt"
 . scripts/steps.sh
 STEPS_JSON=""
 
-# step NAME SECONDS COMMAND...: run_step, then bring the step JSON (and the bench table, once the bench has written
-# its report) up to date.
+# step NAME SECONDS COMMAND...: run_step under SECONDS or what is left of the budget (less the kill grace), then
+# bring the step JSON (and the bench table, once the bench has written its report) up to date.
 step() {
-    run_step "$@"
-    STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$1\", \"exit\": $STEP_RC, \"seconds\": $STEP_S}"
+    local name=$1 limit=$2 left
+    shift 2
+    left=$((BUDGET - SECONDS - 15))
+    [ "$left" -lt "$limit" ] && limit=$((left > 1 ? left : 1))
+    run_step "$name" "$limit" "$@"
+    STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$name\", \"exit\": $STEP_RC, \"seconds\": $STEP_S}"
     echo "{\"device\": \"$DEVICE\", \"steps\": [$STEPS_JSON]}" > "$OUT_DIR/gpu_check.json"
     if [ -f "$OUT_DIR/gpu_bench.json" ]; then
         timeout -k 5 60 "$PY" -c "import json, sys; from mggcn.tools.bench import format_table
@@ -127,13 +150,21 @@ bench() {
         --partition random-local --timeout 270 --out "$OUT_DIR/gpu_bench.json"
 }
 
+# rank_check.py's graph and model (steps 3 and 4): small, so that each run's cost is its ranks' start
+rank_check() {
+    MGGCN_SHARE_DEVICE=1 "$PY" scripts/rank_check.py "$1" --device "$DEVICE" --nodes "$RANK_NODES" --degree 10 \
+        --features 64 --hidden 64 --classes 8 --epochs "$RANK_EPOCHS" --out "$OUT_DIR/gpu_$1.json"
+}
+
 # the steps run as child shells (timeout runs programs, not shell functions)
-export -f imports memory plan bench
-export PY DEVICE NODES DEGREE FEATURES HIDDEN CLASSES EPOCHS OUT_DIR
+export -f imports memory plan bench rank_check
+export PY DEVICE NODES DEGREE FEATURES HIDDEN CLASSES EPOCHS OUT_DIR RANK_NODES RANK_EPOCHS
 [ "$DEVICE" = cuda ] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
 step imports 60 bash -c imports
 # shellcheck disable=SC2086  # TESTS is a list of paths
 step "CUDA tests" 180 "$PY" -m pytest $TESTS -q -k cuda -rs -p no:cacheprovider
+step "shared GPU" 150 bash -c "rank_check ranks"
+step reproducible 120 bash -c "rank_check repeat"
 step plan 30 bash -c plan
 step bench 300 bash -c bench
 
