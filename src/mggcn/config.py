@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 __all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "SYMMETRIC_OPERATORS",
            "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "TRAIN_COLUMNS", "DEVICES",
-           "TILE_BYTES", "GATHER_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
+           "PRECISIONS", "TILE_BYTES", "GATHER_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
 
 __version__ = "0.1.0"
 
@@ -29,6 +29,9 @@ SHM_MODES = ("auto", "on", "off")  # CPU ranks of one host broadcast through sha
 # the last layer's backward on a copy of Âᵀ's training columns: auto (when at most half the vertices train), on, off
 TRAIN_COLUMNS = ("auto", "on", "off")
 DEVICES = ("cpu", "cuda", "auto")
+# what features, activations and exchanged rows are stored in (weights, their gradients' sums, Adam and the loss stay
+# float32): fp32; tf32 (float32 storage, the GEMMs on tensor cores: CUDA only); bf16 (bfloat16 storage)
+PRECISIONS = ("fp32", "tf32", "bf16")
 TILE_BYTES = 4 << 20  # CPU SpMM: bytes of the dense operand one column tile reads, per machine
 GATHER_BYTES = 32 << 20  # CPU SpMM: a dense operand up to this size (per machine) is read whole by the gather kernel
 MMAP_THRESHOLD = 1 << 20  # ranks return host blocks above this size to the system when freed
@@ -51,6 +54,8 @@ class TrainConfig:
     activation: str = "relu"
     norm: str = "sym"  # the GCN's Â; GraphSAGE and GIN have their own (operator)
     gin_train_eps: bool = False  # GIN: learn ε (default: fixed at 0)
+    heads: int = 8  # GAT: attention heads per layer (hidden sizes are totals over the heads)
+    attention_dropout: float = 0.0  # GAT: dropout on the attention coefficients
     order: str = "auto"
     overlap: bool = True
     partition: str = "random-local"  # random parts (MG-GCN's balance), the original order inside each (locality)
@@ -61,6 +66,7 @@ class TrainConfig:
     patience: int = 0  # stop after this many epochs without a better validation accuracy (0: never)
     trace_epoch: int = 2  # record a per-rank timeline of this epoch in its record (0: none)
     tile_bytes: int | None = None  # CPU SpMM: bytes of B per column tile (None: TILE_BYTES; 0: untiled)
+    precision: str = "fp32"  # one of PRECISIONS
 
     def dims(self, num_features: int, num_classes: int) -> list[int]:
         """The layer widths of the model: the features, the hidden sizes, the classes."""

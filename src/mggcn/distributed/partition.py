@@ -151,11 +151,12 @@ class Shard:
     num_classes: int
     split_sizes: dict[str, int]  # global counts, the denominators of loss and accuracy
 
-    def to(self, device: torch.device) -> Shard:
+    def to(self, device: torch.device, dtype: torch.dtype | None = None) -> Shard:
+        """The shard on ``device``; with ``dtype``, its features and Â's values in that dtype (``precision``)."""
         shared = all(a is t for a, t in zip(self.adj, self.adj_t))
-        self.adj = [b.to(device) for b in self.adj]
-        self.adj_t = self.adj if shared else [b.to(device) for b in self.adj_t]
-        self.x = None if self.x is None else self.x.to(device)
+        self.adj = [b.to(device, dtype) for b in self.adj]
+        self.adj_t = self.adj if shared else [b.to(device, dtype) for b in self.adj_t]
+        self.x = None if self.x is None else self.x.to(device, dtype)
         self.y = self.y.to(device)
         self.masks = {k: v.to(device) for k, v in self.masks.items()}
         return self

@@ -84,8 +84,9 @@ class BufferWalk:
     ``peak`` and ``alive`` hold the largest total so far and what made it up.
     """
 
-    def __init__(self, rows: int, ws: dict[str, int], device: str = "cpu") -> None:
+    def __init__(self, rows: int, ws: dict[str, int], device: str = "cpu", float_bytes: int = FLOAT_BYTES) -> None:
         self.rows, self.ws, self.device = rows, ws, device
+        self.float_bytes = float_bytes  # bytes of an activation's element (precision: 4, or 2 in bfloat16)
         self.live: dict[str, int] = {}
         self.peak, self.alive = 0, {}
 
@@ -94,16 +95,16 @@ class BufferWalk:
         if total > self.peak:
             self.peak, self.alive = total, {**{f"ws:{k}": v for k, v in self.ws.items()}, **self.live}
 
-    def alloc(self, name: str, width: int, item: int = FLOAT_BYTES) -> str:
-        """A new tensor ``[rows, width]``."""
-        self.live[name] = self.rows * width * item
+    def alloc(self, name: str, width: int, item: int | None = None) -> str:
+        """A new tensor ``[rows, width]`` of ``item`` bytes per element (default: an activation's)."""
+        self.live[name] = self.rows * width * (self.float_bytes if item is None else item)
         self._note()
         return name
 
-    def take(self, name: str, width: int, item: int = FLOAT_BYTES, rows: int | None = None) -> str:
-        """The workspace buffer ``name`` at ``[rows, width]`` (grown if narrower)."""
+    def take(self, name: str, width: int, item: int | None = None, rows: int | None = None) -> str:
+        """The workspace buffer ``name`` at ``[rows, width]`` (grown if narrower), ``item`` as :meth:`alloc`."""
         rows = self.rows if rows is None else rows
-        self.ws[name] = max(self.ws.get(name, 0), rows * width * item)
+        self.ws[name] = max(self.ws.get(name, 0), rows * width * (self.float_bytes if item is None else item))
         self._note()
         return f"ws:{name}"
 

@@ -119,7 +119,7 @@ PRESETS = {
 
 def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
                     train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0, model: str = "gcn",
-                    train_eps: bool = False, device: str = "cpu") -> tuple[int, dict]:
+                    train_eps: bool = False, device: str = "cpu", precision: str = "fp32") -> tuple[int, dict]:
     """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
 
     Walks the forward and backward passes of :class:`mggcn.nn.model.GCN` (``model="sage"``:
@@ -130,15 +130,16 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     after the first. With dropout (approximate): its output and 1-byte mask per dropped input, kept until that
     layer's backward, and the gradient of the dropped input. ``train_rows`` (this rank's training rows) only sizes
     vectors of the loss, below the resolution that matters here, and is kept for callers. ``device`` (``cpu`` or
-    ``cuda``) sizes σ's block buffer.
+    ``cuda``) sizes σ's block buffer. ``precision``: the activations' element size (bf16: 2 bytes; the loss then
+    reads a float32 copy of the logits).
     """
     kind = model_type(model)
     ws: dict[str, int] = {}
 
     def epoch() -> tuple[int, dict]:
-        walk = BufferWalk(rows, ws, device)
+        walk = BufferWalk(rows, ws, device, float_bytes(precision))
         _plan_forward(walk, dims, kind, order, caches_input, dropout, input_dropout, train_eps)
-        grad = _plan_loss(walk, len(dims) - 1)
+        grad = _plan_loss(walk, len(dims) - 1, dims[-1])
         _plan_backward(walk, dims, kind, order, caches_input, train_eps, grad)
         walk.free(*list(walk.live))
         return walk.peak, walk.alive
@@ -177,18 +178,25 @@ def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack],
         walk.take(f"out {i}", d_out)
 
 
-def _plan_loss(walk: BufferWalk, layers: int) -> str:
+def _plan_loss(walk: BufferWalk, layers: int, classes: int) -> str:
     """The loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the logits),
-    two vectors of row sums. Returns the buffer that holds the gradient of the logits."""
-    walk.take("row max", 1)
-    walk.take("label logit", 1)
+    two vectors of row sums. Returns the buffer that holds the gradient of the logits. Logits of lower precision
+    are read as a float32 copy, whose gradient the cast's backward turns into a new tensor of the logits' type."""
+    low = walk.float_bytes < FLOAT
+    if low:
+        walk.alloc("logits float32", classes, FLOAT)
+    walk.take("row max", 1, FLOAT)
+    walk.take("label logit", 1, FLOAT)
     walk.take("label hits", 1, BOOL)
     walk.alloc("label comparisons", 1, 2 * BOOL)
     walk.free("label comparisons")
     grad = f"ws:out {layers - 1}"
-    walk.alloc("row sums", 1)
-    walk.alloc("row sums / scale", 1)
+    walk.alloc("row sums", 1, FLOAT)
+    walk.alloc("row sums / scale", 1, FLOAT)
     walk.free("row sums", "row sums / scale")
+    if low:
+        grad = walk.alloc("grad logits", classes)
+        walk.free("logits float32")
     return grad
 
 
@@ -220,6 +228,7 @@ class MemoryPlan:
     comm_spmm: int = 0
     comm_allreduce: int = 0
     comm_once: int = 0
+    item: int = FLOAT  # bytes of a feature, an activation, a value of Â, an exchanged element (precision)
 
     @property
     def total(self) -> int:
@@ -234,7 +243,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                 rank_nnz: int | None = None, rank_nnz_t: int | None = None,
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
                 train_eps: bool = False, rank_nnz_train_t: int | None = None,
-                train_columns: str = "auto", gather: bool = False, device: str = "cpu") -> MemoryPlan:
+                train_columns: str = "auto", gather: bool = False, device: str = "cpu",
+                precision: str = "fp32") -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -253,6 +263,9 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
             multiplies whole blocks (``tile_cols`` None), each SpMM holding one chunk of rows in flight
             (:func:`~mggcn.kernels.tiled.gather_chunk_bytes`, under 1 MiB).
         device: ``cpu`` or ``cuda``, the size of σ's block buffer (:func:`~mggcn.kernels.policy.mask_chunk_rows`).
+        precision: one of :data:`~mggcn.config.PRECISIONS`: bf16 stores the features, Â's values, the activations
+            and the exchanged rows in 2 bytes, and keeps a bfloat16 copy of the weights and of their gradients
+            beside the float32 ones (:mod:`mggcn.training.precision`).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
@@ -264,7 +277,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
     caches = input_dropout == 0.0
     widths = spmm_widths(dims, order, caches)
-    plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths)
+    plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths, item=float_bytes(precision))
+    item = plan.item
 
     cached = caches and aggregate_first(dims[0], dims[1], True, order)
     params = num_parameters(dims, model, train_eps)
@@ -272,18 +286,20 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     nnz_train = None
     if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1, train_columns):
         nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
-    plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train))
-    plan.parts["features X"] = FLOAT * m * features
-    plan.parts["A.X (cached)"] = FLOAT * m * features if cached else 0
+    plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train,
+                                       item))
+    plan.parts["features X"] = item * m * features
+    plan.parts["A.X (cached)"] = item * m * features if cached else 0
     # y, 3 masks; the loss's label positions (every row's, the training rows') and training rows
     plan.parts["labels, splits"] = m * (2 * INT64 + 3) + 2 * INT64 * ntrain
-    plan.parts["optimizer"] = 5 * FLOAT * params
-    plan.parts["broadcast buffers"] = 2 * FLOAT * m * max(widths or [features]) if nprocs > 1 else 0
+    # weights, gradients, Adam's two moments, the flat all-reduce buffer; a lower precision's copies of the first two
+    plan.parts["optimizer"] = 5 * FLOAT * params + (2 * item * params if item < FLOAT else 0)
+    plan.parts["broadcast buffers"] = 2 * item * m * max(widths or [features]) if nprocs > 1 else 0
     if gather and tile_cols is None:
         plan.parts["SpMM row chunk"] = max(gather_chunk_bytes(m, w, nnz_rank) for w in widths + [features])
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
-                                   device=device)
+                                   device=device, precision=precision)
     plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind))
     plan.activation_detail = detail
     _add_communication(plan, features, params, cached)
@@ -291,13 +307,14 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
 
 
 def _adjacency_parts(m: int, nprocs: int, tile_cols: int | None, nnz: int, nnz_t: int | None,
-                     nnz_train_t: int | None) -> dict[str, int]:
-    """Bytes of a rank's CSR blocks (its ``nprocs`` blocks of ``m`` rows, in tiles of ``tile_cols`` columns) of Â,
-    of Âᵀ (``nnz_t`` None: Â = Âᵀ, shared) and of Âᵀ's training columns (``nnz_train_t`` None: not kept)."""
+                     nnz_train_t: int | None, item: int = FLOAT) -> dict[str, int]:
+    """Bytes of a rank's CSR blocks (its ``nprocs`` blocks of ``m`` rows, in tiles of ``tile_cols`` columns, values
+    of ``item`` bytes) of Â, of Âᵀ (``nnz_t`` None: Â = Âᵀ, shared) and of Âᵀ's training columns (``nnz_train_t``
+    None: not kept)."""
 
     def blocks(count: int) -> int:
         ib = index_bytes(count, m)
-        return nprocs * num_tiles(m, tile_cols) * (m + 1) * ib + count * (ib + FLOAT)
+        return nprocs * num_tiles(m, tile_cols) * (m + 1) * ib + count * (ib + item)
 
     parts = {"adjacency A": blocks(nnz), "adjacency A^T": 0 if nnz_t is None else blocks(nnz_t)}
     if nnz_train_t is not None:
@@ -309,20 +326,25 @@ def _add_communication(plan: MemoryPlan, features: int, params: int, cached: boo
     """What a rank receives: per epoch, the broadcasts of every SpMM and the gradient all-reduce (``params`` and the
     epoch's 5 numbers); once, Â·X's broadcasts when it is ``cached``."""
     nprocs, m = plan.nprocs, plan.rows
-    plan.comm_spmm = sum((nprocs - 1) * m * w * FLOAT for w in plan.widths)
+    plan.comm_spmm = sum((nprocs - 1) * m * w * plan.item for w in plan.widths)
     plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
-    plan.comm_once = (nprocs - 1) * m * features * FLOAT if cached else 0
+    plan.comm_once = (nprocs - 1) * m * features * plan.item if cached else 0
 
 
 def _before_first_epoch(plan: MemoryPlan, features: int, cached: bool, kind: type[LayerStack]) -> int:
     """Bytes beyond ``plan``'s parts while Â·X is computed (``cached``): the broadcast buffers of X's blocks where X
     is wider than every SpMM of an epoch, and X itself where no epoch reads it (its part is then 0)."""
-    m, nprocs = plan.rows, plan.nprocs
-    before = 2 * FLOAT * m * features if cached and nprocs > 1 and features > max(plan.widths or [0]) else 0
+    m, nprocs, item = plan.rows, plan.nprocs, plan.item
+    before = 2 * item * m * features if cached and nprocs > 1 and features > max(plan.widths or [0]) else 0
     if cached and not kind.reads_input_with_aggregation:  # X lives until Â·X is computed (GraphSAGE, GIN read it)
         plan.parts["features X"] = 0
-        before += FLOAT * m * features
+        before += item * m * features
     return before
+
+
+def float_bytes(precision: str) -> int:
+    """Bytes of a feature or activation element under ``precision``."""
+    return 2 if precision == "bf16" else FLOAT
 
 
 def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False) -> int:

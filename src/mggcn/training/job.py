@@ -22,7 +22,7 @@ from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import Graph
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
-from mggcn.distributed.context import DistContext, available_cores, init_distributed, shutdown
+from mggcn.distributed.context import DistContext, available_cores, init_distributed, resolve_device, shutdown
 from mggcn.distributed.metis import require_pymetis
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard, check_partition
@@ -31,6 +31,7 @@ from mggcn.distributed.spmm import check_train_columns
 from mggcn.nn.models import make_model, model_type, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible, check_fits
 from mggcn.training.outputs import check_output, save_model, save_predictions
+from mggcn.training.precision import check_precision_device
 from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError
@@ -200,6 +201,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         check_output(option, path, sidecar=option == "save_model")
     cfg = job.config
     check_job_settings(job)
+    check_precision_device(cfg.precision, job.device if job.device in ("cpu", "cuda") else resolve_device(job.device))
     check_train_columns(cfg.train_columns)
     check_checkpoint_dir(job.checkpoint_dir)
     check_threads(job.threads)

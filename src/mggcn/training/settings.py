@@ -7,11 +7,12 @@ shows the flag); a value that is not a number, not finite, or out of its range i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from numbers import Integral, Real
 from typing import Any
 
-from mggcn.config import TrainConfig
+from mggcn.config import PRECISIONS, TrainConfig
 from mggcn.nn.models import MODEL_TYPES, model_type
 from mggcn.utils.errors import ConfigError
 
@@ -46,8 +47,9 @@ def check_config(cfg: TrainConfig) -> None:
     """Refuse a :class:`~mggcn.config.TrainConfig` that cannot train (types, ranges, finiteness, the model's own
     options)."""
     kind = model_type(cfg.model)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for option in sorted({o for cls in MODEL_TYPES.values() for o in cls.options} - set(kind.options)):
-        if getattr(cfg, option):  # an option of another model
+        if getattr(cfg, option) != defaults[option]:  # an option of another model, set
             owners = ", ".join(k for k, cls in MODEL_TYPES.items() if option in cls.options)
             raise ConfigError(f"{option} is for model {owners}, not {cfg.model}", option)
     hidden = cfg.hidden
@@ -70,6 +72,14 @@ def check_config(cfg: TrainConfig) -> None:
     _at_least("trace_epoch", cfg.trace_epoch, 0, integer=True)
     if cfg.tile_bytes is not None:
         _at_least("tile_bytes", cfg.tile_bytes, 0, integer=True)
+    _at_least("heads", cfg.heads, 1, integer=True)
+    if not 0.0 <= _number("attention_dropout", cfg.attention_dropout) < 1.0:
+        raise ConfigError(f"attention_dropout must be in [0, 1), got {cfg.attention_dropout}", "attention_dropout")
+    if "heads" in kind.options and any(h % cfg.heads for h in hidden):
+        raise ConfigError(f"hidden sizes are totals over the heads: each must be a multiple of heads {cfg.heads}, got "
+                          f"{','.join(map(str, hidden))}", "heads")
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {cfg.precision!r}", "precision")
 
 
 def check_job_settings(job: Any) -> None:

@@ -36,6 +36,7 @@ from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
 from mggcn.nn.models import make_model, operator_for
+from mggcn.training.precision import MasterWeights, compute_dtype, precision_scope
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock, synchronize
 
 __all__ = ["TrainResult", "NonFiniteLoss", "build_model", "train_shard", "predict_shard",
@@ -136,7 +137,7 @@ class _BestWeights:
         return None if self.state is None else {"val_acc": self.val_acc, "since": self.since, "model": self.state,
                                                 "epoch": self.epoch}
 
-    def update(self, epoch: int, val_acc: float, model: LayerStack) -> None:
+    def update(self, epoch: int, val_acc: float, model: LayerStack | MasterWeights) -> None:
         if self.patience <= 0:
             return
         if val_acc > self.val_acc:
@@ -183,15 +184,17 @@ class _Run:
     criterion: MaskedCrossEntropy
     params: list[torch.Tensor]
     stochastic: bool
+    weights: LayerStack | MasterWeights  # what the optimizer updates and checkpoints hold: float32 (precision.py)
 
 
 def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, resume: dict | None) -> _Run:
     """The model, the SpMM operator, the optimizer, what a checkpoint resumes, Â·X (marking ``clock``'s phases)."""
     device = ctx.device
-    shard.to(device)
+    shard.to(device, compute_dtype(cfg.precision))
     clock.mark("device")
     timer = PhaseTimer(device)
     model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
+    weights = model if cfg.precision != "bf16" else MasterWeights(model, compute_dtype(cfg.precision))
     widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
     layout = ParallelLayout.of(cfg, ctx.world_size)
     adj, transport = layout.spmm_operator(ctx, shard, max(widths), timer)
@@ -200,12 +203,12 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
         balance["broadcast"] = transport.name
         if transport.fallback is not None:
             balance["broadcast_fallback"] = transport.fallback
-    optimizer = Adam(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+    optimizer = Adam(weights.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                      weight_decay=cfg.weight_decay)
     result = TrainResult(config=asdict(cfg))
     best = _BestWeights.resumed(cfg.patience, resume.get("best") if resume is not None else None)
     if resume is not None:
-        model.load_state_dict(resume["model"])
+        weights.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         result.history = list(resume["history"])
 
@@ -228,7 +231,7 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
                                    in_place=model.workspace is not None)
     return _Run(ctx, cfg, timer, model, adj, balance, optimizer, result, best, x, x_agg, y, split_masks, split_sizes,
-                criterion, list(model.parameters()), cfg.dropout > 0 or cfg.input_dropout > 0)
+                criterion, list(weights.parameters()), cfg.dropout > 0 or cfg.input_dropout > 0, weights)
 
 
 def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, checkpointer) -> torch.Tensor:
@@ -239,13 +242,15 @@ def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, chec
         with torch.no_grad():
             model.eval()
             logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
-            correct = _correct_counts(run.criterion.hits(logits), run.split_masks)
+            correct = _correct_counts(run.criterion.hits(logits.float()), run.split_masks)
             model.train()
     run.optimizer.zero_grad(set_to_none=False)
     logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
     with timer("criterion"):
-        loss, hits = run.criterion(logits)
+        loss, hits = run.criterion(logits.float())  # a bfloat16 model's logits: the loss in float32
     loss.backward()
+    if run.weights is not model:
+        run.weights.gradients_from_model()
     if not run.stochastic:
         correct = _correct_counts(hits, run.split_masks)
     with timer("allreduce"):
@@ -257,14 +262,16 @@ def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, chec
     if not math.isfinite(float(stats[_Stats.LOSS])):
         raise NonFiniteLoss(_non_finite_message(run.ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
                                                 checkpointer))
-    run.best.update(epoch, float(stats[_Stats.CORRECT][1] / run.split_sizes[1]), model)
+    run.best.update(epoch, float(stats[_Stats.CORRECT][1] / run.split_sizes[1]), run.weights)
     with timer("optimizer"):
         run.optimizer.step()
+        if run.weights is not model:
+            run.weights.update_model()
     return stats
 
 
 def _checkpoint_state(run: _Run, epoch: int, checkpoint_meta: dict | None) -> dict:
-    return {"epoch": epoch, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+    return {"epoch": epoch, "model": run.weights.state_dict(), "optimizer": run.optimizer.state_dict(),
             "history": run.result.history, "best": run.best.saved(), "dims": run.model.dims,
             "model_kind": run.cfg.model, "config": asdict(run.cfg), **(checkpoint_meta or {})}
 
@@ -274,10 +281,10 @@ def _finish(run: _Run) -> TrainResult:
     result, model = run.result, run.model
     result.best_epoch = run.best.epoch
     if run.best.state is not None:
-        model.load_state_dict(run.best.state)
+        run.weights.load_state_dict(run.best.state)
     result.final = final_accuracies(run.ctx, model, run.adj, run.x, run.x_agg, run.y, run.split_masks,
                                     run.split_sizes)
-    result.state_dict = model.pyg_state_dict()
+    result.state_dict = run.weights.pyg_state_dict()
     result.model, result.adj, result.x_agg = model, run.adj, run.x_agg
     return result
 
@@ -306,6 +313,13 @@ def train_shard(ctx: DistContext, shard: Shard, cfg: TrainConfig,
     (``shard.x`` becomes ``None``; predictions read ``Â·X``, :attr:`TrainResult.x_agg`); GraphSAGE and GIN keep
     ``X`` (their root terms read it).
     """
+    with precision_scope(cfg.precision, ctx.device):
+        return _train(ctx, shard, cfg, on_epoch, checkpointer, checkpoint_meta, resume, stop_requested, clock)
+
+
+def _train(ctx: DistContext, shard: Shard, cfg: TrainConfig, on_epoch: Callable[[dict], None] | None,
+           checkpointer, checkpoint_meta: dict | None, resume: dict | None,
+           stop_requested: Callable[[], bool] | None, clock: SetupClock | None) -> TrainResult:
     clock = clock or SetupClock()
     run = _setup(ctx, shard, cfg, clock, resume)
     result, adj = run.result, run.adj

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from typing import TYPE_CHECKING
 
-from mggcn.config import ORDERINGS
+from mggcn.config import ORDERINGS, PRECISIONS
 from mggcn.utils.errors import GraphError
 from mggcn.utils.units import parse_bytes
 
@@ -122,6 +122,13 @@ def orderings(text: str) -> tuple[str, ...]:
 
 FORMAT_HELP = ("layout of a dataset path: ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin or planetoid "
                "(a prepared directory needs none; see `mggcn prepare -h`)")
+
+
+def add_precision_option(p: argparse.ArgumentParser) -> None:
+    """``--precision`` (train, bench, plan)."""
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32 (default, exact); tf32: float32 storage, the GEMMs on tensor cores (CUDA); bf16: "
+                        "features, activations and exchanged rows in bfloat16 (weights, Adam and the loss float32)")
 
 
 def add_dataset_options(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mggcn.config import MODELS, ORDERS, SYMMETRIC_OPERATORS, TRAIN_COLUMNS, TrainConfig
-from mggcn.tools.cli.common import byte_size, fraction, hidden_sizes, int_list, positive_int
+from mggcn.tools.cli.common import add_precision_option, byte_size, fraction, hidden_sizes, int_list, positive_int
 from mggcn.utils.errors import GraphError
 
 HELP = "per-rank memory and communication of a training run, before running it"
@@ -48,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-dropout", type=float, default=0.0,
                    help="as for mggcn train (above 0, Â·X is recomputed every epoch)")
     p.add_argument("--dropout", type=float, default=0.0, help="as for mggcn train")
+    add_precision_option(p)
     p.add_argument("--directed", action="store_true",
                    help="Â differs from Âᵀ (a directed graph, or --norm mean; always for --model sage): the blocks "
                         "of Âᵀ are stored too")
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
                            symmetric=not args.directed and operator_for(args.model) in SYMMETRIC_OPERATORS,
                            tile_cols=tiles, model=args.model,
                            train_eps=args.gin_train_eps, train_columns=args.train_columns,
-                           gather=gather_kernel(args.device), device=args.device)
-        print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}", args.memory))
+                           gather=gather_kernel(args.device), device=args.device, precision=args.precision)
+        precision = "" if args.precision == "fp32" else f", {args.precision}"
+        print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}{precision}", args.memory))
     return 0

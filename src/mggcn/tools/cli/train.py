@@ -24,6 +24,7 @@ from mggcn.config import (
 )
 from mggcn.tools.cli.common import (
     add_dataset_options,
+    add_precision_option,
     byte_size,
     exit_status,
     flag_message,
@@ -80,9 +81,15 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     """The model, its training and its optimizer."""
     p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
                    help="gcn: PyG GCNConv layers; sage: SAGEConv (mean over in-neighbours + root weight); gin: "
-                        "GINConv with a 2-layer MLP (default gcn)")
+                        "GINConv with a 2-layer MLP; gat: GATConv (attention over in-neighbours, --heads) "
+                        "(default gcn)")
     p.add_argument("--gin-train-eps", action="store_true",
                    help="--model gin: learn ε in (1 + ε)·h_i (default: fixed at 0)")
+    p.add_argument("--heads", type=positive_int, default=DEFAULTS.heads,
+                   help="--model gat: attention heads per layer; hidden layers concatenate them (--hidden is their "
+                        f"total, e.g. 64 = 8 heads of 8), the last layer averages them (default {DEFAULTS.heads})")
+    p.add_argument("--attention-dropout", type=float, default=DEFAULTS.attention_dropout, metavar="P",
+                   help="--model gat: dropout on the attention coefficients (default 0)")
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="epochs to train; with --resume, the total")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, metavar="SIZES",
                    help="hidden layer sizes, e.g. 128,128 for a 3-layer GCN (default 128; '' for none: one layer)")
@@ -97,6 +104,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="--model gcn: sym: D^-1/2 (A+I) D^-1/2 (PyG GCNConv); mean: D^-1 (A+I) (original MG-GCN)")
     p.add_argument("--order", choices=ORDERS, default=DEFAULTS.order,
                    help="per layer, aggregate before or after multiplying by W (auto: the narrower SpMM)")
+    add_precision_option(p)
 
 
 def _add_execution_options(p: argparse.ArgumentParser) -> None:
@@ -200,7 +208,9 @@ def run(args: argparse.Namespace) -> int:
             raise GraphError(f"--format {args.fmt} needs a dataset path: mggcn train PATH --format {args.fmt}")
         args.dataset = DEFAULT_DATASET
 
-    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, hidden=args.hidden, epochs=args.epochs,
+    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, heads=args.heads,
+                      attention_dropout=args.attention_dropout, precision=args.precision,
+                      hidden=args.hidden, epochs=args.epochs,
                       lr=args.lr, weight_decay=args.weight_decay,
                       dropout=args.dropout, input_dropout=args.input_dropout, activation=args.activation,
                       norm=args.norm, order=args.order, overlap=args.overlap, partition=args.partition,
