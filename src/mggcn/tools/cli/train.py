@@ -69,7 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nprocs", type=positive_int, default=None, metavar="P",
                    help="local worker processes to start (default 1; not used under torchrun)")
     p.add_argument("--device", default="cpu", choices=DEVICES,
-                   help="cpu (gloo) or cuda (one GPU per rank, NCCL); auto picks cuda when visible (default cpu)")
+                   help="cpu (gloo) or cuda (one GPU per rank, NCCL; more ranks than GPUs only with "
+                        "MGGCN_SHARE_DEVICE=1 set: they share them over gloo, for testing); auto picks cuda when "
+                        "visible (default cpu)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads per rank (default: cores / local ranks)")
     _add_model_options(p)
