@@ -6,11 +6,11 @@
         from P = 1's, and PASS (at most --rtol) or FAIL. On CUDA, more ranks than GPUs run only with
         MGGCN_SHARE_DEVICE=1 (rank r on GPU r mod G, over gloo): gpu_check.sh sets it, and a line per P says where
         the ranks went.
-    python scripts/rank_check.py repeat [--device D] [--out FILE]
-        Trains the GCN, GraphSAGE and GIN (dropout on) twice each at P = 1 and 2 and compares the losses bit for
-        bit: PASS or FAIL per model and P. Then at P = 1 once more under torch.use_deterministic_algorithms(True,
-        warn_only=True): torch names there every kernel of the run it knows to be non-deterministic (FAIL when it
-        names one).
+    python scripts/rank_check.py repeat [--device D] [--models gcn,sage,gin] [--out FILE]
+        Trains each model (default the GCN, GraphSAGE and GIN; GAT's edge sums are atomic on CUDA:
+        docs/benchmarks.md) with dropout twice at P = 1 and 2 and compares the losses bit for bit: PASS or FAIL per
+        model and P. Then at P = 1 once more under torch.use_deterministic_algorithms(True, warn_only=True): torch
+        names there every kernel of the run it knows to be non-deterministic (FAIL when it names one).
 
 Both take the graph's and the model's sizes (--nodes, --degree, --features, --classes, --hidden, --epochs) and print
 each line as its configuration ends; ``--out`` writes the rows so far as JSON after each. Exit status 0 when every
@@ -28,7 +28,7 @@ import time
 import warnings
 
 COMMS = ("broadcast", "sparse", "auto")
-MODELS = ("gcn", "sage", "gin")
+MODELS = ("gcn", "sage", "gin")  # the models whose CUDA kernels are deterministic (docs/benchmarks.md)
 
 
 def max_relative_difference(got: list[float], expected: list[float]) -> float:
@@ -111,7 +111,7 @@ def check_ranks(args: argparse.Namespace, rows: Rows) -> None:
 
 def check_repeat(args: argparse.Namespace, rows: Rows) -> None:
     stochastic = {"dropout": 0.5, "input_dropout": 0.2}  # the masks come from the seed too
-    for model in MODELS:
+    for model in args.models:
         for nprocs in (1, 2):
             name = f"{model} P={nprocs} twice"
             try:
@@ -133,7 +133,7 @@ def audit(args: argparse.Namespace, rows: Rows, options: dict) -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        for model in MODELS:
+        for model in args.models:
             name = f"{model} P=1 torch audit"
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("check", choices=("ranks", "repeat"))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--nprocs", default="2,3", type=lambda s: [int(p) for p in s.split(",")])
+    parser.add_argument("--models", default=",".join(MODELS), type=lambda s: s.split(","))
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--degree", type=int, default=10)
     parser.add_argument("--features", type=int, default=64)

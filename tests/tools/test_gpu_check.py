@@ -108,6 +108,9 @@ def test_repeat_fails_where_a_second_run_differs_and_where_torch_names_a_kernel(
     assert len(verdicts) == 9 and sum(ok for _, ok in verdicts.values()) == 7
     assert any(line.startswith("gin P=2 twice") and " FAIL  (" in line for line in printed)
     assert printed[-1] == "rank_check: 7 of 9 passed; failed: gin P=2 twice, sage P=1 torch audit"
+    calls = _fake_runs(monkeypatch, rc, lambda nprocs, options: [1.0])
+    assert rc.main(["repeat", "--device", "cpu", "--models", "gat"]) == 0
+    assert [(n, o["model"]) for n, o in calls] == [(1, "gat")] * 2 + [(2, "gat")] * 2 + [(1, "gat")]  # + the audit
 
 
 def _gpu_check(tmp_path, **env):
