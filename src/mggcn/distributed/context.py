@@ -108,10 +108,9 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     overrides the rendezvous, which otherwise is torchrun's ``env://``. The device and backend are
     :func:`rank_placement`'s (more local ranks than GPUs are refused unless :data:`SHARE_DEVICE_ENV` allows). Each
     rank uses ``cores / local ranks`` threads unless ``threads`` says otherwise, so that local workers don't fight
-    over cores. ``mmap_threshold``:
-    the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's default), set only in a
-    process mggcn owns (:func:`mggcn.utils.system.enter_rank`; a job run in the caller's process puts the rest back
-    on return: :func:`mggcn.utils.system.caller_settings_kept`).
+    over cores. ``mmap_threshold``: the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's
+    default), set only in a process mggcn owns (:func:`mggcn.utils.system.enter_rank`; a job run in the caller's
+    process puts the rest back on return: :func:`mggcn.utils.system.caller_settings_kept`).
     """
     device = resolve_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
