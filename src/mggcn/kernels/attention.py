@@ -1,5 +1,6 @@
 """Local kernels of GAT's attention on one sparse block: per-edge scores, per-row segment reductions, the per-head
-weighted gather-sum and the per-edge dot products of its backward, and the counter-based attention-dropout hash.
+weighted gather-sum and the per-edge dot products of its backward (an SDDMM), and the counter-based
+attention-dropout hash.
 No communication here: :mod:`mggcn.distributed.attention` runs them on the blocks an exchange hands it.
 
 A block is a tile of a :class:`~mggcn.kernels.tiled.TiledCSR` (torch sparse CSR ``m × w``); its edges are listed in
@@ -21,10 +22,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["edge_list", "leaky_relu_slope", "segment_max", "segment_sum", "gather_heads", "edge_dots",
-           "splitmix64", "edge_keys", "dropout_keep", "DOT_CHUNK_BYTES"]
-
-# bytes of the two gathered [chunk, H, C] operands edge_dots holds at a time
-DOT_CHUNK_BYTES = 8 << 20
+           "splitmix64", "edge_keys", "dropout_keep"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -117,15 +115,14 @@ def gather_heads(crow: torch.Tensor, col: torch.Tensor, weights: torch.Tensor, t
     return out.view(heads, m, channels).transpose(0, 1)
 
 
-def edge_dots(a: torch.Tensor, a_index: torch.Tensor, b: torch.Tensor, b_index: torch.Tensor) -> torch.Tensor:
-    """``out[e, h] = <a[a_index[e], h], b[b_index[e], h]>`` for ``a`` [*, H, C] and ``b`` [*, H, C]: [nnz, H],
-    gathering :data:`DOT_CHUNK_BYTES` of edges' rows at a time."""
-    nnz, heads, channels = a_index.numel(), a.shape[1], a.shape[2]
-    out = torch.empty(nnz, heads, dtype=a.dtype, device=a.device)
-    step = max(1, DOT_CHUNK_BYTES // (2 * heads * channels * a.element_size()))
-    for start in range(0, nnz, step):
-        end = min(nnz, start + step)
-        left = torch.index_select(a, 0, a_index[start:end])
-        left.mul_(torch.index_select(b, 0, b_index[start:end]))
-        torch.sum(left, dim=2, out=out[start:end])
+def edge_dots(crow: torch.Tensor, col: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``out[e, h] = <left[row_e, h], right[col_e, h]>`` over the edges e of the CSR ``crow``, ``col`` (m × w) for
+    ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order. One sampled dense-dense product per head
+    (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered)."""
+    m, heads = left.shape[0], left.shape[1]
+    pattern = torch.sparse_csr_tensor(crow, col, torch.zeros(col.numel(), dtype=left.dtype, device=left.device),
+                                      size=(m, right.shape[0]))
+    out = torch.empty(col.numel(), heads, dtype=left.dtype, device=left.device)
+    for h in range(heads):
+        out[:, h] = torch.sparse.sampled_addmm(pattern, left[:, h], right[:, h].t(), beta=0.0).values()
     return out
