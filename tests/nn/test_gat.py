@@ -13,6 +13,7 @@ from gat_graph import gat_graph
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
+from mggcn.kernels import attention as kernels
 from mggcn.kernels.attention import dropout_keep, edge_keys, gather_heads, splitmix64
 from mggcn.nn.gat import GAT, GATLayer
 from mggcn.nn.norm import adds_self_loops, adjacency, normalize, normalized_adjacency
@@ -75,9 +76,12 @@ def test_gat_operator():
 
 
 @pytest.mark.parametrize("concat", [True, False])
-@pytest.mark.parametrize("tile_cols", [None, 4])
-def test_layer_equals_gatconv(concat, tile_cols):
-    """Output and every gradient (W, att_src, att_dst, bias, input) of one layer equal PyG's GATConv's."""
+@pytest.mark.parametrize("tile_cols,edge_chunk", [(None, None), (4, None), (None, 7), (4, 3)])
+def test_layer_equals_gatconv(concat, tile_cols, edge_chunk, monkeypatch):
+    """Output and every gradient (W, att_src, att_dst, bias, input) of one layer equal PyG's GATConv's, with whole
+    or tiled blocks, processed whole or a few rows at a time."""
+    if edge_chunk is not None:
+        monkeypatch.setattr(kernels, "EDGE_CHUNK", edge_chunk)
     graph = gat_graph()
     torch.manual_seed(0)
     conv = GATConv(5, 4, heads=3, concat=concat).double()
@@ -127,10 +131,10 @@ def test_training_losses_equal_pyg():
     np.testing.assert_allclose(curves[0], curves[1], rtol=1e-9)
 
 
-def test_attention_dropout_masks():
+def test_attention_dropout_masks(monkeypatch):
     """Training mode drops attention weights by the hash of (seed, layer, head, ids): the same seed gives the same
-    logits, another seed others, eval mode none; the kept fraction is about 1 - p and differs by head, layer and
-    seed."""
+    logits (also a few rows at a time), another seed others, eval mode none; the kept fraction is about 1 - p and
+    differs by head, layer and seed."""
     graph = gat_graph()
     adj = _local(graph)
     model = GAT([5, 6, 3], heads=3, attention_dropout=0.5, seed=2).double()
@@ -138,6 +142,9 @@ def test_attention_dropout_masks():
     first = model(x, adj)
     model.seed_attention(2)  # the init seed: the same masks
     torch.testing.assert_close(model(x, adj), first, rtol=0, atol=0)
+    monkeypatch.setattr(kernels, "EDGE_CHUNK", 5)
+    torch.testing.assert_close(model(x, adj), first, **TOL64)  # the same masks, other summation order
+    monkeypatch.undo()
     model.seed_attention(5)
     assert not torch.allclose(model(x, adj), first)
     model.eval()

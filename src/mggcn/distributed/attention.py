@@ -33,7 +33,8 @@ original ids of a block's columns come from an all-gather of the operator's ``ve
 merged parallel edge (multiplicity w) is kept or dropped as one (PyG drops its w copies independently).
 
 Memory: kept for backward, ``out`` [m, H, C] and ``lse`` [m, H] (besides the inputs Z, e_src, e_dst the caller keeps);
-per-edge values ``[nnz, H]`` exist only for the tile in flight, and a received block's ``Z`` columns are copied once
+per-edge values ``[nnz, H]`` exist only for the chunk of rows in flight (about
+:data:`~mggcn.kernels.attention.EDGE_CHUNK` edges), and a received block's ``Z`` columns are copied once
 (w × H·C) to make them an embedding table.
 
 Legend: m = rows per rank, H = heads, C = channels per head, P = ranks, w = a block's columns.
@@ -51,9 +52,9 @@ from mggcn.distributed.spmm import SpMMOperator
 from mggcn.kernels.attention import (
     dropout_keep,
     edge_dots,
-    edge_list,
     gather_heads,
     leaky_relu_slope,
+    row_chunks,
     segment_max,
     segment_sum,
 )
@@ -75,20 +76,22 @@ class AttentionSpec:
 
 
 class _Edges:
-    """The edges of one tile of a block that rank ``source``'s rows feed: rows (this rank's), columns into the
-    received rows, and, with dropout, the dropout factor of each edge and head."""
+    """The edges of a chunk of rows ``r0:r1`` of a tile whose first column is ``start``, from rank ``source``'s rows
+    (:func:`~mggcn.kernels.attention.row_chunks`): rows (less ``r0``), columns, received rows, multiplicities."""
 
-    def __init__(self, tile: torch.Tensor, start: int, dtype: torch.dtype) -> None:
-        self.crow, self.row, self.col, val = edge_list(tile)
+    def __init__(self, chunk: tuple, start: int, dtype: torch.dtype) -> None:
+        self.r0, self.r1, self.crow, self.row, self.col, val = chunk
         self.at = self.col + start  # the received row of each edge
         self.weight = val.to(dtype)[:, None]
+        self.size = self.r1 - self.r0
 
     def dropout(self, spec: AttentionSpec, heads: int, ids: _Ids, source: int, columns: torch.Tensor | None,
                 transpose: bool) -> torch.Tensor | None:
         """``q`` [nnz, H]: the kept edges' ``1 / (1 − p)``, 0 elsewhere (None: no dropout)."""
         if not spec.dropout:
             return None
-        own, other = ids.own(self.row), ids.of(source, self.at if columns is None else columns[self.at])
+        own = ids.own(self.row + self.r0)
+        other = ids.of(source, self.at if columns is None else columns[self.at])
         src, dst = (own, other) if transpose else (other, own)
         keep = dropout_keep(spec.seed, spec.layer, src, dst, heads, spec.dropout)
         return keep.to(self.weight.dtype) / (1.0 - spec.dropout)
@@ -113,8 +116,13 @@ def _pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.index_select(values, 0, index)
 
 
-def _tiles(block: TiledCSR):
-    return zip(block.tiles, block.starts)
+def _chunks(block: TiledCSR, dtype: torch.dtype):
+    """Every chunk of rows of every tile of ``block`` (:func:`~mggcn.kernels.attention.row_chunks`) and the
+    columns of its tile."""
+    for tile, start in zip(block.tiles, block.starts):
+        if tile._nnz():
+            for chunk in row_chunks(tile):
+                yield _Edges(chunk, start, dtype), slice(start, start + tile.shape[1])
 
 
 class _ForwardAttention:
@@ -135,23 +143,22 @@ class _ForwardAttention:
         with self.timer("spmm"):
             table = rows[:, :heads * channels].reshape(rows.shape[0], heads, channels)
             e_src = rows[:, heads * channels:]
-            for tile, start in _tiles(block):
-                if not tile._nnz():
-                    continue
-                edges = _Edges(tile, start, rows.dtype)
-                pre = _pick(e_src, edges.at) + _pick(self.e_dst, edges.row)
+            for edges, columns_of_tile in _chunks(block, rows.dtype):
+                here = slice(edges.r0, edges.r1)
+                pre = _pick(e_src, edges.at) + _pick(self.e_dst[here], edges.row)
                 score = torch.nn.functional.leaky_relu(pre, self.spec.slope)
-                new_max = torch.maximum(self.max, segment_max(edges.row, score, self.e_dst.shape[0]))
+                old_max = self.max[here]
+                new_max = torch.maximum(old_max, segment_max(edges.row, score, edges.size))
                 finite = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
-                rescale = torch.exp(self.max - finite)  # 0 where nothing was summed yet
+                rescale = torch.exp(old_max - finite)  # 0 where nothing was summed yet
                 weight = torch.exp(score - _pick(finite, edges.row)).mul_(edges.weight)
                 q = edges.dropout(self.spec, heads, self.ids, source, columns, transpose=False)
-                self.sum.mul_(rescale).add_(segment_sum(edges.row, weight, self.sum.shape[0]))
+                self.sum[here].mul_(rescale).add_(segment_sum(edges.row, weight, edges.size))
                 if q is not None:
                     weight.mul_(q)
-                self.acc.mul_(rescale[:, :, None]).add_(
-                    gather_heads(edges.crow, edges.col, weight, table[start: start + tile.shape[1]]))
-                self.max = new_max
+                self.acc[here].mul_(rescale[:, :, None]).add_(
+                    gather_heads(edges.crow, edges.col, weight, table[columns_of_tile]))
+                old_max.copy_(new_max)
 
     def result(self) -> torch.Tensor:
         """``out`` [m, H, C]; ``lse`` [m, H] on :attr:`lse`. A row without entries (padding) gets 0 for both."""
@@ -179,22 +186,20 @@ class _BackwardAttention:
         with self.timer("spmm"):
             grad_out = rows[:, :width].reshape(rows.shape[0], heads, channels)
             e_dst, lse, c = (rows[:, width + k * heads: width + (k + 1) * heads] for k in range(3))
-            for tile, start in _tiles(block):
-                if not tile._nnz():
-                    continue
-                edges = _Edges(tile, start, rows.dtype)
-                pre = _pick(self.e_src, edges.row) + _pick(e_dst, edges.at)
+            for edges, columns_of_tile in _chunks(block, rows.dtype):
+                here = slice(edges.r0, edges.r1)
+                pre = _pick(self.e_src[here], edges.row) + _pick(e_dst, edges.at)
                 alpha = torch.nn.functional.leaky_relu(pre, self.spec.slope).sub_(_pick(lse, edges.at)).exp_()
                 alpha.mul_(edges.weight)
                 q = edges.dropout(self.spec, heads, self.ids, source, columns, transpose=True)
                 weight = alpha if q is None else alpha * q
-                table = grad_out[start: start + tile.shape[1]]
-                self.grad_z.add_(gather_heads(edges.crow, edges.col, weight, table))
-                grad_alpha = edge_dots(edges.crow, edges.col, self.z, table)
+                table = grad_out[columns_of_tile]
+                self.grad_z[here].add_(gather_heads(edges.crow, edges.col, weight, table))
+                grad_alpha = edge_dots(edges.crow, edges.col, self.z[here], table)
                 if q is not None:
                     grad_alpha.mul_(q)
                 grad_e = grad_alpha.sub_(_pick(c, edges.at)).mul_(alpha).mul_(leaky_relu_slope(pre, self.spec.slope))
-                self.grad_src.add_(segment_sum(edges.row, grad_e, m))
+                self.grad_src[here].add_(segment_sum(edges.row, grad_e, edges.size))
                 target = edges.at if columns is None else columns[edges.at]
                 self.grad_dst.index_add_(0, target + source * m, grad_e)
 

@@ -5,7 +5,7 @@ No communication here: :mod:`mggcn.distributed.attention` runs them on the block
 
 A block is a tile of a :class:`~mggcn.kernels.tiled.TiledCSR` (torch sparse CSR ``m × w``); its edges are listed in
 CSR order as ``(row, col)`` pairs, ``col`` relative to the tile's first column. Per-edge values are ``[nnz, H]``
-(one per attention head) and exist only for the tile being processed.
+(one per attention head) and exist only for the chunk of a tile's rows being processed (:func:`row_chunks`).
 
 The weighted gather-sum ``out[r, h] = Σ_e p[e, h] · T[col_e, h]`` (``T`` ``[w, H, C]``) is one
 ``torch.nn.functional.embedding_bag`` call in ``sum`` mode with per-sample weights: ``T`` viewed as ``[w·H, C]``,
@@ -21,8 +21,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["edge_list", "leaky_relu_slope", "segment_max", "segment_sum", "gather_heads", "edge_dots",
+__all__ = ["EDGE_CHUNK", "row_chunks", "leaky_relu_slope", "segment_max", "segment_sum", "gather_heads", "edge_dots",
            "splitmix64", "edge_keys", "dropout_keep"]
+
+# edges per step of the attention kernels: their per-edge [chunk, H] tensors stay tens of MiB
+EDGE_CHUNK = 1 << 20
 
 _MASK64 = (1 << 64) - 1
 
@@ -74,12 +77,26 @@ def dropout_keep(seed: int, layer: int, src: torch.Tensor, dst: torch.Tensor, he
     return _shr(edge_keys(seed, layer, src, dst, heads), 11) >= threshold
 
 
-def edge_list(tile: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The CSR ``tile``'s row pointers, and per edge (CSR order) its row and column (int64) and value."""
-    crow, col = tile.crow_indices(), tile.col_indices()
-    counts = crow[1:] - crow[:-1]
-    row = torch.repeat_interleave(torch.arange(tile.shape[0], device=crow.device), counts.to(torch.int64))
-    return crow, row, col.to(torch.int64), tile.values()
+def row_chunks(tile: torch.Tensor, max_edges: int | None = None):
+    """The CSR ``tile`` a run of whole rows at a time, about ``max_edges`` (None: :data:`EDGE_CHUNK`) edges each
+    (more where one row has more):
+    per chunk its first and end row ``r0``, ``r1``, its row pointers from 0, and per edge (CSR order) its row less
+    ``r0`` and its column (int64) and value."""
+    crow, col, val = tile.crow_indices(), tile.col_indices(), tile.values()
+    m, nnz = tile.shape[0], col.numel()
+    max_edges = EDGE_CHUNK if max_edges is None else max_edges
+    rows = [0, m]
+    if nnz > max_edges:
+        marks = torch.arange(max_edges, nnz, max_edges, dtype=crow.dtype, device=crow.device)
+        rows = sorted({0, m, *torch.searchsorted(crow, marks).tolist()})
+    ptr = crow[rows].tolist()
+    for k in range(len(rows) - 1):
+        r0, r1, first, last = rows[k], rows[k + 1], ptr[k], ptr[k + 1]
+        if first == last:
+            continue
+        local = crow[r0: r1 + 1] - first
+        row = torch.repeat_interleave(torch.arange(r1 - r0, device=crow.device), (local[1:] - local[:-1]).long())
+        yield r0, r1, local, row, col[first:last].to(torch.int64), val[first:last]
 
 
 def leaky_relu_slope(pre: torch.Tensor, slope: float) -> torch.Tensor:
