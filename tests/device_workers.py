@@ -18,3 +18,13 @@ def shared_device_worker(graph, configs):
     ctx = init_distributed("cpu", timeout_s=120)
     losses = [workers.train_worker(graph, cfg)[0] for cfg in configs]
     return (str(device), backend), ctx.backend, losses
+
+
+def deterministic_worker(graph, configs):
+    """A rank as its environment makes it (MGGCN_DETERMINISTIC set by the test, or not): whether torch's
+    deterministic kernels are on and cuBLAS's workspace setting once it joined, and the losses of each config."""
+    import torch
+
+    init_distributed("cpu", timeout_s=120)
+    state = (torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    return state, [workers.train_worker(graph, cfg)[0] for cfg in configs]

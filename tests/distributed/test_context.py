@@ -149,3 +149,19 @@ def test_a_rank_joins_with_the_device_and_backend_decided(monkeypatch, gpus, dev
     assert (ctx.device, ctx.backend, ctx.rank, ctx.world_size) == (cuda, backend, 1, 3)
     # NCCL is told its device up front; gloo takes none (it moves CUDA tensors through the host)
     assert calls == [("set_device", cuda), ("init_process_group", backend, cuda if backend == "nccl" else None)]
+
+
+def test_the_deterministic_switch_is_one_or_zero(monkeypatch):
+    from mggcn.distributed.context import DETERMINISTIC_ENV, deterministic_kernels
+    from mggcn.utils.errors import ConfigError
+
+    for value, on in ((None, False), ("0", False), ("1", True), (" 1", True)):
+        if value is None:
+            monkeypatch.delenv(DETERMINISTIC_ENV, raising=False)
+        else:
+            monkeypatch.setenv(DETERMINISTIC_ENV, value)
+        assert deterministic_kernels() is on
+    monkeypatch.setenv(DETERMINISTIC_ENV, "true")
+    with pytest.raises(ConfigError, match=r"^MGGCN_DETERMINISTIC=true: must be 1 \(torch's deterministic kernels\) "
+                                          r"or 0$"):
+        deterministic_kernels()

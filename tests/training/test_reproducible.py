@@ -7,8 +7,10 @@ CUDA are not)."""
 import pytest
 import torch
 
+import device_workers
 import workers
 from mggcn.config import TrainConfig
+from mggcn.distributed.context import DETERMINISTIC_ENV
 from mggcn.distributed.launch import run_workers
 from reference import random_graph
 
@@ -29,3 +31,20 @@ def test_two_runs_with_the_same_seed_are_bitwise_equal(nprocs):
                                       trace_epoch=0))]
     # another seed draws other weights and masks: equality above is not that of a run that ignores its seed
     assert run_workers(workers.train_many_worker, 1, (other_seed,), timeout_s=300)[0][0][0] != runs[0][0][0][0]
+
+
+def test_the_deterministic_switch_turns_torchs_deterministic_kernels_on_and_changes_no_cpu_result(monkeypatch):
+    """MGGCN_DETERMINISTIC=1 (for GAT's edge sums on CUDA): every rank runs torch.use_deterministic_algorithms(True),
+    with the cuBLAS workspace setting that mode requires; on the CPU no kernel of the GCN's or GAT's training is
+    refused in that mode, and the losses are bitwise those without it."""
+    graph = random_graph(27, 120, features=6, classes=3, directed=True, seed=9)  # 27: not divisible by 2
+    configs = [TrainConfig(model=model, hidden=(8,), epochs=3, dropout=0.3, seed=4, comm=comm, trace_epoch=0)
+               for model, comm in (("gcn", "sparse"), ("gat", "broadcast"))]
+    monkeypatch.delenv(DETERMINISTIC_ENV, raising=False)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    plain = run_workers(device_workers.deterministic_worker, 2, (graph, configs), timeout_s=300)
+    monkeypatch.setenv(DETERMINISTIC_ENV, "1")  # the workers get the launcher's environment
+    switched = run_workers(device_workers.deterministic_worker, 2, (graph, configs), timeout_s=300)
+    assert [state for state, _ in plain] == [(False, None)] * 2
+    assert [state for state, _ in switched] == [(True, ":4096:8")] * 2
+    assert [losses for _, losses in switched] == [losses for _, losses in plain]  # floats compared exactly

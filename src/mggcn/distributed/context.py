@@ -2,9 +2,10 @@
 
 The run's device decisions live here: which device a rank drives (:func:`resolve_device`, :func:`rank_placement`),
 which backend (gloo on CPU and for ranks sharing a GPU, NCCL on CUDA: :attr:`DistContext.backend`, which the rest
-reads instead of deciding again), whether more ranks than GPUs may share them (:data:`SHARE_DEVICE_ENV`), how many
-CPU threads it may use (set through :mod:`mggcn.utils.system`, with the host allocator's threshold); waiting for a
-device's queued work is :func:`mggcn.utils.timing.synchronize`. Which local sparse kernel runs on which device is
+reads instead of deciding again), whether more ranks than GPUs may share them (:data:`SHARE_DEVICE_ENV`), whether
+torch's deterministic kernels are asked for (:data:`DETERMINISTIC_ENV`), how many CPU threads it may use (set
+through :mod:`mggcn.utils.system`, with the host allocator's threshold); waiting for a device's queued work is
+:func:`mggcn.utils.timing.synchronize`. Which local sparse kernel runs on which device is
 :mod:`mggcn.kernels.policy`'s. Library code never calls ``dist.get_rank()``; it receives a :class:`DistContext`. A
 world of size 1 needs no process group: every collective below is then the identity.
 """
@@ -25,11 +26,14 @@ from mggcn.utils.system import enter_rank
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "SHARE_DEVICE_ENV",
-           "shares_devices", "check_gpus", "rank_placement"]
+           "shares_devices", "check_gpus", "rank_placement", "DETERMINISTIC_ENV", "deterministic_kernels"]
 
 # Set to 1, it lets a host run more CUDA ranks than it has GPUs (rank r on GPU r mod G, the job over gloo): the
 # multi-rank CUDA path runs where one GPU is all there is. For testing: the ranks share the GPU's time and memory.
 SHARE_DEVICE_ENV = "MGGCN_SHARE_DEVICE"
+# Set to 1, every rank runs torch.use_deterministic_algorithms(True): kernels that would add with atomics on CUDA
+# (GAT's edge sums: docs/benchmarks.md, reproducible runs) take their deterministic, slower form.
+DETERMINISTIC_ENV = "MGGCN_DETERMINISTIC"
 
 @dataclass(frozen=True)
 class DistContext:
@@ -66,12 +70,22 @@ def resolve_device(kind: str) -> str:
     return kind
 
 
-def shares_devices() -> bool:
-    """Whether :data:`SHARE_DEVICE_ENV` lets ranks share a GPU: ``1`` yes, ``0`` or unset no, else one line."""
-    value = os.environ.get(SHARE_DEVICE_ENV, "").strip()
+def _switch(name: str, meaning: str, option: str | None) -> bool:
+    """The environment switch ``name``: ``1`` on, ``0`` or unset off, else one line saying what 1 means."""
+    value = os.environ.get(name, "").strip()
     if value not in ("", "0", "1"):
-        raise ConfigError(f"{SHARE_DEVICE_ENV}={value}: must be 1 (ranks may share a GPU) or 0", "nprocs")
+        raise ConfigError(f"{name}={value}: must be 1 ({meaning}) or 0", option)
     return value == "1"
+
+
+def shares_devices() -> bool:
+    """Whether :data:`SHARE_DEVICE_ENV` lets ranks share a GPU."""
+    return _switch(SHARE_DEVICE_ENV, "ranks may share a GPU", "nprocs")
+
+
+def deterministic_kernels() -> bool:
+    """Whether :data:`DETERMINISTIC_ENV` asks for torch's deterministic kernels."""
+    return _switch(DETERMINISTIC_ENV, "torch's deterministic kernels", None)
 
 
 def check_gpus(nprocs: int, gpus: int | None = None, share: bool | None = None) -> bool:
@@ -106,7 +120,8 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
 
     Without those variables this is a single-process run. ``MGGCN_INIT_METHOD`` (set by mggcn's own launcher)
     overrides the rendezvous, which otherwise is torchrun's ``env://``. The device and backend are
-    :func:`rank_placement`'s (more local ranks than GPUs are refused unless :data:`SHARE_DEVICE_ENV` allows). Each
+    :func:`rank_placement`'s (more local ranks than GPUs are refused unless :data:`SHARE_DEVICE_ENV` allows);
+    with :data:`DETERMINISTIC_ENV` set to 1 the process runs torch's deterministic kernels from here on. Each
     rank uses ``cores / local ranks`` threads unless ``threads`` says otherwise, so that local workers don't fight
     over cores. ``mmap_threshold``: the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's
     default), set only in a process mggcn owns (:func:`mggcn.utils.system.enter_rank`; a job run in the caller's
@@ -124,7 +139,12 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
         raise ConfigError(f"threads {threads}: must be between 1 and the {cores} core(s) this process may use",
                           "threads")
     dev, backend = rank_placement(device, local_rank, local_world)  # a refusal leaves the process as it was
+    deterministic = deterministic_kernels()
     enter_rank(threads or max(1, cores // max(1, local_world)), mmap_threshold)
+    if deterministic:  # for the rest of the process: the caller asked it of the process's environment
+        # the workspace setting torch requires of cuBLAS in this mode; read when the first cuBLAS handle is made
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
 
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
