@@ -71,6 +71,8 @@ class GATLayer(nn.Module):
     Shapes: ``h`` [m, d_in] -> [m, H·C] (concat) or [m, C].
     """
 
+    aggregate_first = False  # the attention needs Z = H·Wᵀ first (what the order policy asks of every layer)
+
     def __init__(self, in_dim: int, channels: int, heads: int = 1, concat: bool = True,
                  attention_dropout: float = 0.0, bias: bool = True, index: int = 0,
                  generator: torch.Generator | None = None) -> None:
@@ -134,6 +136,26 @@ class GAT(LayerStack):
     pyg_one_hidden_width = True
     options = ("heads", "attention_dropout")
     layer_weight = "convs.{}.lin.weight"  # [H·C, d_in]
+
+    @classmethod
+    def state_keys(cls) -> tuple[str, ...]:
+        return cls.layer_weight, "convs.{}.att_src"
+
+    @classmethod
+    def state_dims(cls, state: dict[str, torch.Tensor]) -> list[int]:
+        """Hidden layers give ``H·C`` (their weight's rows), the last one its ``C`` (each head's channels, the
+        attention vectors' last size)."""
+        dims = super().state_dims(state)
+        last = len(dims) - 2
+        att = state.get(f"convs.{last}.att_src") if last >= 0 else None
+        if not isinstance(att, torch.Tensor) or att.dim() != 3 or att.shape[1] * att.shape[2] != dims[-1]:
+            raise ValueError(f"convs.{last}.att_src is not the [1, heads, channels] of its layer's weight")
+        dims[-1] = int(att.shape[2])
+        return dims
+
+    @classmethod
+    def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
+        return {"heads": int(state["convs.0.att_src"].shape[1])}
 
     @classmethod
     def build(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, attention_dropout: float = 0.0,

@@ -242,6 +242,36 @@ class LayerStack(nn.Module):
     layer_weight = "convs.{}.lin.weight"  # layer l's weight [d_out, d_in]: a state dict's model and sizes by it
 
     @classmethod
+    def state_keys(cls) -> tuple[str, ...]:
+        """Names (``{}``: the layer) of a layer's tensors that tell a state dict of this model from the others'."""
+        return (cls.layer_weight,)
+
+    @classmethod
+    def state_dims(cls, state: dict[str, torch.Tensor]) -> list[int]:
+        """``[d_0, ..., d_L]`` of a state dict of this model, from each layer's :attr:`layer_weight`; a
+        ``ValueError`` saying what does not fit."""
+        dims: list[int] = []
+        layer = 0
+        while cls.layer_weight.format(layer) in state:
+            name = cls.layer_weight.format(layer)
+            tensor = state[name]
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
+                raise ValueError(f"{name} is not a matrix (a [d_out, d_in] tensor)")
+            d_out, d_in = tensor.shape
+            if dims and dims[-1] != d_in:
+                raise ValueError(f"layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
+            dims = dims or [int(d_in)]
+            dims.append(int(d_out))
+            layer += 1
+        return dims
+
+    @classmethod
+    def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
+        """The model's own options (:func:`mggcn.nn.models.make_model`'s keywords) a state dict fixes by its
+        shapes (GAT's heads); none for the others."""
+        return {}
+
+    @classmethod
     def build(cls, dims: Sequence[int], train_eps: bool = False, **common) -> LayerStack:
         """The model with layer sizes ``dims`` and the :class:`LayerStack` arguments ``common``."""
         return cls(dims, **common)
@@ -339,6 +369,10 @@ class LayerStack(nn.Module):
         if self._dropout_generator is None or self._dropout_generator.device != device:
             self._dropout_generator = torch.Generator(device=device)
         self._dropout_generator.manual_seed(seed)
+
+    def seed_attention(self, seed: int) -> None:
+        """Draw the following attention-dropout masks from ``seed``, the same on every rank (GAT's; the trainer
+        calls it once per epoch). A model without attention has nothing to seed."""
 
     def _drop(self, h: torch.Tensor, p: float) -> torch.Tensor:
         if not (p and self.training):

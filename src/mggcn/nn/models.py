@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mggcn.config import MODELS
+from mggcn.config import MODELS, TrainConfig
 from mggcn.nn.gat import GAT
 from mggcn.nn.gin import GIN
 from mggcn.nn.model import GCN, LayerStack
 from mggcn.nn.sage import GraphSAGE
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "operator_for"]
+__all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "model_options", "operator_for"]
 
 # Every model by its --model name. A model class carries what the rest of mggcn knows about it (its Â, PyG
 # counterpart, parameters, GEMMs, the plan's buffers: see LayerStack), so registering it is all a new model needs.
@@ -52,7 +52,15 @@ def operator_for(model: str, norm: str = "sym") -> str:
 
 def make_model(kind: str, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                input_dropout: float = 0.0, order: str = "auto", seed: int = 0, train_eps: bool = False,
-               reuse_buffers: bool = True) -> LayerStack:
-    """The model ``kind`` (a name of :data:`MODEL_TYPES`) with layer sizes ``dims``; ``train_eps`` is GIN's only."""
+               reuse_buffers: bool = True, **options) -> LayerStack:
+    """The model ``kind`` (a name of :data:`MODEL_TYPES`) with layer sizes ``dims``; ``train_eps`` is GIN's only,
+    ``options`` the model's own others (GAT's ``heads``, ``attention_dropout``: :func:`model_options`)."""
     return model_type(kind).build(dims, train_eps=train_eps, activation=activation, dropout=dropout,
-                                  input_dropout=input_dropout, order=order, seed=seed, reuse_buffers=reuse_buffers)
+                                  input_dropout=input_dropout, order=order, seed=seed, reuse_buffers=reuse_buffers,
+                                  **options)
+
+
+def model_options(cfg: TrainConfig) -> dict:
+    """The settings of ``cfg`` that only its model takes (its class's ``options``), as :func:`make_model`'s
+    keywords (GIN's ``gin_train_eps`` is its ``train_eps``)."""
+    return {"train_eps" if o == "gin_train_eps" else o: getattr(cfg, o) for o in model_type(cfg.model).options}

@@ -28,7 +28,7 @@ from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard, check_partition
 from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import check_train_columns
-from mggcn.nn.models import make_model, model_type, operator_for
+from mggcn.nn.models import make_model, model_options, model_type, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible, check_fits
 from mggcn.training.outputs import check_output, save_model, save_predictions
 from mggcn.training.precision import check_precision_device
@@ -133,7 +133,7 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     dims = cfg.dims(dataset.num_features, dataset.num_classes)
     check_compatible(state, path, dataset_identity(dataset), dims, cfg.model,
                      {o: getattr(cfg, o) for o in model_type(cfg.model).options})
-    check_fits(state, path, make_model(cfg.model, dims, activation=cfg.activation, train_eps=cfg.gin_train_eps))
+    check_fits(state, path, make_model(cfg.model, dims, activation=cfg.activation, **model_options(cfg)))
     return found
 
 

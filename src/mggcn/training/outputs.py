@@ -93,32 +93,25 @@ def sidecar_path(path: str) -> str:
 
 
 def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> str:
-    """The name of the model whose parameter names ``state_dict`` has (by its first layer's weight,
-    :attr:`~mggcn.nn.model.LayerStack.layer_weight`)."""
-    for kind, cls in MODEL_TYPES.items():
-        if cls.layer_weight.format(0) in state_dict:
-            return kind
+    """The name of the model whose parameter names ``state_dict`` has: of the models all of whose first layer's
+    names (:meth:`~mggcn.nn.model.LayerStack.state_keys`) it holds, the one with the most (a GAT's layer has a GCN's
+    names and its attention vectors)."""
+    found = [(len(cls.state_keys()), kind) for kind, cls in MODEL_TYPES.items()
+             if all(key.format(0) in state_dict for key in cls.state_keys())]
+    if found:
+        return max(found)[1]
     names = ", ".join(f"{cls.__name__} ({cls.layer_weight.format(0)})" for cls in MODEL_TYPES.values())
     raise GraphError(f"{source}: not the state dict of a model mggcn trains (none of the weights of {names}); give a "
                      "file written by save_model=", "save_model")
 
 
 def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
-    """``[d_0, ..., d_L]`` from the shapes of each layer's first weight (layers numbered 0..L-1 without gaps)."""
-    dims: list[int] = []
-    layer = 0
-    weight = MODEL_TYPES[model_kind(state_dict, source)].layer_weight
-    while weight.format(layer) in state_dict:
-        tensor = state_dict[weight.format(layer)]
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
-            raise GraphError(f"{source}: {weight.format(layer)} is not a matrix (a [d_out, d_in] tensor)")
-        d_out, d_in = tensor.shape
-        if dims and dims[-1] != d_in:
-            raise GraphError(f"{source}: layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
-        dims = dims or [int(d_in)]
-        dims.append(int(d_out))
-        layer += 1
-    return dims
+    """``[d_0, ..., d_L]`` from the shapes of each layer's weights (layers numbered 0..L-1 without gaps), as the
+    model of ``state_dict`` reads them (:meth:`~mggcn.nn.model.LayerStack.state_dims`)."""
+    try:
+        return MODEL_TYPES[model_kind(state_dict, source)].state_dims(state_dict)
+    except ValueError as err:
+        raise GraphError(f"{source}: {err}") from None
 
 
 def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConfig, dataset: dict,
@@ -206,7 +199,8 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             raise GraphError(f"{where}: {what} one of {', '.join(known)}")
     if card.get("model") not in MODEL_TYPES:
         raise GraphError(f"{sidecar_path(path)}: model {card.get('model')!r} is not one of {', '.join(MODEL_TYPES)}")
-    model = make_model(found, dims, activation=card["activation"])  # GIN: ε, learnt or not, is read as a value
+    # GIN: ε, learnt or not, is read as a value; GAT: its heads from the attention vectors' shape
+    model = make_model(found, dims, activation=card["activation"], **MODEL_TYPES[found].state_options(state_dict))
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if missing or unexpected:
         raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a {found} of layers "

@@ -35,7 +35,7 @@ from mggcn.distributed.spmm import SpMMOperator, StagedSpMM, keeps_training_colu
 from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
 from mggcn.nn.model import LayerStack, spmm_widths
-from mggcn.nn.models import make_model, operator_for
+from mggcn.nn.models import make_model, model_options, operator_for
 from mggcn.training.precision import MasterWeights, compute_dtype, precision_scope
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock, synchronize
 
@@ -100,7 +100,7 @@ def build_model(cfg: TrainConfig, num_features: int, num_classes: int,
     """The model of ``cfg`` (``cfg.model``), identically initialized on every rank."""
     return make_model(cfg.model, cfg.dims(num_features, num_classes), activation=cfg.activation,
                       dropout=cfg.dropout, input_dropout=cfg.input_dropout, order=cfg.order, seed=cfg.seed,
-                      train_eps=cfg.gin_train_eps).to(device)
+                      **model_options(cfg)).to(device)
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -325,6 +325,7 @@ def _train(ctx: DistContext, shard: Shard, cfg: TrainConfig, on_epoch: Callable[
     result, adj = run.result, run.adj
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
         run.model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
+        run.model.seed_attention(epoch_seed(cfg.seed, epoch, 0))  # the same on every rank: any P, the same masks
         run.timer.reset(trace=epoch == cfg.trace_epoch)
         moved = (adj.sent_bytes, adj.recv_bytes)
         start = time.perf_counter()
