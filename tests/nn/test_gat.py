@@ -200,3 +200,23 @@ def test_bad_heads_name_the_option():
     assert info.value.option == "attention_dropout"
     assert GAT.operator("sym") == "gat" and not GAT([5, 8, 3]).caches_input_aggregation
     assert torch.equal(GAT([5, 8, 3], seed=3).convs[0].lin.weight, GAT([5, 8, 3], seed=3).convs[0].lin.weight)
+
+
+@pytest.mark.parametrize("comm", ["broadcast", "sparse"])
+def test_layout_operator_carries_original_ids(comm):
+    """``ParallelLayout.spmm_operator`` gives its operator the original id of each row (the renumbering's), which
+    ``all_vertex_ids`` returns at P = 1; the dropout masks hash them, so a renumbered run draws the same masks."""
+    from mggcn.distributed.context import DistContext
+    from mggcn.distributed.parallel_layout import ParallelLayout
+
+    graph = gat_graph()
+    layout = ParallelLayout(1, comm=comm, ordering="random", seed=5)
+    part = layout.partition(graph)
+    assert not np.array_equal(part.order, np.arange(graph.num_nodes))
+    shard = layout.shard(graph, DistContext(), "gat", 8, partition=part)
+    op, _ = layout.spmm_operator(DistContext(), shard, 8)
+    assert torch.equal(op.all_vertex_ids(), torch.from_numpy(part.order))
+    model = GAT([5, 6, 3], heads=3, attention_dropout=0.5, seed=2).double()
+    x = torch.as_tensor(graph.x, dtype=torch.float64)
+    renumbered = model(x[torch.from_numpy(part.order)], op)[torch.from_numpy(part.position)]
+    torch.testing.assert_close(renumbered, model(x, _local(graph)), **TOL64)

@@ -134,12 +134,12 @@ def gather_heads(crow: torch.Tensor, col: torch.Tensor, weights: torch.Tensor, t
 
 def edge_dots(crow: torch.Tensor, col: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """``out[e, h] = <left[row_e, h], right[col_e, h]>`` over the edges e of the CSR ``crow``, ``col`` (m × w) for
-    ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order. One sampled dense-dense product per head
-    (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered)."""
+    ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order (a transposed view). One sampled dense-dense
+    product per head (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered)."""
     m, heads = left.shape[0], left.shape[1]
     pattern = torch.sparse_csr_tensor(crow, col, torch.zeros(col.numel(), dtype=left.dtype, device=left.device),
                                       size=(m, right.shape[0]))
-    out = torch.empty(col.numel(), heads, dtype=left.dtype, device=left.device)
+    out = torch.empty(heads, col.numel(), dtype=left.dtype, device=left.device)  # each head's values contiguous
     for h in range(heads):
-        out[:, h] = torch.sparse.sampled_addmm(pattern, left[:, h], right[:, h].t(), beta=0.0).values()
-    return out
+        out[h] = torch.sparse.sampled_addmm(pattern, left[:, h], right[:, h].t(), beta=0.0).values()
+    return out.t()
