@@ -80,8 +80,8 @@ def dropout_keep(seed: int, layer: int, src: torch.Tensor, dst: torch.Tensor, he
 def row_chunks(tile: torch.Tensor, max_edges: int | None = None):
     """The CSR ``tile`` a run of whole rows at a time, about ``max_edges`` (None: :data:`EDGE_CHUNK`) edges each
     (more where one row has more):
-    per chunk its first and end row ``r0``, ``r1``, its row pointers from 0, and per edge (CSR order) its row less
-    ``r0`` and its column (int64) and value."""
+    per chunk its first and end row ``r0``, ``r1``, its row pointers from 0 (int64), and per edge (CSR order) its
+    row less ``r0`` and its column (int64) and value."""
     crow, col, val = tile.crow_indices(), tile.col_indices(), tile.values()
     m, nnz = tile.shape[0], col.numel()
     max_edges = EDGE_CHUNK if max_edges is None else max_edges
@@ -94,8 +94,8 @@ def row_chunks(tile: torch.Tensor, max_edges: int | None = None):
         r0, r1, first, last = rows[k], rows[k + 1], ptr[k], ptr[k + 1]
         if first == last:
             continue
-        local = crow[r0: r1 + 1] - first
-        row = torch.repeat_interleave(torch.arange(r1 - r0, device=crow.device), (local[1:] - local[:-1]).long())
+        local = crow[r0: r1 + 1].to(torch.int64) - first  # int64 like the columns: one index type (cuSPARSE)
+        row = torch.repeat_interleave(torch.arange(r1 - r0, device=crow.device), local[1:] - local[:-1])
         yield r0, r1, local, row, col[first:last].to(torch.int64), val[first:last]
 
 
