@@ -384,7 +384,8 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     failing.write_text("def test_cuda_step_fails():\n    assert False, 'a CUDA test that fails'\n")
     out = tmp_path / "out"
     env = dict(os.environ, GPU_CHECK_DEVICE="cpu", GPU_NODES="1500", GPU_DEGREE="6", GPU_FEATURES="8",
-               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", OUT_DIR=str(out), PYTHON=sys.executable,
+               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", GPU_RANK_NODES="300", GPU_RANK_EPOCHS="2",
+               GPU_CHECK_BUDGET="3000", OUT_DIR=str(out), PYTHON=sys.executable,
                GPU_CHECK_TESTS=f"tests/tools/test_bench.py tests/distributed/test_spmm.py {failing}")
     done = subprocess.run(["bash", os.path.join(root, "scripts", "gpu_check.sh")], env=env, capture_output=True,
                           text=True, timeout=900)
@@ -392,17 +393,17 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     assert done.stdout.rstrip().splitlines()[-1] == "gpu_check: failed steps: CUDA tests (exit 1); exit status 2"
     log = (out / "gpu_check.log").read_text()
     steps = [line for line in log.splitlines() if line.startswith("== ")]
-    assert steps == ["== imports", "== CUDA tests", "== plan", "== bench"]
+    assert steps == ["== imports", "== CUDA tests", "== shared GPU", "== reproducible", "== plan", "== bench"]
     imports = log[log.index("== imports"): log.index("== CUDA tests")]
     for module in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn.tools.bench"):
         assert f"\n{module} " in imports or f"\n{module}\n" in imports, imports
     assert os.path.join(root, "src", "mggcn") in imports  # this checkout's mggcn, not an installed one
     assert "7 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
     table = json.loads((out / "gpu_check.json").read_text())
-    assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("plan", 0),
-                                                                 ("bench", 0)]
+    assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("shared GPU", 0),
+                                                                 ("reproducible", 0), ("plan", 0), ("bench", 0)]
     assert [line.split()[0] for line in (out / "gpu_check_steps.txt").read_text().splitlines()] == \
-        ["imports", "CUDA", "plan", "bench"]
+        ["imports", "CUDA", "shared", "reproducible", "plan", "bench"]
     report = json.loads((out / "gpu_bench.json").read_text())
     assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu" and report["complete"]
     assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"} and report["failed"] == []
@@ -411,16 +412,17 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     assert all(r["name"] in printed for r in report["rows"])
 
 
-@pytest.mark.parametrize("model", ["sage", "gin"])
+@pytest.mark.parametrize("model", ["sage", "gin", "gat"])
 def test_bench_model_against_pygs_own(model):
-    """`bench --model sage|gin` trains the model at P = 1 and 2 and PyG's GraphSAGE / GIN from the same weights:
-    the same losses after the same epochs, and the plan's parameters."""
+    """`bench --model sage|gin|gat` trains the model at P = 1 and 2 and PyG's GraphSAGE / GIN / GAT from the same
+    weights (GAT: 4 heads, PyG's layers on the edge list): the same losses after the same epochs, and the plan's
+    parameters."""
     opts = bench.options_from(small=True, model=model, nprocs=(1, 2), partitions=("random-local",), epochs=2,
-                              warmup=1)
+                              warmup=1, heads=4)
     report = bench.run_bench(opts, log=lambda line: None)
     assert report["failed"] == []
     rows = {r["name"]: r for r in report["rows"]}
-    pyg = rows[f"PyG {'GraphSAGE' if model == 'sage' else 'GIN'} (csr)"]
+    pyg = rows[{"sage": "PyG GraphSAGE (csr)", "gin": "PyG GIN (csr)", "gat": "PyG GATConv (edge_index)"}[model]]
     for name in ("mggcn P=1 random-local", "mggcn P=2 random-local"):
         # float32 on both sides, another summation order: 3 Adam steps agree to a few ulps of the loss
         assert rows[name]["loss"] == pytest.approx(pyg["loss"], rel=1e-5), name

@@ -136,6 +136,7 @@ class GAT(LayerStack):
     pyg_one_hidden_width = True
     options = ("heads", "attention_dropout")
     layer_weight = "convs.{}.lin.weight"  # [H·C, d_in]
+    pyg_takes_edge_index = True  # GATConv computes its attention per edge of an edge list
 
     @classmethod
     def state_keys(cls) -> tuple[str, ...]:

@@ -23,7 +23,9 @@ class BenchOptions:
     features: int = 128
     classes: int = 40
     hidden: tuple[int, ...] = (128,)
-    model: str = "gcn"  # gcn, sage or gin (mggcn.nn.models), against PyG's GCNConv, GraphSAGE or GIN
+    model: str = "gcn"  # gcn, sage, gin or gat (mggcn.nn.models), against PyG's GCNConv, GraphSAGE, GIN or GAT
+    heads: int = 8  # GAT's attention heads per layer
+    precision: str = "fp32"  # mggcn's --precision for every mggcn configuration
     epochs: int = 8  # timed epochs, after the warm-up
     warmup: int = 2
     repeats: int = 1  # rounds over the mggcn configurations, interleaved (their medians are reported)

@@ -28,7 +28,7 @@ from mggcn.tools.bench.workers import threshold, train_config
 from mggcn.training.trainer import build_model
 from mggcn.utils.timing import SetupClock, synchronize
 
-__all__ = ["pyg_worker", "PYG_LAST_SETUP_PHASE"]
+__all__ = ["pyg_worker", "pyg_adjacency", "PYG_LAST_SETUP_PHASE"]
 
 PYG_LAST_SETUP_PHASE = "optimizer"
 _TARGET_ROWS = 1 << 20  # rows of the target side of edge_index filled at a time (a bounded temporary)
@@ -52,7 +52,8 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int, notes_dir: str | Non
     dev = ctx.device
     cap_memory(opts.gpu_memory, opts.host_memory, dev)
     probe = MemoryProbe(dev, torch_adam=True)
-    cfg = train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model)
+    cfg = train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model,
+                       **({"heads": opts.heads} if opts.model == "gat" else {}))
     clock = SetupClock()
     notes = SetupNotes(notes_dir, 0, clock)
     with notes.on_failure():
@@ -73,7 +74,7 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int, notes_dir: str | Non
     memory = probe.done()
     lift_caps(opts.gpu_memory, opts.host_memory, dev)
     return {"rank": 0, "history": history, "memory": memory, "setup": notes.record(), "nodes": data.num_nodes,
-            "threads": torch.get_num_threads(), "adjacency": opts.pyg_adj,
+            "threads": torch.get_num_threads(), "adjacency": pyg_adjacency(opts),
             "machine": measure_after(ctx, threads, opts)}
 
 
@@ -129,7 +130,7 @@ def _adjacency(data: _Input, opts: BenchOptions, clock: SetupClock) -> torch.Ten
     from torch_geometric.utils import to_torch_csr_tensor
 
     edge_index, data.edge_index, weight = data.edge_index, None, None
-    if opts.pyg_adj == "edge_index":
+    if pyg_adjacency(opts) == "edge_index":
         return edge_index
     n = data.num_nodes
     edge_index, weight = model_type(opts.model).pyg_edge_weight(edge_index, n)
@@ -142,6 +143,11 @@ def _adjacency(data: _Input, opts: BenchOptions, clock: SetupClock) -> torch.Ten
                                         adj_t.shape)
     clock.mark("csr")
     return adj_t
+
+
+def pyg_adjacency(opts: BenchOptions) -> str:
+    """What PyG's layers are given: ``opts.pyg_adj``, or the edge list for a model whose layers take only that."""
+    return "edge_index" if model_type(opts.model).pyg_takes_edge_index else opts.pyg_adj
 
 
 def _model(opts: BenchOptions, cfg, dev: torch.device) -> torch.nn.ModuleList:

@@ -17,7 +17,7 @@ from mggcn.tools.bench.graph import cached_info, generate_worker, info_worker, p
 from mggcn.tools.bench.limits import check_gpu_memory, gpu_memory_worker, out_of_memory, read_notes
 from mggcn.tools.bench.options import BenchOptions
 from mggcn.tools.bench.probes import baseline_worker, broadcast_worker, describe_host, machine_worker
-from mggcn.tools.bench.pyg import PYG_LAST_SETUP_PHASE, pyg_worker
+from mggcn.tools.bench.pyg import PYG_LAST_SETUP_PHASE, pyg_adjacency, pyg_worker
 from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
 from mggcn.tools.bench.table import write_report
 from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
@@ -157,7 +157,7 @@ def configurations(opts: BenchOptions, gpus: int) -> list[Run]:
     if opts.device == "cuda":
         runs = [r for r in runs if r.nprocs <= gpus]
     if opts.pyg:
-        runs.append(Run(f"PyG {model_type(opts.model).pyg_label} ({opts.pyg_adj})", "pyg"))
+        runs.append(Run(f"PyG {model_type(opts.model).pyg_label} ({pyg_adjacency(opts)})", "pyg"))
     return runs
 
 
@@ -225,6 +225,7 @@ def run_one(run: Run, opts: BenchOptions, path: str, threads: int, notes: str | 
     if run.kind == "pyg":
         return run_workers(pyg_worker, 1, (path, opts, threads, notes), timeout_s=opts.timeout_s)
     config = dict(model=opts.model, hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
-                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm)
+                  partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm,
+                  precision=opts.precision, **({"heads": opts.heads} if opts.model == "gat" else {}))
     args = (path, config, opts, max(1, threads // run.nprocs), threads, notes)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)

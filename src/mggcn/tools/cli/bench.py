@@ -6,7 +6,15 @@ import argparse
 import sys
 
 from mggcn.config import MODELS, SHM_MODES
-from mggcn.tools.cli.common import byte_size, byte_sizes, hidden_sizes, int_list, orderings, positive_int
+from mggcn.tools.cli.common import (
+    add_precision_option,
+    byte_size,
+    byte_sizes,
+    hidden_sizes,
+    int_list,
+    orderings,
+    positive_int,
+)
 
 HELP = "mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv (GraphSAGE, GIN), in one run"
 
@@ -42,7 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", type=positive_int, help=f"default {d.features}")
     p.add_argument("--classes", type=positive_int, help=f"default {d.classes}")
     p.add_argument("--model", choices=MODELS,
-                   help="gcn (default) against PyG's GCNConv, sage against its GraphSAGE, gin against its GIN")
+                   help="gcn (default) against PyG's GCNConv, sage against its GraphSAGE, gin against its GIN, gat "
+                        "against its GAT")
+    p.add_argument("--heads", type=positive_int, help="--model gat: attention heads per layer (default 8)")
+    add_precision_option(p)
     p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
     p.add_argument("--epochs", type=positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
     p.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
@@ -99,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
     keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "repeat_pyg",
             "threads", "nprocs", "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s",
-            "mmap_threshold", "tile_bytes", "compare_tiles", "shm", "compare_shm", "gpu_memory", "host_memory")
+            "mmap_threshold", "tile_bytes", "compare_tiles", "shm", "compare_shm", "gpu_memory", "host_memory",
+            "heads", "precision")
     opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     check_pyg(opts.pyg)
     try:  # with --out, the report is written as it grows and before the table is printed
