@@ -223,6 +223,7 @@ def run_blocks(path: Path, work: Path, env: dict) -> int:
     return ran
 
 
+@pytest.mark.slow  # each runs a page's commands (mggcn processes): the slow run (.ci/run) has them
 def test_tutorial_runs_top_to_bottom(tmp_path, shell_env):
     work = tmp_path / "work"
     work.mkdir()
@@ -231,10 +232,12 @@ def test_tutorial_runs_top_to_bottom(tmp_path, shell_env):
     assert (work / "predictions.csv").read_text().startswith("vertex,prediction\n")
 
 
+@pytest.mark.slow  # each runs a page's commands (mggcn processes): the slow run (.ci/run) has them
 def test_readme_blocks_run(tmp_path, shell_env):
     assert run_blocks(ROOT / "README.md", tmp_path, shell_env) >= MINIMUM["README.md"][0]
 
 
+@pytest.mark.slow  # each runs a page's commands (mggcn processes): the slow run (.ci/run) has them
 @pytest.mark.parametrize("page", [p.name for p in PAGES if p != TUTORIAL])
 def test_docs_page_blocks_run(page, tmp_path, shell_env):
     """A docs page's python, console and text blocks run top to bottom in one fresh directory; a block that names
