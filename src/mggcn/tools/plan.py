@@ -278,7 +278,6 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     caches = input_dropout == 0.0
     widths = spmm_widths(dims, order, caches)
     plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths, item=float_bytes(precision))
-    item = plan.item
 
     cached = caches and aggregate_first(dims[0], dims[1], True, order)
     params = num_parameters(dims, model, train_eps)
@@ -287,14 +286,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1, train_columns):
         nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
     plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train,
-                                       item))
-    plan.parts["features X"] = item * m * features
-    plan.parts["A.X (cached)"] = item * m * features if cached else 0
-    # y, 3 masks; the loss's label positions (every row's, the training rows') and training rows
-    plan.parts["labels, splits"] = m * (2 * INT64 + 3) + 2 * INT64 * ntrain
-    # weights, gradients, Adam's two moments, the flat all-reduce buffer; a lower precision's copies of the first two
-    plan.parts["optimizer"] = 5 * FLOAT * params + (2 * item * params if item < FLOAT else 0)
-    plan.parts["broadcast buffers"] = 2 * item * m * max(widths or [features]) if nprocs > 1 else 0
+                                       plan.item))
+    _add_dense_parts(plan, features, cached, ntrain, params)
     if gather and tile_cols is None:
         plan.parts["SpMM row chunk"] = max(gather_chunk_bytes(m, w, nnz_rank) for w in widths + [features])
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
@@ -304,6 +297,19 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     plan.activation_detail = detail
     _add_communication(plan, features, params, cached)
     return plan
+
+
+def _add_dense_parts(plan: MemoryPlan, features: int, cached: bool, ntrain: int, params: int) -> None:
+    """The rank's dense arrays: features (or Â·X when ``cached``), labels and splits of its rows (``ntrain`` of
+    them training), the optimizer's state for ``params`` weights, and the broadcast buffers."""
+    m, item = plan.rows, plan.item
+    plan.parts["features X"] = item * m * features
+    plan.parts["A.X (cached)"] = item * m * features if cached else 0
+    # y, 3 masks; the loss's label positions (every row's, the training rows') and training rows
+    plan.parts["labels, splits"] = m * (2 * INT64 + 3) + 2 * INT64 * ntrain
+    # weights, gradients, Adam's two moments, the flat all-reduce buffer; a lower precision's copies of the first two
+    plan.parts["optimizer"] = 5 * FLOAT * params + (2 * item * params if item < FLOAT else 0)
+    plan.parts["broadcast buffers"] = 2 * item * m * max(plan.widths or [features]) if plan.nprocs > 1 else 0
 
 
 def _adjacency_parts(m: int, nprocs: int, tile_cols: int | None, nnz: int, nnz_t: int | None,

@@ -83,6 +83,9 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
     if kind.pyg_one_hidden_width and opts.pyg and len(set(opts.hidden)) > 1:
         raise ConfigError(f"model {opts.model}: PyG's {kind.pyg_name} has one hidden width, got hidden="
                           f"{','.join(map(str, opts.hidden))} (or give pyg=False)", "model")
+    if opts.heads != BenchOptions.heads and "heads" not in kind.options:
+        owners = ", ".join(k for k, cls in MODEL_TYPES.items() if "heads" in cls.options)
+        raise ConfigError(f"heads is for model {owners}, not {opts.model}", "heads")
     if opts.ids not in IDS:
         raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")
     _check_caps(opts)
