@@ -32,10 +32,12 @@ counter-based hash (:func:`mggcn.kernels.attention.dropout_keep`), so P = 1 and 
 original ids of a block's columns come from an all-gather of the operator's ``vertex_ids``, once per operator. A
 merged parallel edge (multiplicity w) is kept or dropped as one (PyG drops its w copies independently).
 
-Memory: kept for backward, ``out`` [m, H, C] and ``lse`` [m, H] (besides the inputs Z, e_src, e_dst the caller keeps);
-per-edge values ``[nnz, H]`` exist only for the chunk of rows in flight (about
-:data:`~mggcn.kernels.attention.EDGE_CHUNK` edges), and a received block's ``Z`` columns are copied once
-(w × H·C) to make them an embedding table.
+Memory: kept for backward, ``out`` [m, H, C] and ``lse`` [m, H] (besides the inputs Z, e_src, e_dst the caller keeps).
+Forward, while it runs: the rows sent ``[m, H·C + H]``, the running max and sum [m, H], the operator's receive
+buffers at that width, and per received block its ``Z`` columns copied once (w × H·C, an embedding table). Backward:
+the rows sent ``[m, H·C + 3H]``, ``c`` [m, H], ``∂Z`` [m, H·C] (the result), ``∂e_src`` [m, H] and the partial
+``∂e_dst`` [P·m, H]. Per-edge values ``[nnz, H]`` exist only for the chunk of rows in flight (about
+:data:`~mggcn.kernels.attention.EDGE_CHUNK` edges, some 60·H bytes each).
 
 Legend: m = rows per rank, H = heads, C = channels per head, P = ranks, w = a block's columns.
 """

@@ -24,8 +24,9 @@ import torch.nn.functional as F
 __all__ = ["EDGE_CHUNK", "row_chunks", "leaky_relu_slope", "segment_max", "segment_sum", "gather_heads", "edge_dots",
            "splitmix64", "edge_keys", "dropout_keep"]
 
-# edges per step of the attention kernels: their per-edge [chunk, H] tensors stay tens of MiB
-EDGE_CHUNK = 1 << 20
+# edges per step of the attention kernels: a step holds about 60·H bytes per edge (a dozen [chunk, H] float and
+# int64 temporaries), ~120 MiB at 8 heads
+EDGE_CHUNK = 1 << 18
 
 _MASK64 = (1 << 64) - 1
 
