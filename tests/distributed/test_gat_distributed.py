@@ -46,7 +46,8 @@ def _cases():
                  + [("broadcast", True, 3), ("sparse", True, 3)])]
     cases.append((graph, "sparse", True, None, options, _state(9), x, g, torch.float32, None))
     dropped = options | {"attention_dropout": 0.4}
-    cases += [(graph, comm, True, None, dropped, _state(10), x, g, torch.float64, 7) for comm in ("broadcast", "auto")]
+    cases += [(graph, comm, overlap, None, dropped, _state(10), x, g, torch.float64, 7)
+              for comm, overlap in (("broadcast", True), ("sparse", False), ("auto", True))]
     return cases
 
 
