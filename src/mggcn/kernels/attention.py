@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mggcn.utils.system import sparse_warnings_silenced
+
 __all__ = ["EDGE_CHUNK", "row_chunks", "leaky_relu_slope", "segment_max", "segment_sum", "gather_heads", "edge_dots",
            "splitmix64", "edge_keys", "dropout_keep"]
 
@@ -138,8 +140,9 @@ def edge_dots(crow: torch.Tensor, col: torch.Tensor, left: torch.Tensor, right: 
     ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order (a transposed view). One sampled dense-dense
     product per head (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered)."""
     m, heads = left.shape[0], left.shape[1]
-    pattern = torch.sparse_csr_tensor(crow, col, torch.zeros(col.numel(), dtype=left.dtype, device=left.device),
-                                      size=(m, right.shape[0]))
+    with sparse_warnings_silenced():  # torch calls the CSR layout beta on every construction
+        pattern = torch.sparse_csr_tensor(crow, col, torch.zeros(col.numel(), dtype=left.dtype, device=left.device),
+                                          size=(m, right.shape[0]))
     out = torch.empty(heads, col.numel(), dtype=left.dtype, device=left.device)  # each head's values contiguous
     for h in range(heads):
         out[h] = torch.sparse.sampled_addmm(pattern, left[:, h], right[:, h].t(), beta=0.0).values()
