@@ -140,10 +140,13 @@ def edge_dots(crow: torch.Tensor, col: torch.Tensor, left: torch.Tensor, right: 
     ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order (a transposed view). One sampled dense-dense
     product per head (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered)."""
     m, heads = left.shape[0], left.shape[1]
+    # the SDDMM has no 16-bit kernels: bfloat16 and half operands are multiplied in float32, a head at a time
+    work = torch.float32 if left.element_size() < 4 else left.dtype
     with sparse_warnings_silenced():  # torch calls the CSR layout beta on every construction
-        pattern = torch.sparse_csr_tensor(crow, col, torch.zeros(col.numel(), dtype=left.dtype, device=left.device),
+        pattern = torch.sparse_csr_tensor(crow, col, torch.zeros(col.numel(), dtype=work, device=left.device),
                                           size=(m, right.shape[0]))
     out = torch.empty(heads, col.numel(), dtype=left.dtype, device=left.device)  # each head's values contiguous
     for h in range(heads):
-        out[h] = torch.sparse.sampled_addmm(pattern, left[:, h], right[:, h].t(), beta=0.0).values()
+        a, b = left[:, h].to(work), right[:, h].t().to(work)
+        out[h] = torch.sparse.sampled_addmm(pattern, a, b, beta=0.0).values()
     return out.t()
