@@ -12,19 +12,48 @@ faster in MKL).
 The layers' dense kernels (:mod:`mggcn.nn.functional`) run a block of rows at a time on a CPU, sized to stay in
 cache, and whole on a GPU (:func:`mask_chunk_rows`, :func:`chain_rows`); a weight gradient's sum is cut among the
 CPU's threads (:func:`weight_grad_parts`).
+
+How the CPU kernels share out their work, :data:`CPU_KERNELS_ENV` (:func:`cpu_kernels`): ``shared`` (the default)
+cuts the gather SpMM, the GEMM-σ-GEMM and σ's backward into small items that the threads take
+as they are free, each on one thread (:mod:`mggcn.kernels.shared`), so that a thread another process holds back
+delays only its own item; ``static`` runs the same blocks as single ops that torch splits evenly among its threads,
+each op waiting for the slowest (fast on a quiet machine, slow beside another job); ``simple`` is the path before the
+gather kernel and the blocks: MKL's tiled CSR product, whole GEMMs, one GEMM per weight gradient.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
 from mggcn.config import GATHER_BYTES, TILE_BYTES
+from mggcn.utils.errors import ConfigError
 
 __all__ = ["MIN_TILE_COLUMNS", "MAX_INDEX_OVERHEAD", "gather_kernel", "index_bytes", "tile_columns", "max_tiles",
            "MASK_CHUNK", "MASK_CHUNK_GPU", "mask_chunk_rows", "GEMM_CHUNK", "chain_rows", "SPLIT_ROWS", "SPLIT_BYTES",
-           "weight_grad_parts"]
+           "weight_grad_parts", "CPU_KERNELS_ENV", "CPU_KERNELS", "cpu_kernels", "shared_threads", "SHARED_CHUNK"]
+
+CPU_KERNELS_ENV = "MGGCN_CPU_KERNELS"  # how the CPU kernels share out their work (read at every kernel call)
+CPU_KERNELS = ("shared", "static", "simple")  # the first is the default
+
+
+def cpu_kernels() -> str:
+    """The CPU kernels' way of sharing out work, from :data:`CPU_KERNELS_ENV` (unset or empty: ``shared``)."""
+    value = os.environ.get(CPU_KERNELS_ENV, "") or CPU_KERNELS[0]
+    if value not in CPU_KERNELS:
+        raise ConfigError(f"{CPU_KERNELS_ENV} must be one of {', '.join(CPU_KERNELS)}, not {value!r}",
+                          CPU_KERNELS_ENV)
+    return value
+
+
+def shared_threads(device: torch.device | str = "cpu") -> int:
+    """How many workers take a kernel's items (:func:`mggcn.kernels.shared.run_items`): torch's threads on a CPU
+    with ``shared`` kernels; 1 (the ops split their own work) elsewhere."""
+    if torch.device(device).type != "cpu" or cpu_kernels() != "shared":
+        return 1
+    return torch.get_num_threads()
 
 # TILE_BYTES (mggcn.config), bytes of B one tile reads per machine: a few MiB, well inside the last-level cache
 # shared by the ranks and past the per-core L2 (mggcn bench --compare-tiles measures others).
@@ -43,8 +72,8 @@ def _fbgemm() -> bool:
 
 def gather_kernel(device: torch.device | str, dtype: torch.dtype = torch.float32) -> bool:
     """Whether a whole block on ``device`` multiplies ``dtype`` operands with the gather-sum kernel
-    (:func:`mggcn.kernels.tiled.gather_matmul`): CPU, float32, FBGEMM."""
-    return torch.device(device).type == "cpu" and dtype == torch.float32 and _fbgemm()
+    (:func:`mggcn.kernels.tiled.gather_matmul`): CPU, float32, FBGEMM, unless the kernels are ``simple``."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32 and _fbgemm() and cpu_kernels() != "simple"
 
 
 def index_bytes(nnz: int, size: int) -> int:
@@ -87,6 +116,8 @@ MASK_CHUNK_GPU = 1 << 24  # elements (64 MiB) on a GPU: few and large kernels
 GEMM_CHUNK = 1 << 20  # elements (4 MiB of float32): a GEMM, σ and the next GEMM run a block of rows this size
 SPLIT_ROWS = 4096  # weight_grad splits the rows among the threads when each part gets at least this many
 SPLIT_BYTES = 1 << 21  # and its partial products take at most this much (2 MiB) together
+# shared kernels: a GEMM-σ-GEMM item (1 MiB of float32), small enough that the threads' last items end close together
+SHARED_CHUNK = 1 << 18
 
 
 def mask_chunk_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
@@ -99,17 +130,20 @@ def mask_chunk_rows(rows: int, width: int, device: torch.device | str = "cpu") -
 def chain_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int:
     """Rows per block of a GEMM, σ and the next GEMM (:class:`mggcn.nn.functional._GemmActGemm`; ``width``: the
     wider of its two outputs): about :data:`GEMM_CHUNK` elements on a CPU, all of them on a GPU, where blocks would
-    only add kernels."""
-    if torch.device(device).type != "cpu":
+    only add kernels. ``shared`` CPU kernels: :data:`SHARED_CHUNK` elements, the items their threads take;
+    ``simple``: all of them (whole GEMMs)."""
+    kernels = cpu_kernels()
+    if torch.device(device).type != "cpu" or kernels == "simple":
         return max(1, rows)
-    return max(1, min(rows, GEMM_CHUNK // max(1, width)))
+    return max(1, min(rows, (SHARED_CHUNK if kernels == "shared" else GEMM_CHUNK) // max(1, width)))
 
 
 def weight_grad_parts(rows: int, product_bytes: int, device: torch.device | str = "cpu") -> int:
     """Parts to cut the ``rows`` of a weight gradient's sum into, one ``bmm`` multiplying them
     (:func:`mggcn.nn.functional.weight_grad`; below 2: one GEMM). Only on a CPU, where MKL's GEMM would split the
     small result of ``product_bytes`` among the threads and each would read all of both operands: two parts per
-    thread, each of at least :data:`SPLIT_ROWS` rows, their partial products at most :data:`SPLIT_BYTES` together."""
-    if torch.device(device).type != "cpu":
+    thread, each of at least :data:`SPLIT_ROWS` rows, their partial products at most :data:`SPLIT_BYTES` together;
+    ``simple`` kernels: one GEMM."""
+    if torch.device(device).type != "cpu" or cpu_kernels() == "simple":
         return 1
     return min(2 * torch.get_num_threads(), rows // SPLIT_ROWS, SPLIT_BYTES // max(1, product_bytes))

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from mggcn.config import MMAP_THRESHOLD
-from mggcn.kernels.policy import gather_kernel, index_bytes
+from mggcn.kernels.policy import gather_kernel, index_bytes, shared_threads
+from mggcn.kernels.shared import run_items
 from mggcn.utils.system import sparse_warnings_silenced
 
 __all__ = ["GATHER_CHUNK", "TiledCSR", "num_tiles", "csr_to_torch", "gather_matmul", "gather_rows",
@@ -61,13 +62,17 @@ def gather_chunk_bytes(rows: int, width: int, nnz: int = 0) -> int:
 
 def gather_matmul(csr: torch.Tensor, b: torch.Tensor, out: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
     """``out = csr·b`` (or ``out += csr·b``) by embedding_bag, :data:`GATHER_CHUNK` output elements at a time; ``csr``
-    a torch sparse CSR ``m × w``, ``b`` ``w × d`` (float32, CPU)."""
+    a torch sparse CSR ``m × w``, ``b`` ``w × d`` (float32, CPU). With ``shared`` kernels
+    (:func:`~mggcn.kernels.policy.shared_threads`) the threads take chunks as they are free, each a share of that
+    size, so the chunks in flight together stay that size."""
     crow, col, val = csr.crow_indices(), csr.col_indices(), csr.values()
     m, d = out.shape
     b = b.detach().contiguous()  # embedding_bag's forward-only path: no per-bag vectors kept for a backward
-    rows = list(range(0, m, gather_rows(d))) + [m]
+    threads = shared_threads(out.device)
+    rows = list(range(0, m, max(1, gather_rows(d) // threads))) + [m]
     ptr = crow[rows].tolist()
-    for k in range(len(rows) - 1):
+
+    def chunk(k: int, _worker: int) -> None:
         r0, r1, first, last = rows[k], rows[k + 1], ptr[k], ptr[k + 1]
         part = F.embedding_bag(col[first:last], b, crow[r0: r1 + 1] - first, mode="sum",
                                per_sample_weights=val[first:last], include_last_offset=True)
@@ -75,6 +80,8 @@ def gather_matmul(csr: torch.Tensor, b: torch.Tensor, out: torch.Tensor, accumul
             out[r0:r1].add_(part)
         else:
             out[r0:r1].copy_(part)
+
+    run_items(len(rows) - 1, chunk, threads)
     return out
 
 

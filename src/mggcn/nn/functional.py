@@ -3,7 +3,8 @@ functions that keep only what their backward reads and put their results and gra
 :class:`~mggcn.nn.workspace.Workspace` says — a GEMM timed as the ``gemm`` phase (:class:`_TimedLinear`), σ in place
 (:class:`_InplaceActivation`, :func:`activate`), a GEMM, σ and the next GEMM a block of rows at a time
 (:class:`_GemmActGemm`), dropout from a seeded generator (:func:`dropout`). The block sizes they run at on each
-device are :mod:`mggcn.kernels.policy`'s.
+device, and whether a CPU's threads take the blocks as they are free (:mod:`mggcn.kernels.shared`), are
+:mod:`mggcn.kernels.policy`'s.
 Why the buffers are shared this way: :mod:`mggcn.nn.model`'s docstring.
 """
 
@@ -15,11 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from mggcn.kernels.policy import chain_rows, mask_chunk_rows, weight_grad_parts
+from mggcn.kernels.policy import chain_rows, mask_chunk_rows, shared_threads, weight_grad_parts
+from mggcn.kernels.shared import run_items
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import PhaseTimer
 
 __all__ = ["dropout", "weight_grad", "activate"]
+
+ALIGN_ELEMENTS = 16  # float32 elements in 64 bytes, the alignment of torch's CPU allocations
 
 
 def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
@@ -28,17 +32,30 @@ def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Ten
     workspace buffer ``sigma block`` (:func:`~mggcn.kernels.policy.mask_chunk_rows` rows, in cache), then σ's
     backward — the very aten op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's
     output, for their signs and writes the gradient over them. No copy of the signs is kept: ``H`` is read once and
-    written once."""
+    written once. With shared kernels (:func:`~mggcn.kernels.policy.shared_threads`) each thread takes blocks of
+    its own share of the buffer."""
     m, d = h.shape
-    rows = mask_chunk_rows(m, d, h.device)
-    block = ws.take("sigma block", rows, d, h)
-    for r in range(0, m, rows):
+    threads = shared_threads(h.device)
+    buffer_rows = mask_chunk_rows(m, d, h.device)
+    flat = ws.take("sigma block", buffer_rows, d, h).view(-1)
+    # each worker's share starts 64 bytes apart (the buffer's start is aligned so): MKL's GEMM may round another way
+    # into an output aligned otherwise, and an item's result must not depend on the worker that takes it
+    share = flat.numel() // threads // ALIGN_ELEMENTS * ALIGN_ELEMENTS
+    rows = share // d if threads > 1 else buffer_rows
+    if rows == 0:
+        threads, rows = 1, buffer_rows
+
+    def step(k: int, worker: int) -> None:
+        r = k * rows
         c = min(rows, m - r)
-        part, out = torch.mm(grad[r:r + c], weight, out=block[:c]), h[r:r + c]
+        block = flat[worker * share: worker * share + c * d].view(c, d)
+        part, out = torch.mm(grad[r:r + c], weight, out=block), h[r:r + c]
         if slope == 0.0:
             torch.ops.aten.threshold_backward.grad_input(part, out, 0.0, grad_input=out)
         else:
             torch.ops.aten.leaky_relu_backward.grad_input(part, out, slope, True, grad_input=out)
+
+    run_items(-(-m // rows), step, threads)
     return h
 
 
@@ -199,11 +216,15 @@ class _GemmActGemm(torch.autograd.Function):
         m, d1, d2 = a.shape[0], w1.shape[0], w2.shape[0]
         h, hw = ws.take(f"out {key}", m, d1, a), ws.take("H.W", m, d2, a)
         rows = chain_rows(m, max(d1, d2), a.device)
+
+        def step(k: int, _worker: int) -> None:
+            r = k * rows
+            block = _linear(a[r:r + rows], w1, b1, h[r:r + rows])
+            block.relu_() if slope == 0.0 else F.leaky_relu_(block, slope)
+            torch.mm(block, w2.t(), out=hw[r:r + rows])
+
         with timer("gemm"):
-            for r in range(0, m, rows):
-                block = _linear(a[r:r + rows], w1, b1, h[r:r + rows])
-                block.relu_() if slope == 0.0 else F.leaky_relu_(block, slope)
-                torch.mm(block, w2.t(), out=hw[r:r + rows])
+            run_items(-(-m // rows), step, shared_threads(a.device))
         ctx.save_for_backward(a, w1, h, w2)
         ctx.slope, ctx.timer, ctx.ws, ctx.grad_ws = slope, timer, ws, grad_ws
         return hw

@@ -1,0 +1,61 @@
+"""scripts/load_check.py rehearsed on a tiny graph: its table and that no busy process outlives it (no timings)."""
+
+import importlib.util
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "load_check.py"
+
+
+def _load_check():
+    spec = importlib.util.spec_from_file_location("load_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _group_gone(pgid: int, wait_s: float = 10.0) -> bool:
+    """Whether no process is left in the busy process's group (a killed one may take a moment to be reaped)."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_load_check_prints_its_table_and_stops_its_busy_process(capsys, tmp_path):
+    """One path, quiet and loaded (two short processes): the table's columns and the JSON's keys."""
+    out = tmp_path / "load.json"
+    _load_check().main(["--nodes", "300", "--degree", "4", "--features", "8", "--hidden", "8", "--epochs", "1",
+                        "--warmup", "1", "--repeats", "1", "--paths", "simple", "--out", str(out)])
+    text = capsys.readouterr().out
+    started = [int(p) for p in re.findall(r"busy processes (\d+) started", text)]
+    stopped = [int(p) for p in re.findall(r"busy processes (\d+) stopped", text)]
+    assert len(started) == 1 and started == stopped  # the loaded run
+    assert all(_group_gone(pid) for pid in started)
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("path "))
+    assert lines[header].split() == ["path", "quiet", "s", "loaded", "s", "loaded/quiet", "quiet/simple",
+                                     "loaded/simple"]
+    name, quiet, loaded, ratio, *against = lines[header + 1].split()
+    assert name == "simple" and float(quiet) > 0 and float(loaded) > 0
+    assert float(ratio) == pytest.approx(float(loaded) / float(quiet), abs=0.01)
+    assert against == ["1.00", "1.00"]  # the simple path against itself
+    assert lines[header + 2] == "losses bitwise equal to simple's: simple"
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"simple"}
+    assert {"epoch_s", "spmm", "gemm", "losses"} <= set(report["results"]["simple"][0]["loaded"])
+
+
+def test_load_check_refuses_an_unknown_path(capsys):
+    with pytest.raises(SystemExit):
+        _load_check().main(["--paths", "shared,fast"])
+    assert "--paths: unknown fast" in capsys.readouterr().err
