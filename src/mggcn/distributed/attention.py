@@ -44,14 +44,14 @@ Legend: m = rows per rank, H = heads, C = channels per head, P = ranks, w = a bl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from mggcn.distributed.spmm import SpMMOperator
 from mggcn.kernels.attention import (
+    AttentionSpec,
     dropout_keep,
     edge_dots,
     gather_heads,
@@ -63,18 +63,11 @@ from mggcn.kernels.attention import (
 from mggcn.kernels.tiled import TiledCSR
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["AttentionSpec", "attention"]
+# the SpMM operator (mggcn.distributed.spmm.SpMMOperator) whose exchange moves the rows; that module calls this one
+# (SpMMOperator.attention), so its class is not imported here
+SpMMOperator = Any
 
-
-@dataclass(frozen=True)
-class AttentionSpec:
-    """What one layer's attention needs besides its tensors: ``slope`` of the score's LeakyReLU, the attention
-    ``dropout`` probability (0: none), and the ``seed`` and ``layer`` its masks hash."""
-
-    slope: float = 0.2
-    dropout: float = 0.0
-    seed: int = 0
-    layer: int = 0
+__all__ = ["attention"]
 
 
 class _Edges:
@@ -247,8 +240,8 @@ class _AttentionFunction(torch.autograd.Function):
 
 
 def attention(z: torch.Tensor, e_src: torch.Tensor, e_dst: torch.Tensor, op: SpMMOperator,
-              spec: AttentionSpec = AttentionSpec(), timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
+              spec: AttentionSpec | None = None, timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
     """GAT's attention aggregation on this rank's rows, with autograd (module docstring): ``z`` [m, H, C], ``e_src``
     and ``e_dst`` [m, H] -> [m, H, C]. ``op``: the SpMM operator of ``normalize(A, "gat")``'s shard, whose exchange
     moves the rows. Collective at P > 1 (every rank calls it, forward and backward)."""
-    return _AttentionFunction.apply(z, e_src, e_dst, op, spec, timer)
+    return _AttentionFunction.apply(z, e_src, e_dst, op, AttentionSpec() if spec is None else spec, timer)

@@ -31,8 +31,10 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from mggcn.config import TRAIN_COLUMNS
+from mggcn.distributed.attention import attention
 from mggcn.distributed.context import DistContext, all_gather_rows
 from mggcn.distributed.shm import SharedOutboxes
+from mggcn.kernels.attention import AttentionSpec
 from mggcn.kernels.tiled import TiledCSR
 from mggcn.nn.workspace import GradSpec, OutSpec, grad_destination
 from mggcn.utils.errors import ConfigError
@@ -186,6 +188,13 @@ class SpMMOperator:
         caller promises ``∂C`` is zero outside the training rows (the last layer of a model whose loss reads only
         those), so backward may multiply by Âᵀ's training columns (:meth:`use_training_columns`)."""
         return _SpMMFunction.apply(b, self, out, grad_ws, grad_on_train_rows and self.has_training_columns)
+
+    def attention(self, z: torch.Tensor, e_src: torch.Tensor, e_dst: torch.Tensor, spec: AttentionSpec,
+                  timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
+        """GAT's attention aggregation over this operator's blocks and exchange
+        (:func:`mggcn.distributed.attention.attention`): ``z`` [m, H, C], ``e_src``, ``e_dst`` [m, H] -> [m, H, C],
+        with autograd. The model calls it on the operator it is given, as it calls the SpMM."""
+        return attention(z, e_src, e_dst, self, spec, timer)
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
             train_columns: bool = False, accumulator: BlockAccumulator | None = None) -> torch.Tensor:

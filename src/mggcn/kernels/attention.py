@@ -18,13 +18,27 @@ Legend: m = rows of the block, w = its columns, nnz = its nonzeros, H = heads, C
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from mggcn.utils.system import sparse_warnings_silenced
 
-__all__ = ["EDGE_CHUNK", "row_chunks", "leaky_relu_slope", "segment_max", "segment_sum", "gather_heads", "edge_dots",
-           "splitmix64", "edge_keys", "dropout_keep"]
+__all__ = ["AttentionSpec", "EDGE_CHUNK", "row_chunks", "leaky_relu_slope", "segment_max", "segment_sum",
+           "gather_heads", "edge_dots", "splitmix64", "edge_keys", "dropout_keep"]
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """What one layer's attention needs besides its tensors: ``slope`` of the score's LeakyReLU, the attention
+    ``dropout`` probability (0: none), and the ``seed`` and ``layer`` its masks hash."""
+
+    slope: float = 0.2
+    dropout: float = 0.0
+    seed: int = 0
+    layer: int = 0
+
 
 # edges per step of the attention kernels: a step holds about 60·H bytes per edge (a dozen [chunk, H] float and
 # int64 temporaries), ~120 MiB at 8 heads
