@@ -429,3 +429,24 @@ def test_bench_model_against_pygs_own(model):
         assert rows[name]["time_vs_pyg"] == pytest.approx(rows[name]["epoch_s"] / pyg["epoch_s"])
     with pytest.raises(ConfigError, match=r"one hidden width, got hidden=16,8 \(or give pyg=False\)$"):
         bench.options_from(small=True, model=model, hidden=(16, 8))
+
+
+def test_bench_compares_precisions_in_the_same_run():
+    """`--compare-precision bf16` runs bf16 beside the bench's fp32 at every P: its rows say their precision and
+    their plan counts 2-byte activations, and the report gives each one's epoch time against fp32's at the same P
+    and its change of test accuracy (what the table prints below it)."""
+    opts = bench.options_from(small=True, nprocs=(1, 2), partitions=("random-local",), epochs=2, warmup=1, pyg=False,
+                              compare_precision=("bf16",))
+    report = bench.run_bench(opts, log=lambda line: None)
+    assert report["failed"] == []
+    rows = {r["name"]: r for r in report["rows"]}
+    assert {rows[f"mggcn P={p} random-local"]["precision"] for p in (1, 2)} == {"fp32"}
+    assert {rows[f"mggcn P={p} random-local bf16"]["precision"] for p in (1, 2)} == {"bf16"}
+    for p in (1, 2):
+        half, full = rows[f"mggcn P={p} random-local bf16"], rows[f"mggcn P={p} random-local"]
+        assert half["memory"][0]["plan_parts"]["features X"] * 2 == full["memory"][0]["plan_parts"]["features X"]
+        entry = report["precision"][f"bf16 P={p}"]
+        assert entry["vs_base"] == pytest.approx(half["epoch_s"] / full["epoch_s"])
+        assert entry["test_acc_change"] == pytest.approx(100 * (half["test_acc"] - full["test_acc"]))
+    table = bench.format_table(report)
+    assert "bf16 P=1: " in table and "x fp32's" in table and " points" in table

@@ -26,6 +26,7 @@ class BenchOptions:
     model: str = "gcn"  # gcn, sage, gin or gat (mggcn.nn.models), against PyG's GCNConv, GraphSAGE, GIN or GAT
     heads: int = 8  # GAT's attention heads per layer
     precision: str = "fp32"  # mggcn's --precision for every mggcn configuration
+    compare_precision: tuple[str, ...] = ()  # more precisions, each run at every P of the main partition
     epochs: int = 8  # timed epochs, after the warm-up
     warmup: int = 2
     repeats: int = 1  # rounds over the mggcn configurations, interleaved (their medians are reported)

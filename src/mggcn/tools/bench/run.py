@@ -150,6 +150,9 @@ def configurations(opts: BenchOptions, gpus: int) -> list[Run]:
                      opts.tile_bytes, "off") for p in opts.nprocs if p > 1 for on in (True, False)]
     runs += [Run(f"mggcn P=1 {o} {_tiles_label(t)}", "mggcn", 1, True, o, t)
              for t in opts.compare_tiles for o in opts.partitions]
+    runs += [Run(f"mggcn P={p} {main} {precision}", "mggcn", p, True, main, opts.tile_bytes, opts.shm,
+                 precision=precision) for precision in opts.compare_precision if precision != opts.precision
+             for p in opts.nprocs]
     if opts.saint_graph:  # P ranks read their shares of the prepared directory; P = 1 also the SAINT files whole
         runs = [r for r in runs if r.overlap]
         runs.insert(1, Run(f"mggcn P=1 {main}, SAINT files", "mggcn", 1, True, main, opts.tile_bytes, opts.shm,
@@ -226,6 +229,6 @@ def run_one(run: Run, opts: BenchOptions, path: str, threads: int, notes: str | 
         return run_workers(pyg_worker, 1, (path, opts, threads, notes), timeout_s=opts.timeout_s)
     config = dict(model=opts.model, hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
                   partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm,
-                  precision=opts.precision, heads=opts.heads)
+                  precision=run.precision or opts.precision, heads=opts.heads)
     args = (path, config, opts, max(1, threads // run.nprocs), threads, notes)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)

@@ -31,6 +31,7 @@ class Run:
     tile_bytes: int | None = None
     shm: str = "auto"
     files: bool = False  # --saint-graph: read the SAINT files whole, not the prepared directory
+    precision: str | None = None  # mggcn's --precision (None: the bench's)
     results: list = field(default_factory=list)  # the ranks' results of the first round
     round_s: list = field(default_factory=list)  # the median epoch of each round
     histories: list = field(default_factory=list)  # rank 0's history of each round
@@ -54,7 +55,8 @@ def summarize(run: Run, opts: BenchOptions, graph: dict) -> dict:
            "shm": bool(first.get("shm")), "oom": False,
            "partition": run.partition, "epoch_s": statistics.median(run.round_s), "round_s": list(run.round_s),
            "epochs_s": [r["epoch_s"] for r in history], "test_acc": history[-1]["test_acc"],
-           "loss": history[-1]["loss"], "threads_per_rank": first["threads"]}
+           "loss": history[-1]["loss"], "threads_per_rank": first["threads"],
+           "precision": run.precision or opts.precision if run.kind == "mggcn" else None}
     row.update(_setup([r["setup"] for r in run.results]))
     timed = [r for h in run.histories for r in h[opts.warmup:]] or history
     phase_keys = (*PHASES, "other") if run.kind == "mggcn" else ("forward", "backward", "optimizer")
@@ -88,7 +90,8 @@ def _rank_memory(run: Run, r: dict, opts: BenchOptions, graph: dict) -> dict:
     plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
                        opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"], rank_nnz_t=r["nnz_t"],
                        symmetric=r["shared_t"], tile_cols=r["tile_cols"], model=opts.model,
-                       rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"], device=opts.device)
+                       rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"], device=opts.device,
+                       precision=run.precision or opts.precision)
     measured = mem["cuda_peak"] if cuda else entry["net"]
     entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                  measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)
@@ -154,6 +157,25 @@ def add_ratios(report: dict) -> None:
                         ("net_vs_pyg", "net"), ("whole_vs_pyg", "whole")):
             r[key] = _ratio(r.get(of), pyg.get(of))
     report["overlap"] = _overlap(rows, report["options"])
+    report["precision"] = _precision(rows, report["options"])
+
+
+def _precision(rows: list[dict], options: dict) -> dict:
+    """Each compared precision against the bench's own at the same P (main partition, overlap on): epoch time
+    ratio and the change of the test accuracy, in points."""
+    base = options.get("precision", "fp32")
+    main = options["partitions"][0]
+    measured = [r for r in rows if r["kind"] == "mggcn" and not r.get("oom") and r["overlap"]
+                and r["partition"] == main and r.get("precision")]
+    ref = {r["nprocs"]: r for r in measured if r["precision"] == base}
+    out = {}
+    for r in measured:
+        this = ref.get(r["nprocs"])
+        if r["precision"] != base and this is not None:
+            out[f"{r['precision']} P={r['nprocs']}"] = {
+                "epoch_s": r["epoch_s"], "base": base, "base_s": this["epoch_s"],
+                "vs_base": r["epoch_s"] / this["epoch_s"], "test_acc_change": 100 * (r["test_acc"] - this["test_acc"])}
+    return out
 
 
 def _overlap(rows: list[dict], options: dict) -> dict:

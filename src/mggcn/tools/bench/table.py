@@ -136,6 +136,9 @@ def _detail_lines(report: dict, g: dict | None) -> list[str]:
         spread = (f", {len(pairs)} rounds: {min(pairs):.2f}x to {max(pairs):.2f}x" if len(pairs) > 1 else "")
         lines.append(f"P={n}: overlap on {o['on_s']:.3f} s vs off {o['off_s']:.3f} s per epoch ({o['speedup']:.2f}x"
                      f"{spread}); waiting on broadcasts {o['comm_wait_on_s']:.3f} s vs {o['comm_wait_off_s']:.3f} s")
+    for name, p in report.get("precision", {}).items():
+        lines.append(f"{name}: {p['epoch_s']:.3f} s per epoch, {p['vs_base']:.2f}x {p['base']}'s {p['base_s']:.3f} s; "
+                     f"test accuracy {p['test_acc_change']:+.1f} points")
     comm = report.get("broadcast")
     if comm:
         busy = "" if comm["busy"] is None else f", the cores {100 * comm['busy']:.0f}% busy meanwhile"

@@ -14,6 +14,7 @@ from mggcn.tools.cli.common import (
     int_list,
     orderings,
     positive_int,
+    precisions,
 )
 
 HELP = "mggcn at P = 1, 2 (overlap on and off) against PyG's GCNConv (GraphSAGE, GIN), in one run"
@@ -54,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "against its GAT")
     p.add_argument("--heads", type=positive_int, help="--model gat: attention heads per layer (default 8)")
     add_precision_option(p)
+    p.add_argument("--compare-precision", type=precisions, metavar="LIST",
+                   help="more precisions (e.g. bf16) for every P of the main partition: the table then says each "
+                        "one's epoch time against --precision's and its change of test accuracy")
     p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
     p.add_argument("--epochs", type=positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
     p.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
@@ -111,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "repeat_pyg",
             "threads", "nprocs", "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s",
             "mmap_threshold", "tile_bytes", "compare_tiles", "shm", "compare_shm", "gpu_memory", "host_memory",
-            "heads", "precision")
+            "heads", "precision", "compare_precision")
     opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     check_pyg(opts.pyg)
     try:  # with --out, the report is written as it grows and before the table is printed

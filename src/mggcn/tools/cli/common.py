@@ -112,12 +112,20 @@ def int_list(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def orderings(text: str) -> tuple[str, ...]:
+def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [n for n in names if n not in ORDERINGS]
+    bad = [n for n in names if n not in known]
     if not names or bad:
-        raise argparse.ArgumentTypeError(f"expected orderings among {', '.join(ORDERINGS)}, got '{text}'")
+        raise argparse.ArgumentTypeError(f"expected {what} among {', '.join(known)}, got '{text}'")
     return names
+
+
+def orderings(text: str) -> tuple[str, ...]:
+    return _names(text, ORDERINGS, "orderings")
+
+
+def precisions(text: str) -> tuple[str, ...]:
+    return _names(text, PRECISIONS, "precisions")
 
 
 FORMAT_HELP = ("layout of a dataset path: ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin or planetoid "
