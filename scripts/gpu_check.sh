@@ -11,12 +11,14 @@
 #      bit, and torch.use_deterministic_algorithms's list of non-deterministic kernels asked about each model
 #      (scripts/rank_check.py repeat);
 #   5. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
-#   6. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 and PyG's GCNConv) on that graph.
+#   6. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 in fp32, bf16 and tf32, and PyG's GCNConv) on that
+#      graph; below its table, each precision's epoch time against fp32's and its change of test accuracy.
 #
 # Time: the steps together get GPU_CHECK_BUDGET seconds (default 465, their kill grace included): a step runs under
 # its own limit or what is left of the budget, whichever is less, so the check ends within 8 minutes whatever
 # hangs. Expected on an H200: imports ~10 s, CUDA tests ~1-1.5 min, shared GPU ~1.5 min (13 runs on 100k vertices,
-# each P > 1 starting P CUDA contexts), reproducible ~1 min (12 runs and 3 audited ones), plan ~5 s, bench ~2.5 min.
+# each P > 1 starting P CUDA contexts), reproducible ~1 min (12 runs and 3 audited ones), plan ~5 s, bench ~3 min
+# (its graph, then fp32, bf16, tf32 and PyG).
 #
 # Sizes: the bench's graph is generated and sharded on the CPU (single-threaded numpy/scipy), which is what bounds
 # the time, so the GPU is filled with a wide hidden layer rather than with more edges. The defaults, 1M vertices x
@@ -147,7 +149,8 @@ plan() {
 bench() {
     "$PY" -m mggcn bench --device "$DEVICE" --nodes "$NODES" --degree "$DEGREE" --features "$FEATURES" \
         --hidden "$HIDDEN" --classes "$CLASSES" --epochs "$EPOCHS" --warmup 2 --nprocs 1 \
-        --partition random-local --timeout 270 --out "$OUT_DIR/gpu_bench.json"
+        --partition random-local ${PRECISIONS:+--compare-precision "$PRECISIONS"} --timeout 270 \
+        --out "$OUT_DIR/gpu_bench.json"
 }
 
 # rank_check.py's graph and model (steps 3 and 4): small, so that each run's cost is its ranks' start
@@ -158,7 +161,10 @@ rank_check() {
 
 # the steps run as child shells (timeout runs programs, not shell functions)
 export -f imports memory plan bench rank_check
-export PY DEVICE NODES DEGREE FEATURES HIDDEN CLASSES EPOCHS OUT_DIR RANK_NODES RANK_EPOCHS
+# the bench's precision rows beside fp32 on a GPU (a CPU rehearsal runs none unless asked: a CPU has no TF32 mode,
+# and tests/tools/test_bench.py checks the comparison itself)
+if [ "$DEVICE" = cuda ]; then PRECISIONS=${GPU_PRECISIONS-bf16,tf32}; else PRECISIONS=${GPU_PRECISIONS-}; fi
+export PY DEVICE NODES DEGREE FEATURES HIDDEN CLASSES EPOCHS OUT_DIR RANK_NODES RANK_EPOCHS PRECISIONS
 [ "$DEVICE" = cuda ] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
 step imports 60 bash -c imports
 # shellcheck disable=SC2086  # TESTS is a list of paths
