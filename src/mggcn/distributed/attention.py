@@ -32,34 +32,43 @@ counter-based hash (:func:`mggcn.kernels.attention.dropout_keep`), so P = 1 and 
 original ids of a block's columns come from an all-gather of the operator's ``vertex_ids``, once per operator. A
 merged parallel edge (multiplicity w) is kept or dropped as one (PyG drops its w copies independently).
 
+Work items: each tile of a block is cut into chunks of whole rows (at most
+:data:`~mggcn.kernels.attention.ITEM_EDGES` edges each on a CPU with several workers, and about an equal share per
+worker on a small tile) that the CPU's workers take as they are free, each running its ops on one thread
+(:func:`mggcn.kernels.shared.run_items`; on a GPU, or with other kernels, one chunk after the other). A chunk
+writes only its own rows (the online softmax forward, ``∂Z`` and ``∂e_src`` backward); its ``∂e_dst`` (other rows)
+is added in chunk order whichever worker computed it, so results are the same bits on any number of workers. The
+chunks' index arrays are built on the first call and kept with the operator's block: 4 bytes per edge (the row
+ids, int32).
+
 Memory: kept for backward, ``out`` [m, H, C] and ``lse`` [m, H] (besides the inputs Z, e_src, e_dst the caller keeps).
 Forward, while it runs: the rows sent ``[m, H·C + H]``, the running max and sum [m, H], the operator's receive
 buffers at that width, and per received block its ``Z`` columns copied once (w × H·C, an embedding table). Backward:
 the rows sent ``[m, H·C + 3H]``, ``c`` [m, H], ``∂Z`` [m, H·C] (the result), ``∂e_src`` [m, H] and the partial
-``∂e_dst`` [P·m, H]. Per-edge values ``[nnz, H]`` exist only for the chunk of rows in flight (about
-:data:`~mggcn.kernels.attention.EDGE_CHUNK` edges, some 60·H bytes each).
+``∂e_dst`` [P·m, H]. Per-edge values ``[nnz, H]`` exist only for the chunks of rows in flight, one per worker
+(about :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges, or ITEM_EDGES with several workers, some 60·H bytes
+each), plus per tile the copy of its received rows' table, head-major (w × H·C).
 
 Legend: m = rows per rank, H = heads, C = channels per head, P = ranks, w = a block's columns.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from mggcn.kernels.attention import (
-    AttentionSpec,
-    dropout_keep,
-    edge_dots,
-    gather_heads,
-    leaky_relu_slope,
-    row_chunks,
-    segment_max,
-    segment_sum,
-)
+from mggcn.kernels import attention as kernels
+from mggcn.kernels.attention import AttentionSpec, Chunk
+from mggcn.kernels.policy import shared_threads
+from mggcn.kernels.shared import run_items
 from mggcn.kernels.tiled import TiledCSR
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -68,28 +77,6 @@ from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 SpMMOperator = Any
 
 __all__ = ["attention"]
-
-
-class _Edges:
-    """The edges of a chunk of rows ``r0:r1`` of a tile whose first column is ``start``, from rank ``source``'s rows
-    (:func:`~mggcn.kernels.attention.row_chunks`): rows (less ``r0``), columns, received rows, multiplicities."""
-
-    def __init__(self, chunk: tuple, start: int, dtype: torch.dtype) -> None:
-        self.r0, self.r1, self.crow, self.row, self.col, val = chunk
-        self.at = self.col + start  # the received row of each edge
-        self.weight = val.to(dtype)[:, None]
-        self.size = self.r1 - self.r0
-
-    def dropout(self, spec: AttentionSpec, heads: int, ids: _Ids, source: int, columns: torch.Tensor | None,
-                transpose: bool) -> torch.Tensor | None:
-        """``q`` [nnz, H]: the kept edges' ``1 / (1 − p)``, 0 elsewhere (None: no dropout)."""
-        if not spec.dropout:
-            return None
-        own = ids.own(self.row + self.r0)
-        other = ids.of(source, self.at if columns is None else columns[self.at])
-        src, dst = (own, other) if transpose else (other, own)
-        keep = dropout_keep(spec.seed, spec.layer, src, dst, heads, spec.dropout)
-        return keep.to(self.weight.dtype) / (1.0 - spec.dropout)
 
 
 class _Ids:
@@ -111,13 +98,63 @@ def _pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.index_select(values, 0, index)
 
 
-def _chunks(block: TiledCSR, dtype: torch.dtype):
-    """Every chunk of rows of every tile of ``block`` (:func:`~mggcn.kernels.attention.row_chunks`) and the
-    columns of its tile."""
-    for tile, start in zip(block.tiles, block.starts):
+# per block (the operator's, built once), per (tile, edges per chunk): its chunks' index arrays (tile_chunks)
+_chunk_cache: weakref.WeakKeyDictionary[TiledCSR, dict[tuple[int, int], list[Chunk]]] = weakref.WeakKeyDictionary()
+
+
+def _tile_chunks(block: TiledCSR, t: int, workers: int) -> list[Chunk]:
+    """Tile ``t`` of ``block`` a run of rows at a time (:func:`~mggcn.kernels.attention.tile_chunks`): at most
+    :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges per chunk, and with several ``workers`` at most
+    :data:`~mggcn.kernels.attention.ITEM_EDGES` and about an equal share each on a small tile. Built on the first
+    call and kept with the block: 4 bytes per edge (its row id)."""
+    tile = block.tiles[t]
+    size = kernels.EDGE_CHUNK
+    if workers > 1:
+        size = min(size, kernels.ITEM_EDGES, max(1, -(-tile._nnz() // workers)))
+    per_block = _chunk_cache.setdefault(block, {})
+    if (t, size) not in per_block:
+        per_block[(t, size)] = kernels.tile_chunks(tile, size)
+    return per_block[(t, size)]
+
+
+class _Tile:
+    """One tile of a block, columns ``start:start + w``, and its chunks, run as work items (one op per item on one
+    thread each on a CPU, :func:`~mggcn.kernels.shared.run_items`)."""
+
+    def __init__(self, block: TiledCSR, t: int, heads: int, workers: int) -> None:
+        self.tile, self.start = block.tiles[t], block.starts[t]
+        self.width = self.tile.shape[1]
+        self.cols = slice(self.start, self.start + self.width)
+        self.chunks = _tile_chunks(block, t, workers)
+        self.heads, self.workers = heads, workers
+
+    def run(self, item: Callable[[int, Chunk], None]) -> None:
+        """``item(k, chunk)`` for every chunk, each on one worker."""
+        run_items(len(self.chunks), lambda k, _worker: item(k, self.chunks[k]), self.workers)
+
+    def columns(self, chunk: Chunk) -> torch.Tensor:
+        """The head-major table's rows of each head's edges (:func:`~mggcn.kernels.attention.head_columns`)."""
+        return kernels.head_columns(chunk.col, self.heads, self.width)
+
+    def dropout(self, chunk: Chunk, spec: AttentionSpec, ids: _Ids, source: int, columns: torch.Tensor | None,
+                transpose: bool, dtype: torch.dtype) -> torch.Tensor | None:
+        """``q`` [nnz, H]: the kept edges' ``1 / (1 − p)``, 0 elsewhere (None: no dropout)."""
+        if not spec.dropout:
+            return None
+        at = chunk.col.to(torch.int64) + self.start
+        own = ids.own(chunk.row.to(torch.int64) + chunk.r0)
+        other = ids.of(source, at if columns is None else columns[at])
+        src, dst = (own, other) if transpose else (other, own)
+        keep = kernels.dropout_keep(spec.seed, spec.layer, src, dst, self.heads, spec.dropout)
+        return keep.to(dtype) / (1.0 - spec.dropout)
+
+
+def _tiles(block: TiledCSR, heads: int, device: torch.device):
+    """The nonempty tiles of ``block`` (:class:`_Tile`)."""
+    workers = shared_threads(device)
+    for t, tile in enumerate(block.tiles):
         if tile._nnz():
-            for chunk in row_chunks(tile):
-                yield _Edges(chunk, start, dtype), slice(start, start + tile.shape[1])
+            yield _Tile(block, t, heads, workers)
 
 
 class _ForwardAttention:
@@ -136,24 +173,30 @@ class _ForwardAttention:
     def add(self, block: TiledCSR, rows: torch.Tensor, source: int = 0, columns: torch.Tensor | None = None) -> None:
         heads, channels = self.e_dst.shape[1], self.channels
         with self.timer("spmm"):
-            table = rows[:, :heads * channels].reshape(rows.shape[0], heads, channels)
-            e_src = rows[:, heads * channels:]
-            for edges, columns_of_tile in _chunks(block, rows.dtype):
-                here = slice(edges.r0, edges.r1)
-                pre = _pick(e_src, edges.at) + _pick(self.e_dst[here], edges.row)
-                score = torch.nn.functional.leaky_relu(pre, self.spec.slope)
-                old_max = self.max[here]
-                new_max = torch.maximum(old_max, segment_max(edges.row, score, edges.size))
-                finite = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
-                rescale = torch.exp(old_max - finite)  # 0 where nothing was summed yet
-                weight = torch.exp(score - _pick(finite, edges.row)).mul_(edges.weight)
-                q = edges.dropout(self.spec, heads, self.ids, source, columns, transpose=False)
-                self.sum[here].mul_(rescale).add_(segment_sum(edges.row, weight, edges.size))
-                if q is not None:
-                    weight.mul_(q)
-                self.acc[here].mul_(rescale[:, :, None]).add_(
-                    gather_heads(edges.crow, edges.col, weight, table[columns_of_tile]))
-                old_max.copy_(new_max)
+            for tile in _tiles(block, heads, rows.device):
+                part = rows[tile.cols]
+                table = kernels.head_major(part[:, :heads * channels].view(-1, heads, channels))
+                e_src = part[:, heads * channels:].contiguous()  # gathered per edge: a strided source is slow
+                tile.run(functools.partial(self._chunk, tile, table, e_src, source, columns))
+
+    def _chunk(self, tile: _Tile, table: torch.Tensor, e_src: torch.Tensor, source: int,
+               columns: torch.Tensor | None, _k: int, chunk: Chunk) -> None:
+        """Rows ``chunk.r0:chunk.r1``: fold the chunk's edges into their running max, sum and accumulator."""
+        here = slice(chunk.r0, chunk.r1)
+        score = F.leaky_relu_(_pick(e_src, chunk.col).add_(_pick(self.e_dst[here], chunk.row)), self.spec.slope)
+        old_max = self.max[here]
+        new_max = torch.maximum(old_max, kernels.segment_max(chunk.crow, score))
+        finite = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+        rescale = torch.exp(old_max - finite)  # 0 where nothing was summed yet
+        weight = score.sub_(_pick(finite, chunk.row)).exp_().mul_(chunk.val.to(score.dtype)[:, None])
+        self.sum[here].mul_(rescale).add_(kernels.segment_sum(chunk.crow, weight))
+        q = tile.dropout(chunk, self.spec, self.ids, source, columns, False, weight.dtype)
+        if q is not None:
+            weight.mul_(q)
+        cols = tile.columns(chunk)
+        offsets = kernels.head_rows(chunk.crow, tile.heads, cols.dtype)[:-1]
+        self.acc[here].mul_(rescale[:, :, None]).add_(kernels.gather_head_major(offsets, cols, weight, table))
+        old_max.copy_(new_max)
 
     def result(self) -> torch.Tensor:
         """``out`` [m, H, C]; ``lse`` [m, H] on :attr:`lse`. A row without entries (padding) gets 0 for both."""
@@ -161,6 +204,37 @@ class _ForwardAttention:
         safe = torch.where(some, self.sum, torch.ones_like(self.sum))
         self.lse = torch.where(some, self.max + torch.log(safe), torch.zeros_like(self.sum))
         return self.acc.div_(safe[:, :, None])
+
+
+class _InOrder:
+    """Runs each item's ``commit`` in item order whichever worker computed it (so a sum over items is the same
+    bits whatever the scheduling); a failed item releases the workers waiting for it."""
+
+    def __init__(self) -> None:
+        self.next, self.failed = 0, False
+        self.turn = threading.Condition()
+
+    def commit(self, compute: Callable[[Chunk], Callable[[], None]], k: int, chunk: Chunk) -> None:
+        """Item ``k``: ``compute(chunk)`` now, then the step it returns once item ``k − 1``'s has run."""
+        try:
+            done = compute(chunk)
+        except BaseException:
+            with self.turn:
+                self.failed = True
+                self.turn.notify_all()
+            raise
+        with self.turn:
+            self.turn.wait_for(lambda: self.next == k or self.failed)
+            if self.failed:
+                raise RuntimeError("an earlier attention item failed")
+            try:
+                done()
+            except BaseException:
+                self.failed = True
+                raise
+            finally:
+                self.next += 1
+                self.turn.notify_all()
 
 
 class _BackwardAttention:
@@ -179,24 +253,38 @@ class _BackwardAttention:
         m, heads, channels = self.z.shape
         width = heads * channels
         with self.timer("spmm"):
-            grad_out = rows[:, :width].reshape(rows.shape[0], heads, channels)
-            e_dst, lse, c = (rows[:, width + k * heads: width + (k + 1) * heads] for k in range(3))
-            for edges, columns_of_tile in _chunks(block, rows.dtype):
-                here = slice(edges.r0, edges.r1)
-                pre = _pick(self.e_src[here], edges.row) + _pick(e_dst, edges.at)
-                alpha = torch.nn.functional.leaky_relu(pre, self.spec.slope).sub_(_pick(lse, edges.at)).exp_()
-                alpha.mul_(edges.weight)
-                q = edges.dropout(self.spec, heads, self.ids, source, columns, transpose=True)
-                weight = alpha if q is None else alpha * q
-                table = grad_out[columns_of_tile]
-                self.grad_z[here].add_(gather_heads(edges.crow, edges.col, weight, table))
-                grad_alpha = edge_dots(edges.crow, edges.col, self.z[here], table)
-                if q is not None:
-                    grad_alpha.mul_(q)
-                grad_e = grad_alpha.sub_(_pick(c, edges.at)).mul_(alpha).mul_(leaky_relu_slope(pre, self.spec.slope))
-                self.grad_src[here].add_(segment_sum(edges.row, grad_e, edges.size))
-                target = edges.at if columns is None else columns[edges.at]
-                self.grad_dst.index_add_(0, target + source * m, grad_e)
+            for tile in _tiles(block, heads, rows.device):
+                part = rows[tile.cols]
+                table = kernels.head_major(part[:, :width].view(-1, heads, channels))
+                e_dst, lse, c = (part[:, width + k * heads: width + (k + 1) * heads].contiguous() for k in range(3))
+                # ∂e_dst's rows: this tile's columns as rows of rank source's block of grad_dst
+                target = torch.arange(tile.start, tile.start + tile.width, device=rows.device)
+                target = (target if columns is None else columns[target]) + source * m
+                tile.run(functools.partial(_InOrder().commit, functools.partial(
+                    self._chunk, tile, table, e_dst, lse, c, target, source, columns)))
+
+    def _chunk(self, tile: _Tile, table: torch.Tensor, e_dst: torch.Tensor, lse: torch.Tensor, c: torch.Tensor,
+               target: torch.Tensor, source: int, columns: torch.Tensor | None, chunk: Chunk) -> Callable[[], None]:
+        """Rows ``chunk.r0:chunk.r1`` (sources): their ``∂Z`` and ``∂e_src``; returns the step that adds the chunk's
+        ``∂e_dst`` (run in chunk order)."""
+        here = slice(chunk.r0, chunk.r1)
+        pre = _pick(self.e_src[here], chunk.row).add_(_pick(e_dst, chunk.col))
+        alpha = F.leaky_relu(pre, self.spec.slope).sub_(_pick(lse, chunk.col)).exp_()
+        alpha.mul_(chunk.val.to(alpha.dtype)[:, None])
+        q = tile.dropout(chunk, self.spec, self.ids, source, columns, True, alpha.dtype)
+        weight = alpha if q is None else alpha * q
+        cols = tile.columns(chunk)
+        rows = kernels.head_rows(chunk.crow, tile.heads, cols.dtype)
+        self.grad_z[here].add_(kernels.gather_head_major(rows[:-1], cols, weight, table))
+        del weight
+        grad_alpha = kernels.edge_dots_head_major(rows, cols, self.z[here], table)
+        del rows, cols
+        if q is not None:
+            grad_alpha.mul_(q)
+        grad_e = grad_alpha.sub_(_pick(c, chunk.col)).mul_(alpha)
+        grad_e.mul_(kernels.leaky_relu_slope(pre, self.spec.slope))
+        self.grad_src[here].add_(kernels.segment_sum(chunk.crow, grad_e))
+        return lambda: self.grad_dst.index_add_(0, _pick(target, chunk.col), grad_e)
 
     def result(self) -> torch.Tensor:
         return self.grad_z

@@ -5,13 +5,19 @@ No communication here: :mod:`mggcn.distributed.attention` runs them on the block
 
 A block is a tile of a :class:`~mggcn.kernels.tiled.TiledCSR` (torch sparse CSR ``m × w``); its edges are listed in
 CSR order as ``(row, col)`` pairs, ``col`` relative to the tile's first column. Per-edge values are ``[nnz, H]``
-(one per attention head) and exist only for the chunk of a tile's rows being processed (:func:`row_chunks`).
+(one per attention head) and exist only for the chunk of a tile's rows being processed (:func:`tile_chunks`: the
+chunks' row ids, 4 bytes per edge, are the only per-edge index array built, once per tile; the columns and values
+are the tile's own). Per-row reductions over a row's edges (max, sum) are ``torch.segment_reduce`` on the row
+pointers, so they need no per-edge row index and add in the row's edge order whatever the chunking.
 
-The weighted gather-sum ``out[r, h] = Σ_e p[e, h] · T[col_e, h]`` (``T`` ``[w, H, C]``) is one
-``torch.nn.functional.embedding_bag`` call in ``sum`` mode with per-sample weights: ``T`` viewed as ``[w·H, C]``,
-bag ``(h, r)`` holding the indices ``col_e·H + h`` of row r's edges, bags ordered head-major (the offsets of head h
-are the CSR row pointers shifted by ``h·nnz``), so the result is ``[H·m, C]``, seen as ``[H, m, C]``. On x86 CPUs it
-runs FBGEMM's fused gather-multiply-add (float32), elsewhere torch's own kernel (float64, CUDA).
+The heads are stacked head-major: a table ``T`` ``[w, H, C]`` is copied once per tile as ``[H·w, C]``
+(:func:`head_major`, head h's rows at ``h·w``), and an edge's head h reads its row ``h·w + col_e``
+(:func:`head_columns`, ``[H·nnz]`` built per chunk). The weighted gather-sum ``out[r, h] = Σ_e p[e, h] · T[col_e, h]``
+is then one ``torch.nn.functional.embedding_bag`` call in ``sum`` mode with per-sample weights, bag ``(h, r)``
+holding row r's edges of head h (offsets: the CSR row pointers shifted by ``h·nnz``, :func:`head_rows`), the result
+``[H·m, C]`` seen as ``[H, m, C]``; on x86 CPUs it runs FBGEMM's fused gather-multiply-add (float32), elsewhere
+torch's own kernel (float64, CUDA). The per-edge dot products of the backward are ONE SDDMM on the same stacked
+pattern (``H·m × H·w``, head h's copy on the diagonal block h), written into the pattern's own values.
 
 Legend: m = rows of the block, w = its columns, nnz = its nonzeros, H = heads, C = channels per head.
 """
@@ -25,8 +31,9 @@ import torch.nn.functional as F
 
 from mggcn.utils.system import sparse_warnings_silenced
 
-__all__ = ["AttentionSpec", "EDGE_CHUNK", "row_chunks", "leaky_relu_slope", "segment_max", "segment_sum",
-           "gather_heads", "edge_dots", "splitmix64", "edge_keys", "dropout_keep"]
+__all__ = ["AttentionSpec", "EDGE_CHUNK", "ITEM_EDGES", "Chunk", "tile_chunks", "row_chunks", "leaky_relu_slope",
+           "segment_max", "segment_sum", "head_major", "head_columns", "head_rows", "gather_heads",
+           "gather_head_major", "edge_dots", "edge_dots_head_major", "splitmix64", "edge_keys", "dropout_keep"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,9 @@ class AttentionSpec:
 # edges per step of the attention kernels: a step holds about 60·H bytes per edge (a dozen [chunk, H] float and
 # int64 temporaries), ~120 MiB at 8 heads
 EDGE_CHUNK = 1 << 18
+# edges per work item of a CPU's workers (mggcn.kernels.shared.run_items): a few MiB of per-edge values per worker,
+# in cache, and enough items for every worker on a small graph
+ITEM_EDGES = 1 << 15
 
 _MASK64 = (1 << 64) - 1
 
@@ -99,6 +109,28 @@ def row_chunks(tile: torch.Tensor, max_edges: int | None = None):
     (more where one row has more):
     per chunk its first and end row ``r0``, ``r1``, its row pointers from 0 (int64), and per edge (CSR order) its
     row less ``r0`` and its column (int64) and value."""
+    for chunk in tile_chunks(tile, max_edges):
+        yield chunk.r0, chunk.r1, chunk.crow, chunk.row.to(torch.int64), chunk.col.to(torch.int64), chunk.val
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A run of whole rows ``r0:r1`` of a CSR tile: ``crow`` its row pointers from 0 (int64, ``r1 − r0 + 1``),
+    per edge in CSR order ``row`` (less ``r0``, int32 where it fits) and ``col`` and ``val`` (views of the
+    tile's own columns and values)."""
+
+    r0: int
+    r1: int
+    crow: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    val: torch.Tensor
+
+
+def tile_chunks(tile: torch.Tensor, max_edges: int | None = None) -> list[Chunk]:
+    """The nonempty :class:`Chunk` s of ``tile``, about ``max_edges`` (None: :data:`EDGE_CHUNK`) edges each (more
+    where one row has more). Index arrays per edge: the row ids, 4 bytes (8 past 2³¹ rows); ``col`` and ``val``
+    are views."""
     crow, col, val = tile.crow_indices(), tile.col_indices(), tile.values()
     m, nnz = tile.shape[0], col.numel()
     max_edges = EDGE_CHUNK if max_edges is None else max_edges
@@ -107,13 +139,17 @@ def row_chunks(tile: torch.Tensor, max_edges: int | None = None):
         marks = torch.arange(max_edges, nnz, max_edges, dtype=crow.dtype, device=crow.device)
         rows = sorted({0, m, *torch.searchsorted(crow, marks).tolist()})
     ptr = crow[rows].tolist()
+    row_type = torch.int32 if m < 2**31 else torch.int64
+    chunks = []
     for k in range(len(rows) - 1):
         r0, r1, first, last = rows[k], rows[k + 1], ptr[k], ptr[k + 1]
         if first == last:
             continue
-        local = crow[r0: r1 + 1].to(torch.int64) - first  # int64 like the columns: one index type (cuSPARSE)
-        row = torch.repeat_interleave(torch.arange(r1 - r0, device=crow.device), local[1:] - local[:-1])
-        yield r0, r1, local, row, col[first:last].to(torch.int64), val[first:last]
+        local = crow[r0: r1 + 1].to(torch.int64) - first
+        row = torch.repeat_interleave(torch.arange(r1 - r0, dtype=row_type, device=crow.device), local.diff(),
+                                      output_size=last - first)
+        chunks.append(Chunk(r0, r1, local, row, col[first:last], val[first:last]))
+    return chunks
 
 
 def leaky_relu_slope(pre: torch.Tensor, slope: float) -> torch.Tensor:
@@ -122,45 +158,78 @@ def leaky_relu_slope(pre: torch.Tensor, slope: float) -> torch.Tensor:
                        torch.full((), slope, dtype=pre.dtype, device=pre.device))
 
 
-def segment_max(index: torch.Tensor, values: torch.Tensor, size: int) -> torch.Tensor:
-    """``out[r] = max over e with index[e] = r of values[e]`` (``-inf`` where none); ``values`` [nnz, H]."""
-    out = torch.full((size, values.shape[1]), float("-inf"), dtype=values.dtype, device=values.device)
-    return out.scatter_reduce_(0, index[:, None].expand_as(values), values, "amax")
+def segment_max(crow: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``out[r] = max over the edges e of row r of values[e]`` (``-inf`` where none); ``values`` [nnz, H] in the
+    CSR order of the row pointers ``crow`` (int64, from 0): [m, H]."""
+    return torch.segment_reduce(values, "max", offsets=crow, axis=0)
 
 
-def segment_sum(index: torch.Tensor, values: torch.Tensor, size: int) -> torch.Tensor:
-    """``out[r] = Σ over e with index[e] = r of values[e]``; ``values`` [nnz, H]."""
-    out = torch.zeros((size, values.shape[1]), dtype=values.dtype, device=values.device)
-    return out.index_add_(0, index, values)
+def segment_sum(crow: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``out[r] = Σ over the edges e of row r of values[e]`` (0 where none), as :func:`segment_max`."""
+    return torch.segment_reduce(values, "sum", offsets=crow, axis=0)
+
+
+def head_major(table: torch.Tensor) -> torch.Tensor:
+    """``table`` [w, H, C] as ``[H·w, C]``, head h's rows at ``h·w`` (a copy: the layout :func:`head_columns`
+    index, one head's rows contiguous as the SDDMM reads them)."""
+    w, heads, channels = table.shape
+    return table.detach().transpose(0, 1).reshape(heads * w, channels)
+
+
+def head_columns(col: torch.Tensor, heads: int, width: int) -> torch.Tensor:
+    """``[H·nnz]``: ``h·width + col_e`` for each head h, then each edge in CSR order (the rows of a
+    :func:`head_major` table of ``width`` rows per head), in ``col``'s index type where it fits."""
+    index_type = col.dtype if heads * width < 2**31 else torch.int64
+    shift = torch.arange(0, heads * width, width, dtype=index_type, device=col.device)
+    return (col.to(index_type)[None, :] + shift[:, None]).reshape(-1)
+
+
+def head_rows(crow: torch.Tensor, heads: int, index_type: torch.dtype) -> torch.Tensor:
+    """``[H·m + 1]``: the row pointers of the ``H`` copies of a CSR pattern stacked head-major (``crow`` from 0)."""
+    nnz = crow[-1:]
+    shift = torch.arange(heads, dtype=crow.dtype, device=crow.device)[:, None] * nnz
+    return torch.cat([(crow[None, :-1] + shift).reshape(-1), nnz * heads]).to(index_type)
 
 
 def gather_heads(crow: torch.Tensor, col: torch.Tensor, weights: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """``out[r, h] = Σ_e p[e, h] · table[col_e, h]`` over the edges e of row r (CSR ``crow``, ``col``, weights ``p``
     [nnz, H]) with ``table`` [w, H, C]: ``[m, H, C]`` (a view of a head-major result). One embedding_bag call (the
     module docstring)."""
+    heads = weights.shape[1]
+    cols = head_columns(col, heads, table.shape[0])
+    return gather_head_major(head_rows(crow, heads, cols.dtype)[:-1], cols, weights, head_major(table))
+
+
+def gather_head_major(offsets: torch.Tensor, cols: torch.Tensor, weights: torch.Tensor,
+                      flat: torch.Tensor) -> torch.Tensor:
+    """:func:`gather_heads` on a :func:`head_major` table ``flat`` with the bags' ``offsets`` (:func:`head_rows`
+    less its last) and indices ``cols`` (:func:`head_columns`) given: ``[m, H, C]``."""
     nnz, heads = weights.shape
-    channels = table.shape[2]
-    m = crow.numel() - 1
-    flat = table.detach().reshape(-1, channels)  # [w·H, C], a copy only where table is not contiguous
-    head = torch.arange(heads, device=col.device)
-    indices = (col[None, :] * heads + head[:, None]).reshape(-1)  # head-major: head h's edges in CSR order
-    offsets = (crow.to(torch.int64)[None, :-1] + head[:, None] * nnz).reshape(-1)
-    out = F.embedding_bag(indices, flat, offsets, mode="sum", per_sample_weights=weights.t().reshape(-1))
-    return out.view(heads, m, channels).transpose(0, 1)
+    out = F.embedding_bag(cols, flat, offsets, mode="sum", per_sample_weights=weights.t().reshape(-1))
+    return out.view(heads, -1, flat.shape[1]).transpose(0, 1)
 
 
 def edge_dots(crow: torch.Tensor, col: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """``out[e, h] = <left[row_e, h], right[col_e, h]>`` over the edges e of the CSR ``crow``, ``col`` (m × w) for
-    ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order (a transposed view). One sampled dense-dense
-    product per head (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered)."""
-    m, heads = left.shape[0], left.shape[1]
-    # the SDDMM has no 16-bit kernels: bfloat16 and half operands are multiplied in float32, a head at a time
+    ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order (a transposed view)."""
+    heads = left.shape[1]
+    cols = head_columns(col, heads, right.shape[0])
+    return edge_dots_head_major(head_rows(crow, heads, cols.dtype), cols, left, head_major(right))
+
+
+def edge_dots_head_major(rows: torch.Tensor, cols: torch.Tensor, left: torch.Tensor,
+                         flat: torch.Tensor) -> torch.Tensor:
+    """:func:`edge_dots` with the heads' stacked pattern given (``rows`` :func:`head_rows`, ``cols``
+    :func:`head_columns`) and ``right`` as a :func:`head_major` table ``flat``: ONE sampled dense-dense product
+    (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered) of the ``H·m × H·w`` pattern,
+    head h's copy on the diagonal block h. [nnz, H] (a transposed view of the head-major values)."""
+    m, heads, channels = left.shape
+    # the SDDMM has no 16-bit kernels: bfloat16 and half operands are multiplied in float32
     work = torch.float32 if left.element_size() < 4 else left.dtype
+    a = left.transpose(0, 1).reshape(heads * m, channels).to(work)
     with sparse_warnings_silenced():  # torch calls the CSR layout beta on every construction
-        pattern = torch.sparse_csr_tensor(crow, col, torch.zeros(col.numel(), dtype=work, device=left.device),
-                                          size=(m, right.shape[0]))
-    out = torch.empty(heads, col.numel(), dtype=left.dtype, device=left.device)  # each head's values contiguous
-    for h in range(heads):
-        a, b = left[:, h].to(work), right[:, h].t().to(work)
-        out[h] = torch.sparse.sampled_addmm(pattern, a, b, beta=0.0).values()
-    return out.t()
+        pattern = torch.sparse_csr_tensor(rows, cols, torch.zeros(cols.numel(), dtype=work, device=left.device),
+                                          size=(heads * m, flat.shape[0]))
+        # into the pattern itself (out=): no copy of its values into a new result
+        torch.sparse.sampled_addmm(pattern, a, flat.to(work).t(), beta=0.0, out=pattern)
+    return pattern.values().to(left.dtype).view(heads, -1).t()
