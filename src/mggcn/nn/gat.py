@@ -39,9 +39,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mggcn.kernels.attention import AttentionSpec
+from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
 from mggcn.nn.functional import _TimedLinear, activate
 from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
+from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -175,7 +176,7 @@ class GAT(LayerStack):
         return [(d_in, d_out * heads if last else d_out, False)]
 
     @classmethod
-    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8) -> int:
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, **options) -> int:
         """Per hidden layer ``d_in·d_out`` (W) + ``2·d_out`` (att_src, att_dst) + ``d_out`` (bias); the last layer
         has ``H·C`` outputs before its mean, so ``(d_in + 2)·H·C + C``."""
         total = 0
@@ -200,6 +201,117 @@ class GAT(LayerStack):
         model = models.GAT(dims[0], dims[1], len(dims) - 1, dims[-1], heads=heads)
         model.load_state_dict(state, strict=True)
         return model.convs
+
+    @classmethod
+    def exchange_widths(cls, dims: Sequence[int], order: str = "auto", caches_input: bool = True, heads: int = 8,
+                        **options) -> list[int]:
+        """Per layer the attention's two exchanges: ``[Z | e_src]`` (``H·C + H``) forward, ``[∂out | e_dst | lse |
+        c]`` (``H·C + 3H``) backward; the last layer's ``Z`` has ``H·classes`` columns."""
+        widths = []
+        for i in range(len(dims) - 1):
+            width = cls._z_width(dims, i, heads)
+            widths += [width + heads, width + 3 * heads]
+        return widths
+
+    @classmethod
+    def allreduce_widths(cls, dims: Sequence[int], heads: int = 8, **options) -> list[int]:
+        """Per layer the all-reduce of the destinations' score gradients, ``[P·m, H]``."""
+        return [heads] * (len(dims) - 1)
+
+    plans_whole_layers = True
+
+    @staticmethod
+    def _z_width(dims: Sequence[int], i: int, heads: int) -> int:
+        """Columns of layer ``i``'s ``Z``: its width (``H·C``), the last layer's ``H·classes``."""
+        return dims[i + 1] * heads if i == len(dims) - 2 else dims[i + 1]
+
+    @staticmethod
+    def _edge_step(walk: BufferWalk, edges: int, columns: int, heads: int, width: int, forward: bool) -> None:
+        """The attention kernels' largest step over a block of ``edges`` nonzeros and ``columns`` columns: a chunk of
+        about :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges and its ``r`` rows (:mod:`mggcn.kernels.attention`).
+        Per edge its row, column and received row (int64) and, per head, the scores and weights (forward: pre,
+        score, weight; backward: pre, α) and the gather's int64 index and weight copy; per row of the chunk the
+        gather's output and offsets, and a copy of the block's ``Z`` columns (the gather's table). Backward, the
+        larger of that gather and the SDDMM, whose per-head CSR results stay until its end (an int64 column and a
+        float32 value per edge and head)."""
+        if not edges:
+            return
+        chunk = min(edges, EDGE_CHUNK)
+        rows = min(walk.rows, -(-walk.rows * chunk // edges))
+        f = walk.float_bytes
+        per_edge = 24 + 2 * f * heads  # row, column, received row; pre and score (forward) or pre and α
+        gather = chunk * heads * (8 + f) + rows * (24 * heads + f * width) + f * columns * width
+        if forward:  # + the weights; per row the running max's update, finite and rescale
+            step = chunk * (per_edge + f * heads) + rows * 3 * f * heads + gather
+        else:
+            dots = chunk * (4 + f * heads + 12 * heads) + heads * 8 * (rows + 1) + 4 * (rows + columns) * width // heads
+            step = chunk * per_edge + max(gather, dots, chunk * heads * (3 * f + 1))
+        step += 8 * (rows + 1)  # the chunk's row pointers
+        kept, walk.rows = walk.rows, 1  # the step in bytes, not rows × width
+        walk.alloc("edge step", 1, step)
+        walk.rows = kept
+        walk.free("edge step")
+
+    @classmethod
+    def plan_layer(cls, walk: BufferWalk, i: int, dims: Sequence[int], *, heads: int = 8, block_edges: int = 0,
+                   columns: int = 0, **options) -> str:
+        """Layer ``i``'s forward in :class:`~mggcn.nn.workspace.BufferWalk`'s terms (the module docstring's
+        buffers; none on the workspace): ``block_edges`` and ``columns``, the nonzeros and columns of a block of
+        Â (a tile's on a CPU), size the per-edge step. Returns the name of the layer's output."""
+        width, last = cls._z_width(dims, i, heads), i == len(dims) - 2
+        walk.alloc(f"Z {i}", width)
+        for side in ("src", "dst"):
+            walk.alloc("Z * att", width)
+            walk.alloc(f"e_{side} {i}", heads)
+            walk.free("Z * att")
+        walk.alloc("running max", heads)
+        walk.alloc("running sum", heads)
+        walk.alloc(f"attention out {i}", width)
+        walk.alloc("rows sent", width + heads)
+        cls._edge_step(walk, block_edges, columns, heads, width, forward=True)
+        walk.alloc("row has entries, safe sum", 2 * heads)
+        walk.alloc(f"lse {i}", heads)
+        walk.free("rows sent", "running max", "running sum", "row has entries, safe sum")
+        out = f"out {i}"
+        if last:
+            walk.alloc("head mean", dims[-1])
+            walk.alloc(out, dims[-1])  # + bias: the logits
+            walk.free("head mean")
+        else:
+            walk.alloc(out, width)  # + bias, then σ in place
+        return out
+
+    @classmethod
+    def plan_layer_backward(cls, walk: BufferWalk, i: int, dims: Sequence[int], grad: str, *, heads: int = 8,
+                            block_edges: int = 0, columns: int = 0, nprocs: int = 1, **options) -> str:
+        """Layer ``i``'s backward from the gradient ``grad`` of its output, as :meth:`plan_layer`; the name of its
+        input's gradient (layer 0: ``grad``, none computed)."""
+        width, last = cls._z_width(dims, i, heads), i == len(dims) - 2
+        if last:  # the mean over heads' backward: a new [m, H, C]; the logits' gradient (over them) stays
+            grad = walk.alloc("grad heads", width)
+        else:
+            walk.free(f"out {i}")  # σ's backward was in place; σ's output is released
+        walk.alloc("grad * out", width)
+        walk.alloc("c", heads)
+        walk.free("grad * out")
+        walk.alloc("rows sent", width + 3 * heads)
+        walk.free("c")
+        walk.alloc(f"grad Z {i}", width)
+        walk.alloc("grad e_src", heads)
+        walk.alloc("grad e_dst", nprocs * heads)
+        cls._edge_step(walk, block_edges, columns, heads, width, forward=False)
+        walk.free("rows sent", f"e_src {i}", f"e_dst {i}", f"attention out {i}", f"lse {i}", grad)
+        for side in ("dst", "src"):  # the products Z·att: their gradients with respect to Z and to att
+            walk.alloc("grad Z * att", width)
+            walk.alloc("grad att", width)
+            walk.free("grad att", "grad Z * att", f"grad e_{side}")  # ∂Z accumulates in place
+        walk.free(f"Z {i}")
+        if i == 0:
+            walk.free(f"grad Z {i}")
+            return grad
+        walk.alloc(f"grad h {i}", dims[i])
+        walk.free(f"grad Z {i}")
+        return f"grad h {i}"
 
     def __init__(self, dims: Sequence[int], heads: int = 8, attention_dropout: float = 0.0,
                  activation: str = "relu", dropout: float = 0.0, input_dropout: float = 0.0, order: str = "auto",

@@ -315,6 +315,21 @@ class LayerStack(nn.Module):
         convs.load_state_dict({k.removeprefix("convs."): v for k, v in state.items()})
         return convs
 
+    @classmethod
+    def exchange_widths(cls, dims: Sequence[int], order: str = "auto", caches_input: bool = True,
+                        **options) -> list[int]:
+        """The width of every exchange of rows an epoch runs, forward and backward (the operator's buffers are
+        sized by the widest, the plan counts the traffic): the SpMMs' (:func:`spmm_widths`); ``options``: the
+        model's own (:attr:`options`)."""
+        return spmm_widths(list(dims), order, caches_input)
+
+    @classmethod
+    def allreduce_widths(cls, dims: Sequence[int], **options) -> list[int]:
+        """The width of every all-reduce of ``P·m`` rows an epoch's layers run besides the gradients' (none)."""
+        return []
+
+    plans_whole_layers = False  # the plan walks each layer by plan_layer / plan_layer_backward (GAT)
+
     # The plan's walk of an epoch (mggcn.tools.plan.activation_peak) asks each model for its own buffers.
     @classmethod
     def plan_before_gemm(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, cached: bool,

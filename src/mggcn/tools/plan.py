@@ -22,7 +22,8 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
 
 ``T`` is the number of CSR tiles of the P blocks: P without tiling (GPUs), ``P · ⌈m / tile_cols⌉`` on CPUs where
 each block is cut into column tiles (:func:`mggcn.kernels.policy.tile_columns`; their row pointers cost at most 12.5%
-of the nonzeros' bytes). ``widths`` are :func:`mggcn.nn.model.spmm_widths` (the order policy decides them).
+of the nonzeros' bytes). ``widths`` are the model's exchanges (:meth:`~mggcn.nn.model.LayerStack.exchange_widths`:
+the SpMMs' :func:`~mggcn.nn.model.spmm_widths`, which the order policy decides; GAT's below).
 Activations are the buffers of the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and
 reused by every later one: every layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an
 aggregate-first layer's GEMM keeps, and the loss's row maxima and labels' logits (float32) and hits (bool); at the loss,
@@ -53,6 +54,22 @@ separate term: a rank reading its share of a prepared directory holds at most th
 whole process; a rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the
 whole graph).
 
+GAT (``--model gat``, ``H`` heads; a layer's ``Z`` has ``z = H·C`` columns, the last layer's ``H · classes`` before
+its mean over heads) multiplies first, caches no Â·X and keeps nothing on the workspace but the loss's vectors;
+:meth:`mggcn.nn.gat.GAT.plan_layer` and ``plan_layer_backward`` walk each layer. Per layer it keeps for backward
+``Z``, the attention's output and the biased output (σ in place), ``4 · m · z`` each, and ``e_src``, ``e_dst``,
+``lse``, ``4 · m · H`` each; the last layer's output is the logits, ``4 · m · C``. The layer in flight adds the rows
+it exchanges (``m · (z + H)`` forward, ``m · (z + 3H)`` backward, with ``c``), the running max and sum, backward
+``∂Z``, ``∂e_src`` and the partial ``∂e_dst`` ``[P·m, H]``, and one step of the per-edge kernels on a chunk of
+``min(EDGE_CHUNK, nonzeros of a block)`` edges: about ``24 + 24·H`` bytes per edge, plus per row of the chunk the
+gather's output ``4 · z`` and a copy of the block's ``Z`` columns (``4 · w · z``, ``w`` the block's or tile's
+columns). So a 2-layer GAT F → H·C → classes peaks in the last layer's backward at
+``4 · m · (3 · H·C + 5 · H · classes + (10 + P) · H + classes) + step`` (or in the first layer's backward, when its
+``Z`` is the wider by far). Its exchanges are ``z + H`` and ``z + 3H``
+wide per layer (the broadcast buffers are sized by the widest), and each layer's backward all-reduces ``P·m·H``
+score gradients: ``2 · (P − 1) · m · H · 4`` bytes received per layer (``the layers' all-reduces``). Not counted:
+attention dropout's per-edge masks and hash keys (a chunk's, transient).
+
 Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
 broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
 once.
@@ -70,7 +87,7 @@ from dataclasses import dataclass, field
 from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.kernels.policy import index_bytes
 from mggcn.kernels.tiled import gather_chunk_bytes, num_tiles
-from mggcn.nn.model import LayerStack, aggregate_first, spmm_widths
+from mggcn.nn.model import LayerStack, aggregate_first
 from mggcn.nn.models import model_type
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
@@ -119,7 +136,8 @@ PRESETS = {
 
 def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
                     train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0, model: str = "gcn",
-                    train_eps: bool = False, device: str = "cpu", precision: str = "fp32") -> tuple[int, dict]:
+                    train_eps: bool = False, device: str = "cpu", precision: str = "fp32", block_edges: int = 0,
+                    columns: int | None = None, nprocs: int = 1, **options) -> tuple[int, dict]:
     """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
 
     Walks the forward and backward passes of :class:`mggcn.nn.model.GCN` (``model="sage"``:
@@ -132,15 +150,21 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     vectors of the loss, below the resolution that matters here, and is kept for callers. ``device`` (``cpu`` or
     ``cuda``) sizes σ's block buffer. ``precision``: the activations' element size (bf16: 2 bytes; the loss then
     reads a float32 copy of the logits).
+
+    A model whose layers the plan walks whole (``plans_whole_layers``: GAT, :meth:`~mggcn.nn.gat.GAT.plan_layer`)
+    is also given ``block_edges`` and ``columns`` (the nonzeros and columns of one block of Â, a tile's on a CPU;
+    ``columns`` None: ``rows``), ``nprocs`` and its own ``options`` (GAT's ``heads``).
     """
     kind = model_type(model)
     ws: dict[str, int] = {}
+    layers = {**options, "block_edges": block_edges, "columns": rows if columns is None else columns,
+              "nprocs": nprocs} if kind.plans_whole_layers else None
 
     def epoch() -> tuple[int, dict]:
         walk = BufferWalk(rows, ws, device, float_bytes(precision))
-        _plan_forward(walk, dims, kind, order, caches_input, dropout, input_dropout, train_eps)
-        grad = _plan_loss(walk, len(dims) - 1, dims[-1])
-        _plan_backward(walk, dims, kind, order, caches_input, train_eps, grad)
+        logits = _plan_forward(walk, dims, kind, order, caches_input, dropout, input_dropout, train_eps, layers)
+        grad = _plan_loss(walk, logits, dims[-1])
+        _plan_backward(walk, dims, kind, order, caches_input, train_eps, grad, layers)
         walk.free(*list(walk.live))
         return walk.peak, walk.alive
 
@@ -157,16 +181,21 @@ def _aggregates_first(dims: Sequence[int], i: int, kind: type[LayerStack], order
 
 
 def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack], order: str, caches_input: bool,
-                  dropout: float, input_dropout: float, train_eps: bool) -> None:
-    """The forward pass: every output on the workspace (the logits too: the trainer asks)."""
+                  dropout: float, input_dropout: float, train_eps: bool, layers: dict | None) -> str:
+    """The forward pass: every output on the workspace (the logits too: the trainer asks), or, for a model whose
+    layers are walked whole (``layers``: their keywords), where its layers put them. Returns the logits' name."""
+    logits = f"ws:out {len(dims) - 2}"
     for i in range(len(dims) - 1):
         d_in, d_out = dims[i], dims[i + 1]
-        agg = _aggregates_first(dims, i, kind, order, caches_input)
-        cached = i == 0 and caches_input and agg
         if (input_dropout if i == 0 else dropout) > 0:
             walk.alloc(f"dropped input {i}", d_in)
             if i > 0:
                 walk.alloc(f"dropout mask {i}", d_in, 1)
+        if layers is not None:
+            logits = kind.plan_layer(walk, i, dims, **layers)
+            continue
+        agg = _aggregates_first(dims, i, kind, order, caches_input)
+        cached = i == 0 and caches_input and agg
         if agg and not cached:
             walk.take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
         kind.plan_before_gemm(walk, i, d_in, d_out, agg, cached, train_eps)
@@ -176,12 +205,14 @@ def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack],
             walk.take(kind.plan_transform_buffer(i, train_eps), d_out)
         kind.plan_after_gemm(walk, i, d_out)
         walk.take(f"out {i}", d_out)
+    return logits
 
 
-def _plan_loss(walk: BufferWalk, layers: int, classes: int) -> str:
-    """The loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the logits),
-    two vectors of row sums. Returns the buffer that holds the gradient of the logits. Logits of lower precision
-    are read as a float32 copy, whose gradient the cast's backward turns into a new tensor of the logits' type."""
+def _plan_loss(walk: BufferWalk, logits: str, classes: int) -> str:
+    """The loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the
+    ``logits``), two vectors of row sums. Returns the name of what holds the gradient of the logits. Logits of lower
+    precision are read as a float32 copy, whose gradient the cast's backward turns into a new tensor of the logits'
+    type."""
     low = walk.float_bytes < FLOAT
     if low:
         walk.alloc("logits float32", classes, FLOAT)
@@ -190,7 +221,7 @@ def _plan_loss(walk: BufferWalk, layers: int, classes: int) -> str:
     walk.take("label hits", 1, BOOL)
     walk.alloc("label comparisons", 1, 2 * BOOL)
     walk.free("label comparisons")
-    grad = f"ws:out {layers - 1}"
+    grad = logits
     walk.alloc("row sums", 1, FLOAT)
     walk.alloc("row sums / scale", 1, FLOAT)
     walk.free("row sums", "row sums / scale")
@@ -201,17 +232,20 @@ def _plan_loss(walk: BufferWalk, layers: int, classes: int) -> str:
 
 
 def _plan_backward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack], order: str, caches_input: bool,
-                   train_eps: bool, grad: str) -> None:
+                   train_eps: bool, grad: str, layers: dict | None) -> None:
     """The backward pass, from ``grad`` (the gradient of the logits)."""
     for i in reversed(range(len(dims) - 1)):
         d_in, d_out = dims[i], dims[i + 1]
-        agg = _aggregates_first(dims, i, kind, order, caches_input)
-        grad = kind.plan_backward(walk, i, d_in, d_out, agg, grad, train_eps)
+        if layers is not None:
+            grad = kind.plan_layer_backward(walk, i, dims, grad, **layers)
+        else:
+            grad = kind.plan_backward(walk, i, d_in, d_out, _aggregates_first(dims, i, kind, order, caches_input),
+                                      grad, train_eps)
         if i == 0:
             break
         if f"dropout mask {i}" in walk.live:
             new = walk.alloc(f"grad dropped {i}", d_in)
-            walk.free(f"dropout mask {i}", f"dropped input {i}")
+            walk.free(f"dropout mask {i}", f"dropped input {i}", *([] if grad.startswith("ws:") else [grad]))
             grad = new
         # σ's backward overwrites the gradient in place
 
@@ -228,6 +262,7 @@ class MemoryPlan:
     comm_spmm: int = 0
     comm_allreduce: int = 0
     comm_once: int = 0
+    comm_layers: int = 0  # the layers' own all-reduces of P·m rows (GAT's score gradients), received per rank
     item: int = FLOAT  # bytes of a feature, an activation, a value of Â, an exchanged element (precision)
 
     @property
@@ -244,7 +279,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
                 train_eps: bool = False, rank_nnz_train_t: int | None = None,
                 train_columns: str = "auto", gather: bool = False, device: str = "cpu",
-                precision: str = "fp32") -> MemoryPlan:
+                precision: str = "fp32", **options) -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -256,9 +291,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
         tile_cols: columns per CSR tile on a CPU (:func:`mggcn.kernels.policy.tile_columns`; None: untiled, as on
             GPUs).
-        model: ``gcn``, ``sage`` or ``gin`` (``train_eps``: GIN's learnable ε): its parameters
-            (:func:`num_parameters`) and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no
-            self loops (``nnz = edges``).
+        model: ``gcn``, ``sage``, ``gin`` (``train_eps``: GIN's learnable ε) or ``gat``: its parameters, exchanges
+            and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no self loops (``nnz = edges``).
         gather: the CPU's gather kernel runs (:func:`~mggcn.kernels.policy.gather_kernel`: float32, FBGEMM); it
             multiplies whole blocks (``tile_cols`` None), each SpMM holding one chunk of rows in flight
             (:func:`~mggcn.kernels.tiled.gather_chunk_bytes`, under 1 MiB).
@@ -266,21 +300,22 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         precision: one of :data:`~mggcn.config.PRECISIONS`: bf16 stores the features, Â's values, the activations
             and the exchanged rows in 2 bytes, and keeps a bfloat16 copy of the weights and of their gradients
             beside the float32 ones (:mod:`mggcn.training.precision`).
+        options: the model's own settings (its class's ``options``: GAT's ``heads``, ``attention_dropout``).
     """
     if nprocs < 1 or num_nodes < nprocs:
         raise ConfigError(f"nprocs must be between 1 and the {num_nodes} vertices, got {nprocs}", "nprocs")
     dims = [features, *hidden, classes]
     m = -(-num_nodes // nprocs)
-    kind = model_type(model)
+    kind = _model_with(model, options)
     loops = num_nodes if kind.self_loops else 0
     nnz_rank = -(-(edges + loops) // nprocs) if rank_nnz is None else rank_nnz
     nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
-    caches = input_dropout == 0.0
-    widths = spmm_widths(dims, order, caches)
+    caches = input_dropout == 0.0 and not kind.plans_whole_layers  # GAT multiplies first: no Â·X
+    widths = kind.exchange_widths(dims, order, caches, **options)
     plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths, item=float_bytes(precision))
 
     cached = caches and aggregate_first(dims[0], dims[1], True, order)
-    params = num_parameters(dims, model, train_eps)
+    params = num_parameters(dims, model, train_eps, **options)
     ntrain = math.ceil(train * m)
     nnz_train = None
     if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1, train_columns):
@@ -288,15 +323,33 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train,
                                        plan.item))
     _add_dense_parts(plan, features, cached, ntrain, params)
-    if gather and tile_cols is None:
+    if gather and tile_cols is None and not kind.plans_whole_layers:  # GAT runs its own kernels, not the SpMM
         plan.parts["SpMM row chunk"] = max(gather_chunk_bytes(m, w, nnz_rank) for w in widths + [features])
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
-                                   device=device, precision=precision)
+                                   device=device, precision=precision, **_block_shape(m, nprocs, nnz_rank, tile_cols),
+                                   **options)
     plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind))
     plan.activation_detail = detail
-    _add_communication(plan, features, params, cached)
+    _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options))
     return plan
+
+
+def _model_with(model: str, options: dict) -> type[LayerStack]:
+    """The class of ``model``, which must take every one of ``options`` (its ``options``)."""
+    kind = model_type(model)
+    unknown = sorted(set(options) - set(kind.options))
+    if unknown:
+        raise ConfigError(f"model {model} takes no option {', '.join(unknown)}", unknown[0])
+    return kind
+
+
+def _block_shape(m: int, nprocs: int, nnz: int, tile_cols: int | None) -> dict[str, int]:
+    """What a model whose layers are walked whole is told of one block of Â (a tile of it on a CPU) besides
+    ``nprocs``: its ``columns`` and nonzeros (``block_edges``, of this rank's ``nnz`` over P blocks of ``m``
+    columns)."""
+    columns = m if tile_cols is None else min(m, tile_cols)
+    return {"nprocs": nprocs, "columns": columns, "block_edges": -(-nnz * columns // (nprocs * m))}
 
 
 def _add_dense_parts(plan: MemoryPlan, features: int, cached: bool, ntrain: int, params: int) -> None:
@@ -328,12 +381,15 @@ def _adjacency_parts(m: int, nprocs: int, tile_cols: int | None, nnz: int, nnz_t
     return parts
 
 
-def _add_communication(plan: MemoryPlan, features: int, params: int, cached: bool) -> None:
+def _add_communication(plan: MemoryPlan, features: int, params: int, cached: bool,
+                       allreduces: Sequence[int] = ()) -> None:
     """What a rank receives: per epoch, the broadcasts of every SpMM and the gradient all-reduce (``params`` and the
-    epoch's 5 numbers); once, Â·X's broadcasts when it is ``cached``."""
+    epoch's 5 numbers), and the layers' ring all-reduces of ``P·m`` rows of the widths ``allreduces``
+    (``2 · (P − 1) / P`` of their bytes); once, Â·X's broadcasts when it is ``cached``."""
     nprocs, m = plan.nprocs, plan.rows
     plan.comm_spmm = sum((nprocs - 1) * m * w * plan.item for w in plan.widths)
     plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
+    plan.comm_layers = sum(2 * (nprocs - 1) * m * w * plan.item for w in allreduces)
     plan.comm_once = (nprocs - 1) * m * features * plan.item if cached else 0
 
 
@@ -353,11 +409,12 @@ def float_bytes(precision: str) -> int:
     return 2 if precision == "bf16" else FLOAT
 
 
-def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False) -> int:
+def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False, **options) -> int:
     """Trained parameters of ``model`` with layer sizes ``dims`` (:meth:`~mggcn.nn.model.LayerStack.num_parameters`:
     per layer ``d_in·d_out + d_out`` for the GCN, ``2·d_in·d_out + d_out`` for GraphSAGE (W_l, b, W_r),
-    ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable ε) for GIN's MLP)."""
-    return model_type(model).num_parameters(dims, train_eps)
+    ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable ε) for GIN's MLP, ``(d_in + 3)·d_out`` for a hidden GAT
+    layer and ``(d_in + 2)·H·C + C`` for its last); ``options``: the model's own (GAT's ``heads``)."""
+    return model_type(model).num_parameters(dims, train_eps, **options)
 
 
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:
@@ -368,8 +425,9 @@ def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str
         lines.append(f"  {part:<20} {format_bytes(size):>12}")
     lines.append(f"  {'total':<20} {format_bytes(plan.total):>12}")
     lines.append(f"communication per epoch, received per rank: {format_bytes(plan.comm_spmm)} (SpMM broadcasts) "
-                 f"+ {format_bytes(plan.comm_allreduce)} (gradient all-reduce); once before training: "
-                 f"{format_bytes(plan.comm_once)} (A.X)")
+                 f"+ {format_bytes(plan.comm_allreduce)} (gradient all-reduce)"
+                 + (f" + {format_bytes(plan.comm_layers)} (the layers' all-reduces)" if plan.comm_layers else "")
+                 + f"; once before training: {format_bytes(plan.comm_once)} (A.X)")
     if capacity is not None:
         verdict = "fits" if plan.fits(capacity) else "does NOT fit"
         lines.append(f"{verdict} in {format_bytes(capacity)} per device ({100 * plan.total / capacity:.0f}% used; "

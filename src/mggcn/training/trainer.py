@@ -34,8 +34,8 @@ from mggcn.distributed.partition import Shard
 from mggcn.distributed.spmm import SpMMOperator, StagedSpMM, keeps_training_columns
 from mggcn.nn.adam import Adam
 from mggcn.nn.loss import MaskedCrossEntropy, label_hits
-from mggcn.nn.model import LayerStack, spmm_widths
-from mggcn.nn.models import make_model, model_options, operator_for
+from mggcn.nn.model import LayerStack
+from mggcn.nn.models import make_model, model_options, model_type, operator_for
 from mggcn.training.precision import MasterWeights, compute_dtype, precision_scope
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock, synchronize
 
@@ -74,9 +74,11 @@ class NonFiniteLoss(FloatingPointError):
 
 
 def epoch_width(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
-    """The widest SpMM of an epoch of ``cfg``'s model."""
+    """The widest exchange of rows (SpMM, attention) of an epoch of ``cfg``'s model
+    (:meth:`~mggcn.nn.model.LayerStack.exchange_widths`)."""
     dims = cfg.dims(num_features, num_classes)
-    return max(spmm_widths(dims, cfg.order, cfg.input_dropout == 0.0) or [dims[0]])
+    widths = model_type(cfg.model).exchange_widths(dims, cfg.order, cfg.input_dropout == 0.0, **model_options(cfg))
+    return max(widths or [dims[0]])
 
 
 def epoch_tile_columns(cfg: TrainConfig, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
@@ -195,9 +197,8 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     timer = PhaseTimer(device)
     model = build_model(cfg, shard.x.shape[1], shard.num_classes, device)
     weights = model if cfg.precision != "bf16" else MasterWeights(model, compute_dtype(cfg.precision))
-    widths = spmm_widths(model.dims, cfg.order, model.caches_input_aggregation) or [model.dims[0]]
     layout = ParallelLayout.of(cfg, ctx.world_size)
-    adj, transport = layout.spmm_operator(ctx, shard, max(widths), timer)
+    adj, transport = layout.spmm_operator(ctx, shard, epoch_width(cfg, shard.x.shape[1], shard.num_classes), timer)
     balance = partition_balance(ctx, shard, layout)
     if transport is not None:
         balance["broadcast"] = transport.name

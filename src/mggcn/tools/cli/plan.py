@@ -32,8 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", type=positive_int, help="input features per vertex")
     p.add_argument("--classes", type=positive_int, help="classes (the width of the last layer)")
     p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
-                   help="gcn, sage or gin: its parameters, buffers and Â (GraphSAGE and GIN add no self loops)")
+                   help="gcn, sage, gin or gat: its parameters, buffers and Â (GraphSAGE and GIN add no self loops)")
     p.add_argument("--gin-train-eps", action="store_true", help="--model gin with a learnable ε")
+    p.add_argument("--heads", type=positive_int, default=DEFAULTS.heads,
+                   help=f"--model gat: attention heads per layer (default {DEFAULTS.heads}; hidden sizes are totals "
+                        "over the heads)")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, help="hidden layer sizes (default 128)")
     p.add_argument("--nprocs", type=int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
     p.add_argument("--memory", type=byte_size, default=None, help="memory per device, e.g. 80G or 141G")
@@ -56,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mggcn.kernels.policy import gather_kernel
-    from mggcn.nn.models import operator_for
+    from mggcn.nn.models import model_options, operator_for
     from mggcn.tools.plan import PRESETS, format_plan, plan_memory
     from mggcn.training.trainer import epoch_tile_columns
 
@@ -68,8 +71,10 @@ def run(args: argparse.Namespace) -> int:
         raise GraphError(f"give --dataset or --{' --'.join(missing)}")
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
-    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, hidden=args.hidden, order=args.order,
-                      input_dropout=args.input_dropout, tile_bytes=args.tile_bytes)
+    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, heads=args.heads, hidden=args.hidden,
+                      order=args.order, input_dropout=args.input_dropout, tile_bytes=args.tile_bytes)
+    options = model_options(cfg)  # the model's own settings (GAT's heads); GIN's ε is plan_memory's train_eps
+    train_eps = options.pop("train_eps", False)
     for nprocs in args.nprocs:
         tiles = epoch_tile_columns(cfg, sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], nprocs,
                                    args.device, nprocs)
@@ -77,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
                            nprocs, order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                            train=sizes["train"] if sizes["train"] is not None else 0.5,
                            symmetric=not args.directed and operator_for(args.model) in SYMMETRIC_OPERATORS,
-                           tile_cols=tiles, model=args.model,
-                           train_eps=args.gin_train_eps, train_columns=args.train_columns,
-                           gather=gather_kernel(args.device), device=args.device, precision=args.precision)
+                           tile_cols=tiles, model=args.model, train_eps=train_eps, train_columns=args.train_columns,
+                           gather=gather_kernel(args.device), device=args.device, precision=args.precision,
+                           **options)
         precision = "" if args.precision == "fp32" else f", {args.precision}"
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}{precision}", args.memory))
     return 0
