@@ -67,6 +67,22 @@ def test_the_activation_peak_is_the_measured_peak_of_an_epoch(n, e, hidden, head
         assert planned - alive["edge step"] < 0.9 * measured
 
 
+@pytest.mark.parametrize("directed", [True, False])
+def test_the_kernels_kept_indices_are_the_plans(directed):
+    """The row ids the attention kernels build once per block of Â and Âᵀ (one set when Â = Âᵀ) and keep."""
+    from mggcn.distributed import attention
+
+    graph = random_graph(500, 3000, features=8, classes=3, directed=directed, seed=2)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, "gat")
+    train_shard(DistContext(), shard, TrainConfig(model="gat", heads=2, hidden=(8,), epochs=1, trace_epoch=0))
+    blocks = {id(b): b for b in [*shard.adj, *shard.adj_t]}.values()
+    kept = sum(c.row.nbytes for b in blocks for chunks in attention._chunk_cache.get(b, {}).values() for c in chunks)
+    plan = plan_memory(graph.num_nodes, graph.num_edges, 8, 3, (8,), 1, model="gat", heads=2, rank_nnz=shard.nnz,
+                       rank_nnz_t=sum(b.nnz for b in shard.adj_t), symmetric=not directed)
+    assert kept == plan.parts["kernel indices"] > 0
+    assert "kernel indices" not in plan_memory(graph.num_nodes, graph.num_edges, 8, 3, (8,), 1).parts
+
+
 def test_the_plan_counts_a_gat_by_its_heads():
     """Parameters with heads (as the model has them), the optimizer by them, per layer the two exchanges
     [Z | e_src] and [∂out | e_dst | lse | c], the broadcast buffers of the widest and the score gradients'

@@ -219,6 +219,7 @@ class GAT(LayerStack):
         return [heads] * (len(dims) - 1)
 
     plans_whole_layers = True
+    kept_bytes_per_edge = 4  # the attention's chunks' row ids (int32), per block (mggcn.kernels.attention)
 
     @staticmethod
     def _z_width(dims: Sequence[int], i: int, heads: int) -> int:
@@ -227,26 +228,25 @@ class GAT(LayerStack):
 
     @staticmethod
     def _edge_step(walk: BufferWalk, edges: int, columns: int, heads: int, width: int, forward: bool) -> None:
-        """The attention kernels' largest step over a block of ``edges`` nonzeros and ``columns`` columns: a chunk of
-        about :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges and its ``r`` rows (:mod:`mggcn.kernels.attention`).
-        Per edge its row, column and received row (int64) and, per head, the scores and weights (forward: pre,
-        score, weight; backward: pre, α) and the gather's int64 index and weight copy; per row of the chunk the
-        gather's output and offsets, and a copy of the block's ``Z`` columns (the gather's table). Backward, the
-        larger of that gather and the SDDMM, whose per-head CSR results stay until its end (an int64 column and a
-        float32 value per edge and head)."""
+        """The attention kernels' largest step over a block (a tile) of ``edges`` nonzeros and ``columns`` columns
+        (:mod:`mggcn.kernels.attention`, one worker): a chunk of about :data:`~mggcn.kernels.attention.EDGE_CHUNK`
+        edges and its ``r`` rows. Per tile, the head-major copy of its ``Z`` columns and, forward, of their
+        ``e_src``. Per edge and head: forward the scores (the weights in place), the gather's column index (int32)
+        and weight copy; backward ``pre`` and α, the stacked pattern's columns (int32) and, in turn, the gather's
+        weight copy and output, the SDDMM's float32 values and copy of ``Z``'s rows, the slope's mask and values.
+        Per row of the chunk the bags' offsets and forward the gather's output and the running max's update (new
+        max, finite, rescale)."""
         if not edges:
             return
         chunk = min(edges, EDGE_CHUNK)
         rows = min(walk.rows, -(-walk.rows * chunk // edges))
-        f = walk.float_bytes
-        per_edge = 24 + 2 * f * heads  # row, column, received row; pre and score (forward) or pre and α
-        gather = chunk * heads * (8 + f) + rows * (24 * heads + f * width) + f * columns * width
-        if forward:  # + the weights; per row the running max's update, finite and rescale
-            step = chunk * (per_edge + f * heads) + rows * 3 * f * heads + gather
+        f, per_head = walk.float_bytes, chunk * heads
+        if forward:
+            step = per_head * (2 * f + 4) + rows * (f * width + 4 * f * heads + 16 * heads) + columns * f * heads
         else:
-            dots = chunk * (4 + f * heads + 12 * heads) + heads * 8 * (rows + 1) + 4 * (rows + columns) * width // heads
-            step = chunk * per_edge + max(gather, dots, chunk * heads * (3 * f + 1))
-        step += 8 * (rows + 1)  # the chunk's row pointers
+            gather, dots, slope = per_head * f + rows * f * width, 4 * (per_head + rows * width), per_head * (f + 5)
+            step = per_head * (2 * f + 4) + max(gather, dots, slope) + rows * 16 * heads + 8 * columns
+        step += columns * f * width + 8 * (rows + 1)  # the tile's head-major table; the chunk's row pointers
         kept, walk.rows = walk.rows, 1  # the step in bytes, not rows × width
         walk.alloc("edge step", 1, step)
         walk.rows = kept

@@ -329,6 +329,7 @@ class LayerStack(nn.Module):
         return []
 
     plans_whole_layers = False  # the plan walks each layer by plan_layer / plan_layer_backward (GAT)
+    kept_bytes_per_edge = 0  # per nonzero of the blocks of Â and Âᵀ, index arrays its kernels build once and keep
 
     # The plan's walk of an epoch (mggcn.tools.plan.activation_peak) asks each model for its own buffers.
     @classmethod

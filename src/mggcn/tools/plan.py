@@ -16,6 +16,7 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
     labels       y (int64), three split masks (bool), the loss's label positions (int64), its training rows and
                  their label positions (int64):                                               m · (19 + 16 · t)
     optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
+    kernel indices  GAT: its attention kernels' row ids, 4 bytes per nonzero of Â's and Âᵀ's blocks
     buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (distributed.shm),
                  shared by every SpMM of the epoch:                                              2 · 4 · m · max(widths)
     activations  the peak over the epoch of what autograd keeps plus the gradients in flight (below)
@@ -61,14 +62,17 @@ its mean over heads) multiplies first, caches no Â·X and keeps nothing on the 
 ``lse``, ``4 · m · H`` each; the last layer's output is the logits, ``4 · m · C``. The layer in flight adds the rows
 it exchanges (``m · (z + H)`` forward, ``m · (z + 3H)`` backward, with ``c``), the running max and sum, backward
 ``∂Z``, ``∂e_src`` and the partial ``∂e_dst`` ``[P·m, H]``, and one step of the per-edge kernels on a chunk of
-``min(EDGE_CHUNK, nonzeros of a block)`` edges: about ``24 + 24·H`` bytes per edge, plus per row of the chunk the
-gather's output ``4 · z`` and a copy of the block's ``Z`` columns (``4 · w · z``, ``w`` the block's or tile's
-columns). So a 2-layer GAT F → H·C → classes peaks in the last layer's backward at
+``min(EDGE_CHUNK, nonzeros of a tile)`` edges: ``12 · H`` bytes per edge forward, ``21 · H`` backward, plus per row
+of the chunk the gather's output ``4 · z`` and per tile a head-major copy of its ``Z`` columns (``4 · w · z``, ``w``
+the tile's columns). So a 2-layer GAT F → H·C → classes peaks in the last layer's backward at
 ``4 · m · (3 · H·C + 5 · H · classes + (10 + P) · H + classes) + step`` (or in the first layer's backward, when its
-``Z`` is the wider by far). Its exchanges are ``z + H`` and ``z + 3H``
-wide per layer (the broadcast buffers are sized by the widest), and each layer's backward all-reduces ``P·m·H``
-score gradients: ``2 · (P − 1) · m · H · 4`` bytes received per layer (``the layers' all-reduces``). Not counted:
-attention dropout's per-edge masks and hash keys (a chunk's, transient).
+``Z`` is the wider by far). The kernels keep their chunks' row ids, 4 bytes per nonzero of Â's and Âᵀ's blocks
+(``kernel indices``). Its exchanges are ``z + H`` and ``z + 3H`` wide per layer (the broadcast buffers are sized by
+the widest), and each layer's backward all-reduces ``P·m·H`` score gradients: ``2 · (P − 1) · m · H · 4`` bytes
+received per layer (``the layers' all-reduces``). The walk counts one chunk in flight; where several CPU threads
+take the kernels' items, each holds one of at most :data:`~mggcn.kernels.attention.ITEM_EDGES` edges (in all no more
+than one ``EDGE_CHUNK`` up to 8 threads). Not counted: attention dropout's per-edge masks and hash keys (a chunk's,
+transient).
 
 Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
 broadcasts), plus ``≈ 2 · (P − 1) / P · 4 · W`` for the gradient all-reduce; Â·X costs ``(P − 1) · m · F · 4``
@@ -323,8 +327,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train,
                                        plan.item))
     _add_dense_parts(plan, features, cached, ntrain, params)
-    if gather and tile_cols is None and not kind.plans_whole_layers:  # GAT runs its own kernels, not the SpMM
-        plan.parts["SpMM row chunk"] = max(gather_chunk_bytes(m, w, nnz_rank) for w in widths + [features])
+    _add_kernel_parts(plan, kind, features, gather and tile_cols is None, nnz_rank, 0 if symmetric else nnz_rank_t)
     peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
                                    device=device, precision=precision, **_block_shape(m, nprocs, nnz_rank, tile_cols),
@@ -333,6 +336,17 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     plan.activation_detail = detail
     _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options))
     return plan
+
+
+def _add_kernel_parts(plan: MemoryPlan, kind: type[LayerStack], features: int, gather: bool, nnz: int,
+                      nnz_t: int) -> None:
+    """What the kernels hold beside the activations: the gather SpMM's chunk of rows in flight (``gather``: it runs,
+    on whole blocks; GAT runs its own kernels), and the index arrays a model's kernels keep per nonzero of Â's and
+    Âᵀ's blocks (``nnz``, ``nnz_t``; 0 when Âᵀ's blocks are Â's)."""
+    if gather and not kind.plans_whole_layers:
+        plan.parts["SpMM row chunk"] = max(gather_chunk_bytes(plan.rows, w, nnz) for w in plan.widths + [features])
+    if kind.kept_bytes_per_edge:
+        plan.parts["kernel indices"] = kind.kept_bytes_per_edge * (nnz + nnz_t)
 
 
 def _model_with(model: str, options: dict) -> type[LayerStack]:
