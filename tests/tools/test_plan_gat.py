@@ -44,23 +44,26 @@ def _epoch_peak(shard, cfg) -> int:
     return int(totals.max())
 
 
-@pytest.mark.parametrize("n,e,hidden,heads,edges_matter", [
-    (3000, 15000, (64,), 8, True),  # per-edge values about half the peak
-    (2000, 40000, (32, 32), 4, True),  # three layers, per-edge values most of it
-    (4000, 4000, (256,), 4, False),  # per-row values most of it
+@pytest.mark.parametrize("n,e,hidden,heads,edges_matter,precision", [
+    (3000, 15000, (64,), 8, True, "fp32"),  # per-edge values about half the peak
+    (2000, 40000, (32, 32), 4, True, "fp32"),  # three layers, per-edge values most of it
+    (4000, 4000, (256,), 4, False, "fp32"),  # per-row values most of it
+    (3000, 15000, (64,), 8, True, "bf16"),  # 2-byte activations, the SDDMM in float32
+    (4000, 4000, (256,), 4, False, "bf16"),
 ])
-def test_the_activation_peak_is_the_measured_peak_of_an_epoch(n, e, hidden, heads, edges_matter):
+def test_the_activation_peak_is_the_measured_peak_of_an_epoch(n, e, hidden, heads, edges_matter, precision):
     """What a GAT's epoch allocates at its peak (P = 1) equals the plan's activation peak less the loss's workspace
     vectors (allocated in the first epoch), within 10% both ways: the walk names every tensor the layers and the
     loss keep and the attention's transients; the per-edge step's temporaries are the kernels' own and shift a few
     percent with how torch lays out their intermediates."""
     graph = random_graph(n, e, features=16, classes=5, directed=True, seed=1)
     shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, "gat")
-    cfg = TrainConfig(model="gat", heads=heads, hidden=hidden, epochs=2, trace_epoch=0)
+    cfg = TrainConfig(model="gat", heads=heads, hidden=hidden, epochs=2, trace_epoch=0, precision=precision)
     measured = _epoch_peak(shard, cfg)
     tiles = [tile for block in shard.adj for tile in block.tiles]
     peak, alive = activation_peak(shard.x.shape[0], [16, *hidden, 5], model="gat", heads=heads,
-                                  block_edges=max(t._nnz() for t in tiles), columns=max(t.shape[1] for t in tiles))
+                                  block_edges=max(t._nnz() for t in tiles), columns=max(t.shape[1] for t in tiles),
+                                  precision=precision)
     planned = peak - sum(v for k, v in alive.items() if k.startswith("ws:"))
     assert 0.9 * measured <= planned <= 1.1 * measured, (planned, measured, alive)
     if edges_matter:  # without the per-edge step the plan would be short

@@ -233,7 +233,8 @@ class GAT(LayerStack):
         edges and its ``r`` rows. Per tile, the head-major copy of its ``Z`` columns and, forward, of their
         ``e_src``. Per edge and head: forward the scores (the weights in place), the gather's column index (int32)
         and weight copy; backward ``pre`` and α, the stacked pattern's columns (int32) and, in turn, the gather's
-        weight copy and output, the SDDMM's float32 values and copy of ``Z``'s rows, the slope's mask and values.
+        weight copy and output, the SDDMM's float32 values and copy of ``Z``'s rows (and of the table in a lower
+        precision), the slope's mask and values.
         Per row of the chunk the bags' offsets and forward the gather's output and the running max's update (new
         max, finite, rescale)."""
         if not edges:
@@ -245,6 +246,8 @@ class GAT(LayerStack):
             step = per_head * (2 * f + 4) + rows * (f * width + 4 * f * heads + 16 * heads) + columns * f * heads
         else:
             gather, dots, slope = per_head * f + rows * f * width, 4 * (per_head + rows * width), per_head * (f + 5)
+            if f < 4:  # the SDDMM multiplies in float32: the table cast too
+                dots += 4 * columns * width
             step = per_head * (2 * f + 4) + max(gather, dots, slope) + rows * 16 * heads + 8 * columns
         step += columns * f * width + 8 * (rows + 1)  # the tile's head-major table; the chunk's row pointers
         kept, walk.rows = walk.rows, 1  # the step in bytes, not rows × width
