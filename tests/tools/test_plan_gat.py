@@ -131,3 +131,17 @@ def test_plan_command_for_gat(capsys):
     activations = plan_memory(10_000, 100_000, 128, 40, (256,), 2, model="gat", heads=4, device="cpu",
                               tile_cols=None).parts["activations"]
     assert format_bytes(activations) in out
+
+
+def test_a_gat_keeps_no_copy_of_the_training_columns():
+    """GAT's backward passes over every block of Âᵀ (the attention's gradient needs each edge), so neither the trainer
+    nor the plan keeps the copy of Âᵀ's training columns the other models' last layer reads; a GCN on the same graph
+    and split keeps it (training split at most half the vertices)."""
+    graph = random_graph(300, 1500, features=6, classes=3, directed=True, seed=4)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0), 0, "gat")
+    result = train_shard(DistContext(), shard, TrainConfig(model="gat", hidden=(8,), heads=2, epochs=1, trace_epoch=0,
+                                                           train_columns="on"))
+    assert not result.adj.has_training_columns
+    gat = plan_memory(300, 1500, 6, 3, (8,), model="gat", heads=2, train=0.1)
+    gcn = plan_memory(300, 1500, 6, 3, (8,), train=0.1)
+    assert gat.parts.get("A^T training columns", 0) == 0 < gcn.parts["A^T training columns"]

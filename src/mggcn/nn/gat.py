@@ -139,6 +139,7 @@ class GAT(LayerStack):
     options = ("heads", "attention_dropout")
     layer_weight = "convs.{}.lin.weight"  # [H·C, d_in]
     pyg_takes_edge_index = True  # GATConv computes its attention per edge of an edge list
+    reads_training_columns = False  # its backward passes over every block of Âᵀ (see the module docstring)
 
     @classmethod
     def state_keys(cls) -> tuple[str, ...]:

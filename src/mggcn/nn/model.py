@@ -237,6 +237,7 @@ class LayerStack(nn.Module):
     pyg_label = "GCNConv"  # what the bench calls PyG's run (pyg_convs: GCNConv layers on a normalized adjacency)
     pyg_one_hidden_width = False  # PyG's model takes one hidden width (the bench's PyG run needs equal widths)
     pyg_takes_edge_index = False  # the bench gives PyG's layers the edge list instead of a CSR adjacency
+    reads_training_columns = True  # the last layer's backward multiplies by Âᵀ's training columns when kept
     self_loops = True  # its Â adds the identity: nonzeros = edges + vertices
     reads_input_with_aggregation = False  # forward still reads x when given Â·x: the trainer keeps x
     options: tuple[str, ...] = ()  # the TrainConfig fields only this model takes

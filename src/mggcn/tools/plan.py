@@ -322,7 +322,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     params = num_parameters(dims, model, train_eps, **options)
     ntrain = math.ceil(train * m)
     nnz_train = None
-    if keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1, train_columns):
+    if kind.reads_training_columns and keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1,
+                                                              train_columns):
         nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
     plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train,
                                        plan.item))

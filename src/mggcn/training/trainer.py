@@ -223,8 +223,9 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     if x_agg is not None and not model.reads_input_with_aggregation:
         # no epoch reads X again: release it before the first epoch allocates its activations
         shard.x = x = None
-    if keeps_training_columns(shard.split_sizes["train"], shard.partition.num_nodes, len(model.convs),
-                              cfg.train_columns):
+    keep = keeps_training_columns(shard.split_sizes["train"], shard.partition.num_nodes, len(model.convs),
+                                  cfg.train_columns)
+    if keep and model.reads_training_columns:
         adj.use_training_columns(shard.masks["train"])  # the last layer's backward reads only these columns
     split_masks = [shard.masks[s] for s in SPLITS]
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)

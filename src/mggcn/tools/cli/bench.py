@@ -36,6 +36,19 @@ examples:
 """
 
 
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model each configuration trains, and in which precisions."""
+    p.add_argument("--model", choices=MODELS,
+                   help="gcn (default) against PyG's GCNConv, sage against its GraphSAGE, gin against its GIN, gat "
+                        "against its GAT")
+    p.add_argument("--heads", type=positive_int, help="--model gat: attention heads per layer (default 8)")
+    p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
+    add_precision_option(p)
+    p.add_argument("--compare-precision", type=precisions, metavar="LIST",
+                   help="more precisions (e.g. bf16) for every P of the main partition: the table then says each "
+                        "one's epoch time against --precision's and its change of test accuracy")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mggcn.tools import bench
 
@@ -50,15 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
     p.add_argument("--features", type=positive_int, help=f"default {d.features}")
     p.add_argument("--classes", type=positive_int, help=f"default {d.classes}")
-    p.add_argument("--model", choices=MODELS,
-                   help="gcn (default) against PyG's GCNConv, sage against its GraphSAGE, gin against its GIN, gat "
-                        "against its GAT")
-    p.add_argument("--heads", type=positive_int, help="--model gat: attention heads per layer (default 8)")
-    add_precision_option(p)
-    p.add_argument("--compare-precision", type=precisions, metavar="LIST",
-                   help="more precisions (e.g. bf16) for every P of the main partition: the table then says each "
-                        "one's epoch time against --precision's and its change of test accuracy")
-    p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
+    _add_model_arguments(p)
     p.add_argument("--epochs", type=positive_int, help=f"timed epochs after the warm-up (default {d.epochs})")
     p.add_argument("--warmup", type=int, help=f"untimed epochs first (default {d.warmup})")
     p.add_argument("--repeats", type=positive_int,
