@@ -208,29 +208,32 @@ class _ForwardAttention:
 
 class _InOrder:
     """Runs each item's ``commit`` in item order whichever worker computed it (so a sum over items is the same
-    bits whatever the scheduling); a failed item releases the workers waiting for it."""
+    bits whatever the scheduling); a failed item releases the workers waiting for it, which raise its error."""
 
     def __init__(self) -> None:
-        self.next, self.failed = 0, False
+        self.next, self.error = 0, None
         self.turn = threading.Condition()
+
+    def _fail(self, error: BaseException) -> None:
+        with self.turn:
+            self.error = self.error or error
+            self.turn.notify_all()
 
     def commit(self, compute: Callable[[Chunk], Callable[[], None]], k: int, chunk: Chunk) -> None:
         """Item ``k``: ``compute(chunk)`` now, then the step it returns once item ``k − 1``'s has run."""
         try:
             done = compute(chunk)
-        except BaseException:
-            with self.turn:
-                self.failed = True
-                self.turn.notify_all()
+        except BaseException as error:
+            self._fail(error)
             raise
         with self.turn:
-            self.turn.wait_for(lambda: self.next == k or self.failed)
-            if self.failed:
-                raise RuntimeError("an earlier attention item failed")
+            self.turn.wait_for(lambda: self.next == k or self.error is not None)
+            if self.error is not None:
+                raise self.error  # the first failure, whichever worker the caller hears from first
             try:
                 done()
-            except BaseException:
-                self.failed = True
+            except BaseException as error:
+                self.error = error
                 raise
             finally:
                 self.next += 1
@@ -256,17 +259,20 @@ class _BackwardAttention:
             for tile in _tiles(block, heads, rows.device):
                 part = rows[tile.cols]
                 table = kernels.head_major(part[:, :width].view(-1, heads, channels))
+                # the SDDMM multiplies 16-bit operands in float32: the table converted once per tile, not per chunk
+                dots = table if table.element_size() >= 4 else table.float()
                 e_dst, lse, c = (part[:, width + k * heads: width + (k + 1) * heads].contiguous() for k in range(3))
                 # ∂e_dst's rows: this tile's columns as rows of rank source's block of grad_dst
                 target = torch.arange(tile.start, tile.start + tile.width, device=rows.device)
                 target = (target if columns is None else columns[target]) + source * m
                 tile.run(functools.partial(_InOrder().commit, functools.partial(
-                    self._chunk, tile, table, e_dst, lse, c, target, source, columns)))
+                    self._chunk, tile, table, dots, e_dst, lse, c, target, source, columns)))
 
-    def _chunk(self, tile: _Tile, table: torch.Tensor, e_dst: torch.Tensor, lse: torch.Tensor, c: torch.Tensor,
-               target: torch.Tensor, source: int, columns: torch.Tensor | None, chunk: Chunk) -> Callable[[], None]:
+    def _chunk(self, tile: _Tile, table: torch.Tensor, dots: torch.Tensor, e_dst: torch.Tensor, lse: torch.Tensor,
+               c: torch.Tensor, target: torch.Tensor, source: int, columns: torch.Tensor | None,
+               chunk: Chunk) -> Callable[[], None]:
         """Rows ``chunk.r0:chunk.r1`` (sources): their ``∂Z`` and ``∂e_src``; returns the step that adds the chunk's
-        ``∂e_dst`` (run in chunk order)."""
+        ``∂e_dst`` (run in chunk order). ``dots``: ``table`` as the SDDMM multiplies it (float32 for 16-bit)."""
         here = slice(chunk.r0, chunk.r1)
         pre = _pick(self.e_src[here], chunk.row).add_(_pick(e_dst, chunk.col))
         alpha = F.leaky_relu(pre, self.spec.slope).sub_(_pick(lse, chunk.col)).exp_()
@@ -277,7 +283,7 @@ class _BackwardAttention:
         rows = kernels.head_rows(chunk.crow, tile.heads, cols.dtype)
         self.grad_z[here].add_(kernels.gather_head_major(rows[:-1], cols, weight, table))
         del weight
-        grad_alpha = kernels.edge_dots_head_major(rows, cols, self.z[here], table)
+        grad_alpha = kernels.edge_dots_head_major(rows, cols, self.z[here], dots)
         del rows, cols
         if q is not None:
             grad_alpha.mul_(q)
