@@ -381,6 +381,7 @@ def _train(g: Graph, model: torch.nn.Module, forward, epochs: int = 100, every: 
     return test
 
 
+@pytest.mark.slow  # two trainings on the default graph, the default run's longest test: the slow run (.ci/run) has it
 def test_gcn_beats_mlp():
     """The default noise hides the label from the features alone; the graph recovers it."""
     pyg = pytest.importorskip("torch_geometric.nn")
