@@ -19,7 +19,8 @@ from mggcn.nn.model import GCN, LayerStack
 from mggcn.nn.sage import GraphSAGE
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "model_options", "operator_for"]
+__all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "model_options", "models_taking",
+           "operator_for"]
 
 # Every model by its --model name. A model class carries what the rest of mggcn knows about it (its Â, PyG
 # counterpart, parameters, GEMMs, the plan's buffers: see LayerStack), so registering it is all a new model needs.
@@ -58,6 +59,11 @@ def make_model(kind: str, dims: Sequence[int], activation: str = "relu", dropout
     return model_type(kind).build(dims, train_eps=train_eps, activation=activation, dropout=dropout,
                                   input_dropout=input_dropout, order=order, seed=seed, reuse_buffers=reuse_buffers,
                                   **options)
+
+
+def models_taking(option: str) -> str:
+    """The names of the models whose own settings include ``option`` (a message's "is for model ...")."""
+    return ", ".join(kind for kind, cls in MODEL_TYPES.items() if option in cls.options)
 
 
 def model_options(cfg: TrainConfig) -> dict:

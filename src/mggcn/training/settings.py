@@ -13,7 +13,7 @@ from numbers import Integral, Real
 from typing import Any
 
 from mggcn.config import PRECISIONS, TrainConfig
-from mggcn.nn.models import MODEL_TYPES, model_type
+from mggcn.nn.models import MODEL_TYPES, model_type, models_taking
 from mggcn.utils.errors import ConfigError
 
 __all__ = ["check_config", "check_job_settings", "check_timeout"]
@@ -50,8 +50,7 @@ def check_config(cfg: TrainConfig) -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for option in sorted({o for cls in MODEL_TYPES.values() for o in cls.options} - set(kind.options)):
         if getattr(cfg, option) != defaults[option]:  # an option of another model, set
-            owners = ", ".join(k for k, cls in MODEL_TYPES.items() if option in cls.options)
-            raise ConfigError(f"{option} is for model {owners}, not {cfg.model}", option)
+            raise ConfigError(f"{option} is for model {models_taking(option)}, not {cfg.model}", option)
     hidden = cfg.hidden
     iterable = not isinstance(hidden, (str, bytes)) and hasattr(hidden, "__iter__")
     if not iterable or not all(isinstance(h, Integral) and not isinstance(h, bool) for h in hidden):

@@ -76,7 +76,7 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
         if overrides.get(key) is not None:
             overrides[key] = parse_bytes(overrides[key], key)
     opts = replace(base, **{k: v for k, v in overrides.items() if v is not None})
-    from mggcn.nn.models import MODEL_TYPES  # torch: not for the command line's --help
+    from mggcn.nn.models import MODEL_TYPES, models_taking  # torch: not for the command line's --help
 
     kind = MODEL_TYPES.get(opts.model)
     if kind is None:
@@ -85,8 +85,7 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
         raise ConfigError(f"model {opts.model}: PyG's {kind.pyg_name} has one hidden width, got hidden="
                           f"{','.join(map(str, opts.hidden))} (or give pyg=False)", "model")
     if opts.heads != BenchOptions.heads and "heads" not in kind.options:
-        owners = ", ".join(k for k, cls in MODEL_TYPES.items() if "heads" in cls.options)
-        raise ConfigError(f"heads is for model {owners}, not {opts.model}", "heads")
+        raise ConfigError(f"heads is for model {models_taking('heads')}, not {opts.model}", "heads")
     if opts.ids not in IDS:
         raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")
     _check_caps(opts)
