@@ -37,6 +37,15 @@ def test_a_job_leaves_the_global_start_method_unchosen(tmp_path):
     assert os.listdir(tmp) == []
 
 
+def _as_from_a_terminal(cmd: list[str]) -> list[str]:
+    """``cmd`` started with Ctrl-C's default disposition, as a terminal starts a command, whatever this test run's
+    own: a shell's background job (``pytest ... &`` in a script) ignores SIGINT, its children inherit that, and a
+    Python started so never handles Ctrl-C (rightly: the shell asked for it). A handler set in Python does not
+    survive exec, the default it stands for does."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *cmd]
+
+
 def _fork_server_started(proc: subprocess.Popen, deadline: float) -> list[psutil.Process]:
     """Wait until the launcher ``proc`` has started multiprocessing's fork server; its descendants then."""
     while time.monotonic() < deadline:
@@ -56,9 +65,10 @@ def test_ctrl_c_while_the_workers_start_is_one_line_and_130(tmp_path, after_s):
     """Ctrl-C reaches the whole process group (the terminal's): the launcher, the fork server importing torch, the
     workers. One line, status 130, no traceback from any of them, no process or file left."""
     env, tmp = _env(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs", "2",
-                             "--epochs", "100000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+    cmd = [sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs", "2", "--epochs",
+           "100000", "--quiet"]
+    proc = subprocess.Popen(_as_from_a_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
     try:
         _fork_server_started(proc, time.monotonic() + 240)
         time.sleep(after_s)
@@ -97,7 +107,8 @@ def test_ctrl_c_in_the_moment_the_fork_server_starts_is_not_lost(tmp_path):
         except KeyboardInterrupt:
             print("interrupted", forkserver._forkserver._forkserver_pid is not None)
         """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env)
+    out = subprocess.run(_as_from_a_terminal([sys.executable, "-c", script]), capture_output=True, text=True,
+                         timeout=240, env=env)
     assert out.stdout.splitlines() == ["interrupted True"], (out.stdout, out.stderr)
 
 

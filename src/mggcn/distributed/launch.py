@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -208,13 +209,33 @@ def _worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:
     return context
 
 
+@contextlib.contextmanager
+def _ctrl_c_held_back() -> Iterator[None]:
+    """In the main thread: a SIGINT during the block is noted instead of handled, then raised again after it (with
+    the handler it would have met); elsewhere, nothing (only the main thread handles signals in Python)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+    if noted:
+        signal.raise_signal(signal.SIGINT)
+
+
 def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen | None) -> None:
     """Start the fork server (if it does not run yet) with Ctrl-C blocked: it shares the terminal's process group, and
     a Ctrl-C while it imports torch would print its traceback beside the launcher's one line. A blocked signal stays
     blocked across fork and exec, so a Ctrl-C waits in the server until it ignores SIGINT by itself once its imports
     are done (which discards it); the workers unblock it and take the default handler back (:func:`_worker_entry`).
     The launcher blocks it only while the server process starts (a fork and an exec), and a Ctrl-C in that moment
-    stays pending, reaching the launcher once it unblocks: blocked, never ignored, so no Ctrl-C is lost.
+    stays pending, reaching the launcher once it unblocks: blocked, never ignored, so no Ctrl-C is lost. The mask is
+    this thread's, and the kernel hands a process's signal to any thread that does not block it (a library's worker
+    thread), so the main thread also holds its Python handler back meanwhile: a Ctrl-C that arrives that way is
+    raised again once the server runs, never in the middle of its start.
 
     The server's socket lies in multiprocessing's temporary directory of this process (``pymp-*``), removed at its
     exit; the ``cleaner`` removes it should this process be killed."""
@@ -222,12 +243,13 @@ def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Pope
         return
     # the resource tracker first: starting it unblocks SIGINT (and would let a Ctrl-C reach the server mid-start)
     multiprocessing.resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread's: the one that forks
-    try:
-        with _start_method_left_alone():
-            multiprocessing.forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    with _ctrl_c_held_back():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread's: the one that forks
+        try:
+            with _start_method_left_alone():
+                multiprocessing.forkserver.ensure_running()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     if cleaner is not None:
         try:
             cleaner.stdin.write(f"{multiprocessing.util.get_temp_dir()}\n".encode())
