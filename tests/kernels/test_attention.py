@@ -89,17 +89,71 @@ def test_items_on_several_workers_give_the_bits_of_one_thread(dropout, monkeypat
             assert torch.equal(got, want)
 
 
+def test_row_steps_on_several_workers_give_the_bits_of_one_thread(monkeypatch):
+    """The row-wise steps (the online softmax's start and end, the tiles' copies, the backward's rows sent) cut
+    between 2 workers at a few rows each: every result bitwise equal to one thread's, which runs them whole."""
+    graph = gat_graph(200)
+    one = _run(graph, 1, 0.0, 8, monkeypatch)
+    monkeypatch.setattr(distributed, "_MIN_ROWS", 16)
+    cuts = []
+    original = distributed._by_rows
+
+    def counting(m, step, device):
+        cuts.append(min(shared_threads(device), m // distributed._MIN_ROWS))
+        original(m, step, device)
+
+    monkeypatch.setattr(distributed, "_by_rows", counting)
+    got = _run(graph, 2, 0.0, 8, monkeypatch)
+    assert cuts and all(cut == 2 for cut in cuts)  # every row-wise step ran on both workers
+    for g, want in zip(got, one, strict=True):
+        assert torch.equal(g, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_leaky_relu_grad_is_the_derivative_times_the_gradient(dtype):
+    """``grad`` times LeakyReLU's derivative at ``pre``, zero counted as negative (torch's and PyG's choice),
+    the same bits as autograd's backward of F.leaky_relu."""
+    pre = torch.tensor([[-2.0, 0.0, 3.0], [0.5, -0.0, -1e-3]], dtype=dtype, requires_grad=True)
+    grad = torch.tensor([[1.5, 2.0, -3.0], [4.0, -5.0, 6.0]], dtype=dtype)
+    torch.nn.functional.leaky_relu(pre, 0.2).backward(grad)
+    got = kernels.leaky_relu_grad(grad, pre.detach(), 0.2)
+    assert torch.equal(got, pre.grad)
+    assert torch.equal(got[0], torch.stack([grad[0, 0] * 0.2, grad[0, 1] * 0.2, grad[0, 2]]))
+
+
+def test_attention_rows_is_the_attention_of_its_columns():
+    """``attention_rows`` on ``[Z | e_src | e_dst]`` gives ``attention``'s output and, column block by column
+    block, its gradients (float64; the same kernels: equal up to nothing but the layout)."""
+    graph = gat_graph(60)
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, "gat")
+    op = local_adj(shard.adj[0], shard.adj_t[0])
+    gen = torch.Generator().manual_seed(1)
+    n, heads, channels = graph.num_nodes, 3, 4
+    z, e_src, e_dst = (torch.randn(n, *shape, generator=gen, dtype=torch.float64, requires_grad=True)
+                       for shape in ((heads, channels), (heads,), (heads,)))
+    rows = torch.cat([z.detach().reshape(n, -1), e_src.detach(), e_dst.detach()], dim=1).requires_grad_()
+    grad = torch.randn(n, heads, channels, generator=gen, dtype=torch.float64)
+    out = distributed.attention(z, e_src, e_dst, op)
+    out.backward(grad)
+    got = distributed.attention_rows(rows, heads, op)
+    got.backward(grad)
+    assert torch.equal(got, out)
+    assert torch.equal(rows.grad, torch.cat([z.grad.reshape(n, -1), e_src.grad, e_dst.grad], dim=1))
+    with pytest.raises(ValueError, match="rows"):
+        distributed.attention_rows(rows[:, :-1], heads, op)
+
+
 def test_a_failed_item_releases_the_items_waiting_for_it(monkeypatch):
     """An error in one chunk's backward reaches the caller; the workers waiting to add after it stop (no hang)."""
     calls = []
-    original = kernels.leaky_relu_slope
+    original = kernels.leaky_relu_grad
 
-    def failing(pre, slope):
+    def failing(grad, pre, slope):
         calls.append(threading.get_ident())
         if len(calls) == 2:
             raise RuntimeError("chunk failed")
-        return original(pre, slope)
+        return original(grad, pre, slope)
 
-    monkeypatch.setattr(kernels, "leaky_relu_slope", failing)
+    monkeypatch.setattr(kernels, "leaky_relu_grad", failing)
     with pytest.raises(RuntimeError, match="chunk failed"):
         _run(gat_graph(200), 2, 0.0, 8, monkeypatch)

@@ -11,9 +11,12 @@ multiplicity, the diagonal 1):
 per head, with ``Z`` [m, H, C] (``H·Wᵀ`` by heads), ``e_src``, ``e_dst`` [m, H] (``Σ_c Z·att``) and ``q`` the
 attention-dropout factor (mask / (1 − p)). A multiplicity ``w`` is exactly ``w`` PyG edges with the same score.
 
+The input is one tensor ``[Z | e_src | e_dst]`` [m, H·C + 2H] (:func:`attention_rows`; a GAT layer's one GEMM
+makes it), and so is its gradient ``[∂Z | ∂e_src | ∂e_dst]``: no copies of the parts either way.
+
 Forward: ONE pass of the operator's exchange (:meth:`~mggcn.distributed.spmm.SpMMOperator.run` with an
-accumulator) over the rows ``[Z | e_src]`` (width H·C + H: received rows bring their own ``e_src``, so a compacted
-block of the sparse exchange needs no index map for it). Each block updates a per-row online softmax (running max
+accumulator) over the rows ``[Z | e_src]`` (width H·C + H, a view of the input: received rows bring their own
+``e_src``, so a compacted block of the sparse exchange needs no index map for it). Each block updates a per-row online softmax (running max
 ``M``, sum ``l``, accumulator rescaled by ``exp(M_old − M_new)`` when a block raises the max, as flash attention
 does); then ``out = acc / l`` and ``lse = M + log l`` are kept for backward.
 
@@ -41,11 +44,16 @@ is added in chunk order whichever worker computed it, so results are the same bi
 chunks' index arrays are built on the first call and kept with the operator's block: 4 bytes per edge (the row
 ids, int32).
 
-Memory: kept for backward, ``out`` [m, H, C] and ``lse`` [m, H] (besides the inputs Z, e_src, e_dst the caller keeps).
-Forward, while it runs: the rows sent ``[m, H·C + H]``, the running max and sum [m, H], the operator's receive
-buffers at that width, and per received block its ``Z`` columns copied once (w × H·C, an embedding table). Backward:
-the rows sent ``[m, H·C + 3H]``, ``c`` [m, H], ``∂Z`` [m, H·C] (the result), ``∂e_src`` [m, H] and the partial
-``∂e_dst`` [P·m, H]. Per-edge values ``[nnz, H]`` exist only for the chunks of rows in flight, one per worker
+Row-wise steps outside the kernels (the online softmax's start and end, the received tiles' copies, the backward's
+rows sent) run as one work item per CPU worker over a run of rows (:func:`_by_rows`): on a machine that other jobs
+share, an op split between torch's threads waits at its end for the thread that ran least, so a handful of such ops
+per step would each pay that wait.
+
+Memory: kept for backward, ``out`` [m, H, C] and ``lse`` [m, H] (besides the input the caller keeps).
+Forward, while it runs: the rows sent (at P > 1 a compact copy, ``[m, H·C + H]``), the running max and sum [m, H],
+the operator's receive buffers at that width, and per received tile its ``Z`` columns copied once, head-major
+(w × H·C, an embedding table), and its ``e_src``. Backward: the rows sent ``[m, H·C + 3H]``, the gradient
+``[m, H·C + 2H]`` (the result) and the partial ``∂e_dst`` [P·m, H]. Per-edge values ``[nnz, H]`` exist only for the chunks of rows in flight, one per worker
 (about :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges, or ITEM_EDGES with several workers, some 60·H bytes
 each), plus per tile the copy of its received rows' table, head-major (w × H·C).
 
@@ -76,7 +84,7 @@ from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 # (SpMMOperator.attention), so its class is not imported here
 SpMMOperator = Any
 
-__all__ = ["attention"]
+__all__ = ["attention", "attention_rows"]
 
 
 class _Ids:
@@ -96,6 +104,38 @@ class _Ids:
 def _pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``values[index]`` along the rows (index_select: faster than advanced indexing)."""
     return torch.index_select(values, 0, index)
+
+
+# rows per worker below which a row-wise step runs on the caller's threads alone: its wait for the workers would
+# cost more than the step
+_MIN_ROWS = 4096
+
+
+def _by_rows(m: int, step: Callable[[slice], None], device: torch.device) -> None:
+    """``step(rows)`` over ``m`` rows cut into one run per CPU worker, each on one thread
+    (:func:`~mggcn.kernels.shared.run_items`): the caller waits for the workers once per call, not once per op of
+    ``step``, which a machine running other jobs makes slow. On a GPU one call over all rows. ``step``'s ops must
+    be row-wise (the same bits for any cut)."""
+    workers = max(1, min(shared_threads(device), m // _MIN_ROWS))
+    bounds = [m * k // workers for k in range(workers + 1)]
+    run_items(workers, lambda k, _worker: step(slice(bounds[k], bounds[k + 1])), workers)
+
+
+def _tile_rows(part: torch.Tensor, heads: int, channels: int, count: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """A tile's received rows ``part`` [w, H·C + count·H] as the kernels read them, copied in one row-wise pass
+    (:func:`_by_rows`): the head-major table of their ``Z``, [H·w, C] (:func:`~mggcn.kernels.attention.head_major`),
+    and the ``count`` [w, H] column blocks after it, each compact (gathered per edge: a strided source is slow)."""
+    w, width = part.shape[0], heads * channels
+    table = torch.empty(heads, w, channels, dtype=part.dtype, device=part.device)
+    blocks = [torch.empty(w, heads, dtype=part.dtype, device=part.device) for _ in range(count)]
+
+    def copy(rows: slice) -> None:
+        table[:, rows].copy_(part[rows, :width].view(-1, heads, channels).transpose(0, 1))
+        for k, block in enumerate(blocks):
+            block[rows].copy_(part[rows, width + k * heads: width + (k + 1) * heads])
+
+    _by_rows(w, copy, part.device)
+    return table.view(heads * w, channels), blocks
 
 
 # per block (the operator's, built once), per (tile, edges per chunk): its chunks' index arrays (tile_chunks)
@@ -165,25 +205,31 @@ class _ForwardAttention:
                  timer: PhaseTimer) -> None:
         m, heads = e_dst.shape
         self.e_dst, self.channels, self.spec, self.ids, self.timer = e_dst, channels, spec, ids, timer
-        self.max = torch.full((m, heads), float("-inf"), dtype=e_dst.dtype, device=e_dst.device)
-        self.sum = torch.zeros_like(self.max)
-        self.acc = torch.zeros(m, heads, channels, dtype=e_dst.dtype, device=e_dst.device)
-        self.lse: torch.Tensor | None = None
+        self.max = torch.empty(m, heads, dtype=e_dst.dtype, device=e_dst.device)
+        self.sum = torch.empty_like(self.max)
+        self.acc = torch.empty(m, heads, channels, dtype=e_dst.dtype, device=e_dst.device)
+        self.lse = torch.empty_like(self.max)
+
+        def start(rows: slice) -> None:
+            self.max[rows].fill_(float("-inf"))
+            self.sum[rows].zero_()
+            self.acc[rows].zero_()
+
+        _by_rows(m, start, e_dst.device)
 
     def add(self, block: TiledCSR, rows: torch.Tensor, source: int = 0, columns: torch.Tensor | None = None) -> None:
         heads, channels = self.e_dst.shape[1], self.channels
         with self.timer("spmm"):
             for tile in _tiles(block, heads, rows.device):
-                part = rows[tile.cols]
-                table = kernels.head_major(part[:, :heads * channels].view(-1, heads, channels))
-                e_src = part[:, heads * channels:].contiguous()  # gathered per edge: a strided source is slow
+                table, (e_src,) = _tile_rows(rows[tile.cols], heads, channels, 1)
                 tile.run(functools.partial(self._chunk, tile, table, e_src, source, columns))
 
     def _chunk(self, tile: _Tile, table: torch.Tensor, e_src: torch.Tensor, source: int,
                columns: torch.Tensor | None, _k: int, chunk: Chunk) -> None:
         """Rows ``chunk.r0:chunk.r1``: fold the chunk's edges into their running max, sum and accumulator."""
         here = slice(chunk.r0, chunk.r1)
-        score = F.leaky_relu_(_pick(e_src, chunk.col).add_(_pick(self.e_dst[here], chunk.row)), self.spec.slope)
+        e_dst = self.e_dst[here].contiguous()  # a column block of the GEMM's rows: gathered from a compact copy
+        score = F.leaky_relu_(_pick(e_src, chunk.col).add_(_pick(e_dst, chunk.row)), self.spec.slope)
         old_max = self.max[here]
         new_max = torch.maximum(old_max, kernels.segment_max(chunk.crow, score))
         finite = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
@@ -200,10 +246,15 @@ class _ForwardAttention:
 
     def result(self) -> torch.Tensor:
         """``out`` [m, H, C]; ``lse`` [m, H] on :attr:`lse`. A row without entries (padding) gets 0 for both."""
-        some = self.sum > 0
-        safe = torch.where(some, self.sum, torch.ones_like(self.sum))
-        self.lse = torch.where(some, self.max + torch.log(safe), torch.zeros_like(self.sum))
-        return self.acc.div_(safe[:, :, None])
+        def finish(rows: slice) -> None:
+            total = self.sum[rows]
+            some = total > 0
+            safe = torch.where(some, total, torch.ones_like(total))
+            torch.where(some, self.max[rows] + torch.log(safe), torch.zeros_like(total), out=self.lse[rows])
+            self.acc[rows].div_(safe[:, :, None])
+
+        _by_rows(self.sum.shape[0], finish, self.sum.device)
+        return self.acc
 
 
 class _InOrder:
@@ -242,26 +293,21 @@ class _InOrder:
 
 class _BackwardAttention:
     """The backward pass's accumulator, over the blocks of Âᵀ (module docstring): ``∂Z``, ``∂e_src`` for this rank's
-    rows, and the partial ``∂e_dst`` of every rank's rows."""
+    rows, and the partial ``∂e_dst`` of every rank's rows (``grad_dst`` [P·m, H]), into the zeroed tensors given
+    (views of one gradient)."""
 
-    def __init__(self, z: torch.Tensor, e_src: torch.Tensor, spec: AttentionSpec, ids: _Ids | None, world: int,
-                 timer: PhaseTimer) -> None:
-        m, heads, channels = z.shape
+    def __init__(self, z: torch.Tensor, e_src: torch.Tensor, grad_z: torch.Tensor, grad_src: torch.Tensor,
+                 grad_dst: torch.Tensor, spec: AttentionSpec, ids: _Ids | None, timer: PhaseTimer) -> None:
         self.z, self.e_src, self.spec, self.ids, self.timer = z, e_src, spec, ids, timer
-        self.grad_z = torch.zeros_like(z)
-        self.grad_src = torch.zeros_like(e_src)
-        self.grad_dst = torch.zeros(world * m, heads, dtype=z.dtype, device=z.device)
+        self.grad_z, self.grad_src, self.grad_dst = grad_z, grad_src, grad_dst
 
     def add(self, block: TiledCSR, rows: torch.Tensor, source: int = 0, columns: torch.Tensor | None = None) -> None:
         m, heads, channels = self.z.shape
-        width = heads * channels
         with self.timer("spmm"):
             for tile in _tiles(block, heads, rows.device):
-                part = rows[tile.cols]
-                table = kernels.head_major(part[:, :width].view(-1, heads, channels))
+                table, (e_dst, lse, c) = _tile_rows(rows[tile.cols], heads, channels, 3)
                 # the SDDMM multiplies 16-bit operands in float32: the table converted once per tile, not per chunk
                 dots = table if table.element_size() >= 4 else table.float()
-                e_dst, lse, c = (part[:, width + k * heads: width + (k + 1) * heads].contiguous() for k in range(3))
                 # ∂e_dst's rows: this tile's columns as rows of rank source's block of grad_dst
                 target = torch.arange(tile.start, tile.start + tile.width, device=rows.device)
                 target = (target if columns is None else columns[target]) + source * m
@@ -274,7 +320,8 @@ class _BackwardAttention:
         """Rows ``chunk.r0:chunk.r1`` (sources): their ``∂Z`` and ``∂e_src``; returns the step that adds the chunk's
         ``∂e_dst`` (run in chunk order). ``dots``: ``table`` as the SDDMM multiplies it (float32 for 16-bit)."""
         here = slice(chunk.r0, chunk.r1)
-        pre = _pick(self.e_src[here], chunk.row).add_(_pick(e_dst, chunk.col))
+        e_src = self.e_src[here].contiguous()  # a column block of the GEMM's rows: gathered from a compact copy
+        pre = _pick(e_src, chunk.row).add_(_pick(e_dst, chunk.col))
         alpha = F.leaky_relu(pre, self.spec.slope).sub_(_pick(lse, chunk.col)).exp_()
         alpha.mul_(chunk.val.to(alpha.dtype)[:, None])
         q = tile.dropout(chunk, self.spec, self.ids, source, columns, True, alpha.dtype)
@@ -287,8 +334,7 @@ class _BackwardAttention:
         del rows, cols
         if q is not None:
             grad_alpha.mul_(q)
-        grad_e = grad_alpha.sub_(_pick(c, chunk.col)).mul_(alpha)
-        grad_e.mul_(kernels.leaky_relu_slope(pre, self.spec.slope))
+        grad_e = kernels.leaky_relu_grad(grad_alpha.sub_(_pick(c, chunk.col)).mul_(alpha), pre, self.spec.slope)
         self.grad_src[here].add_(kernels.segment_sum(chunk.crow, grad_e))
         return lambda: self.grad_dst.index_add_(0, _pick(target, chunk.col), grad_e)
 
@@ -296,41 +342,73 @@ class _BackwardAttention:
         return self.grad_z
 
 
+def _backward_start(grad_out: torch.Tensor, out: torch.Tensor, e_dst: torch.Tensor, lse: torch.Tensor,
+                    world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward's rows sent ``[∂out | e_dst | lse | c]`` (``c = <∂out, out>`` per head), its zeroed gradient
+    ``[∂Z | ∂e_src | ∂e_dst]`` [m, H·C + 2H], and the zeroed partial ``∂e_dst`` of every rank's rows [P·m, H]
+    (apart from ∂Z's columns: index_add_ into a strided target is several times slower), in one row-wise pass."""
+    m, heads, channels = out.shape
+    width = heads * channels
+    sent = torch.empty(m, width + 3 * heads, dtype=out.dtype, device=out.device)
+    grad = torch.empty(m, width + 2 * heads, dtype=out.dtype, device=out.device)
+    grad_dst = torch.empty(world, m, heads, dtype=out.dtype, device=out.device)
+
+    def start(r: slice) -> None:
+        sent[r, :width].view(-1, heads, channels).copy_(grad_out[r])
+        sent[r, width:width + heads].copy_(e_dst[r])
+        sent[r, width + heads:width + 2 * heads].copy_(lse[r])
+        torch.sum(grad_out[r] * out[r], dim=2, out=sent[r, width + 2 * heads:])
+        grad[r].zero_()
+        grad_dst[:, r].zero_()
+
+    _by_rows(m, start, out.device)
+    return sent, grad, grad_dst.view(world * m, heads)
+
+
 class _AttentionFunction(torch.autograd.Function):
-    """``(Z, e_src, e_dst) -> out`` (module docstring); keeps ``Z``, ``e_src``, ``e_dst``, ``out`` and ``lse``."""
+    """``[Z | e_src | e_dst] -> out`` (module docstring: ``rows`` [m, H·C + 2H], a layer's GEMM output, whose
+    columns are ``Z`` by heads and the two score terms); keeps ``rows``, ``out`` and ``lse``; the gradient is one
+    tensor of ``rows``' shape."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, e_src: torch.Tensor, e_dst: torch.Tensor,  # type: ignore[override]
-                op: SpMMOperator, spec: AttentionSpec, timer: PhaseTimer) -> torch.Tensor:
-        m, heads, channels = z.shape
+    def forward(ctx, rows: torch.Tensor, heads: int, op: SpMMOperator,  # type: ignore[override]
+                spec: AttentionSpec, timer: PhaseTimer) -> torch.Tensor:
+        width = rows.shape[1] - 2 * heads
         ids = _Ids(op, op.ctx.rank) if spec.dropout else None
-        acc = _ForwardAttention(e_dst.detach(), channels, spec, ids, timer)
-        rows = torch.cat([z.detach().reshape(m, heads * channels), e_src.detach()], dim=1)
-        out = op.run(rows, accumulator=acc)
-        del rows
-        ctx.op, ctx.spec, ctx.timer, ctx.ids = op, spec, timer, ids
-        ctx.save_for_backward(z, e_src, e_dst, out, acc.lse)
+        acc = _ForwardAttention(rows.detach()[:, width + heads:], width // heads, spec, ids, timer)
+        out = op.run(rows.detach()[:, :width + heads], accumulator=acc)  # [Z | e_src]: a view, no copy at P = 1
+        ctx.op, ctx.spec, ctx.timer, ctx.ids, ctx.heads = op, spec, timer, ids, heads
+        ctx.save_for_backward(rows, out, acc.lse)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        z, e_src, e_dst, out, lse = ctx.saved_tensors
-        op = ctx.op
-        m, heads, channels = z.shape
-        grad_out = grad_out.contiguous()
-        c = (grad_out * out).sum(dim=2)
-        rows = torch.cat([grad_out.view(m, heads * channels), e_dst, lse, c], dim=1)
-        del c
-        acc = _BackwardAttention(z, e_src, ctx.spec, ctx.ids, op.ctx.world_size, ctx.timer)
-        grad_z = op.run(rows, transpose=True, accumulator=acc)
-        del rows
-        grad_dst = acc.grad_dst
-        if op.ctx.world_size > 1:
+        rows, out, lse = ctx.saved_tensors
+        op, heads = ctx.op, ctx.heads
+        m, channels = out.shape[0], out.shape[2]
+        width, world, rank = heads * channels, op.ctx.world_size, op.ctx.rank
+        z, e_src, e_dst = rows[:, :width].view(m, heads, channels), rows[:, width:width + heads], rows[:, -heads:]
+        sent, grad, grad_dst = _backward_start(grad_out, out, e_dst, lse, world)
+        acc = _BackwardAttention(z, e_src, grad[:, :width].view(m, heads, channels), grad[:, width:width + heads],
+                                 grad_dst, ctx.spec, ctx.ids, ctx.timer)
+        op.run(sent, transpose=True, accumulator=acc)
+        del sent
+        if world > 1:
             with ctx.timer("allreduce"):
                 dist.all_reduce(grad_dst, group=op.ctx.group)
-        rank = op.ctx.rank
-        return grad_z, acc.grad_src, grad_dst[rank * m:(rank + 1) * m], None, None, None
+        grad[:, -heads:].copy_(grad_dst[rank * m:(rank + 1) * m])
+        return grad, None, None, None, None
+
+
+def attention_rows(rows: torch.Tensor, heads: int, op: SpMMOperator, spec: AttentionSpec | None = None,
+                   timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
+    """:func:`attention` on the columns of one tensor ``rows`` = ``[Z | e_src | e_dst]`` [m, H·C + 2H] (a GAT
+    layer's one GEMM makes it: :class:`~mggcn.nn.gat.GATLayer`), with autograd: [m, H, C]; ``rows``' gradient is one
+    tensor, with no copies of its three parts."""
+    if rows.dim() != 2 or (rows.shape[1] - 2 * heads) % heads or rows.shape[1] <= 2 * heads:
+        raise ValueError(f"rows [m, H·C + 2H] expected for {heads} heads, got {list(rows.shape)}")
+    return _AttentionFunction.apply(rows, heads, op, AttentionSpec() if spec is None else spec, timer)
 
 
 def attention(z: torch.Tensor, e_src: torch.Tensor, e_dst: torch.Tensor, op: SpMMOperator,
@@ -338,4 +416,5 @@ def attention(z: torch.Tensor, e_src: torch.Tensor, e_dst: torch.Tensor, op: SpM
     """GAT's attention aggregation on this rank's rows, with autograd (module docstring): ``z`` [m, H, C], ``e_src``
     and ``e_dst`` [m, H] -> [m, H, C]. ``op``: the SpMM operator of ``normalize(A, "gat")``'s shard, whose exchange
     moves the rows. Collective at P > 1 (every rank calls it, forward and backward)."""
-    return _AttentionFunction.apply(z, e_src, e_dst, op, AttentionSpec() if spec is None else spec, timer)
+    m, heads, channels = z.shape
+    return attention_rows(torch.cat([z.reshape(m, heads * channels), e_src, e_dst], dim=1), heads, op, spec, timer)

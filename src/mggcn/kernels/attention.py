@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from mggcn.utils.system import sparse_warnings_silenced
 
-__all__ = ["AttentionSpec", "EDGE_CHUNK", "ITEM_EDGES", "Chunk", "tile_chunks", "row_chunks", "leaky_relu_slope",
+__all__ = ["AttentionSpec", "EDGE_CHUNK", "ITEM_EDGES", "Chunk", "tile_chunks", "row_chunks", "leaky_relu_grad",
            "segment_max", "segment_sum", "head_major", "head_columns", "head_rows", "gather_heads",
            "gather_head_major", "edge_dots", "edge_dots_head_major", "splitmix64", "edge_keys", "dropout_keep"]
 
@@ -152,10 +152,10 @@ def tile_chunks(tile: torch.Tensor, max_edges: int | None = None) -> list[Chunk]
     return chunks
 
 
-def leaky_relu_slope(pre: torch.Tensor, slope: float) -> torch.Tensor:
-    """The derivative of LeakyReLU at ``pre``: 1 where positive, ``slope`` elsewhere (PyG's and torch's choice at 0)."""
-    return torch.where(pre > 0, torch.ones((), dtype=pre.dtype, device=pre.device),
-                       torch.full((), slope, dtype=pre.dtype, device=pre.device))
+def leaky_relu_grad(grad: torch.Tensor, pre: torch.Tensor, slope: float) -> torch.Tensor:
+    """``grad`` times the derivative of LeakyReLU at ``pre``: ``grad`` where positive, ``slope · grad`` elsewhere
+    (PyG's and torch's choice at 0), a new tensor (torch's own backward of LeakyReLU: one pass)."""
+    return torch.ops.aten.leaky_relu_backward(grad, pre, slope, False)
 
 
 def segment_max(crow: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -211,7 +211,7 @@ def gather_head_major(offsets: torch.Tensor, cols: torch.Tensor, weights: torch.
 
 def edge_dots(crow: torch.Tensor, col: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """``out[e, h] = <left[row_e, h], right[col_e, h]>`` over the edges e of the CSR ``crow``, ``col`` (m × w) for
-    ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order (a transposed view)."""
+    ``left`` [m, H, C] and ``right`` [w, H, C]: [nnz, H] in CSR order."""
     heads = left.shape[1]
     cols = head_columns(col, heads, right.shape[0])
     return edge_dots_head_major(head_rows(crow, heads, cols.dtype), cols, left, head_major(right))
@@ -222,7 +222,7 @@ def edge_dots_head_major(rows: torch.Tensor, cols: torch.Tensor, left: torch.Ten
     """:func:`edge_dots` with the heads' stacked pattern given (``rows`` :func:`head_rows`, ``cols``
     :func:`head_columns`) and ``right`` as a :func:`head_major` table ``flat``: ONE sampled dense-dense product
     (``torch.sparse.sampled_addmm``, the SDDMM: no ``[nnz, C]`` operand is gathered) of the ``H·m × H·w`` pattern,
-    head h's copy on the diagonal block h. [nnz, H] (a transposed view of the head-major values)."""
+    head h's copy on the diagonal block h. [nnz, H], contiguous (the head-major values copied)."""
     m, heads, channels = left.shape
     # the SDDMM has no 16-bit kernels: bfloat16 and half operands are multiplied in float32
     work = torch.float32 if left.element_size() < 4 else left.dtype
@@ -232,4 +232,7 @@ def edge_dots_head_major(rows: torch.Tensor, cols: torch.Tensor, left: torch.Ten
                                           size=(heads * m, flat.shape[0]))
         # into the pattern itself (out=): no copy of its values into a new result
         torch.sparse.sampled_addmm(pattern, a, flat.to(work).t(), beta=0.0, out=pattern)
-    return pattern.values().to(left.dtype).view(heads, -1).t()
+    values = pattern.values().view(heads, -1).t()
+    # edge-major, as the per-edge values it meets: an op between a transposed and a plain [nnz, H] is several
+    # times slower than the copy
+    return torch.empty(values.shape, dtype=left.dtype, device=left.device).copy_(values)

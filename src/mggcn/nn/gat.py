@@ -8,19 +8,21 @@ Layer l computes, per head h of H (``Z = H·Wᵀ`` viewed ``[m, H, C]``)
 
 over the in-edges of i with its self loops replaced by one (PyG's default), parallel edges counted: a hidden layer
 concatenates its heads (``hidden = H·C``), the last one averages them (``C = classes``), as PyG's GAT model builds
-them. The aggregation is :func:`mggcn.distributed.attention.attention` (the operator's
-:meth:`~mggcn.distributed.spmm.SpMMOperator.attention`) on the operator ``gat``
+them. The aggregation is :func:`mggcn.distributed.attention.attention_rows` on the operator ``gat``
 (:func:`mggcn.nn.norm.normalize`: the edge multiplicities, unit diagonal), which uses the SpMM operator's exchange
 for its own per-block kernels: one exchange of ``[Z | e_src]`` forward, one of ``[∂out | e_dst | lse | c]``
 backward, plus an all-reduce of ``P·m·H`` values (the destinations' score gradients).
 
 The layer always multiplies first (the attention needs ``Z``), so nothing is cached (``Â·X`` means nothing here).
+Its one GEMM gives ``Z`` and both per-vertex score terms ``e = Σ_c Z·att`` at once: the weight is ``[W; A_src;
+A_dst]`` (:meth:`GATLayer.scores_weight`, 2H more rows, each ``Σ_c att[h, c] · W[h·C + c]``), so the scores cost no
+pass over ``Z`` and their gradients come back through the GEMM's.
 Attention dropout (``attention_dropout``, PyG's ``GATConv(dropout=...)``) draws its masks from a hash of (seed,
 layer, head, original source and destination ids): any P draws the same masks; :meth:`GAT.seed_attention` sets the
 seed (the trainer: once per epoch, the same on every rank).
 
 Buffers: the GAT's tensors are not on the workspace; a layer keeps for backward its input (the GEMM's, for ∂W),
-``Z`` [m, H·C], ``e_src``, ``e_dst`` and ``lse`` [m, H], and the attention's output [m, H·C]; σ keeps its output (the
+``[Z | e_src | e_dst]`` [m, H·C + 2H], ``lse`` [m, H], and the attention's output [m, H·C]; σ keeps its output (the
 next layer's input). ``grad_on_train_rows`` (the last layer's gradient is zero outside the training rows) is not
 used: the backward runs over all rows (the same result, not faster).
 
@@ -39,6 +41,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from mggcn.distributed.attention import attention_rows
 from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
 from mggcn.nn.functional import _TimedLinear, activate
 from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
@@ -94,6 +97,15 @@ class GATLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(heads * channels if concat else channels)) if bias else None
         self.attention_seed = 0
 
+    def scores_weight(self) -> torch.Tensor:
+        """``[W; A_src; A_dst]`` [H·C + 2H, d_in]: ``W`` and per head h the rows ``Σ_c att[h, c] · W[h·C + c]``,
+        so that the layer's one GEMM gives ``[Z | e_src | e_dst]`` (``e = Σ_c Z·att = H·(Σ_c att·W)ᵀ``, the same
+        value summed in another order). The parameters' gradients come back through it (autograd, on weights)."""
+        w = self.lin.weight.view(self.heads, self.channels, -1)
+        # products and sums of weights' size (not einsum, a bmm that each thread of a busy machine would wait on)
+        return torch.cat([self.lin.weight, *((att[0, :, :, None] * w).sum(dim=1) for att in (self.att_src,
+                                                                                            self.att_dst))])
+
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.channels}, heads={self.heads}, concat={self.concat}"
 
@@ -106,12 +118,10 @@ class GATLayer(nn.Module):
             raise ValueError("a GAT layer multiplies first: it takes no precomputed aggregation")
         op = getattr(adj, "func", adj)  # a functools.partial (grad_on_train_rows) carries the operator
         m = h.shape[0]
-        z = _TimedLinear.apply(h, self.lin.weight, None, timer, None, None).view(m, self.heads, self.channels)
-        e_src = (z * self.att_src).sum(dim=-1)
-        e_dst = (z * self.att_dst).sum(dim=-1)
+        rows = _TimedLinear.apply(h, self.scores_weight(), None, timer, None, None)
         spec = AttentionSpec(NEGATIVE_SLOPE, self.attention_dropout if self.training else 0.0,
                              self.attention_seed, self.index)
-        out = op.attention(z, e_src, e_dst, spec, timer)
+        out = attention_rows(rows, self.heads, op, spec, timer)
         out = out.reshape(m, self.heads * self.channels) if self.concat else out.mean(dim=1)
         return out if self.bias is None else out + self.bias
 
@@ -234,8 +244,8 @@ class GAT(LayerStack):
         edges and its ``r`` rows. Per tile, the head-major copy of its ``Z`` columns and, forward, of their
         ``e_src``. Per edge and head: forward the scores (the weights in place), the gather's column index (int32)
         and weight copy; backward ``pre`` and α, the stacked pattern's columns (int32) and, in turn, the gather's
-        weight copy and output, the SDDMM's float32 values and copy of ``Z``'s rows (and of the table in a lower
-        precision), the slope's mask and values.
+        weight copy and output, the SDDMM's float32 values, their edge-major copy and the copy of ``Z``'s rows (and
+        of the table in a lower precision), the LeakyReLU backward's output.
         Per row of the chunk the bags' offsets and forward the gather's output and the running max's update (new
         max, finite, rescale)."""
         if not edges:
@@ -246,7 +256,8 @@ class GAT(LayerStack):
         if forward:
             step = per_head * (2 * f + 4) + rows * (f * width + 4 * f * heads + 16 * heads) + columns * f * heads
         else:
-            gather, dots, slope = per_head * f + rows * f * width, 4 * (per_head + rows * width), per_head * (f + 5)
+            gather, slope = per_head * f + rows * f * width, per_head * f
+            dots = 4 * (per_head + rows * width) + per_head * f  # + the values' edge-major copy
             if f < 4:  # the SDDMM multiplies in float32: the table cast too
                 dots += 4 * columns * width
             step = per_head * (2 * f + 4) + max(gather, dots, slope) + rows * 16 * heads + 8 * columns
@@ -258,23 +269,20 @@ class GAT(LayerStack):
 
     @classmethod
     def plan_layer(cls, walk: BufferWalk, i: int, dims: Sequence[int], *, heads: int = 8, block_edges: int = 0,
-                   columns: int = 0, **options) -> str:
+                   columns: int = 0, nprocs: int = 1, **options) -> str:
         """Layer ``i``'s forward in :class:`~mggcn.nn.workspace.BufferWalk`'s terms (the module docstring's
         buffers; none on the workspace): ``block_edges`` and ``columns``, the nonzeros and columns of a block of
         Â (a tile's on a CPU), size the per-edge step. Returns the name of the layer's output."""
         width, last = cls._z_width(dims, i, heads), i == len(dims) - 2
-        walk.alloc(f"Z {i}", width)
-        for side in ("src", "dst"):
-            walk.alloc("Z * att", width)
-            walk.alloc(f"e_{side} {i}", heads)
-            walk.free("Z * att")
+        walk.alloc(f"Z {i}", width + 2 * heads)  # the GEMM's [Z | e_src | e_dst]
         walk.alloc("running max", heads)
         walk.alloc("running sum", heads)
         walk.alloc(f"attention out {i}", width)
-        walk.alloc("rows sent", width + heads)
+        walk.alloc(f"lse {i}", heads)
+        if nprocs > 1:  # the exchange sends a compact copy of [Z | e_src]; at P = 1 the kernels read the view
+            walk.alloc("rows sent", width + heads)
         cls._edge_step(walk, block_edges, columns, heads, width, forward=True)
         walk.alloc("row has entries, safe sum", 2 * heads)
-        walk.alloc(f"lse {i}", heads)
         walk.free("rows sent", "running max", "running sum", "row has entries, safe sum")
         out = f"out {i}"
         if last:
@@ -295,20 +303,13 @@ class GAT(LayerStack):
             grad = walk.alloc("grad heads", width)
         else:
             walk.free(f"out {i}")  # σ's backward was in place; σ's output is released
-        walk.alloc("grad * out", width)
-        walk.alloc("c", heads)
-        walk.free("grad * out")
-        walk.alloc("rows sent", width + 3 * heads)
-        walk.free("c")
-        walk.alloc(f"grad Z {i}", width)
-        walk.alloc("grad e_src", heads)
+        walk.alloc("rows sent", width + 3 * heads)  # [∂out | e_dst | lse | c]
+        walk.alloc(f"grad Z {i}", width + 2 * heads)  # [∂Z | ∂e_src | ∂e_dst]
         walk.alloc("grad e_dst", nprocs * heads)
+        walk.alloc("grad * out", width)  # c's products (the rows of one worker; all of them with one)
+        walk.free("grad * out")
         cls._edge_step(walk, block_edges, columns, heads, width, forward=False)
-        walk.free("rows sent", f"e_src {i}", f"e_dst {i}", f"attention out {i}", f"lse {i}", grad)
-        for side in ("dst", "src"):  # the products Z·att: their gradients with respect to Z and to att
-            walk.alloc("grad Z * att", width)
-            walk.alloc("grad att", width)
-            walk.free("grad att", "grad Z * att", f"grad e_{side}")  # ∂Z accumulates in place
+        walk.free("rows sent", f"attention out {i}", f"lse {i}", grad, "grad e_dst")
         walk.free(f"Z {i}")
         if i == 0:
             walk.free(f"grad Z {i}")
