@@ -1,6 +1,10 @@
 """How the CPU kernels hold up on a shared machine: the epoch quiet and with busy processes beside it, per way of
 sharing out the kernels' work (``MGGCN_CPU_KERNELS``: shared, static, simple; mggcn.kernels.policy).
 
+Every path runs as mggcn's own processes do, with OpenMP's waiting threads asleep (``OMP_WAIT_POLICY=PASSIVE``,
+mggcn.utils.system.openmp_waits_passively); a path named with ``+spin`` (``shared+spin``) runs with OpenMP's own
+waiting instead (the variable unset: its threads spin a while before they sleep).
+
 Every measurement is a fresh process training a GCN at P = 1 on the same generated graph
 (``synthetic:n=NODES,degree=DEGREE``); the epoch is the median after the warm-up. Rounds run each path quiet, then
 loaded (``--busy`` processes spinning, ``yes``, started before the process and stopped after it), one path after
@@ -26,7 +30,10 @@ import tempfile
 import time
 
 from mggcn.kernels.policy import CPU_KERNELS, CPU_KERNELS_ENV
+from mggcn.utils.system import OPENMP_WAIT, OPENMP_WAIT_ENV
 
+SPIN = "+spin"  # a path's suffix: OpenMP's own waiting
+PATHS = ("shared", "shared" + SPIN, "static", "simple")  # the default comparison
 BUSY_SECONDS = 900  # a busy process ends by itself after this, should this script be killed before it stops it
 
 
@@ -62,7 +69,10 @@ def _measure(args: argparse.Namespace, path: str, busy: int) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--nodes", str(args.nodes), "--degree",
            str(args.degree), "--features", str(args.features), "--hidden", str(args.hidden), "--epochs",
            str(args.epochs), "--warmup", str(args.warmup), "--seed", str(args.seed)]
-    env = dict(os.environ, **{CPU_KERNELS_ENV: path})
+    kernels = path.removesuffix(SPIN)
+    env = {k: v for k, v in os.environ.items() if k != OPENMP_WAIT_ENV} | {CPU_KERNELS_ENV: kernels}
+    if not path.endswith(SPIN):
+        env[OPENMP_WAIT_ENV] = os.environ.get(OPENMP_WAIT_ENV, OPENMP_WAIT)
     procs = _start_busy(busy)
     try:
         if procs:
@@ -95,13 +105,13 @@ def _table(results: dict, paths: list[str]) -> list[str]:
     """The median round of every path: quiet, loaded, loaded / quiet, and against the simple path (if measured)."""
     med = {p: {c: statistics.median(r[c]["epoch_s"] for r in results[p]) for c in ("quiet", "loaded")}
            for p in paths}
-    lines = [f"{'path':8} {'quiet s':>8} {'loaded s':>9} {'loaded/quiet':>13} {'quiet/simple':>13} "
+    lines = [f"{'path':12} {'quiet s':>8} {'loaded s':>9} {'loaded/quiet':>13} {'quiet/simple':>13} "
              f"{'loaded/simple':>14}"]
     for p in paths:
         q, ld = med[p]["quiet"], med[p]["loaded"]
         vs = (f"{q / med['simple']['quiet']:13.2f} {ld / med['simple']['loaded']:14.2f}" if "simple" in med
               else f"{'-':>13} {'-':>14}")
-        lines.append(f"{p:8} {q:8.3f} {ld:9.3f} {ld / q:13.2f} {vs}")
+        lines.append(f"{p:12} {q:8.3f} {ld:9.3f} {ld / q:13.2f} {vs}")
     return lines
 
 
@@ -114,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=6, help="timed epochs after the warm-up (default 6)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds over the paths (default 3)")
-    ap.add_argument("--paths", default=",".join(CPU_KERNELS), help="kernel paths to compare (default: all)")
+    ap.add_argument("--paths", default=",".join(PATHS),
+                    help=f"kernel paths to compare, each optionally with {SPIN} (default: {','.join(PATHS)})")
     ap.add_argument("--busy", type=int, default=1, help="busy processes beside the loaded epochs (default 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600, help="seconds per measurement (default 600)")
@@ -125,9 +136,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return _worker(args)
     paths = args.paths.split(",")
-    unknown = sorted(set(paths) - set(CPU_KERNELS))
+    unknown = sorted({p for p in paths if p.removesuffix(SPIN) not in CPU_KERNELS})
     if unknown:
-        ap.error(f"--paths: unknown {', '.join(unknown)} (choose from {', '.join(CPU_KERNELS)})")
+        ap.error(f"--paths: unknown {', '.join(unknown)} (choose from {', '.join(CPU_KERNELS)}, each optionally "
+                 f"with {SPIN})")
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"load_check {start}: {args.nodes} vertices, degree {args.degree}, {args.features}-{args.hidden} GCN, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", flush=True)

@@ -1,9 +1,11 @@
 """scripts/load_check.py rehearsed on a tiny graph: its table and that no busy process outlives it (no timings)."""
 
+import argparse
 import importlib.util
 import json
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -59,5 +61,22 @@ def test_load_check_prints_its_table_and_stops_its_busy_process(capsys, tmp_path
 
 def test_load_check_refuses_an_unknown_path(capsys):
     with pytest.raises(SystemExit):
-        _load_check().main(["--paths", "shared,fast"])
-    assert "--paths: unknown fast" in capsys.readouterr().err
+        _load_check().main(["--paths", "shared,fast,static+spin,fast+spin"])
+    assert "--paths: unknown fast, fast+spin (choose from" in capsys.readouterr().err
+
+
+def test_a_spin_path_runs_with_openmps_own_waiting(monkeypatch):
+    """Each path's process gets the kernels and OpenMP's wait policy its name says: asleep (mggcn's) unless +spin."""
+    module = _load_check()
+    seen = []
+
+    def run(cmd, env, **kwargs):
+        seen.append((env[module.CPU_KERNELS_ENV], env.get(module.OPENMP_WAIT_ENV)))
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"epoch_s": 1.0}) + "\n", "")
+
+    monkeypatch.delenv(module.OPENMP_WAIT_ENV, raising=False)
+    monkeypatch.setattr(module.subprocess, "run", run)
+    args = argparse.Namespace(nodes=10, degree=2, features=4, hidden=4, epochs=1, warmup=0, seed=0, timeout=5)
+    for path in ("shared", "shared+spin", "simple"):
+        module._measure(args, path, 0)
+    assert seen == [("shared", "PASSIVE"), ("shared", None), ("simple", "PASSIVE")]

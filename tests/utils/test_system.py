@@ -1,9 +1,15 @@
 """What training changes in the process: kept in a process mggcn owns, undone in the caller's (mggcn.utils.system)."""
 
+import os
+import re
 import signal
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import numpy as np
+import pytest
 import scipy.sparse  # noqa: F401  (scipy adds a warning filter of its own when first imported)
 import torch
 
@@ -69,3 +75,45 @@ def test_stop_on_signal_asks_to_stop_and_restores_the_handlers():
         signal.raise_signal(signal.SIGTERM)
         assert stop.requested
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def _openmp_spin_counts(env: dict, cmd: list[str], cwd, keep_policy: bool = False) -> tuple[list[str], str]:
+    """Run ``cmd`` with GNU OpenMP's settings shown as each process loads torch (``OMP_DISPLAY_ENV=VERBOSE``): the
+    spin count of every process in order (0: threads that wait sleep at once, the PASSIVE wait policy; unset, libgomp
+    spins first), and stdout."""
+    env = {k: v for k, v in env.items() if keep_policy or k != system.OPENMP_WAIT_ENV} | {"OMP_DISPLAY_ENV": "VERBOSE"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    counts = re.findall(r"GOMP_SPINCOUNT = '(\d+)'", out.stderr)
+    if "OPENMP DISPLAY ENVIRONMENT" not in out.stderr:
+        pytest.skip("torch's OpenMP here is not GNU's (libgomp), which alone shows its settings so")
+    return counts, out.stdout
+
+
+def test_the_command_and_its_workers_wait_for_work_asleep(tmp_path):
+    """The mggcn command, and the fork server that loads torch for its workers, have OpenMP's waiting threads sleep
+    (system.openmp_waits_passively): the command's process and the server's both show it."""
+    cmd = [sys.executable, "-m", "mggcn", "train", "builtin:karate", "--nprocs", "2", "--epochs", "1", "--quiet"]
+    counts, _ = _openmp_spin_counts(dict(os.environ), cmd, tmp_path)
+    assert len(counts) == 2 and counts == ["0", "0"]
+    # a setting of the user's own wins
+    env = dict(os.environ) | {system.OPENMP_WAIT_ENV: "ACTIVE"}
+    counts, _ = _openmp_spin_counts(env, cmd, tmp_path, keep_policy=True)
+    assert len(counts) == 2 and "0" not in counts
+
+
+def test_a_job_launched_from_a_callers_process_leaves_its_environment(tmp_path):
+    """A caller that loaded torch first keeps its own OpenMP setting and environment; the workers the job starts
+    (through the fork server) wait asleep all the same."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""\
+        import os
+        import torch
+        import mggcn
+        if __name__ == "__main__":
+            mggcn.train("builtin:karate", nprocs=2, hidden=(4,), epochs=1, quiet=True)
+            print(os.environ.get({system.OPENMP_WAIT_ENV!r}))
+        """))
+    counts, stdout = _openmp_spin_counts(dict(os.environ), [sys.executable, str(script)], tmp_path)
+    assert len(counts) == 2 and counts[0] != "0" and counts[1] == "0"
+    assert stdout.splitlines() == ["None"]

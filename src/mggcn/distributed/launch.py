@@ -36,7 +36,14 @@ from mggcn.distributed.context import shutdown
 from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import atomic_write
-from mggcn.utils.system import Terminated, die_with_parent, die_with_process, own_process, sigterm_as_interrupt
+from mggcn.utils.system import (
+    Terminated,
+    children_wait_passively,
+    die_with_parent,
+    die_with_process,
+    own_process,
+    sigterm_as_interrupt,
+)
 
 __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch", "under_torchrun",
            "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT", "peer_lost"]
@@ -246,7 +253,7 @@ def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Pope
     with _ctrl_c_held_back():
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread's: the one that forks
         try:
-            with _start_method_left_alone():
+            with _start_method_left_alone(), children_wait_passively():  # the server loads torch for the workers
                 multiprocessing.forkserver.ensure_running()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
@@ -285,7 +292,7 @@ def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout
 
 
 def _start(procs: list) -> None:
-    with _start_method_left_alone():
+    with _start_method_left_alone(), children_wait_passively():  # a spawned worker loads torch itself
         for p in procs:
             p.start()
 

@@ -11,6 +11,11 @@ instead of holding up the others, and idle workers sleep instead of spinning. Ev
 whichever worker runs it (a per-worker buffer is aligned alike for every worker), so results do not depend on the
 scheduling.
 
+The ops between kernels (the loss, the optimizer, small reductions) stay torch's, split among OpenMP's threads; in
+mggcn's processes those threads sleep while they wait for work instead of spinning
+(:func:`mggcn.utils.system.openmp_waits_passively`), so that the one sharing a core with another process has its
+turn when the next op comes, rather than a scheduler slice later.
+
 The ops of an item run on one thread: each worker sets torch's thread count to 1 while it takes items (torch's
 setting reaches OpenMP and MKL; with OpenMP it may be shared by the process's threads), and the caller restores its
 count once every worker has stopped. :mod:`mggcn.kernels.policy` decides when kernels run this way

@@ -1,5 +1,5 @@
 """The one place that changes the process: the host allocator, the parent-death signal, torch's thread count,
-warning filters, signal handlers.
+how OpenMP's threads wait, warning filters, signal handlers.
 
 A rank sets these for itself (:func:`enter_rank`, from :func:`mggcn.distributed.context.init_distributed`) and
 they stay only in a process mggcn owns: a worker its launcher started, or the ``mggcn`` command itself
@@ -34,7 +34,8 @@ from mggcn.utils.parallel import configured_threads, set_threads
 __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
            "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
-           "torch_threads", "trim_heap"]
+           "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
+           "children_wait_passively"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -49,10 +50,41 @@ class _State:
     libc: Any = None  # the C library, once trim_heap loaded it (False: not glibc)
 
 
+# How OpenMP's threads wait between parallel regions (torch's CPU ops split their work among them). By default they
+# spin for a while first, taking the cycles of their core: beside another process on that core, the one that spins
+# is then held back when the next op needs it, and every op of the epoch waits a scheduler slice for it. Sleeping
+# keeps its turn for the moment work comes. OpenMP reads the setting once, when torch loads.
+OPENMP_WAIT_ENV = "OMP_WAIT_POLICY"
+OPENMP_WAIT = "PASSIVE"
+
+
+def openmp_waits_passively() -> bool:
+    """Set :data:`OPENMP_WAIT_ENV` to :data:`OPENMP_WAIT` unless it is set: this process's OpenMP threads wait
+    asleep where torch is not loaded yet, and so do those of the processes it starts. Whether it was set here."""
+    if OPENMP_WAIT_ENV in os.environ:
+        return False
+    os.environ[OPENMP_WAIT_ENV] = OPENMP_WAIT
+    return True
+
+
+@contextmanager
+def children_wait_passively() -> Iterator[None]:
+    """For the ``with`` block, processes started from this one get :func:`openmp_waits_passively` (unless the
+    environment says otherwise); this process's environment is as it was after the block."""
+    added = openmp_waits_passively()
+    try:
+        yield
+    finally:
+        if added:
+            os.environ.pop(OPENMP_WAIT_ENV, None)
+
+
 def own_process() -> None:
     """Declare this process mggcn's own (a worker the launcher started, the ``mggcn`` command): the settings of
-    :func:`enter_rank` then stay."""
+    :func:`enter_rank` then stay, and OpenMP's threads wait asleep (:func:`openmp_waits_passively`; the command
+    declares itself before it loads torch)."""
     _State.owned = True
+    openmp_waits_passively()
 
 
 def owns_process() -> bool:
