@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import device_workers
+import mggcn
 import workers
 from mggcn.config import TrainConfig
 from mggcn.distributed.context import SHARE_DEVICE_ENV
@@ -39,6 +40,21 @@ def test_the_command_line_refuses_more_ranks_than_gpus_naming_the_switch(monkeyp
     assert capsys.readouterr().err.strip() == \
         "mggcn train: error: MGGCN_SHARE_DEVICE=on: must be 1 (ranks may share a GPU) or 0 (--nprocs)"
     assert started == []
+
+
+def test_the_api_refuses_more_ranks_than_gpus_before_any_worker_starts(monkeypatch):
+    """mggcn.train checks the GPUs in the launching process, as the command line does: one ConfigError naming
+    nprocs and the switch, and no worker started."""
+    from mggcn.distributed import launch
+    from mggcn.utils.errors import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(launch, "run_workers", lambda *a, **kw: pytest.fail("a worker was started"))
+    monkeypatch.delenv(SHARE_DEVICE_ENV, raising=False)
+    with pytest.raises(ConfigError, match="nprocs 3 needs 3 GPUs, 2 visible .*MGGCN_SHARE_DEVICE=1") as err:
+        mggcn.train("builtin:karate", device="cuda", nprocs=3, epochs=1, quiet=True)
+    assert err.value.option == "nprocs"
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])

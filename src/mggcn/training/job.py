@@ -22,7 +22,15 @@ from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.graph import Graph
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
-from mggcn.distributed.context import DistContext, available_cores, init_distributed, resolve_device, shutdown
+from mggcn.distributed.context import (
+    DistContext,
+    available_cores,
+    check_gpus,
+    init_distributed,
+    resolve_device,
+    shutdown,
+)
+from mggcn.distributed.launch import under_torchrun
 from mggcn.distributed.metis import require_pymetis
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard, check_partition
@@ -202,6 +210,8 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     cfg = job.config
     check_job_settings(job)
     check_precision_device(cfg.precision, job.device if job.device in ("cpu", "cuda") else resolve_device(job.device))
+    if job.device != "cpu" and not under_torchrun() and resolve_device(job.device) == "cuda":
+        check_gpus(nprocs)  # more ranks than this host's GPUs only with MGGCN_SHARE_DEVICE=1 (torchrun: per node)
     check_train_columns(cfg.train_columns)
     check_checkpoint_dir(job.checkpoint_dir)
     check_threads(job.threads)

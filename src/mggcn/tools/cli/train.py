@@ -229,11 +229,6 @@ def run(args: argparse.Namespace) -> int:
     torchrun = under_torchrun()
     if not torchrun:
         _check_tensorboard(args)
-        if args.device != "cpu":
-            from mggcn.distributed.context import check_gpus, resolve_device
-
-            if resolve_device(args.device) == "cuda":
-                check_gpus(args.nprocs or 1)  # more ranks than GPUs only with MGGCN_SHARE_DEVICE=1
 
     def announce(dataset, nprocs: int) -> None:
         if not (torchrun or args.quiet):
