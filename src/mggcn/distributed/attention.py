@@ -16,9 +16,9 @@ makes it), and so is its gradient ``[∂Z | ∂e_src | ∂e_dst]``: no copies of
 
 Forward: ONE pass of the operator's exchange (:meth:`~mggcn.distributed.spmm.SpMMOperator.run` with an
 accumulator) over the rows ``[Z | e_src]`` (width H·C + H, a view of the input: received rows bring their own
-``e_src``, so a compacted block of the sparse exchange needs no index map for it). Each block updates a per-row online softmax (running max
-``M``, sum ``l``, accumulator rescaled by ``exp(M_old − M_new)`` when a block raises the max, as flash attention
-does); then ``out = acc / l`` and ``lse = M + log l`` are kept for backward.
+``e_src``, so a compacted block of the sparse exchange needs no index map for it). Each block updates a per-row
+online softmax (running max ``M``, sum ``l``, accumulator rescaled by ``exp(M_old − M_new)`` when a block raises the
+max, as flash attention does); then ``out = acc / l`` and ``lse = M + log l`` are kept for backward.
 
 Backward: ONE pass in the transposed direction (the blocks of Âᵀ: this rank's sources j as rows, the destinations i
 of rank s as columns) over the rows ``[∂out | e_dst | lse | c]`` (width H·C + 3H) with ``c_i = <∂out_i, out_i>`` per
@@ -36,13 +36,13 @@ original ids of a block's columns come from an all-gather of the operator's ``ve
 merged parallel edge (multiplicity w) is kept or dropped as one (PyG drops its w copies independently).
 
 Work items: each tile of a block is cut into chunks of whole rows (at most
-:data:`~mggcn.kernels.attention.ITEM_EDGES` edges each on a CPU with several workers, and about an equal share per
-worker on a small tile) that the CPU's workers take as they are free, each running its ops on one thread
-(:func:`mggcn.kernels.shared.run_items`; on a GPU, or with other kernels, one chunk after the other). A chunk
-writes only its own rows (the online softmax forward, ``∂Z`` and ``∂e_src`` backward); its ``∂e_dst`` (other rows)
-is added in chunk order whichever worker computed it, so results are the same bits on any number of workers. The
-chunks' index arrays are built on the first call and kept with the operator's block: 4 bytes per edge (the row
-ids, int32).
+:data:`~mggcn.kernels.attention.ITEM_EDGES` edges each on a CPU with several workers, together no more than one
+``EDGE_CHUNK``, and about an equal share per worker on a small tile) that the CPU's workers take as they are free,
+each running its ops on one thread (:func:`mggcn.kernels.shared.run_items`; on a GPU, or with other kernels, one
+chunk after the other). A chunk writes only its own rows (the online softmax forward, ``∂Z`` and ``∂e_src``
+backward); its ``∂e_dst`` (other rows) is added in chunk order whichever worker computed it, so results are the same
+bits on any number of workers. The chunks' index arrays are built on the first call and kept with the operator's
+block: 4 bytes per edge (the row ids, int32).
 
 Row-wise steps outside the kernels (the online softmax's start and end, the received tiles' copies, the backward's
 rows sent) run as one work item per CPU worker over a run of rows (:func:`_by_rows`): on a machine that other jobs
@@ -53,9 +53,9 @@ Memory: kept for backward, ``out`` [m, H, C] and ``lse`` [m, H] (besides the inp
 Forward, while it runs: the rows sent (at P > 1 a compact copy, ``[m, H·C + H]``), the running max and sum [m, H],
 the operator's receive buffers at that width, and per received tile its ``Z`` columns copied once, head-major
 (w × H·C, an embedding table), and its ``e_src``. Backward: the rows sent ``[m, H·C + 3H]``, the gradient
-``[m, H·C + 2H]`` (the result) and the partial ``∂e_dst`` [P·m, H]. Per-edge values ``[nnz, H]`` exist only for the chunks of rows in flight, one per worker
-(about :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges, or ITEM_EDGES with several workers, some 60·H bytes
-each), plus per tile the copy of its received rows' table, head-major (w × H·C).
+``[m, H·C + 2H]`` (the result) and the partial ``∂e_dst`` [P·m, H]. Per-edge values ``[nnz, H]`` exist only for
+the chunks of rows in flight, one per worker (about :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges in all, some
+60·H bytes each), plus per tile the copy of its received rows' table, head-major (w × H·C).
 
 Legend: m = rows per rank, H = heads, C = channels per head, P = ranks, w = a block's columns.
 """
@@ -145,12 +145,13 @@ _chunk_cache: weakref.WeakKeyDictionary[TiledCSR, dict[tuple[int, int], list[Chu
 def _tile_chunks(block: TiledCSR, t: int, workers: int) -> list[Chunk]:
     """Tile ``t`` of ``block`` a run of rows at a time (:func:`~mggcn.kernels.attention.tile_chunks`): at most
     :data:`~mggcn.kernels.attention.EDGE_CHUNK` edges per chunk, and with several ``workers`` at most
-    :data:`~mggcn.kernels.attention.ITEM_EDGES` and about an equal share each on a small tile. Built on the first
-    call and kept with the block: 4 bytes per edge (its row id)."""
+    :data:`~mggcn.kernels.attention.ITEM_EDGES` and ``EDGE_CHUNK / workers``, and about an equal share each on a
+    small tile. Built on the first call and kept with the block: 4 bytes per edge (its row id)."""
     tile = block.tiles[t]
     size = kernels.EDGE_CHUNK
     if workers > 1:
-        size = min(size, kernels.ITEM_EDGES, max(1, -(-tile._nnz() // workers)))
+        # the workers' chunks in flight, together no more than one EDGE_CHUNK (what the memory plan counts)
+        size = max(1, min(size // workers, kernels.ITEM_EDGES, -(-tile._nnz() // workers)))
     per_block = _chunk_cache.setdefault(block, {})
     if (t, size) not in per_block:
         per_block[(t, size)] = kernels.tile_chunks(tile, size)

@@ -50,9 +50,11 @@ class AttentionSpec:
 # edges per step of the attention kernels: a step holds about 60·H bytes per edge (a dozen [chunk, H] float and
 # int64 temporaries), ~120 MiB at 8 heads
 EDGE_CHUNK = 1 << 18
-# edges per work item of a CPU's workers (mggcn.kernels.shared.run_items): a few MiB of per-edge values per worker,
-# in cache, and enough items for every worker on a small graph
-ITEM_EDGES = 1 << 15
+# edges per work item of a CPU's workers (mggcn.kernels.shared.run_items): enough items for every worker on a small
+# graph, and few enough that the items' Python steps (a dozen ops each, the interpreter lock taken between them)
+# stay rare: on a machine that other jobs share, items of 2^13 and 2^15 edges took 2.5x and 1.5x the attention time
+# of 2^16 with 2 workers
+ITEM_EDGES = 1 << 16
 
 _MASK64 = (1 << 64) - 1
 
