@@ -58,20 +58,21 @@ whole graph).
 GAT (``--model gat``, ``H`` heads; a layer's ``Z`` has ``z = H·C`` columns, the last layer's ``H · classes`` before
 its mean over heads) multiplies first, caches no Â·X and keeps nothing on the workspace but the loss's vectors;
 :meth:`mggcn.nn.gat.GAT.plan_layer` and ``plan_layer_backward`` walk each layer. Per layer it keeps for backward
-``Z``, the attention's output and the biased output (σ in place), ``4 · m · z`` each, and ``e_src``, ``e_dst``,
-``lse``, ``4 · m · H`` each; the last layer's output is the logits, ``4 · m · C``. The layer in flight adds the rows
-it exchanges (``m · (z + H)`` forward, ``m · (z + 3H)`` backward, with ``c``), the running max and sum, backward
-``∂Z``, ``∂e_src`` and the partial ``∂e_dst`` ``[P·m, H]``, and one step of the per-edge kernels on a chunk of
-``min(EDGE_CHUNK, nonzeros of a tile)`` edges: ``12 · H`` bytes per edge forward, ``21 · H`` backward, plus per row
-of the chunk the gather's output ``4 · z`` and per tile a head-major copy of its ``Z`` columns (``4 · w · z``, ``w``
-the tile's columns). So a 2-layer GAT F → H·C → classes peaks in the last layer's backward at
-``4 · m · (3 · H·C + 5 · H · classes + (10 + P) · H + classes) + step`` (or in the first layer's backward, when its
+the GEMM's ``[Z | e_src | e_dst]``, ``4 · m · (z + 2H)``, the attention's output and the biased output (σ in place),
+``4 · m · z`` each, and ``lse``, ``4 · m · H``; the last layer's output is the logits, ``4 · m · C``. The layer in
+flight adds the running max and sum, forward a copy of the rows it exchanges (``m · (z + H)``, at P > 1), backward
+the rows it exchanges (``m · (z + 3H)``, with ``c``), the gradient ``[∂Z | ∂e_src | ∂e_dst]`` ``m · (z + 2H)`` and the
+partial ``∂e_dst`` ``[P·m, H]``, and one step of the per-edge kernels on a chunk of ``min(EDGE_CHUNK, nonzeros of a
+tile)`` edges: ``12 · H`` bytes per edge forward, ``20 · H`` backward, plus per row of the chunk the gather's output
+``4 · z`` and per tile a head-major copy of its ``Z`` columns (``4 · w · z``, ``w`` the tile's columns). So a 2-layer
+GAT F → H·C → classes peaks in the last layer's backward at
+``4 · m · (3 · H·C + 5 · H · classes + (11 + P) · H + classes) + step`` (or in the first layer's backward, when its
 ``Z`` is the wider by far). The kernels keep their chunks' row ids, 4 bytes per nonzero of Â's and Âᵀ's blocks
 (``kernel indices``). Its exchanges are ``z + H`` and ``z + 3H`` wide per layer (the broadcast buffers are sized by
 the widest), and each layer's backward all-reduces ``P·m·H`` score gradients: ``2 · (P − 1) · m · H · 4`` bytes
 received per layer (``the layers' all-reduces``). The walk counts one chunk in flight; where several CPU threads
 take the kernels' items, each holds one of at most :data:`~mggcn.kernels.attention.ITEM_EDGES` edges (in all no more
-than one ``EDGE_CHUNK`` up to 8 threads). Not counted: attention dropout's per-edge masks and hash keys (a chunk's,
+than one ``EDGE_CHUNK``). Not counted: attention dropout's per-edge masks and hash keys (a chunk's,
 transient).
 
 Communication per epoch, received by each rank: ``(P − 1) · m · w · 4`` bytes per SpMM of width ``w`` (the
