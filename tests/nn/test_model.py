@@ -220,12 +220,13 @@ def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_on
 @pytest.mark.parametrize("rows", [3, 12, 40, 41, 47, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkeypatch):
-    """weight_grad sums its rows in 2 · threads parts by one bmm, plus the rows left over: the GEMM's result, summed
-    in another order (float32: rtol 1e-5 over ≤ 64 products); fewer parts where the rows or the bytes of the partial
-    products bound them; too few rows for two parts, or a strided operand, take the GEMM."""
+    """``static`` kernels: weight_grad sums its rows in 2 · threads parts by one bmm, plus the rows left over: the
+    GEMM's result, summed in another order (float32: rtol 1e-5 over ≤ 64 products); fewer parts where the rows or the
+    bytes of the partial products bound them; too few rows for two parts, or a strided operand, take the GEMM."""
     from mggcn.kernels import policy
     from mggcn.nn import functional as model_module
 
+    monkeypatch.setenv(policy.CPU_KERNELS_ENV, "static")
     monkeypatch.setattr(policy, "SPLIT_ROWS", 5)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # 4 parts: 40 rows split, 41 and 47 leave rows over
     gen = torch.Generator().manual_seed(rows)
@@ -242,3 +243,28 @@ def test_weight_gradient_split_among_threads_equals_the_gemm(rows, dtype, monkey
     monkeypatch.setattr(policy, "SPLIT_BYTES", 2 * 6 * 9 * grad.element_size() + 1)
     torch.testing.assert_close(model_module.weight_grad(grad, h), grad.t() @ h, rtol=1e-5, atol=1e-6)
     assert parts[len(parts) - 1:] == ([2] if rows >= 10 else [])
+
+
+@pytest.mark.parametrize("rows", [9, 10, 41, 64])
+def test_weight_gradient_items_are_the_same_sum_at_any_thread_count(rows, monkeypatch):
+    """``shared`` kernels: weight_grad's parts are items the threads take (rows // SPLIT_ROWS of them, bounded by
+    SPLIT_BYTES, the last one shorter), whatever the thread count: 1, 2 and 3 workers give the same bits, the GEMM's
+    result to float rounding (float32 sums of ≤ 64 products: rtol 1e-5); too few rows for two parts take the GEMM."""
+    from mggcn.kernels import policy
+    from mggcn.nn import functional as model_module
+
+    monkeypatch.delenv(policy.CPU_KERNELS_ENV, raising=False)
+    monkeypatch.setattr(policy, "SPLIT_ROWS", 5)
+    gen = torch.Generator().manual_seed(rows)
+    grad, h = torch.randn(rows, 6, generator=gen), torch.randn(rows, 9, generator=gen)
+    counts, results = [], []
+    run_items = model_module.run_items
+    monkeypatch.setattr(model_module, "run_items", lambda count, item, threads: counts.append(count) or
+                        run_items(count, item, threads))
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(model_module, "shared_threads", lambda device, threads=threads: threads)
+        results.append(model_module.weight_grad(grad, h))
+        torch.testing.assert_close(results[-1], grad.t() @ h, rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(r, results[0]) for r in results[1:])
+    parts = rows // 5
+    assert counts == ([-(-rows // -(-rows // parts))] * 3 if parts >= 2 else [])

@@ -139,11 +139,14 @@ def chain_rows(rows: int, width: int, device: torch.device | str = "cpu") -> int
 
 
 def weight_grad_parts(rows: int, product_bytes: int, device: torch.device | str = "cpu") -> int:
-    """Parts to cut the ``rows`` of a weight gradient's sum into, one ``bmm`` multiplying them
-    (:func:`mggcn.nn.functional.weight_grad`; below 2: one GEMM). Only on a CPU, where MKL's GEMM would split the
-    small result of ``product_bytes`` among the threads and each would read all of both operands: two parts per
-    thread, each of at least :data:`SPLIT_ROWS` rows, their partial products at most :data:`SPLIT_BYTES` together;
+    """Parts to cut the ``rows`` of a weight gradient's sum into (:func:`mggcn.nn.functional.weight_grad`; below 2:
+    one GEMM). Only on a CPU, where MKL's GEMM would split the small result of ``product_bytes`` among the threads
+    and each would read all of both operands: parts of at least :data:`SPLIT_ROWS` rows, their partial products at
+    most :data:`SPLIT_BYTES` together; with ``shared`` kernels as many as that allows (the items the threads take:
+    the same parts, so the same sum, at any thread count), with ``static`` two per thread (one ``bmm``);
     ``simple`` kernels: one GEMM."""
-    if torch.device(device).type != "cpu" or cpu_kernels() == "simple":
+    kernels = cpu_kernels()
+    if torch.device(device).type != "cpu" or kernels == "simple":
         return 1
-    return min(2 * torch.get_num_threads(), rows // SPLIT_ROWS, SPLIT_BYTES // max(1, product_bytes))
+    parts = min(rows // SPLIT_ROWS, SPLIT_BYTES // max(1, product_bytes))
+    return parts if kernels == "shared" else min(2 * torch.get_num_threads(), parts)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from mggcn.kernels.policy import chain_rows, mask_chunk_rows, shared_threads, weight_grad_parts
+from mggcn.kernels.policy import chain_rows, cpu_kernels, mask_chunk_rows, shared_threads, weight_grad_parts
 from mggcn.kernels.shared import run_items
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import PhaseTimer
@@ -121,15 +121,25 @@ class _TimedLinear(torch.autograd.Function):
 
 
 def weight_grad(grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """``gradᵀ·h`` (``∂W`` of ``h·Wᵀ``), a sum over the rows. On a CPU the rows are cut into two parts per thread and
-    multiplied by one ``bmm`` (the threads share out the parts), then the partial products are added: MKL's GEMM
-    splits the small ``d_out × d_in`` result among the threads instead, and each of them then reads all of both
-    operands. The sum is taken in another order than the GEMM's: float rounding apart, the same result. How many
-    parts (none: the GEMM): :func:`~mggcn.kernels.policy.weight_grad_parts`."""
+    """``gradᵀ·h`` (``∂W`` of ``h·Wᵀ``), a sum over the rows. On a CPU the rows are cut into parts whose partial
+    products are then added: MKL's GEMM splits the small ``d_out × d_in`` result among the threads instead, and each
+    of them then reads all of both operands. With ``shared`` kernels each part is an item the threads take as they
+    are free (:func:`~mggcn.kernels.shared.run_items`), the same parts at any thread count; with ``static`` two parts
+    per thread are multiplied by one ``bmm``. The sum is taken in another order than the GEMM's: float rounding
+    apart, the same result. How many parts (none: the GEMM): :func:`~mggcn.kernels.policy.weight_grad_parts`."""
     rows = grad.shape[0]
     parts = weight_grad_parts(rows, grad.shape[1] * h.shape[1] * grad.element_size(), grad.device)
     if parts < 2 or not grad.is_contiguous() or not h.is_contiguous():
         return grad.t() @ h
+    if cpu_kernels() == "shared":
+        step = -(-rows // parts)
+        partial = grad.new_empty(-(-rows // step), grad.shape[1], h.shape[1])
+
+        def item(k: int, _worker: int) -> None:
+            torch.mm(grad[k * step:(k + 1) * step].t(), h[k * step:(k + 1) * step], out=partial[k])
+
+        run_items(partial.shape[0], item, shared_threads(grad.device))
+        return partial.sum(0)
     n = rows - rows % parts
     a = grad[:n].view(parts, n // parts, grad.shape[1]).transpose(1, 2)
     out = torch.bmm(a, h[:n].view(parts, n // parts, h.shape[1])).sum(0)
