@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check, under 8 minutes on one H200 (run it whenever a GPU machine is available; put the table in README).
-# Six steps, each under its own `timeout -k`, each run whatever the previous ones did:
+# The GPU check, under 8 minutes on one H200 (run it whenever a GPU machine is available; its tables go in
+# docs/benchmarks.md).
+# Seven steps, each under its own `timeout -k`, each run whatever the previous ones did:
 #   1. imports: everything the other steps need, with versions, and the GPUs PyTorch sees (printed first);
 #   2. CUDA tests: the SpMM on CUDA = CPU (outputs filled with NaN first), 3 epochs on CUDA = CPU, 2 ranks over
 #      NCCL when there are 2+ GPUs, the benchmark's CUDA memory accounting;
@@ -12,13 +13,17 @@
 #      (scripts/rank_check.py repeat);
 #   5. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
 #   6. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 in fp32, bf16 and tf32, and PyG's GCNConv) on that
-#      graph; below its table, each precision's epoch time against fp32's and its change of test accuracy.
+#      graph; below its table, each precision's epoch time against fp32's and its change of test accuracy;
+#   7. models: `mggcn bench --model sage`, `gin` and `gat` (P = 1 against PyG's GraphSAGE, GIN and GAT with 8 heads:
+#      epoch, floor and GPU peak) on the models' graph, generated once for the three.
 #
 # Time: the steps together get GPU_CHECK_BUDGET seconds (default 465, their kill grace included): a step runs under
 # its own limit or what is left of the budget, whichever is less, so the check ends within 8 minutes whatever
 # hangs. Expected on an H200: imports ~10 s, CUDA tests ~1-1.5 min, shared GPU ~1.5 min (13 runs on 100k vertices,
 # each P > 1 starting P CUDA contexts), reproducible ~1 min (12 runs and 3 audited ones), plan ~5 s, bench ~3 min
-# (its graph, then fp32, bf16, tf32 and PyG).
+# (its graph, then fp32, bf16, tf32 and PyG), models ~2 min (its graph, then three models and PyG's three): more
+# than the budget leaves when every earlier step takes its expected time, so the models step, the last, is the one
+# a slow run cuts short (its rows up to then are in its JSON).
 #
 # Sizes: the bench's graph is generated and sharded on the CPU (single-threaded numpy/scipy), which is what bounds
 # the time, so the GPU is filled with a wide hidden layer rather than with more edges. The defaults, 1M vertices x
@@ -26,7 +31,9 @@
 # about five 1M x 4096 float activations (~76 GiB), so on a 141 GB H200 both run and the comparison is real. The
 # bench step takes about half the 300-340 s measured for 2M vertices x 20, 1024 features. Override with GPU_NODES,
 # GPU_DEGREE, GPU_FEATURES, GPU_HIDDEN, GPU_CLASSES, GPU_EPOCHS; GPU_CHECK_TESTS names the test files of step 2;
-# GPU_RANK_NODES (default 100000) and GPU_RANK_EPOCHS (5) size steps 3 and 4 (64 features, hidden 64, 8 classes).
+# GPU_RANK_NODES (default 100000) and GPU_RANK_EPOCHS (5) size steps 3 and 4 (64 features, hidden 64, 8 classes);
+# GPU_MODEL_NODES, GPU_MODEL_DEGREE, GPU_MODEL_FEATURES, GPU_MODEL_HIDDEN, GPU_MODEL_CLASSES step 7 (default 1M
+# vertices x 20 nonzeros, 128 features, hidden 256,256, 40 classes: the graph issue 29 measured them on).
 #
 # Outputs in OUT_DIR (default: $OUT where that is set, else the current folder), all there after every step:
 #   gpu_check.log         everything printed
@@ -35,8 +42,9 @@
 #   gpu_repeat.json       step 4's rows, written after each
 #   gpu_bench.json        the bench's report, written as it grows (after every configuration, failed ones too)
 #   gpu_bench.txt         the bench's table, made from gpu_bench.json (also when the bench was stopped midway)
+#   gpu_sage.json, gpu_gin.json, gpu_gat.json (and .txt)   step 7's reports and tables, the same way
 # Exit status: 0 when every step passed, else the sum of the failed steps' bits (imports 1, CUDA tests 2, shared
-# GPU 4, reproducible 8, plan 16, bench 32), and the last line names them.
+# GPU 4, reproducible 8, plan 16, bench 32, models 64), and the last line names them.
 #
 # It checks this checkout's mggcn (src/ goes first on PYTHONPATH; no install needed) and runs `python3` (the
 # Python that holds PyTorch on the GPU machines lent here), else `python`, or $PYTHON.
@@ -65,8 +73,11 @@ PY=${PYTHON:-$(command -v python3 || command -v python)}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's mggcn, whatever else is installed
 mkdir -p "$OUT_DIR" || exit 1
 exec > >(tee "$OUT_DIR/gpu_check.log") 2>&1
-rm -f "$OUT_DIR/gpu_check_steps.txt" "$OUT_DIR/gpu_check.json" "$OUT_DIR/gpu_bench.json" "$OUT_DIR/gpu_bench.txt" \
-    "$OUT_DIR/gpu_ranks.json" "$OUT_DIR/gpu_repeat.json"
+MODELS="sage gin gat"
+for name in bench $MODELS; do rm -f "$OUT_DIR/gpu_$name.json" "$OUT_DIR/gpu_$name.txt"; done
+rm -f "$OUT_DIR/gpu_check_steps.txt" "$OUT_DIR/gpu_check.json" "$OUT_DIR/gpu_ranks.json" "$OUT_DIR/gpu_repeat.json"
+MODEL_CACHE=$(mktemp -d) || exit 1  # the models' graph, shared by their benches; not one of the outputs
+trap 'rm -rf "$MODEL_CACHE"' EXIT
 
 STEP_TAG=gpu_check
 STEPS_FILE="$OUT_DIR/gpu_check_steps.txt"
@@ -75,7 +86,7 @@ STEPS_FILE="$OUT_DIR/gpu_check_steps.txt"
 STEPS_JSON=""
 
 # step NAME SECONDS COMMAND...: run_step under SECONDS or what is left of the budget (less the kill grace), then
-# bring the step JSON (and the bench table, once the bench has written its report) up to date.
+# bring the step JSON (and the bench tables, once a bench has written its report) up to date.
 step() {
     local name=$1 limit=$2 left
     shift 2
@@ -84,11 +95,13 @@ step() {
     run_step "$name" "$limit" "$@"
     STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$name\", \"exit\": $STEP_RC, \"seconds\": $STEP_S}"
     echo "{\"device\": \"$DEVICE\", \"steps\": [$STEPS_JSON]}" > "$OUT_DIR/gpu_check.json"
-    if [ -f "$OUT_DIR/gpu_bench.json" ]; then
+    local report
+    for report in bench $MODELS; do
+        [ -f "$OUT_DIR/gpu_$report.json" ] || continue
         timeout -k 5 60 "$PY" -c "import json, sys; from mggcn.tools.bench import format_table
-print(format_table(json.load(open(sys.argv[1]))))" "$OUT_DIR/gpu_bench.json" > "$OUT_DIR/gpu_bench.txt" \
-            || echo "gpu_check: could not make a table of $OUT_DIR/gpu_bench.json"
-    fi
+print(format_table(json.load(open(sys.argv[1]))))" "$OUT_DIR/gpu_$report.json" > "$OUT_DIR/gpu_$report.txt" \
+            || echo "gpu_check: could not make a table of $OUT_DIR/gpu_$report.json"
+    done
     return 0
 }
 
@@ -153,6 +166,18 @@ bench() {
         --out "$OUT_DIR/gpu_bench.json"
 }
 
+# GraphSAGE, GIN and GAT against PyG's, one after the other on one graph (generated by the first, read by the others)
+models() {
+    local model rc=0
+    for model in $MODELS; do
+        "$PY" -m mggcn bench --model "$model" --device "$DEVICE" --nodes "$MODEL_NODES" --degree "$MODEL_DEGREE" \
+            --features "$MODEL_FEATURES" --hidden "$MODEL_HIDDEN" --classes "$MODEL_CLASSES" --epochs "$EPOCHS" \
+            --warmup 2 --nprocs 1 --partition random-local --graph-cache "$MODEL_CACHE/graph" --timeout 120 \
+            --out "$OUT_DIR/gpu_$model.json" || rc=1
+    done
+    return $rc
+}
+
 # rank_check.py's graph and model (steps 3 and 4): small, so that each run's cost is its ranks' start
 rank_check() {
     MGGCN_SHARE_DEVICE=1 "$PY" scripts/rank_check.py "$1" --device "$DEVICE" --nodes "$RANK_NODES" --degree 10 \
@@ -160,11 +185,17 @@ rank_check() {
 }
 
 # the steps run as child shells (timeout runs programs, not shell functions)
-export -f imports memory plan bench rank_check
+export -f imports memory plan bench models rank_check
 # the bench's precision rows beside fp32 on a GPU (a CPU rehearsal runs none unless asked: a CPU has no TF32 mode,
 # and tests/tools/test_bench.py checks the comparison itself)
 if [ "$DEVICE" = cuda ]; then PRECISIONS=${GPU_PRECISIONS-bf16,tf32}; else PRECISIONS=${GPU_PRECISIONS-}; fi
-export PY DEVICE NODES DEGREE FEATURES HIDDEN CLASSES EPOCHS OUT_DIR RANK_NODES RANK_EPOCHS PRECISIONS
+MODEL_NODES=${GPU_MODEL_NODES:-1000000}
+MODEL_DEGREE=${GPU_MODEL_DEGREE:-20}
+MODEL_FEATURES=${GPU_MODEL_FEATURES:-128}
+MODEL_HIDDEN=${GPU_MODEL_HIDDEN:-256,256}
+MODEL_CLASSES=${GPU_MODEL_CLASSES:-40}
+export PY DEVICE NODES DEGREE FEATURES HIDDEN CLASSES EPOCHS OUT_DIR RANK_NODES RANK_EPOCHS PRECISIONS MODELS \
+    MODEL_NODES MODEL_DEGREE MODEL_FEATURES MODEL_HIDDEN MODEL_CLASSES MODEL_CACHE
 [ "$DEVICE" = cuda ] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
 step imports 60 bash -c imports
 # shellcheck disable=SC2086  # TESTS is a list of paths
@@ -173,5 +204,6 @@ step "shared GPU" 150 bash -c "rank_check ranks"
 step reproducible 120 bash -c "rank_check repeat"
 step plan 30 bash -c plan
 step bench 300 bash -c bench
+step models 180 bash -c models
 
 finish_steps

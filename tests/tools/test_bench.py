@@ -383,9 +383,9 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     failing.parent.mkdir()
     failing.write_text("def test_cuda_step_fails():\n    assert False, 'a CUDA test that fails'\n")
     out = tmp_path / "out"
-    env = dict(os.environ, GPU_CHECK_DEVICE="cpu", GPU_NODES="1500", GPU_DEGREE="6", GPU_FEATURES="8",
-               GPU_HIDDEN="8", GPU_CLASSES="3", GPU_EPOCHS="2", GPU_RANK_NODES="300", GPU_RANK_EPOCHS="2",
-               GPU_CHECK_BUDGET="3000", OUT_DIR=str(out), PYTHON=sys.executable,
+    from test_gpu_check import TINY
+
+    env = dict(os.environ, **TINY, GPU_CHECK_BUDGET="3000", OUT_DIR=str(out), PYTHON=sys.executable,
                GPU_CHECK_TESTS=f"tests/tools/test_bench.py tests/distributed/test_spmm.py {failing}")
     done = subprocess.run(["bash", os.path.join(root, "scripts", "gpu_check.sh")], env=env, capture_output=True,
                           text=True, timeout=900)
@@ -393,7 +393,8 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     assert done.stdout.rstrip().splitlines()[-1] == "gpu_check: failed steps: CUDA tests (exit 1); exit status 2"
     log = (out / "gpu_check.log").read_text()
     steps = [line for line in log.splitlines() if line.startswith("== ")]
-    assert steps == ["== imports", "== CUDA tests", "== shared GPU", "== reproducible", "== plan", "== bench"]
+    assert steps == ["== imports", "== CUDA tests", "== shared GPU", "== reproducible", "== plan", "== bench",
+                     "== models"]
     imports = log[log.index("== imports"): log.index("== CUDA tests")]
     for module in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn.tools.bench"):
         assert f"\n{module} " in imports or f"\n{module}\n" in imports, imports
@@ -401,15 +402,25 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     assert "7 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
     table = json.loads((out / "gpu_check.json").read_text())
     assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("shared GPU", 0),
-                                                                 ("reproducible", 0), ("plan", 0), ("bench", 0)]
+                                                                 ("reproducible", 0), ("plan", 0), ("bench", 0),
+                                                                 ("models", 0)]
     assert [line.split()[0] for line in (out / "gpu_check_steps.txt").read_text().splitlines()] == \
-        ["imports", "CUDA", "shared", "reproducible", "plan", "bench"]
+        ["imports", "CUDA", "shared", "reproducible", "plan", "bench", "models"]
     report = json.loads((out / "gpu_bench.json").read_text())
     assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu" and report["complete"]
     assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"} and report["failed"] == []
     assert all(r["epoch_s"] > 0 for r in report["rows"])
     printed = (out / "gpu_bench.txt").read_text()
     assert all(r["name"] in printed for r in report["rows"])
+    # step 7: GraphSAGE, GIN and GAT against PyG's on their own graph, generated once (the later benches read it)
+    for model, pyg in (("sage", "GraphSAGE"), ("gin", "GIN"), ("gat", "GATConv")):
+        report = json.loads((out / f"gpu_{model}.json").read_text())
+        assert report["options"]["model"] == model and report["options"]["nodes"] == 800 and report["complete"]
+        assert report["failed"] == [] and {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"}
+        assert all(r["epoch_s"] > 0 for r in report["rows"])
+        assert f"PyG {pyg}" in (out / f"gpu_{model}.txt").read_text()
+    assert not json.loads((out / "gpu_sage.json").read_text())["graph"]["cached"]
+    assert all(json.loads((out / f"gpu_{model}.json").read_text())["graph"]["cached"] for model in ("gin", "gat"))
 
 
 @pytest.mark.parametrize("model", ["sage", "gin", "gat"])

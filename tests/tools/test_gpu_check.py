@@ -113,22 +113,27 @@ def test_repeat_fails_where_a_second_run_differs_and_where_torch_names_a_kernel(
     assert [(n, o["model"]) for n, o in calls] == [(1, "gat")] * 2 + [(2, "gat")] * 2 + [(1, "gat")]  # + the audit
 
 
+# every step of the check at a tiny size, rehearsed on the CPU
+TINY = {"GPU_CHECK_DEVICE": "cpu", "GPU_NODES": "1500", "GPU_DEGREE": "6", "GPU_FEATURES": "8", "GPU_HIDDEN": "8",
+        "GPU_CLASSES": "3", "GPU_EPOCHS": "2", "GPU_RANK_NODES": "300", "GPU_RANK_EPOCHS": "2",
+        "GPU_MODEL_NODES": "800", "GPU_MODEL_DEGREE": "4", "GPU_MODEL_FEATURES": "8", "GPU_MODEL_HIDDEN": "8,8",
+        "GPU_MODEL_CLASSES": "3"}
+
+
 def _gpu_check(tmp_path, **env):
     out = tmp_path / "out"
-    env = dict(os.environ, GPU_CHECK_DEVICE="cpu", GPU_NODES="1500", GPU_DEGREE="6", GPU_FEATURES="8", GPU_HIDDEN="8",
-               GPU_CLASSES="3", GPU_EPOCHS="2", GPU_RANK_NODES="300", GPU_RANK_EPOCHS="2", OUT_DIR=str(out),
-               PYTHON=sys.executable, **env)
+    env = dict(os.environ, **TINY, OUT_DIR=str(out), PYTHON=sys.executable, **env)
     start = time.monotonic()
     done = subprocess.run(["bash", GPU_CHECK], env=env, capture_output=True, text=True, timeout=1200)
     return done, out, time.monotonic() - start
 
 
-STEPS = ["imports", "CUDA tests", "shared GPU", "reproducible", "plan", "bench"]
+STEPS = ["imports", "CUDA tests", "shared GPU", "reproducible", "plan", "bench", "models"]
 
 
 @pytest.mark.slow
 def test_gpu_check_rehearses_the_shared_gpu_and_reproducibility_steps_on_cpu(tmp_path):
-    """At a tiny size on the CPU: the six steps pass, in order; step 3's 13 runs agree with P = 1 and step 4's
+    """At a tiny size on the CPU: the seven steps pass, in order; step 3's 13 runs agree with P = 1 and step 4's
     runs are bitwise equal with no kernel named, their rows in gpu_ranks.json and gpu_repeat.json."""
     passing = tmp_path / "tests" / "test_cuda_passes.py"
     passing.parent.mkdir()
@@ -161,5 +166,5 @@ def test_gpu_check_ends_within_its_budget_whatever_hangs(tmp_path):
     steps = json.loads((out / "gpu_check.json").read_text())["steps"]
     assert [s["step"] for s in steps] == STEPS and steps[0]["exit"] == 0
     assert all(s["exit"] in (124, 137) for s in steps[1:]), steps
-    assert done.returncode == 2 + 4 + 8 + 16 + 32
+    assert done.returncode == 2 + 4 + 8 + 16 + 32 + 64
     assert "gpu_check: CUDA tests: stopped after its" in done.stdout
