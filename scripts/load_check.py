@@ -13,7 +13,7 @@ loaded / quiet, and each path against the simple path under the same load; then 
 ``--pyg`` also runs ``mggcn bench`` once, quiet, on its graph of the same size (mggcn at P = 1 and PyG's GCNConv)
 and prints mggcn's epoch over PyG's.
 
-    python scripts/load_check.py                      # 100,000 vertices, degree 50, 128-128-40, 3 rounds
+    python scripts/load_check.py                      # 100,000 vertices, degree 50, 128-128-10, 3 rounds
     python scripts/load_check.py --paths shared,simple --repeats 5 --pyg --out load.json
 """
 
