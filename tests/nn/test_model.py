@@ -257,8 +257,9 @@ def test_weight_gradient_items_are_the_same_sum_at_any_thread_count(rows, monkey
     monkeypatch.setattr(policy, "SPLIT_ROWS", 5)
     gen = torch.Generator().manual_seed(rows)
     grad, h = torch.randn(rows, 6, generator=gen), torch.randn(rows, 9, generator=gen)
+    from mggcn.kernels.shared import run_items
+
     counts, results = [], []
-    run_items = model_module.run_items
     monkeypatch.setattr(model_module, "run_items", lambda count, item, threads: counts.append(count) or
                         run_items(count, item, threads))
     for threads in (1, 2, 3):

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from mggcn.config import TRAIN_COLUMNS
-from mggcn.distributed.attention import attention
+from mggcn.distributed.attention import attention, attention_rows
 from mggcn.distributed.context import DistContext, all_gather_rows
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.kernels.attention import AttentionSpec
@@ -195,6 +195,12 @@ class SpMMOperator:
         (:func:`mggcn.distributed.attention.attention`): ``z`` [m, H, C], ``e_src``, ``e_dst`` [m, H] -> [m, H, C],
         with autograd. The model calls it on the operator it is given, as it calls the SpMM."""
         return attention(z, e_src, e_dst, self, spec, timer)
+
+    def attention_rows(self, rows: torch.Tensor, heads: int, spec: AttentionSpec,
+                       timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
+        """:meth:`attention` on one tensor ``rows`` = ``[Z | e_src | e_dst]`` [m, H·C + 2H], a GAT layer's one
+        GEMM's output (:func:`mggcn.distributed.attention.attention_rows`): [m, H, C], with autograd."""
+        return attention_rows(rows, heads, self, spec, timer)
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
             train_columns: bool = False, accumulator: BlockAccumulator | None = None) -> torch.Tensor:

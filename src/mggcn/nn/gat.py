@@ -8,7 +8,7 @@ Layer l computes, per head h of H (``Z = H·Wᵀ`` viewed ``[m, H, C]``)
 
 over the in-edges of i with its self loops replaced by one (PyG's default), parallel edges counted: a hidden layer
 concatenates its heads (``hidden = H·C``), the last one averages them (``C = classes``), as PyG's GAT model builds
-them. The aggregation is :func:`mggcn.distributed.attention.attention_rows` on the operator ``gat``
+them. The aggregation is :meth:`~mggcn.distributed.spmm.SpMMOperator.attention_rows` of the operator ``gat``
 (:func:`mggcn.nn.norm.normalize`: the edge multiplicities, unit diagonal), which uses the SpMM operator's exchange
 for its own per-block kernels: one exchange of ``[Z | e_src]`` forward, one of ``[∂out | e_dst | lse | c]``
 backward, plus an all-reduce of ``P·m·H`` values (the destinations' score gradients).
@@ -41,7 +41,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mggcn.distributed.attention import attention_rows
 from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
 from mggcn.nn.functional import _TimedLinear, activate
 from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
@@ -121,7 +120,7 @@ class GATLayer(nn.Module):
         rows = _TimedLinear.apply(h, self.scores_weight(), None, timer, None, None)
         spec = AttentionSpec(NEGATIVE_SLOPE, self.attention_dropout if self.training else 0.0,
                              self.attention_seed, self.index)
-        out = attention_rows(rows, self.heads, op, spec, timer)
+        out = op.attention_rows(rows, self.heads, spec, timer)
         out = out.reshape(m, self.heads * self.channels) if self.concat else out.mean(dim=1)
         return out if self.bias is None else out + self.bias
 
