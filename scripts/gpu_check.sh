@@ -204,6 +204,6 @@ step "shared GPU" 150 bash -c "rank_check ranks"
 step reproducible 120 bash -c "rank_check repeat"
 step plan 30 bash -c plan
 step bench 300 bash -c bench
-step models 180 bash -c models
+step models 300 bash -c models
 
 finish_steps
