@@ -81,7 +81,7 @@ from mggcn.kernels.tiled import TiledCSR
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 # the SpMM operator (mggcn.distributed.spmm.SpMMOperator) whose exchange moves the rows; that module calls this one
-# (SpMMOperator.attention), so its class is not imported here
+# (SpMMOperator.attention_rows), so its class is not imported here
 SpMMOperator = Any
 
 __all__ = ["attention", "attention_rows"]

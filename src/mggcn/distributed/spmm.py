@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from mggcn.config import TRAIN_COLUMNS
-from mggcn.distributed.attention import attention, attention_rows
+from mggcn.distributed.attention import attention_rows
 from mggcn.distributed.context import DistContext, all_gather_rows
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.kernels.attention import AttentionSpec
@@ -189,17 +189,12 @@ class SpMMOperator:
         those), so backward may multiply by Âᵀ's training columns (:meth:`use_training_columns`)."""
         return _SpMMFunction.apply(b, self, out, grad_ws, grad_on_train_rows and self.has_training_columns)
 
-    def attention(self, z: torch.Tensor, e_src: torch.Tensor, e_dst: torch.Tensor, spec: AttentionSpec,
-                  timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
-        """GAT's attention aggregation over this operator's blocks and exchange
-        (:func:`mggcn.distributed.attention.attention`): ``z`` [m, H, C], ``e_src``, ``e_dst`` [m, H] -> [m, H, C],
-        with autograd. The model calls it on the operator it is given, as it calls the SpMM."""
-        return attention(z, e_src, e_dst, self, spec, timer)
-
     def attention_rows(self, rows: torch.Tensor, heads: int, spec: AttentionSpec,
                        timer: PhaseTimer = NULL_TIMER) -> torch.Tensor:
-        """:meth:`attention` on one tensor ``rows`` = ``[Z | e_src | e_dst]`` [m, H·C + 2H], a GAT layer's one
-        GEMM's output (:func:`mggcn.distributed.attention.attention_rows`): [m, H, C], with autograd."""
+        """GAT's attention aggregation over this operator's blocks and exchange, on one tensor ``rows`` =
+        ``[Z | e_src | e_dst]`` [m, H·C + 2H], a GAT layer's one GEMM's output
+        (:func:`mggcn.distributed.attention.attention_rows`): [m, H, C], with autograd. The model calls it on the
+        operator it is given, as it calls the SpMM."""
         return attention_rows(rows, heads, self, spec, timer)
 
     def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,

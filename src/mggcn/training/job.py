@@ -209,8 +209,10 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         check_output(option, path, sidecar=option == "save_model")
     cfg = job.config
     check_job_settings(job)
-    check_precision_device(cfg.precision, job.device if job.device in ("cpu", "cuda") else resolve_device(job.device))
-    if job.device != "cpu" and not under_torchrun() and resolve_device(job.device) == "cuda":
+    device = job.device if job.device in ("cpu", "cuda") else resolve_device(job.device)
+    check_precision_device(cfg.precision, device)
+    if device == "cuda" and not under_torchrun():
+        resolve_device(device)  # no GPU visible: that line first
         check_gpus(nprocs)  # more ranks than this host's GPUs only with MGGCN_SHARE_DEVICE=1 (torchrun: per node)
     check_train_columns(cfg.train_columns)
     check_checkpoint_dir(job.checkpoint_dir)
