@@ -3,7 +3,9 @@ sharing out the kernels' work (``MGGCN_CPU_KERNELS``: shared, static, simple; mg
 
 Every path runs as mggcn's own processes do, with OpenMP's waiting threads asleep (``OMP_WAIT_POLICY=PASSIVE``,
 mggcn.utils.system.openmp_waits_passively); a path named with ``+spin`` (``shared+spin``) runs with OpenMP's own
-waiting instead (the variable unset: its threads spin a while before they sleep).
+waiting instead (the variable unset: its threads spin a while before they sleep), one with ``+float``
+(``shared+float``) with the shared kernels' workers left where the scheduler puts them instead of one per core
+(``MGGCN_PIN_WORKERS=0``, mggcn.kernels.policy.worker_cpus).
 
 Every measurement is a fresh process training a GCN at P = 1 on the same generated graph
 (``synthetic:n=NODES,degree=DEGREE``); the epoch is the median after the warm-up. Rounds run each path quiet, then
@@ -29,11 +31,18 @@ import sys
 import tempfile
 import time
 
-from mggcn.kernels.policy import CPU_KERNELS, CPU_KERNELS_ENV
+from mggcn.kernels.policy import CPU_KERNELS, CPU_KERNELS_ENV, PIN_WORKERS_ENV
 from mggcn.utils.system import OPENMP_WAIT, OPENMP_WAIT_ENV
 
 SPIN = "+spin"  # a path's suffix: OpenMP's own waiting
-PATHS = ("shared", "shared" + SPIN, "static", "simple")  # the default comparison
+FLOAT = "+float"  # a path's suffix: the shared kernels' workers not pinned to a core each
+PATHS = ("shared", "shared" + FLOAT, "simple")  # the default comparison
+
+
+def _path(path: str) -> tuple[str, set[str]]:
+    """A path's kernels and its suffixes."""
+    kernels, *suffixes = path.split("+")
+    return kernels, {f"+{s}" for s in suffixes}
 BUSY_SECONDS = 900  # a busy process ends by itself after this, should this script be killed before it stops it
 
 
@@ -69,10 +78,13 @@ def _measure(args: argparse.Namespace, path: str, busy: int) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--nodes", str(args.nodes), "--degree",
            str(args.degree), "--features", str(args.features), "--hidden", str(args.hidden), "--epochs",
            str(args.epochs), "--warmup", str(args.warmup), "--seed", str(args.seed)]
-    kernels = path.removesuffix(SPIN)
-    env = {k: v for k, v in os.environ.items() if k != OPENMP_WAIT_ENV} | {CPU_KERNELS_ENV: kernels}
-    if not path.endswith(SPIN):
+    kernels, suffixes = _path(path)
+    env = {k: v for k, v in os.environ.items() if k not in (OPENMP_WAIT_ENV, PIN_WORKERS_ENV)}
+    env[CPU_KERNELS_ENV] = kernels
+    if SPIN not in suffixes:
         env[OPENMP_WAIT_ENV] = os.environ.get(OPENMP_WAIT_ENV, OPENMP_WAIT)
+    if FLOAT in suffixes:
+        env[PIN_WORKERS_ENV] = "0"
     procs = _start_busy(busy)
     try:
         if procs:
@@ -125,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds over the paths (default 3)")
     ap.add_argument("--paths", default=",".join(PATHS),
-                    help=f"kernel paths to compare, each optionally with {SPIN} (default: {','.join(PATHS)})")
+                    help=f"kernel paths to compare, each optionally with {SPIN} and {FLOAT} "
+                         f"(default: {','.join(PATHS)})")
     ap.add_argument("--busy", type=int, default=1, help="busy processes beside the loaded epochs (default 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600, help="seconds per measurement (default 600)")
@@ -136,10 +149,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return _worker(args)
     paths = args.paths.split(",")
-    unknown = sorted({p for p in paths if p.removesuffix(SPIN) not in CPU_KERNELS})
+    unknown = sorted({p for p in paths if _path(p)[0] not in CPU_KERNELS or _path(p)[1] - {SPIN, FLOAT}})
     if unknown:
         ap.error(f"--paths: unknown {', '.join(unknown)} (choose from {', '.join(CPU_KERNELS)}, each optionally "
-                 f"with {SPIN})")
+                 f"with {SPIN} and {FLOAT})")
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"load_check {start}: {args.nodes} vertices, degree {args.degree}, {args.features}-{args.hidden} GCN, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", flush=True)

@@ -61,22 +61,25 @@ def test_load_check_prints_its_table_and_stops_its_busy_process(capsys, tmp_path
 
 def test_load_check_refuses_an_unknown_path(capsys):
     with pytest.raises(SystemExit):
-        _load_check().main(["--paths", "shared,fast,static+spin,fast+spin"])
-    assert "--paths: unknown fast, fast+spin (choose from" in capsys.readouterr().err
+        _load_check().main(["--paths", "shared,fast,static+spin,fast+spin,shared+float+spin,shared+fast"])
+    assert "--paths: unknown fast, fast+spin, shared+fast (choose from" in capsys.readouterr().err
 
 
-def test_a_spin_path_runs_with_openmps_own_waiting(monkeypatch):
-    """Each path's process gets the kernels and OpenMP's wait policy its name says: asleep (mggcn's) unless +spin."""
+def test_a_paths_suffixes_set_openmps_waiting_and_the_workers_pinning(monkeypatch):
+    """Each path's process gets the kernels, OpenMP's wait policy and the workers' pinning its name says: asleep
+    (mggcn's) unless +spin, one worker per core unless +float; a caller's settings of both do not leak in."""
     module = _load_check()
     seen = []
 
     def run(cmd, env, **kwargs):
-        seen.append((env[module.CPU_KERNELS_ENV], env.get(module.OPENMP_WAIT_ENV)))
+        seen.append((env[module.CPU_KERNELS_ENV], env.get(module.OPENMP_WAIT_ENV), env.get(module.PIN_WORKERS_ENV)))
         return subprocess.CompletedProcess(cmd, 0, json.dumps({"epoch_s": 1.0}) + "\n", "")
 
     monkeypatch.delenv(module.OPENMP_WAIT_ENV, raising=False)
+    monkeypatch.setenv(module.PIN_WORKERS_ENV, "0")
     monkeypatch.setattr(module.subprocess, "run", run)
     args = argparse.Namespace(nodes=10, degree=2, features=4, hidden=4, epochs=1, warmup=0, seed=0, timeout=5)
-    for path in ("shared", "shared+spin", "simple"):
+    for path in ("shared", "shared+spin", "shared+float", "shared+spin+float", "simple"):
         module._measure(args, path, 0)
-    assert seen == [("shared", "PASSIVE"), ("shared", None), ("simple", "PASSIVE")]
+    assert seen == [("shared", "PASSIVE", None), ("shared", None, None), ("shared", "PASSIVE", "0"),
+                    ("shared", None, "0"), ("simple", "PASSIVE", None)]

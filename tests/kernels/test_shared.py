@@ -36,6 +36,49 @@ def test_every_item_runs_once_on_one_thread_per_worker():
     assert torch.get_num_threads() == caller
 
 
+def _pin_with(cpus, monkeypatch):
+    """The workers' pinning as on a machine whose process may run on ``cpus``, whatever this one has."""
+    monkeypatch.setattr(policy, "_process_cpus", lambda: list(cpus))
+
+
+def test_workers_as_many_as_the_cores_run_one_per_core_and_are_freed_after(monkeypatch):
+    """A pool as large as the process's cores pins worker w to the w-th of them, for every call however many items
+    it has; once the pool no longer matches them (fewer threads, or MGGCN_PIN_WORKERS=0) its threads run on the
+    caller's cores again."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        cpus = cpus * 2  # one core: both workers pinned to it, still one each
+    monkeypatch.delenv(policy.PIN_WORKERS_ENV, raising=False)
+    assert policy.worker_cpus(1) is None
+    _pin_with(cpus[:2], monkeypatch)
+    assert policy.worker_cpus(2) == cpus[:2] and policy.worker_cpus(3) is None
+    seen, lock = {}, threading.Lock()
+
+    def item(k, worker):
+        with lock:
+            seen.setdefault(worker, set()).update(os.sched_getaffinity(0))
+
+    barrier = threading.Barrier(2)
+
+    def both(k, worker):  # each worker holds one item until the other has one: both take part
+        barrier.wait(timeout=30)
+        item(k, worker)
+
+    run_items(2, both, 2)
+    run_items(40, item, 2)
+    expected = policy.worker_cpus(2)
+    assert seen == {w: {expected[w]} for w in (0, 1)}
+    monkeypatch.setenv(policy.PIN_WORKERS_ENV, "0")
+    assert policy.worker_cpus(2) is None
+    seen.clear()
+    barrier.reset()
+    run_items(2, both, 2)
+    caller = os.sched_getaffinity(0)
+    assert seen == {0: caller, 1: caller}
+
+
 def test_one_thread_or_a_nested_call_runs_in_order_on_the_caller():
     order = []
     run_items(5, lambda k, w: order.append((k, w, threading.get_ident())), 1)

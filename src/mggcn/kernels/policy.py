@@ -33,10 +33,12 @@ from mggcn.utils.errors import ConfigError
 
 __all__ = ["MIN_TILE_COLUMNS", "MAX_INDEX_OVERHEAD", "gather_kernel", "index_bytes", "tile_columns", "max_tiles",
            "MASK_CHUNK", "MASK_CHUNK_GPU", "mask_chunk_rows", "GEMM_CHUNK", "chain_rows", "SPLIT_ROWS", "SPLIT_BYTES",
-           "weight_grad_parts", "CPU_KERNELS_ENV", "CPU_KERNELS", "cpu_kernels", "shared_threads", "SHARED_CHUNK"]
+           "weight_grad_parts", "CPU_KERNELS_ENV", "CPU_KERNELS", "cpu_kernels", "shared_threads", "SHARED_CHUNK",
+           "PIN_WORKERS_ENV", "worker_cpus"]
 
 CPU_KERNELS_ENV = "MGGCN_CPU_KERNELS"  # how the CPU kernels share out their work (read at every kernel call)
 CPU_KERNELS = ("shared", "static", "simple")  # the first is the default
+PIN_WORKERS_ENV = "MGGCN_PIN_WORKERS"  # "0": the shared kernels' workers float over the process's cores
 
 
 def cpu_kernels() -> str:
@@ -54,6 +56,24 @@ def shared_threads(device: torch.device | str = "cpu") -> int:
     if torch.device(device).type != "cpu" or cpu_kernels() != "shared":
         return 1
     return torch.get_num_threads()
+
+
+def worker_cpus(threads: int) -> list[int] | None:
+    """The CPU each of ``threads`` workers of the shared kernels runs on (:func:`mggcn.kernels.shared.run_items`),
+    or None: they go wherever the scheduler puts them. A process whose workers are as many as the cores it may run
+    on pins worker ``w`` to the ``w``-th of them: left free, two of them can share a core while another process
+    holds the other one, and the process then gets one core where a fair share would be more. With fewer workers
+    than cores (several ranks on one machine, a thread count the user lowered) nothing is pinned, since every rank
+    would pick the same first cores. :data:`PIN_WORKERS_ENV` set to ``0`` turns this off."""
+    if threads < 2 or os.environ.get(PIN_WORKERS_ENV, "1") == "0" or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = _process_cpus()
+    return cpus if len(cpus) == threads else None
+
+
+def _process_cpus() -> list[int]:
+    """The CPUs the calling thread may run on, in order."""
+    return sorted(os.sched_getaffinity(0))
 
 # TILE_BYTES (mggcn.config), bytes of B one tile reads per machine: a few MiB, well inside the last-level cache
 # shared by the ranks and past the per-core L2 (mggcn bench --compare-tiles measures others).

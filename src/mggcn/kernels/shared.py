@@ -18,8 +18,10 @@ turn when the next op comes, rather than a scheduler slice later.
 
 The ops of an item run on one thread: each worker sets torch's thread count to 1 while it takes items (torch's
 setting reaches OpenMP and MKL; with OpenMP it may be shared by the process's threads), and the caller restores its
-count once every worker has stopped. :mod:`mggcn.kernels.policy` decides when kernels run this way
-(:func:`~mggcn.kernels.policy.shared_threads`).
+count once every worker has stopped. Where the workers are as many as the process's cores, each runs on its own
+core (:func:`~mggcn.kernels.policy.worker_cpus`): the scheduler cannot then put two of them on one core while
+another process has the other, and a worker that shares its core takes fewer items. :mod:`mggcn.kernels.policy`
+decides when kernels run this way (:func:`~mggcn.kernels.policy.shared_threads`).
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from mggcn.kernels.policy import worker_cpus
+
 __all__ = ["run_items"]
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _lock = threading.Lock()
-_local = threading.local()  # .busy: this thread is taking items (a nested call runs its items itself)
+_local = threading.local()  # .busy: this thread is taking items (a nested call runs its items itself); .cpus: the
+# CPUs this pool thread was last set to run on (absent: never set, the process's)
 
 
 def _reset_after_fork() -> None:
@@ -60,16 +65,35 @@ def _workers(count: int) -> ThreadPoolExecutor:
         return _pool
 
 
+def _affinity() -> set[int] | None:
+    """The CPUs the calling thread may run on (None where the system does not say)."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+
+def _run_on(cpus: set[int] | None, caller_cpus: set[int] | None) -> None:
+    """Keep this pool thread on ``cpus``; None: on the caller's CPUs, should an earlier call have pinned it.
+    Best effort: a system that refuses leaves the thread where it is."""
+    target = cpus if cpus is not None else (caller_cpus if getattr(_local, "cpus", None) is not None else None)
+    if target is None or target == getattr(_local, "cpus", None):
+        return
+    try:
+        os.sched_setaffinity(0, target)  # 0: this thread only, on Linux
+    except OSError:
+        return
+    _local.cpus = target if cpus is not None else None
+
+
 def run_items(count: int, item: Callable[[int, int], None], threads: int) -> None:
     """``item(k, worker)`` for every ``k`` in ``range(count)``, taken by ``threads`` workers as they are free
     (``worker``: which one, ``0 <= worker < threads``, for a per-worker buffer); each worker's ops run on one thread.
     With one thread, one item, or inside another call's item: one after the other, on the caller's threads.
     An item's exception is raised here once every worker has stopped."""
-    threads = min(threads, count)
+    pool, threads = threads, min(threads, count)
     if threads <= 1 or getattr(_local, "busy", False):
         for k in range(count):
             item(k, 0)
         return
+    cpus = worker_cpus(pool)  # for the pool's size, however many items this call has
     order = itertools.count()  # next() on it is atomic under the GIL: each k goes to one worker
     failed = threading.Event()  # a failed item stops the other workers from taking more
 
@@ -77,6 +101,7 @@ def run_items(count: int, item: Callable[[int, int], None], threads: int) -> Non
 
     def work(worker: int) -> None:
         _local.busy = True
+        _run_on(None if cpus is None else {cpus[worker]}, caller_cpus)
         torch.get_num_threads()  # torch's first call on a thread sets its count from the process's: done before ours
         torch.set_num_threads(1)
         try:
@@ -90,6 +115,7 @@ def run_items(count: int, item: Callable[[int, int], None], threads: int) -> Non
             _local.busy = False
 
     caller_threads = torch.get_num_threads()
+    caller_cpus = _affinity()
     futures = [_workers(threads).submit(work, w) for w in range(threads)]
     errors = [f.exception() for f in futures]  # waits for every worker before the count is restored
     torch.set_num_threads(caller_threads)

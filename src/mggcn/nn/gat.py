@@ -261,9 +261,7 @@ class GAT(LayerStack):
                 dots += 4 * columns * width
             step = per_head * (2 * f + 4) + max(gather, dots, slope) + rows * 16 * heads + 8 * columns
         step += columns * f * width + 8 * (rows + 1)  # the tile's head-major table; the chunk's row pointers
-        kept, walk.rows = walk.rows, 1  # the step in bytes, not rows × width
-        walk.alloc("edge step", 1, step)
-        walk.rows = kept
+        walk.alloc_bytes("edge step", step)
         walk.free("edge step")
 
     @classmethod

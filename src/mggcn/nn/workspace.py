@@ -97,7 +97,11 @@ class BufferWalk:
 
     def alloc(self, name: str, width: int, item: int | None = None) -> str:
         """A new tensor ``[rows, width]`` of ``item`` bytes per element (default: an activation's)."""
-        self.live[name] = self.rows * width * (self.float_bytes if item is None else item)
+        return self.alloc_bytes(name, self.rows * width * (self.float_bytes if item is None else item))
+
+    def alloc_bytes(self, name: str, nbytes: int) -> str:
+        """A new tensor (or several held together) of ``nbytes`` bytes, whatever its shape."""
+        self.live[name] = nbytes
         self._note()
         return name
 
