@@ -100,7 +100,9 @@ def _measure(args: argparse.Namespace, path: str, busy: int) -> dict:
 
 
 def _pyg(args: argparse.Namespace) -> dict:
-    """mggcn bench, quiet, at P = 1 with PyG: the two epochs (same graph, same run)."""
+    """mggcn bench, quiet, at P = 1 with PyG: the two epochs (same graph, same run), and mggcn's roofline floor
+    (its GEMM flops and SpMM bytes over the rates the bench measured right after), which bounds how far under PyG's
+    epoch mggcn's can go on this machine."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "bench.json")
         cmd = ["mggcn", "bench", "--nodes", str(args.nodes), "--degree", str(args.degree), "--features",
@@ -110,7 +112,9 @@ def _pyg(args: argparse.Namespace) -> dict:
         with open(out) as f:
             rows = json.load(f)["rows"]
     epochs = {r["kind"]: r["epoch_s"] for r in rows}
-    return {"mggcn_s": epochs["mggcn"], "pyg_s": epochs["pyg"], "ratio": epochs["mggcn"] / epochs["pyg"]}
+    floor = next(r["floor"]["floor_s"] for r in rows if r["kind"] == "mggcn")
+    return {"mggcn_s": epochs["mggcn"], "pyg_s": epochs["pyg"], "ratio": epochs["mggcn"] / epochs["pyg"],
+            "floor_s": floor, "floor_ratio": floor / epochs["pyg"]}
 
 
 def _table(results: dict, paths: list[str]) -> list[str]:
@@ -172,8 +176,10 @@ def main(argv: list[str] | None = None) -> None:
               "load_average_end": os.getloadavg()[0]}
     if args.pyg:
         report["pyg"] = _pyg(args)
-        lines.append(f"quiet, mggcn bench's graph: mggcn {report['pyg']['mggcn_s']:.3f} s, PyG "
-                     f"{report['pyg']['pyg_s']:.3f} s, mggcn/PyG {report['pyg']['ratio']:.3f}")
+        pyg = report["pyg"]
+        lines.append(f"quiet, mggcn bench's graph: mggcn {pyg['mggcn_s']:.3f} s, PyG {pyg['pyg_s']:.3f} s, "
+                     f"mggcn/PyG {pyg['ratio']:.3f}; mggcn's floor {pyg['floor_s']:.3f} s, floor/PyG "
+                     f"{pyg['floor_ratio']:.3f}")
     print("\n".join(lines))
     if args.out:
         with open(args.out, "w") as f:

@@ -83,3 +83,21 @@ def test_a_paths_suffixes_set_openmps_waiting_and_the_workers_pinning(monkeypatc
         module._measure(args, path, 0)
     assert seen == [("shared", "PASSIVE", None), ("shared", None, None), ("shared", "PASSIVE", "0"),
                     ("shared", None, "0"), ("simple", "PASSIVE", None)]
+
+
+@pytest.mark.slow
+def test_the_pyg_line_gives_mggcns_epoch_and_floor_against_pygs(capsys, tmp_path):
+    """--pyg runs mggcn bench once (mggcn at P = 1 and PyG) and prints both epochs and mggcn's roofline floor, each
+    over PyG's epoch, as the JSON has them."""
+    out = tmp_path / "load.json"
+    _load_check().main(["--nodes", "300", "--degree", "4", "--features", "8", "--hidden", "8", "--epochs", "1",
+                        "--warmup", "1", "--repeats", "1", "--paths", "simple", "--busy", "0", "--pyg",
+                        "--out", str(out)])
+    pyg = json.loads(out.read_text())["pyg"]
+    assert pyg["mggcn_s"] > 0 and pyg["pyg_s"] > 0 and 0 < pyg["floor_s"]
+    assert pyg["ratio"] == pytest.approx(pyg["mggcn_s"] / pyg["pyg_s"])
+    assert pyg["floor_ratio"] == pytest.approx(pyg["floor_s"] / pyg["pyg_s"])
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line == (f"quiet, mggcn bench's graph: mggcn {pyg['mggcn_s']:.3f} s, PyG {pyg['pyg_s']:.3f} s, "
+                    f"mggcn/PyG {pyg['ratio']:.3f}; mggcn's floor {pyg['floor_s']:.3f} s, floor/PyG "
+                    f"{pyg['floor_ratio']:.3f}")
