@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from mggcn.config import MMAP_THRESHOLD
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.parallel import available_cores
 from mggcn.utils.system import enter_rank
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
@@ -50,13 +51,6 @@ class DistContext:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def resolve_device(kind: str) -> str:
