@@ -26,7 +26,8 @@ def test_a_thread_count_above_the_cores_is_refused_before_torch_hears_of_it():
     import pytest
     import torch
 
-    from mggcn.distributed.context import available_cores, init_distributed
+    from mggcn.distributed.context import init_distributed
+    from mggcn.utils.parallel import available_cores
 
     before = torch.get_num_threads()
     for threads in (available_cores() + 1, 100000, 0):

@@ -26,7 +26,7 @@ from mggcn.utils.parallel import available_cores
 from mggcn.utils.system import enter_rank
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
-           "all_gather_objects", "all_gather_rows", "available_cores", "resolve_device", "SHARE_DEVICE_ENV",
+           "all_gather_objects", "all_gather_rows", "resolve_device", "SHARE_DEVICE_ENV",
            "shares_devices", "check_gpus", "rank_placement", "DETERMINISTIC_ENV", "deterministic_kernels"]
 
 # Set to 1, it lets a host run more CUDA ranks than it has GPUs (rank r on GPU r mod G, the job over gloo): the

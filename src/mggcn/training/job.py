@@ -24,7 +24,6 @@ from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
 from mggcn.distributed.context import (
     DistContext,
-    available_cores,
     check_gpus,
     init_distributed,
     resolve_device,
@@ -44,6 +43,7 @@ from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import check_writable, open_output
+from mggcn.utils.parallel import available_cores
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock

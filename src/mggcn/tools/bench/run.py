@@ -10,7 +10,6 @@ from dataclasses import asdict, replace
 
 import torch
 
-from mggcn.distributed.context import available_cores
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.nn.models import model_type
 from mggcn.tools.bench.graph import cached_info, generate_worker, info_worker, prepare_worker
@@ -22,6 +21,7 @@ from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
 from mggcn.tools.bench.table import write_report
 from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
 from mggcn.training.outputs import check_output
+from mggcn.utils.parallel import available_cores
 
 __all__ = ["run_bench", "configurations", "rounds", "run_one"]
 
