@@ -423,7 +423,9 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     assert all(json.loads((out / f"gpu_{model}.json").read_text())["graph"]["cached"] for model in ("gin", "gat"))
 
 
-@pytest.mark.parametrize("model", ["sage", "gin", "gat"])
+# one model in the default run; the others beside the device check's rehearsal in the slow one
+@pytest.mark.parametrize("model", ["sage", pytest.param("gin", marks=pytest.mark.slow),
+                                   pytest.param("gat", marks=pytest.mark.slow)])
 def test_bench_model_against_pygs_own(model):
     """`bench --model sage|gin|gat` trains the model at P = 1 and 2 and PyG's GraphSAGE / GIN / GAT from the same
     weights (GAT: 4 heads, PyG's layers on the edge list): the same losses after the same epochs, and the plan's

@@ -44,7 +44,8 @@ def test_generate_measures_the_graph_against_numpy_sorting_its_keys(tmp_path):
     assert lines[-1] == f"generation / sort: {result['ratio']:.2f}x"
 
 
-@pytest.mark.parametrize("spec", ["rmat:scale=9,edge_factor=8", "synthetic:n=700,degree=6"])
+@pytest.mark.parametrize("spec", ["rmat:scale=9,edge_factor=8",
+                                  pytest.param("synthetic:n=700,degree=6", marks=pytest.mark.slow)])
 def test_first_epoch_times_mggcn_train_against_one_numpy_thread(tmp_path, spec):
     """Both generators' references run (the R-MAT levels, the DC-SBM's blocks); the phases are those mggcn train
     printed, and they add up to no more than the time to the first epoch."""
