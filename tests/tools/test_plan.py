@@ -100,14 +100,13 @@ def _in_order(mask: np.ndarray, part, rank: int) -> np.ndarray:
     return np.where(ids >= 0, mask[np.maximum(ids, 0)], False)
 
 
-@pytest.mark.parametrize("hidden", [(64,), (16, 96)])
-def test_workspace_and_epoch_allocations_match_the_walk(hidden):
-    """After training, the model's workspace holds exactly the buffers activation_peak names, and a later epoch
-    allocates nothing of the size of an activation: no tensor larger than one int64 per row, and at most the walk's
-    peak beyond the workspace (two vectors of row sums) plus small vectors alive at once."""
+def _third_epoch_allocations(operator, cfg):
+    """Train ``cfg`` (3 epochs) on a 3,000-vertex graph of 24 features and 6 classes with ``operator``'s adjacency:
+    the graph, the shard and its rows, the result, and the third epoch's allocations (start time, bytes; frees
+    negative)."""
     graph = random_graph(3000, 15000, features=24, classes=6, directed=False, seed=1)
-    shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, "sym")
-    m, dims = shard.x.shape[0], [24, *hidden, 6]
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, operator)
+    rows = shard.x.shape[0]  # training lets go of the shard's features
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
 
     def on_epoch(record):
@@ -116,15 +115,26 @@ def test_workspace_and_epoch_allocations_match_the_walk(hidden):
         if record["epoch"] == 3:
             prof.__exit__(None, None, None)
 
-    result = train_shard(DistContext(), shard, TrainConfig(hidden=hidden, epochs=3, trace_epoch=0), on_epoch)
+    result = train_shard(DistContext(), shard, cfg, on_epoch)
+    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.profiler.function_events
+                    if e.self_cpu_memory_usage)
+    return graph, shard, rows, result, events
+
+
+@pytest.mark.parametrize("hidden", [(64,), (16, 96)])
+def test_workspace_and_epoch_allocations_match_the_walk(hidden):
+    """After training, the model's workspace holds exactly the buffers activation_peak names, and a later epoch
+    allocates nothing of the size of an activation: no tensor larger than one int64 per row, and at most the walk's
+    peak beyond the workspace (two vectors of row sums) plus small vectors alive at once."""
+    graph, shard, m, result, events = _third_epoch_allocations("sym", TrainConfig(hidden=hidden, epochs=3,
+                                                                                   trace_epoch=0))
+    dims = [24, *hidden, 6]
     ntrain = int(shard.masks["train"].sum())
     peak, alive = activation_peak(m, dims, train_rows=ntrain)
     workspace = {k[3:]: v for k, v in alive.items() if k.startswith("ws:")}
     assert result.model.workspace.sizes == workspace
     expected = peak - sum(workspace.values())
     assert expected == 2 * 4 * m
-    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.profiler.function_events
-                    if e.self_cpu_memory_usage)
     # the CPU gather kernel's chunk of rows in flight (the whole 3000 rows here; under 1 MiB on any graph), a
     # part of the plan beside the activations
     plan = plan_memory(graph.num_nodes, graph.num_edges, 24, 6, hidden, gather=gather_kernel("cpu"))
@@ -283,25 +293,13 @@ def test_sage_and_gin_workspace_and_allocations_match_the_walk(kind, train_eps, 
     from mggcn.nn.models import operator_for
     from mggcn.tools.plan import num_parameters
 
-    graph = random_graph(3000, 15000, features=24, classes=6, directed=False, seed=1)
-    shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, operator_for(kind))
-    m, dims = shard.x.shape[0], [24, *hidden, 6]
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-
-    def on_epoch(record):
-        if record["epoch"] == 2:
-            prof.__enter__()
-        if record["epoch"] == 3:
-            prof.__exit__(None, None, None)
-
     cfg = TrainConfig(model=kind, gin_train_eps=train_eps, hidden=hidden, epochs=3, trace_epoch=0, order=order)
-    result = train_shard(DistContext(), shard, cfg, on_epoch)
+    *_, m, result, events = _third_epoch_allocations(operator_for(kind), cfg)
+    dims = [24, *hidden, 6]
     peak, alive = activation_peak(m, dims, order=order, model=kind, train_eps=train_eps)
     workspace = {k[3:]: v for k, v in alive.items() if k.startswith("ws:")}
     assert result.model.workspace.sizes == workspace
     assert sum(p.numel() for p in result.model.parameters()) == num_parameters(dims, kind, train_eps)
-    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.profiler.function_events
-                    if e.self_cpu_memory_usage)
     allocated = int(np.cumsum([b for _, b in events]).max())
     assert allocated <= peak - sum(workspace.values()) + 64 * 1024, (allocated, alive)
 
