@@ -123,6 +123,24 @@ def test_the_setting_names_itself(monkeypatch):
     with pytest.raises(ConfigError, match="MGGCN_CPU_KERNELS must be one of shared, static, simple") as err:
         cpu_kernels()
     assert err.value.option == CPU_KERNELS_ENV
+    from mggcn.tools.cli.common import flag_message
+
+    assert flag_message(err.value) == "MGGCN_CPU_KERNELS must be one of shared, static, simple, not 'fast'"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_bad_pinning_setting_is_refused_at_any_thread_count(monkeypatch, threads):
+    """MGGCN_PIN_WORKERS is 0 or 1 (unset or empty: 1); anything else is one line naming it, the command line's
+    too, even where one thread would never pin (so a typo is not silently taken for on)."""
+    from mggcn.tools.cli.common import flag_message
+
+    monkeypatch.setenv(policy.PIN_WORKERS_ENV, "")
+    assert policy.worker_cpus(1) is None
+    monkeypatch.setenv(policy.PIN_WORKERS_ENV, "no")
+    with pytest.raises(ConfigError) as err:
+        run_items(4, lambda k, w: None, threads)
+    assert err.value.option == "MGGCN_PIN_WORKERS"
+    assert flag_message(err.value) == "MGGCN_PIN_WORKERS must be 0 or 1, not 'no'"
 
 
 def _small_items(monkeypatch, threads):

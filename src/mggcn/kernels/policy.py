@@ -64,8 +64,12 @@ def worker_cpus(threads: int) -> list[int] | None:
     on pins worker ``w`` to the ``w``-th of them: left free, two of them can share a core while another process
     holds the other one, and the process then gets one core where a fair share would be more. With fewer workers
     than cores (several ranks on one machine, a thread count the user lowered) nothing is pinned, since every rank
-    would pick the same first cores. :data:`PIN_WORKERS_ENV` set to ``0`` turns this off."""
-    if threads < 2 or os.environ.get(PIN_WORKERS_ENV, "1") == "0" or not hasattr(os, "sched_setaffinity"):
+    would pick the same first cores. :data:`PIN_WORKERS_ENV` set to ``0`` turns this off (``1``, unset or empty:
+    on)."""
+    pin = os.environ.get(PIN_WORKERS_ENV, "") or "1"
+    if pin not in ("0", "1"):
+        raise ConfigError(f"{PIN_WORKERS_ENV} must be 0 or 1, not {pin!r}", PIN_WORKERS_ENV)
+    if threads < 2 or pin == "0" or not hasattr(os, "sched_setaffinity"):
         return None
     cpus = _process_cpus()
     return cpus if len(cpus) == threads else None

@@ -88,12 +88,12 @@ def run_items(count: int, item: Callable[[int, int], None], threads: int) -> Non
     (``worker``: which one, ``0 <= worker < threads``, for a per-worker buffer); each worker's ops run on one thread.
     With one thread, one item, or inside another call's item: one after the other, on the caller's threads.
     An item's exception is raised here once every worker has stopped."""
-    pool, threads = threads, min(threads, count)
+    cpus = worker_cpus(threads)  # for the pool's size, however many items this call has
+    threads = min(threads, count)
     if threads <= 1 or getattr(_local, "busy", False):
         for k in range(count):
             item(k, 0)
         return
-    cpus = worker_cpus(pool)  # for the pool's size, however many items this call has
     order = itertools.count()  # next() on it is atomic under the GIL: each k goes to one worker
     failed = threading.Event()  # a failed item stops the other workers from taking more
 

@@ -228,12 +228,13 @@ def flag_message(err: Exception) -> str:
     larger ...``), and settings written as a Python caller passes them (``give fmt= (mtx, ...)``, ``fmt=mtx is for a
     path``, ``pyg=False``) become their flags (``give --format (mtx, ...)``, ``--format mtx is for a path``,
     ``--no-pyg``), a value with a flag of its own (``resume='auto'``) that flag (``--resume-or-start``); a message
-    that names the option neither way gets the flag at its end (``... give its format (--format)``). A worker's
+    that names the option neither way gets the flag at its end (``... give its format (--format)``); one about an
+    environment variable (``MGGCN_CPU_KERNELS``: upper case) stays as it is. A worker's
     error (:class:`~mggcn.distributed.launch.WorkerError`) is said so in its own words, ``reason``, which end the
     launcher's line (``rank 0 failed: NonFiniteLoss: ... lr=``)."""
     text = str(err)
     option = getattr(err, "option", None)
-    if not isinstance(option, str) or not option:
+    if not isinstance(option, str) or not option or option.isupper():  # an environment variable has no flag
         return text
     reason = getattr(err, "reason", None)
     head = ""
