@@ -37,13 +37,18 @@ from mggcn.utils.system import OPENMP_WAIT, OPENMP_WAIT_ENV
 SPIN = "+spin"  # a path's suffix: OpenMP's own waiting
 FLOAT = "+float"  # a path's suffix: the shared kernels' workers not pinned to a core each
 PATHS = ("shared", "shared" + FLOAT, "simple")  # the default comparison
+BUSY_SECONDS = 900  # a busy process ends by itself after this, should this script be killed before it stops it
 
 
 def _path(path: str) -> tuple[str, set[str]]:
     """A path's kernels and its suffixes."""
     kernels, *suffixes = path.split("+")
     return kernels, {f"+{s}" for s in suffixes}
-BUSY_SECONDS = 900  # a busy process ends by itself after this, should this script be killed before it stops it
+
+
+def _known(path: str) -> bool:
+    kernels, suffixes = _path(path)
+    return kernels in CPU_KERNELS and suffixes <= {SPIN, FLOAT}
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return _worker(args)
     paths = args.paths.split(",")
-    unknown = sorted({p for p in paths if _path(p)[0] not in CPU_KERNELS or _path(p)[1] - {SPIN, FLOAT}})
+    unknown = sorted({p for p in paths if not _known(p)})
     if unknown:
         ap.error(f"--paths: unknown {', '.join(unknown)} (choose from {', '.join(CPU_KERNELS)}, each optionally "
                  f"with {SPIN} and {FLOAT})")

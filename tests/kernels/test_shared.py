@@ -38,7 +38,7 @@ def test_every_item_runs_once_on_one_thread_per_worker():
 
 def _pin_with(cpus, monkeypatch):
     """The workers' pinning as on a machine whose process may run on ``cpus``, whatever this one has."""
-    monkeypatch.setattr(policy, "_process_cpus", lambda: list(cpus))
+    monkeypatch.setattr(policy, "process_cpus", lambda: list(cpus))
 
 
 def test_workers_as_many_as_the_cores_run_one_per_core_and_are_freed_after(monkeypatch):

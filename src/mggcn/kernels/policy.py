@@ -34,7 +34,7 @@ from mggcn.utils.errors import ConfigError
 __all__ = ["MIN_TILE_COLUMNS", "MAX_INDEX_OVERHEAD", "gather_kernel", "index_bytes", "tile_columns", "max_tiles",
            "MASK_CHUNK", "MASK_CHUNK_GPU", "mask_chunk_rows", "GEMM_CHUNK", "chain_rows", "SPLIT_ROWS", "SPLIT_BYTES",
            "weight_grad_parts", "CPU_KERNELS_ENV", "CPU_KERNELS", "cpu_kernels", "shared_threads", "SHARED_CHUNK",
-           "PIN_WORKERS_ENV", "worker_cpus"]
+           "PIN_WORKERS_ENV", "worker_cpus", "process_cpus"]
 
 CPU_KERNELS_ENV = "MGGCN_CPU_KERNELS"  # how the CPU kernels share out their work (read at every kernel call)
 CPU_KERNELS = ("shared", "static", "simple")  # the first is the default
@@ -71,13 +71,14 @@ def worker_cpus(threads: int) -> list[int] | None:
         raise ConfigError(f"{PIN_WORKERS_ENV} must be 0 or 1, not {pin!r}", PIN_WORKERS_ENV)
     if threads < 2 or pin == "0" or not hasattr(os, "sched_setaffinity"):
         return None
-    cpus = _process_cpus()
-    return cpus if len(cpus) == threads else None
+    cpus = process_cpus()
+    return cpus if cpus is not None and len(cpus) == threads else None
 
 
-def _process_cpus() -> list[int]:
-    """The CPUs the calling thread may run on, in order."""
-    return sorted(os.sched_getaffinity(0))
+def process_cpus() -> list[int] | None:
+    """The CPUs the calling thread may run on, in order (None where the system does not say)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
 
 # TILE_BYTES (mggcn.config), bytes of B one tile reads per machine: a few MiB, well inside the last-level cache
 # shared by the ranks and past the per-core L2 (mggcn bench --compare-tiles measures others).

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from mggcn.kernels.policy import worker_cpus
+from mggcn.kernels.policy import process_cpus, worker_cpus
 
 __all__ = ["run_items"]
 
@@ -65,22 +65,23 @@ def _workers(count: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def _affinity() -> set[int] | None:
-    """The CPUs the calling thread may run on (None where the system does not say)."""
-    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-
-
-def _run_on(cpus: set[int] | None, caller_cpus: set[int] | None) -> None:
+def _run_on(cpus: set[int] | None, caller_cpus: list[int] | None) -> None:
     """Keep this pool thread on ``cpus``; None: on the caller's CPUs, should an earlier call have pinned it.
     Best effort: a system that refuses leaves the thread where it is."""
-    target = cpus if cpus is not None else (caller_cpus if getattr(_local, "cpus", None) is not None else None)
-    if target is None or target == getattr(_local, "cpus", None):
+    pinned = getattr(_local, "cpus", None)
+    if cpus is None:
+        if pinned is None or caller_cpus is None:
+            return
+        target = set(caller_cpus)
+    elif cpus == pinned:
         return
+    else:
+        target = cpus
     try:
         os.sched_setaffinity(0, target)  # 0: this thread only, on Linux
     except OSError:
         return
-    _local.cpus = target if cpus is not None else None
+    _local.cpus = cpus
 
 
 def run_items(count: int, item: Callable[[int, int], None], threads: int) -> None:
@@ -115,7 +116,7 @@ def run_items(count: int, item: Callable[[int, int], None], threads: int) -> Non
             _local.busy = False
 
     caller_threads = torch.get_num_threads()
-    caller_cpus = _affinity()
+    caller_cpus = None if cpus is not None else process_cpus()  # where a thread an earlier call pinned goes back
     futures = [_workers(threads).submit(work, w) for w in range(threads)]
     errors = [f.exception() for f in futures]  # waits for every worker before the count is restored
     torch.set_num_threads(caller_threads)
