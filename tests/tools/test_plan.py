@@ -121,23 +121,33 @@ def _third_epoch_allocations(operator, cfg):
     return graph, shard, rows, result, events
 
 
-@pytest.mark.parametrize("hidden", [(64,), (16, 96)])
-def test_workspace_and_epoch_allocations_match_the_walk(hidden):
-    """After training, the model's workspace holds exactly the buffers activation_peak names, and a later epoch
-    allocates nothing of the size of an activation: no tensor larger than one int64 per row, and at most the walk's
-    peak beyond the workspace (two vectors of row sums) plus small vectors alive at once."""
-    graph, shard, m, result, events = _third_epoch_allocations("sym", TrainConfig(hidden=hidden, epochs=3,
-                                                                                   trace_epoch=0))
+@pytest.mark.parametrize("kind,train_eps,hidden,order", [
+    ("gcn", False, (64,), "auto"), ("gcn", False, (16, 96), "auto"),
+    ("sage", False, (64,), "auto"), ("sage", False, (16, 96), "transform-first"),
+    ("sage", False, (16, 96), "aggregate-first"), ("gin", False, (16, 96), "auto"),
+    ("gin", True, (16, 96), "transform-first"), ("gin", True, (16, 96), "aggregate-first")])
+def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden, order):
+    """After training, the model's workspace holds exactly the buffers activation_peak names, its parameters are
+    those num_parameters counts, and a later epoch allocates nothing of the size of an activation: no tensor larger
+    than one int64 per row, and at most the walk's peak beyond the workspace (two vectors of row sums) plus small
+    vectors alive at once. GraphSAGE's and GIN's layers too, whose inputs feed two branches: each layer gives its
+    input one gradient, on the workspace."""
+    from mggcn.nn.models import operator_for
+    from mggcn.tools.plan import num_parameters
+
+    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, hidden=hidden, epochs=3, trace_epoch=0, order=order)
+    graph, shard, m, result, events = _third_epoch_allocations(operator_for(kind), cfg)
     dims = [24, *hidden, 6]
-    ntrain = int(shard.masks["train"].sum())
-    peak, alive = activation_peak(m, dims, train_rows=ntrain)
+    peak, alive = activation_peak(m, dims, order=order, model=kind, train_eps=train_eps)
     workspace = {k[3:]: v for k, v in alive.items() if k.startswith("ws:")}
     assert result.model.workspace.sizes == workspace
+    assert sum(p.numel() for p in result.model.parameters()) == num_parameters(dims, kind, train_eps)
     expected = peak - sum(workspace.values())
     assert expected == 2 * 4 * m
     # the CPU gather kernel's chunk of rows in flight (the whole 3000 rows here; under 1 MiB on any graph), a
     # part of the plan beside the activations
-    plan = plan_memory(graph.num_nodes, graph.num_edges, 24, 6, hidden, gather=gather_kernel("cpu"))
+    plan = plan_memory(graph.num_nodes, graph.num_edges, 24, 6, hidden, gather=gather_kernel("cpu"), model=kind,
+                       order=order, train_eps=train_eps)
     chunk = plan.parts.get("SpMM row chunk", 0)
     assert (chunk > 0) == gather_kernel("cpu") and chunk <= 4 * tiled.GATHER_CHUNK + 3 * 4 * (m + 1)
     largest = max(b for _, b in events)
@@ -282,28 +292,6 @@ def test_plan_command_on_cpu_counts_the_column_tiles(capsys):
         assert adjacency(100_000, 5_000_000, "--device", "cpu")[0] == format_bytes(whole).split()
 
 
-@pytest.mark.parametrize("kind,train_eps,hidden,order", [
-    ("sage", False, (64,), "auto"), ("sage", False, (16, 96), "transform-first"),
-    ("sage", False, (16, 96), "aggregate-first"), ("gin", False, (16, 96), "auto"),
-    ("gin", True, (16, 96), "transform-first"), ("gin", True, (16, 96), "aggregate-first")])
-def test_sage_and_gin_workspace_and_allocations_match_the_walk(kind, train_eps, hidden, order):
-    """GraphSAGE and GIN: the workspace holds exactly the buffers activation_peak names, the parameters are those
-    num_parameters counts, and a later epoch allocates at most what the walk keeps beyond the workspace (an upper
-    bound here: the two gradients of a layer's input are counted as alive together)."""
-    from mggcn.nn.models import operator_for
-    from mggcn.tools.plan import num_parameters
-
-    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, hidden=hidden, epochs=3, trace_epoch=0, order=order)
-    *_, m, result, events = _third_epoch_allocations(operator_for(kind), cfg)
-    dims = [24, *hidden, 6]
-    peak, alive = activation_peak(m, dims, order=order, model=kind, train_eps=train_eps)
-    workspace = {k[3:]: v for k, v in alive.items() if k.startswith("ws:")}
-    assert result.model.workspace.sizes == workspace
-    assert sum(p.numel() for p in result.model.parameters()) == num_parameters(dims, kind, train_eps)
-    allocated = int(np.cumsum([b for _, b in events]).max())
-    assert allocated <= peak - sum(workspace.values()) + 64 * 1024, (allocated, alive)
-
-
 def test_plan_per_model(capsys):
     """GraphSAGE doubles the GCN's weights, GIN adds its MLP's second linear; both aggregate without self loops;
     `mggcn plan --model` prints each."""
@@ -317,7 +305,8 @@ def test_plan_per_model(capsys):
     for plan, kind in ((gcn, "gcn"), (sage, "sage"), (gin, "gin")):
         assert plan.parts["optimizer"] == 5 * 4 * num_parameters(dims, kind)
     assert sage.parts["adjacency A"] < gcn.parts["adjacency A"]  # no self loops: 10,000 nonzeros fewer
-    assert sage.parts["activations"] > gcn.parts["activations"]  # the root term H·W_rᵀ
+    # GraphSAGE's root term H·W_rᵀ is added by its GEMM into the layer's output: the GCN's buffers
+    assert sage.parts["activations"] == gcn.parts["activations"]
     assert main(["plan", "--nodes", "10000", "--edges", "100000", "--features", "128", "--classes", "40",
                  "--hidden", "256", "--model", "gin"]) == 0
     out = capsys.readouterr().out

@@ -26,14 +26,15 @@ __all__ = ["dropout", "weight_grad", "activate"]
 ALIGN_ELEMENTS = 16  # float32 elements in 64 bytes, the alignment of torch's CPU allocations
 
 
-def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
+def _grad_over_activation(products: Sequence[tuple[torch.Tensor, torch.Tensor]], h: torch.Tensor, slope: float,
                           ws: Workspace) -> torch.Tensor:
-    """``∂H = (grad · W) ⊙ σ'`` written over ``H``, σ's output: a block of rows at a time, the GEMM's rows go to the
-    workspace buffer ``sigma block`` (:func:`~mggcn.kernels.policy.mask_chunk_rows` rows, in cache), then σ's
-    backward — the very aten op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's
-    output, for their signs and writes the gradient over them. No copy of the signs is kept: ``H`` is read once and
-    written once. With shared kernels (:func:`~mggcn.kernels.policy.shared_threads`) each thread takes blocks of
-    its own share of the buffer."""
+    """``∂H = (Σ_k grad_k · W_k) ⊙ σ'`` (``products``: the pairs ``(grad_k, W_k)``, one per GEMM that read ``H``)
+    written over ``H``, σ's output: a block of rows at a time, the GEMMs' rows go to the workspace buffer
+    ``sigma block`` (:func:`~mggcn.kernels.policy.mask_chunk_rows` rows, in cache), then σ's backward — the very aten
+    op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's output, for their signs and
+    writes the gradient over them. No copy of the signs is kept: ``H`` is read once and written once. With shared
+    kernels (:func:`~mggcn.kernels.policy.shared_threads`) each thread takes blocks of its own share of the
+    buffer."""
     m, d = h.shape
     threads = shared_threads(h.device)
     buffer_rows = mask_chunk_rows(m, d, h.device)
@@ -44,19 +45,54 @@ def _grad_over_activation(grad: torch.Tensor, weight: torch.Tensor, h: torch.Ten
     rows = share // d if threads > 1 else buffer_rows
     if rows == 0:
         threads, rows = 1, buffer_rows
+    (grad, weight), *more = products
 
     def step(k: int, worker: int) -> None:
         r = k * rows
         c = min(rows, m - r)
         block = flat[worker * share: worker * share + c * d].view(c, d)
         part, out = torch.mm(grad[r:r + c], weight, out=block), h[r:r + c]
-        if slope == 0.0:
-            torch.ops.aten.threshold_backward.grad_input(part, out, 0.0, grad_input=out)
-        else:
-            torch.ops.aten.leaky_relu_backward.grad_input(part, out, slope, True, grad_input=out)
+        for g, w in more:
+            part.addmm_(g[r:r + c], w)
+        _activation_backward(part, out, slope, out)
 
     run_items(-(-m // rows), step, threads)
     return h
+
+
+def _activation_backward(grad: torch.Tensor, out: torch.Tensor, slope: float,
+                         dest: torch.Tensor | None = None) -> torch.Tensor:
+    """σ's backward from its output ``out`` (whose signs are its input's), into ``dest`` (None: a new tensor)."""
+    if slope == 0.0:
+        op = torch.ops.aten.threshold_backward
+        return op(grad, out, 0.0) if dest is None else op.grad_input(grad, out, 0.0, grad_input=dest)
+    op = torch.ops.aten.leaky_relu_backward
+    return op(grad, out, slope, True) if dest is None else op.grad_input(grad, out, slope, True, grad_input=dest)
+
+
+def input_grad(products: Sequence[tuple[torch.Tensor, torch.Tensor]], h: torch.Tensor, sigma: float | None,
+               grad_ws: GradSpec, avoid: torch.Tensor) -> torch.Tensor:
+    """``∂H = Σ_k grad_k · W_k``, the gradient of an input ``H`` that the GEMMs ``H·W_kᵀ`` read, as one tensor:
+    with ``sigma`` (σ's slope; ``H`` is that σ's output, read by nothing else) σ's backward included, over ``H``
+    (:func:`_grad_over_activation`, on the workspace ``grad_ws``); else where ``grad_ws`` says
+    (:func:`~mggcn.nn.workspace.grad_destination`; ``avoid``: the incoming gradient, which the producer reads)."""
+    if sigma is not None:
+        return _grad_over_activation(products, h, sigma, grad_ws)
+    (grad, weight), *more = products
+    dest = grad_destination(grad_ws, grad.shape[0], weight.shape[1], like=grad, avoid=avoid)
+    total = grad @ weight if dest is None else torch.mm(grad, weight, out=dest)
+    for g, w in more:
+        total.addmm_(g, w)
+    return total
+
+
+def masked_grad(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
+                ws: Workspace | None) -> torch.Tensor:
+    """``(grad · W) ⊙ σ'`` for ``H = σ(...)`` read by the GEMM ``H·Wᵀ`` alone (a layer's inner σ): over ``H`` with a
+    workspace (:func:`_grad_over_activation`), else a new tensor (``H`` may be read by another backward)."""
+    if ws is not None:
+        return _grad_over_activation([(grad, weight)], h, slope, ws)
+    return _activation_backward(grad @ weight, h, slope)
 
 
 class _Dropout(torch.autograd.Function):
@@ -156,11 +192,7 @@ def _linear_backward(grad: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, 
     if needs[2]:
         grad_b = grad.sum(0)
     if needs[0]:
-        if sigma is not None:
-            grad_h = _grad_over_activation(grad, weight, h, sigma, grad_ws)
-        else:
-            dest = grad_destination(grad_ws, grad.shape[0], weight.shape[1], like=grad, avoid=grad)
-            grad_h = grad @ weight if dest is None else torch.mm(grad, weight, out=dest)
+        grad_h = input_grad([(grad, weight)], h, sigma, grad_ws, avoid=grad)
     return grad_h, grad_w, grad_b
 
 
@@ -171,8 +203,9 @@ def _slope(activation: str) -> float:
 class _InplaceActivation(torch.autograd.Function):
     """σ (ReLU, or LeakyReLU with ``slope``) overwriting a layer's fresh output; backward overwrites the gradient.
 
-    Keeps only the output (its sign is all backward reads). The incoming gradient is always a fresh tensor made by
-    the next layer's backward (its GEMM, SpMM or dropout), read by nothing else, so it is reused for σ's gradient.
+    Keeps only the output (its sign is all backward reads). The incoming gradient is always one the next layer's
+    backward (its GEMM, SpMM or dropout) made for it alone, a new tensor or a workspace gradient buffer, read by
+    nothing else, so it is reused for σ's gradient.
     ``deferred``: the GEMM that reads the output does this backward too (:class:`_TimedLinear` with ``sigma``);
     then nothing is kept here and the gradient passes through.
     """
@@ -193,10 +226,7 @@ class _InplaceActivation(torch.autograd.Function):
             return grad, None, None
         (out,) = ctx.saved_tensors
         grad = grad.contiguous()
-        if ctx.slope == 0.0:
-            return torch.ops.aten.threshold_backward.grad_input(grad, out, 0.0, grad_input=grad), None, None
-        return (torch.ops.aten.leaky_relu_backward.grad_input(grad, out, ctx.slope, True, grad_input=grad),
-                None, None)
+        return _activation_backward(grad, out, ctx.slope, grad), None, None
 
 
 def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.Tensor:

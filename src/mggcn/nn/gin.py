@@ -16,9 +16,10 @@ when that makes the SpMM narrower, since ``(Â + (1+ε) I)·H·W_1ᵀ = Â·(H·
 ``d_in`` or at ``d_out``, as for the GCN. The first layer's ``Â·X`` is computed once when there is no input
 dropout; the local term is then one scaled addition per epoch.
 
-Buffers: per layer, the MLP's hidden ``m × d_out`` (kept by σ and by the second GEMM) besides the GCN's; with a
-learnable ε, ``H·W_1ᵀ`` is kept per layer too (∂ε reads it). As for GraphSAGE, the layer's input feeds two branches
-(the SpMM and the local term), so the gradients reaching it are fresh tensors summed by autograd.
+Buffers: per layer, the MLP's hidden ``m × d_out`` (kept by σ and by the second GEMM, its gradient written over it)
+besides the GCN's; with a learnable ε, ``H·W_1ᵀ`` is kept per layer too (∂ε reads it). As for GraphSAGE, the layer's
+input feeds two branches (the SpMM and the local term) and the layer is one autograd node (:class:`_GINConv`) that
+gives the input one gradient, on the workspace.
 
 Parameter names match PyG: ``convs.{l}.eps`` [1], ``convs.{l}.nn.lins.{k}.weight`` and ``.bias`` (k = 0, 1): the
 state dict loads into ``torch_geometric.nn.models.GIN(d_0, hidden, num_layers, d_L)`` (``train_eps=True`` for a
@@ -32,18 +33,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-from mggcn.nn.functional import _TimedLinear, activate
+from mggcn.kernels.policy import mask_chunk_rows
+from mggcn.nn.functional import _linear, _slope, input_grad, masked_grad, weight_grad
 from mggcn.nn.model import (
     Adj,
     BranchedStack,
+    adj_rows,
+    adj_run,
     aggregate_first,
     check_order,
     glorot_linear,
-    plan_branched_backward,
 )
-from mggcn.nn.workspace import BufferWalk, Workspace
+from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GINLayer", "GIN"]
@@ -90,35 +95,116 @@ class GINLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
-                output_in_workspace: bool = False) -> torch.Tensor:
-        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs; it is not modified); the other arguments as
-        :meth:`mggcn.nn.model.GCNLayer.forward`."""
+                output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
+        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs; it is not modified); ``adj`` an
+        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.model.adj_run`); the other arguments as
+        :meth:`mggcn.nn.model.GCNLayer.forward`, ``input_activation`` for a layer that multiplies first."""
         ws = workspace
+        sigma = None
+        if input_activation is not None:
+            if ws is None or self.first or self.aggregate_first or h_aggregated is not None:
+                raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
+            sigma = _slope(input_activation)
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         lin1, lin2 = self.nn.lins
-        scale = 1 + self.eps
-        if h_aggregated is not None:
-            z = self._cached_sum(h_aggregated, h, scale, ws, key)
-            u = _TimedLinear.apply(z, lin1.weight, lin1.bias, timer, None if ws is None else (ws, f"mlp {key}"), ws)
-        elif self.aggregate_first:
-            z = adj(h, out=None if ws is None else (ws, f"A.H {key}"), grad_ws=None).add_(scale * h)
-            u = _TimedLinear.apply(z, lin1.weight, lin1.bias, timer, None if ws is None else (ws, f"mlp {key}"), ws)
-        else:
-            hw_name = f"H.W {key}" if self.train_eps else "H.W"  # ∂ε reads H·W_1ᵀ: then each layer keeps its own
-            hw = _TimedLinear.apply(h, lin1.weight, None, timer, None if ws is None else (ws, hw_name), None)
-            u = adj(hw, out=None if ws is None else (ws, f"mlp {key}"), grad_ws=ws).add_(scale * hw).add_(lin1.bias)
-        u = activate(u, self.activation)
-        return _TimedLinear.apply(u, lin2.weight, lin2.bias, timer, out, ws)
+        agg = h_aggregated is not None or self.aggregate_first
+        return _GINConv.apply(h, lin1.weight, lin1.bias, lin2.weight, lin2.bias, self.eps, h_aggregated, adj, agg,
+                              _slope(self.activation), self.train_eps, timer, ws, key, out,
+                              None if self.first else ws, sigma)
 
-    def _cached_sum(self, h_agg: torch.Tensor, h: torch.Tensor, scale: torch.Tensor, ws: Workspace | None,
-                    key: str) -> torch.Tensor:
-        """``Â·h + (1+ε)·h`` without touching the cached ``Â·h``: on a workspace buffer when nothing can need its
-        gradient (fixed ε, first layer), else a new tensor (in eval too, so that the workspace is the same)."""
-        if ws is None or self.train_eps or h.requires_grad:  # (under no_grad, scale.requires_grad is False)
-            return h_agg + scale * h
-        z = ws.take(f"A.H {key}", h.shape[0], h.shape[1], h)
-        torch.mul(h, scale, out=z)
-        return z.add_(h_agg)
+
+class _GINConv(torch.autograd.Function):
+    """One GIN layer in one autograd node: its input's two branches (the SpMM and the local term ``(1+ε)·H``) give
+    one gradient, computed on the workspace, and every intermediate lives on a workspace buffer:
+
+    * aggregating first (``agg``): ``Z = Â·H + (1+ε)·H`` on the buffer ``A.H {key}`` (from the given ``h_agg``
+      when there is one), ``U = σ(Z·W_1ᵀ + b_1)`` on ``mlp {key}``, the output ``U·W_2ᵀ + b_2``;
+    * multiplying first: ``H·W_1ᵀ`` on the shared buffer ``H.W`` (``H.W {key}`` when ε learns: ``∂ε`` reads it),
+      ``U = σ(Â·(H·W_1ᵀ) + (1+ε)·H·W_1ᵀ + b_1)`` on ``mlp {key}``, the output ``U·W_2ᵀ + b_2``.
+
+    Backward writes ``∂(U's input) = (∂out·W_2) ⊙ σ'`` over ``U`` (:func:`~mggcn.nn.functional.masked_grad`), then
+    ``∂Z`` over ``Z`` (aggregating first) or ``Âᵀ·∂ + (1+ε)·∂`` over ``H·W_1ᵀ`` (multiplying first), and ``∂H``
+    where ``grad_ws`` says — with ``sigma``, over ``H`` itself, σ's backward included. ``∂ε`` is one dot product
+    (no product tensor). Keeps ``H``, ``U``, and ``Z`` or (when ε learns) ``H·W_1ᵀ``. ``1 + ε`` is applied as a
+    one-element tensor, never read back to the host.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,  # type: ignore[override]
+                b2: torch.Tensor, eps: torch.Tensor, h_agg: torch.Tensor | None, adj: Adj, agg: bool, slope: float,
+                train_eps: bool, timer: PhaseTimer, ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec,
+                sigma: float | None) -> torch.Tensor:
+        m, d_in, d_out = adj_rows(adj), h.shape[1], w1.shape[0]
+        scale = (eps + 1).to(h.dtype)
+        mlp = None if ws is None else ws.take(f"mlp {key}", m, d_out, h)
+        if agg:
+            z_buffer = None if ws is None else ws.take(f"A.H {key}", m, d_in, h)
+            if h_agg is None:
+                z = adj_run(adj, h, out=z_buffer).addcmul_(h, scale)
+            else:
+                z = torch.addcmul(h_agg, h, scale, out=z_buffer) if z_buffer is not None else h_agg + h * scale
+            with timer("gemm"):
+                u = _linear(z, w1, b1, mlp)
+            kept = z
+        else:
+            hw_name = f"H.W {key}" if train_eps else "H.W"
+            with timer("gemm"):
+                hw = _linear(h, w1, None, None if ws is None else ws.take(hw_name, m, d_out, h))
+            u = adj_run(adj, hw, out=mlp).addcmul_(hw, scale).add_(b1)
+            kept = hw if train_eps else None  # the shared buffer H.W is the next layer's: only ∂ε reads it back
+        u = u.relu_() if slope == 0.0 else F.leaky_relu_(u, slope)
+        dest = None if out is None else out[0].take(out[1], m, w2.shape[0], h)
+        with timer("gemm"):
+            result = _linear(u, w2, b2, dest)
+        ctx.save_for_backward(h, w1, w2, scale, u, kept)
+        ctx.adj, ctx.agg, ctx.cached, ctx.slope, ctx.timer = adj, agg, h_agg is not None, slope, timer
+        ctx.ws, ctx.key, ctx.hw_name, ctx.grad_ws, ctx.sigma = ws, key, None if agg else hw_name, grad_ws, sigma
+        return result
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        h, w1, w2, scale, u, kept = ctx.saved_tensors
+        needs_h, needs_w1, needs_b1, needs_w2, needs_b2, needs_eps, needs_agg = ctx.needs_input_grad[:7]
+        adj, ws, timer = ctx.adj, ctx.ws, ctx.timer
+        grad_h = grad_w1 = grad_b1 = grad_eps = grad_agg = None
+        with timer("gemm"):
+            grad_w2 = weight_grad(grad, u) if needs_w2 else None
+            grad_b2 = grad.sum(0) if needs_b2 else None
+            grad_u = masked_grad(grad, w2, u, ctx.slope, ws)  # ∂ of σ's input, over U
+        grad_b1 = grad_u.sum(0) if needs_b1 else None
+        if ctx.agg:
+            z = kept
+            with timer("gemm"):
+                grad_w1 = weight_grad(grad_u, z) if needs_w1 else None
+                if needs_h or needs_eps or needs_agg:  # ∂Z over Z, read by nothing any more
+                    grad_z = torch.mm(grad_u, w1, out=z) if ws is not None else grad_u @ w1
+            if needs_eps:
+                grad_eps = _dot(grad_z, h)
+            if needs_agg:
+                grad_agg = grad_z if ws is None else grad_z.clone()  # the caller's: not a workspace buffer
+            if needs_h:
+                dest = grad_destination(ctx.grad_ws, h.shape[0], h.shape[1], like=grad, avoid=grad)
+                if ctx.cached:
+                    grad_h = torch.mul(grad_z, scale, out=dest) if dest is not None else grad_z * scale
+                else:
+                    grad_h = adj_run(adj, grad_z, transpose=True, out=dest).addcmul_(grad_z, scale)
+            return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, grad_agg, *[None] * 10
+        if needs_eps:
+            grad_eps = _dot(grad_u, kept)
+        # over H·W_1ᵀ's buffer, read no more
+        over = None if ws is None else ws.take(ctx.hw_name, grad_u.shape[0], grad_u.shape[1], grad_u)
+        grad_hw = adj_run(adj, grad_u, transpose=True, out=over).addcmul_(grad_u, scale)
+        with timer("gemm"):
+            grad_w1 = weight_grad(grad_hw, h) if needs_w1 else None
+            if needs_h:
+                grad_h = input_grad([(grad_hw, w1)], h, ctx.sigma, ctx.grad_ws, avoid=grad)
+        return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, None, *[None] * 10
+
+
+def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``Σ a ⊙ b`` as a one-element tensor (``∂ε``), without the product tensor."""
+    return torch.dot(a.reshape(-1), b.reshape(-1)).reshape(1)
 
 
 class GIN(BranchedStack):
@@ -157,25 +243,21 @@ class GIN(BranchedStack):
     @classmethod
     def plan_before_gemm(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, cached: bool,
                          train_eps: bool) -> None:
-        walk.alloc(f"(1+eps) H {i}", d_in if agg else d_out)  # added to the SpMM's result (or to the cached Â·X)
-        if cached and train_eps:  # ε needs a gradient: Â·X + (1+ε)·X is a new tensor, kept by the GEMM
-            walk.alloc("A.X + (1+eps) X", d_in)
-        elif cached:
-            walk.take("A.H 0", d_in)
-        walk.free(f"(1+eps) H {i}")
+        if cached:
+            walk.take(f"A.H {i}", d_in)  # Â·X + (1+ε)·X, from the cached Â·X
 
     @classmethod
     def plan_transform_buffer(cls, i: int, train_eps: bool) -> str:
-        return f"H.W {i}" if train_eps else "H.W"
+        return f"H.W {i}" if train_eps else "H.W"  # ∂ε reads H·W_1ᵀ: then each layer keeps its own
 
     @classmethod
     def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
         walk.take(f"mlp {i}", d_out)
 
     @classmethod
-    def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
-                      train_eps: bool) -> str:
-        return plan_branched_backward(walk, i, d_in, d_out, agg, grad, mlp=True, local=True, eps=train_eps)
+    def plan_output_backward(cls, walk: BufferWalk, d_out: int) -> None:
+        # the MLP's second GEMM and σ's backward over its hidden layer, a block of rows at a time
+        walk.take("sigma block", d_out, rows=mask_chunk_rows(walk.rows, d_out, walk.device))
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,

@@ -42,7 +42,6 @@ state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``con
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -60,6 +59,34 @@ __all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "glorot_", "spmm_
 
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
+
+
+class TrainRowsAdj:
+    """The last layer's ``adj`` when the loss reads the logits only at the training rows: the gradient reaching its
+    SpMM is zero elsewhere, so the SpMM's backward may multiply by Âᵀ's training columns (the operator's
+    ``grad_on_train_rows``)."""
+
+    def __init__(self, op: Adj) -> None:
+        self.op = op
+
+    def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None) -> torch.Tensor:
+        return self.op(b, out=out, grad_ws=grad_ws, grad_on_train_rows=True)
+
+
+def adj_run(adj: Adj, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``Â·b`` (or ``Âᵀ·b``) without autograd, for a layer whose own autograd function does its SpMMs: ``adj`` is an
+    :class:`~mggcn.distributed.spmm.SpMMOperator` (its ``run``), or a :class:`TrainRowsAdj` of one, whose products
+    with Âᵀ then read only the training columns when the operator keeps them."""
+    op = adj.op if isinstance(adj, TrainRowsAdj) else adj
+    if not hasattr(op, "run"):
+        raise TypeError(f"this layer runs its SpMMs itself: adj must be an SpMMOperator, got {type(op).__name__}")
+    restricted = transpose and isinstance(adj, TrainRowsAdj) and op.has_training_columns
+    return op.run(b, transpose=transpose, out=out, **({"train_columns": True} if restricted else {}))
+
+
+def adj_rows(adj: Adj) -> int:
+    """The rows of this rank an operator (or a :class:`TrainRowsAdj` of one) produces."""
+    return (adj.op if isinstance(adj, TrainRowsAdj) else adj).rows
 
 
 def check_order(order: str) -> None:
@@ -242,6 +269,9 @@ class LayerStack(nn.Module):
     reads_input_with_aggregation = False  # forward still reads x when given Â·x: the trainer keeps x
     options: tuple[str, ...] = ()  # the TrainConfig fields only this model takes
     layer_weight = "convs.{}.lin.weight"  # layer l's weight [d_out, d_in]: a state dict's model and sizes by it
+    # its layers take ``input_activation`` (GCNLayer.forward): those that multiply first do the backward of the σ
+    # before them
+    takes_input_activation = False
 
     @classmethod
     def state_keys(cls) -> tuple[str, ...]:
@@ -360,11 +390,7 @@ class LayerStack(nn.Module):
             inner = walk.take(f"A.H {i}", d_in)  # GEMM backward: the gradient of Â·H, over it
             return walk.take_grad(d_in, avoid=inner)  # SpMM backward with Âᵀ
         inner = walk.take("H.W", d_out)  # SpMM backward with Âᵀ, over H·W
-        if f"dropout mask {i}" in walk.live:
-            return walk.take_grad(d_in, avoid=inner)  # GEMM backward
-        # GEMM backward over σ's output with σ's backward, a block of rows at a time
-        walk.take("sigma block", d_in, rows=mask_chunk_rows(walk.rows, d_in, walk.device))
-        return f"ws:out {i - 1}"
+        return plan_input_grad(walk, i, d_in, avoid=inner)  # GEMM backward
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int = 0) -> None:
@@ -422,7 +448,7 @@ class LayerStack(nn.Module):
         deferred = False
 
         def adj_of(i: int) -> Adj:
-            return functools.partial(adj, grad_on_train_rows=True) if loss_on_train_rows and i == last else adj
+            return TrainRowsAdj(adj) if loss_on_train_rows and i == last else adj
 
         i = 0
         while i <= last:
@@ -451,9 +477,16 @@ class LayerStack(nn.Module):
         return False
 
     def _defers_activation(self, i: int) -> bool:
-        """Whether layer ``i``'s GEMM does the backward of the σ before it, writing the gradient over σ's output
-        (see :meth:`GCNLayer.forward`); the GCN says when."""
-        return False
+        """Whether layer ``i``'s GEMMs do the backward of the σ before it, writing the gradient over σ's output
+        (see :meth:`GCNLayer.forward`): they read σ's output alone, so its buffer then holds its gradient (the MG-GCN
+        paper's reuse). Only for layers that take ``input_activation`` (:attr:`takes_input_activation`)."""
+        return self.takes_input_activation and torch.is_grad_enabled() and self._gemm_reads_activation(i)
+
+    def _gemm_reads_activation(self, i: int) -> bool:
+        """Whether layer ``i``'s GEMMs read σ's output directly (no dropout between) and are its only readers: a
+        layer that multiplies first, with buffers on the workspace."""
+        return (self.workspace is not None and not self.convs[i].aggregate_first
+                and not (self.dropout and self.training))
 
     def pyg_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights under the names of the matching PyG model (``torch_geometric.nn.models.GCN``,
@@ -470,56 +503,42 @@ def pyg_model_convs(name: str, dims: Sequence[int], state: dict[str, torch.Tenso
     return model.convs
 
 
-def plan_branched_backward(walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str, *,
-                           mlp: bool = False, local: bool = False, root: bool = False, eps: bool = False) -> str:
-    """The backward of a layer whose input feeds two branches (GraphSAGE: ``root``, its ``H·W_rᵀ``; GIN: ``local``,
-    its ``(1+ε)·H``, after an ``mlp``'s second GEMM, ``eps`` when ε learns), in :class:`BufferWalk`'s terms: the
-    gradients that reach the input are fresh tensors (see :mod:`mggcn.nn.sage`). Returns the name of the gradient of
-    the layer's input."""
-    first = i == 0
-    if mlp:  # the MLP's second GEMM, then σ in place; the gradient of its input goes on the workspace
-        inner = walk.take_grad(d_out, avoid=grad)
-        walk.free(grad)
-        grad = inner
-    if agg:
-        if first and not eps:
-            return grad  # the first GEMM (and GraphSAGE's root GEMM) computes dW only
-        inner = walk.take_grad(d_in, avoid=grad)  # the GEMM (lin_l, or the MLP's first): the gradient of the sum
-        if root and not first:
-            walk.alloc(f"grad root {i}", d_in)
-        walk.free(grad)
-        if eps:
-            walk.alloc(f"grad eps {i}", d_in)  # ∂ε = Σ ∂Z ⊙ H: one product, summed
-            walk.free(f"grad eps {i}")
-        if first:
-            return inner
-        walk.alloc(f"grad spmm {i}", d_in)  # Âᵀ·∂, a new tensor
-        if local:
-            walk.alloc(f"grad local {i}", d_in)  # (1+ε)·∂
-            walk.free(f"grad local {i}")  # autograd adds one of the two into the other
-        walk.free(inner, f"grad root {i}")
-        return f"grad spmm {i}"
-    inner = walk.take_grad(d_out, avoid=grad)  # the SpMM with Âᵀ
-    if local:
-        walk.alloc(f"grad local {i}", d_out)
-        if eps:
-            walk.alloc(f"grad eps {i}", d_out)
-            walk.free(f"grad eps {i}")
-        walk.free(f"grad local {i}")
-    if first:
-        return inner
-    walk.alloc(f"grad gemm {i}", d_in)  # the GEMM's (lin_l, the MLP's first) input gradient, a new tensor
-    if root:
-        walk.alloc(f"grad root {i}", d_in)
-        walk.free(f"grad root {i}")
-    walk.free(grad, inner)
-    return f"grad gemm {i}"
+def plan_input_grad(walk: BufferWalk, i: int, d_in: int, avoid: str) -> str:
+    """Where the backward of a hidden layer ``i`` that multiplies first puts ``∂H``, in :class:`BufferWalk`'s terms:
+    over σ's output with σ's backward, a block of rows at a time, unless dropout is between (then on the gradient
+    buffer that does not hold ``avoid``)."""
+    if f"dropout mask {i}" in walk.live:
+        return walk.take_grad(d_in, avoid=avoid)
+    walk.take("sigma block", d_in, rows=mask_chunk_rows(walk.rows, d_in, walk.device))
+    return f"ws:out {i - 1}"
 
 
 class BranchedStack(LayerStack):
     """What GraphSAGE and GIN share beyond :class:`LayerStack`: layers whose input feeds two branches (so forward
-    reads ``x`` even when given ``Â·x``), an Â without self loops, and a PyG counterpart in
-    ``torch_geometric.nn.models`` with one hidden width whose layers aggregate first, on unweighted edges."""
+    reads ``x`` even when given ``Â·x``), each layer one autograd node that gives its input one gradient, an Â
+    without self loops, and a PyG counterpart in ``torch_geometric.nn.models`` with one hidden width whose layers
+    aggregate first, on unweighted edges."""
+
+    takes_input_activation = True
+
+    @classmethod
+    def plan_output_backward(cls, walk: BufferWalk, d_out: int) -> None:
+        """A layer's tensors in backward between its output's gradient and its aggregation's (GIN: its MLP's σ)."""
+
+    @classmethod
+    def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
+                      train_eps: bool) -> str:
+        # The layer's node reads the incoming gradient until ∂H is whole (its second branch's GEMM), so ∂H goes on
+        # the gradient buffer that does not hold it; the aggregation's gradient goes over Â·H (aggregating first)
+        # or over H·W (multiplying first), as the GCN's.
+        cls.plan_output_backward(walk, d_out)
+        if not agg:
+            walk.take(cls.plan_transform_buffer(i, train_eps), d_out)
+        if i == 0:
+            return grad
+        if agg:
+            return walk.take_grad(d_in, avoid=grad)
+        return plan_input_grad(walk, i, d_in, avoid=grad)
 
     pyg_one_hidden_width = True
     self_loops = False
@@ -557,6 +576,7 @@ class GCN(LayerStack):
     """
 
     kind = "gcn"
+    takes_input_activation = True
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
@@ -574,17 +594,6 @@ class GCN(LayerStack):
         # forward hooks run one by one, so that every hook sees its layer's call.
         return (i + 1 < len(self.convs) and (aggregated or self.convs[i].aggregate_first)
                 and self._gemm_reads_activation(i + 1) and not any(_hooked(c) for c in self.convs[i:i + 2]))
-
-    def _defers_activation(self, i: int) -> bool:
-        # layer i's GEMM reads σ's output alone; its gradient then overwrites the activation's buffer (the MG-GCN
-        # paper's reuse)
-        return torch.is_grad_enabled() and self._gemm_reads_activation(i)
-
-    def _gemm_reads_activation(self, i: int) -> bool:
-        """Whether layer ``i``'s GEMM reads σ's output directly (no dropout between) and is its only reader: a layer
-        that multiplies first, with buffers on the workspace."""
-        return (self.workspace is not None and not self.convs[i].aggregate_first
-                and not (self.dropout and self.training))
 
     def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights under PyG's names (``convs.{l}.lin.weight``, ``convs.{l}.bias``), detached, on CPU."""

@@ -15,10 +15,11 @@ The order policy (:func:`~mggcn.nn.model.aggregate_first`) picks ``(Â·H)·W_l�
 the GCN, and the first layer's ``Â·X`` is computed once when there is no input dropout (the root term ``X·W_rᵀ``
 still costs a GEMM per epoch).
 
-Buffers: as the GCN's (:mod:`mggcn.nn.model`), plus one ``root`` buffer shared by all layers for ``H·W_rᵀ`` (read
-once, by the addition). The layer's input feeds two branches (the aggregation and the root GEMM), so the two
-gradients that reach it are fresh tensors, summed by autograd; writing them on the workspace's two alternating
-gradient buffers could overwrite the gradient one branch still reads.
+Buffers: the GCN's (:mod:`mggcn.nn.model`), no more. The layer's input feeds two branches (the aggregation and the
+root GEMM); the layer is one autograd node (:class:`_SAGEConv`), so that the root GEMM adds ``H·W_rᵀ`` into the
+layer's output, and backward computes the input's gradient as one tensor (``Âᵀ``'s branch, then the root GEMM's
+added into it) on the workspace — over the input itself, σ's backward included, where the GCN would write it there.
+Left to autograd, each branch's gradient would be a new tensor and their sum a third.
 
 Parameter names match PyG: ``convs.{l}.lin_l.weight`` [d_out, d_in], ``convs.{l}.lin_l.bias`` [d_out],
 ``convs.{l}.lin_r.weight`` [d_out, d_in]: the state dict loads into
@@ -33,17 +34,19 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-from mggcn.nn.functional import _TimedLinear
+from mggcn.nn.functional import _linear, _slope, input_grad, weight_grad
 from mggcn.nn.model import (
     Adj,
     BranchedStack,
+    adj_rows,
+    adj_run,
     aggregate_first,
     check_order,
     glorot_linear,
-    plan_branched_backward,
 )
-from mggcn.nn.workspace import BufferWalk, Workspace
+from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["SAGELayer", "GraphSAGE"]
@@ -75,24 +78,101 @@ class SAGELayer(nn.Module):
 
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
-                output_in_workspace: bool = False) -> torch.Tensor:
-        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs); the other arguments as
-        :meth:`mggcn.nn.model.GCNLayer.forward`."""
+                output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
+        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs); ``adj`` an
+        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.model.adj_run`); the other arguments as
+        :meth:`mggcn.nn.model.GCNLayer.forward`, ``input_activation`` for a layer that multiplies first."""
         ws = workspace
+        sigma = None
+        if input_activation is not None:
+            if ws is None or self.first or self.aggregate_first or h_aggregated is not None:
+                raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
+            sigma = _slope(input_activation)
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
-        w_l, bias, w_r = self.lin_l.weight, self.lin_l.bias, self.lin_r.weight
-        if h_aggregated is not None or self.aggregate_first:
-            h_agg = h_aggregated
-            if h_agg is None:
-                h_agg = adj(h, out=None if ws is None else (ws, f"A.H {key}"), grad_ws=None)
-            z = _TimedLinear.apply(h_agg, w_l, bias, timer, out, ws)
+        agg = h_aggregated is not None or self.aggregate_first
+        return _SAGEConv.apply(h, self.lin_l.weight, self.lin_l.bias, self.lin_r.weight, h_aggregated, adj, agg,
+                               timer, ws, key, out, None if self.first else ws, sigma)
+
+
+class _SAGEConv(torch.autograd.Function):
+    """One GraphSAGE layer, both branches of its input in one autograd node, so that their two gradients are one
+    tensor on the workspace (autograd would sum two new ones), and the root term is added by its GEMM into the
+    layer's output (no buffer of its own):
+
+    * aggregating first (``agg``): ``A = Â·H`` on the buffer ``A.H {key}`` (or the given ``h_agg``), then
+      ``Z = A·W_lᵀ + b`` and ``Z += H·W_rᵀ``; backward writes ``∂A = ∂Z·W_l`` over ``A`` and
+      ``∂H = Âᵀ·∂A + ∂Z·W_r`` where ``grad_ws`` says (with ``h_agg``: ``∂H = ∂Z·W_r``, and ``∂h_agg = ∂A``);
+    * multiplying first: ``H·W_lᵀ`` on the shared buffer ``H.W``, ``Z = Â·(H·W_lᵀ)``, ``Z += H·W_rᵀ``, ``Z += b``;
+      backward writes ``Âᵀ·∂Z`` over ``H.W`` and ``∂H = (Âᵀ·∂Z)·W_l + ∂Z·W_r``, with ``sigma`` over ``H`` itself,
+      σ's backward included (:func:`~mggcn.nn.functional.input_grad`).
+
+    Keeps ``H`` and ``A`` (read by ``∂W_r`` and ``∂W_l``). The SpMMs are the operator's own products
+    (:func:`~mggcn.nn.model.adj_run`, which times them); the GEMMs are the ``gemm`` phase.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, w_l: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
+                w_r: torch.Tensor, h_agg: torch.Tensor | None, adj: Adj, agg: bool, timer: PhaseTimer,
+                ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec, sigma: float | None) -> torch.Tensor:
+        m = adj_rows(adj)
+        dest = None if out is None else out[0].take(out[1], m, w_l.shape[0], h)
+        if agg:
+            a = h_agg
+            if a is None:
+                a = adj_run(adj, h, out=None if ws is None else ws.take(f"A.H {key}", m, h.shape[1], h))
+            with timer("gemm"):
+                z = _linear(a, w_l, bias, dest)
+                z.addmm_(h, w_r.t())
+            ctx.save_for_backward(h, w_l, w_r, a)
         else:
-            hw = _TimedLinear.apply(h, w_l, None, timer, None if ws is None else (ws, "H.W"), None)
-            z = adj(hw, out=out, grad_ws=ws)
+            with timer("gemm"):
+                hw = _linear(h, w_l, None, None if ws is None else ws.take("H.W", m, w_l.shape[0], h))
+            z = adj_run(adj, hw, out=dest)
+            with timer("gemm"):
+                z.addmm_(h, w_r.t())
             if bias is not None:
-                z = z.add_(bias)
-        root = _TimedLinear.apply(h, w_r, None, timer, None if ws is None else (ws, "root"), None)
-        return z.add_(root)
+                z.add_(bias)
+            ctx.save_for_backward(h, w_l, w_r)
+        ctx.adj, ctx.agg, ctx.cached, ctx.timer = adj, agg, h_agg is not None, timer
+        ctx.ws, ctx.key, ctx.grad_ws, ctx.sigma = ws, key, grad_ws, sigma
+        return z
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        h, w_l, w_r, *kept = ctx.saved_tensors
+        needs_h, needs_wl, needs_b, needs_wr, needs_agg = ctx.needs_input_grad[:5]
+        adj, ws, timer = ctx.adj, ctx.ws, ctx.timer
+        grad_h = grad_wl = grad_b = grad_wr = grad_a = None
+        with timer("gemm"):
+            grad_wr = weight_grad(grad, h) if needs_wr else None
+        grad_b = grad.sum(0) if needs_b else None
+        if ctx.agg:
+            (a,) = kept
+            with timer("gemm"):
+                grad_wl = weight_grad(grad, a) if needs_wl else None
+            if needs_agg or (needs_h and not ctx.cached):
+                # over Â·H's buffer, read by nothing any more (a given h_agg is the caller's: a new tensor)
+                over = None if ws is None or ctx.cached else ws.take(f"A.H {ctx.key}", a.shape[0], a.shape[1], a)
+                with timer("gemm"):
+                    grad_a = torch.mm(grad, w_l, out=over) if over is not None else grad @ w_l
+            if needs_h:
+                if ctx.cached:
+                    with timer("gemm"):
+                        grad_h = input_grad([(grad, w_r)], h, None, ctx.grad_ws, avoid=grad)
+                else:
+                    dest = grad_destination(ctx.grad_ws, h.shape[0], h.shape[1], like=grad, avoid=grad)
+                    grad_h = adj_run(adj, grad_a, transpose=True, out=dest)
+                    with timer("gemm"):
+                        grad_h.addmm_(grad, w_r)
+            return grad_h, grad_wl, grad_b, grad_wr, grad_a if needs_agg else None, *[None] * 8
+        grad_hw = adj_run(adj, grad, transpose=True,
+                          out=None if ws is None else ws.take("H.W", h.shape[0], w_l.shape[0], h))
+        with timer("gemm"):
+            grad_wl = weight_grad(grad_hw, h) if needs_wl else None
+            if needs_h:
+                grad_h = input_grad([(grad_hw, w_l), (grad, w_r)], h, ctx.sigma, ctx.grad_ws, avoid=grad)
+        return grad_h, grad_wl, grad_b, grad_wr, None, *[None] * 8
 
 
 class GraphSAGE(BranchedStack):
@@ -122,15 +202,6 @@ class GraphSAGE(BranchedStack):
     @classmethod
     def num_parameters(cls, dims: Sequence[int], train_eps: bool = False) -> int:
         return sum(2 * a * b + b for a, b in zip(dims[:-1], dims[1:], strict=True))  # W_l, b, W_r
-
-    @classmethod
-    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
-        walk.take("root", d_out)  # H·W_rᵀ, read once by the addition
-
-    @classmethod
-    def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
-                      train_eps: bool) -> str:
-        return plan_branched_backward(walk, i, d_in, d_out, agg, grad, root=True)
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
