@@ -94,18 +94,26 @@ def test_layer_equals_pyg_conv(kind, order, first, train_eps):
         torch.testing.assert_close(p.grad, theirs[name].grad, rtol=1e-5, atol=1e-4, msg=name)  # sums of ~100 terms
 
 
-@pytest.mark.parametrize("kind", ["sage", "gin"])
-def test_cached_input_aggregation_gives_the_same_numbers(kind):
+@pytest.mark.parametrize("kind,train_eps", [("sage", False), ("gin", True), ("gin", False)])
+def test_cached_input_aggregation_gives_the_same_numbers(kind, train_eps):
     """The first layer fed ``Â·X`` computed once equals the layer aggregating itself (both orders), with and
-    without a workspace."""
+    without a workspace; a GIN with a fixed ε (here 0.3) also fed its whole input ``(Â + 1.3 I)·X`` without X."""
     graph = random_graph(31, 120, features=7, classes=3)
     adj = _local(graph, kind)
     x = torch.from_numpy(graph.x)
     outs, grads = [], []
-    for order, cached, reuse in (("aggregate-first", False, True), ("transform-first", False, False),
-                                 ("auto", True, True), ("auto", True, False)):
-        model = make_model(kind, [7, 5, 9, 3], order=order, seed=3, train_eps=kind == "gin", reuse_buffers=reuse)
-        out = model(x, adj, x_aggregated=adj.run(x) if cached else None)
+    runs = [("aggregate-first", False, True), ("transform-first", False, False), ("auto", True, True),
+            ("auto", True, False)]
+    whole = kind == "gin" and not train_eps
+    for order, cached, reuse in runs + [("auto", "whole", True), ("auto", "whole", False)] * whole:
+        model = make_model(kind, [7, 5, 9, 3], order=order, seed=3, train_eps=train_eps, reuse_buffers=reuse)
+        if whole:
+            for conv in model.convs:
+                conv.eps.fill_(0.3)
+        if cached == "whole":
+            out = model(None, adj, x_aggregated=model.whole_input_aggregation(adj.run(x), x))
+        else:
+            out = model(x, adj, x_aggregated=adj.run(x) if cached else None)
         out.square().sum().backward()
         outs.append(out.detach())
         grads.append([p.grad.clone() for p in model.parameters()])
@@ -113,6 +121,41 @@ def test_cached_input_aggregation_gives_the_same_numbers(kind):
         torch.testing.assert_close(out, outs[0], **TOL)
         for a, b in zip(grad, grads[0], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert model.whole_input_aggregation(adj.run(x), x) is None or whole  # GraphSAGE and a learnable ε read X
+    if kind == "gin":
+        with pytest.raises(ValueError, match="reads h unless given its whole aggregated input"):
+            make_model("gin", [7, 5, 3], train_eps=True)(None, adj, x_aggregated=adj.run(x))
+
+
+@pytest.mark.parametrize("kind,train_eps,dropout", [("sage", False, 0.0), ("sage", False, 0.4), ("gin", False, 0.0),
+                                                    ("gin", False, 0.4), ("gin", True, 0.0)])
+def test_buffers_on_the_workspace_give_the_numbers_of_new_tensors(kind, train_eps, dropout):
+    """Layers of both orders in one stack (9 -> 5 multiplies first, 5 -> 8 -> 12 aggregate first: the gradients
+    reaching 9 -> 5 and 5 -> 8 come on gradient buffers, not over their outputs), with and without dropout: two
+    epochs with every intermediate and gradient on the workspace give the outputs and gradients of the same model
+    on new tensors, which share no buffer."""
+    graph = random_graph(31, 120, features=7, classes=3, directed=True)
+    adj = _local(graph, kind)
+    x = torch.from_numpy(graph.x)
+    runs = []
+    for reuse in (True, False):
+        model = make_model(kind, [7, 9, 5, 8, 12, 3], seed=3, train_eps=train_eps, dropout=dropout,
+                           reuse_buffers=reuse)
+        assert [c.aggregate_first for c in model.convs[1:]] == [False, True, True, False]
+        steps = []
+        for epoch in range(2):
+            model.seed_dropout(epoch)
+            model.zero_grad()
+            out = model(x, adj, x_aggregated=adj.run(x))
+            out.square().sum().backward()
+            steps.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
+        runs.append(steps)
+    # on the workspace, the gradient over σ's output is computed a block of rows at a time (whole GEMMs on new
+    # tensors): float32 rounding apart, the same numbers
+    for (out, grads), (ref, ref_grads) in zip(*runs, strict=True):
+        torch.testing.assert_close(out, ref, **TOL)
+        for a, b in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)  # sums of ~100 terms of order 10
 
 
 @pytest.mark.parametrize("kind,pyg,train_eps", [("sage", PygGraphSAGE, False), ("gin", PygGIN, False),

@@ -68,7 +68,7 @@ def test_resident_parts_equal_the_bytes_of_a_real_shard(nprocs):
         assert plan.rows == m
         assert plan.parts["adjacency A"] == nbytes(shard.adj)
         assert plan.parts["adjacency A^T"] == nbytes(shard.adj_t)
-        assert plan.parts["features X"] == 0  # 12 features <= 2 · 16: Â·X is cached and X released
+        assert plan.parts["features X"] == 0  # no input dropout: Â·X is cached and X released
         assert plan.parts["activations"] >= shard.x.nbytes
         assert plan_memory(graph.num_nodes, graph.num_edges, 12, 5, (16,), nprocs, input_dropout=0.5,
                            rank_nnz=shard.nnz).parts["features X"] == shard.x.nbytes
@@ -123,9 +123,13 @@ def _third_epoch_allocations(operator, cfg):
 
 @pytest.mark.parametrize("kind,train_eps,hidden,order", [
     ("gcn", False, (64,), "auto"), ("gcn", False, (16, 96), "auto"),
+    ("gcn", False, (8,), "auto"),  # 24 features > 2 · 8: the policy would multiply first, but Â·X is cached
     ("sage", False, (64,), "auto"), ("sage", False, (16, 96), "transform-first"),
     ("sage", False, (16, 96), "aggregate-first"), ("gin", False, (16, 96), "auto"),
-    ("gin", True, (16, 96), "transform-first"), ("gin", True, (16, 96), "aggregate-first")])
+    ("gin", True, (16, 96), "transform-first"), ("gin", True, (16, 96), "aggregate-first"),
+    # layer 1's output gradient comes on a gradient buffer (layer 2 aggregates first)
+    ("gin", False, (96, 16, 64), "auto"),
+    ("sage", False, (96, 16, 64), "auto")])
 def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden, order):
     """After training, the model's workspace holds exactly the buffers activation_peak names, its parameters are
     those num_parameters counts, and a later epoch allocates nothing of the size of an activation: no tensor larger
@@ -307,6 +311,10 @@ def test_plan_per_model(capsys):
     assert sage.parts["adjacency A"] < gcn.parts["adjacency A"]  # no self loops: 10,000 nonzeros fewer
     # GraphSAGE's root term H·W_rᵀ is added by its GEMM into the layer's output: the GCN's buffers
     assert sage.parts["activations"] == gcn.parts["activations"]
+    # X stays where an epoch reads it beside Â·X: GraphSAGE's root term, GIN's local term with a learnable ε
+    gin_eps = plan_memory(10_000, 100_000, 128, 40, (256,), 2, model="gin", train_eps=True)
+    assert gcn.parts["features X"] == gin.parts["features X"] == 0
+    assert sage.parts["features X"] == gin_eps.parts["features X"] == 4 * 5_000 * 128
     assert main(["plan", "--nodes", "10000", "--edges", "100000", "--features", "128", "--classes", "40",
                  "--hidden", "256", "--model", "gin"]) == 0
     out = capsys.readouterr().out

@@ -90,17 +90,25 @@ def test_every_rank_sets_up_within_its_training_peak_plus_one_block(dense, nproc
         assert result["setup"] <= result["train"] + result["block"], (rank, {k: v / 2**20 for k, v in result.items()})
 
 
-def test_training_releases_the_features_once_a_x_is_cached_and_predicts_the_same():
-    graph = random_graph(300, 2000, features=12, classes=4, directed=True, seed=5)
+@pytest.mark.parametrize("model,train_eps,features", [("gcn", False, 12), ("gcn", False, 40), ("gin", False, 12),
+                                                       ("gin", True, 12), ("sage", False, 12)])
+def test_training_releases_the_features_once_a_x_is_cached_and_predicts_the_same(model, train_eps, features):
+    """Without input dropout Â·X is computed once (wider than twice the first hidden layer too); where no epoch
+    reads X beside it (the GCN; a GIN with a fixed ε, whose first layer's whole input (Â + (1+ε) I)·X is computed
+    then) X is released, and the predictions are those of the model computing everything from X."""
+    from mggcn.nn.models import operator_for
+
+    graph = random_graph(300, 2000, features=features, classes=4, directed=True, seed=5)
     dataset = InMemoryDataset(graph)
     part = make_partition(graph.num_nodes, 1, 0, "random")
-    shard = build_shard(dataset, part, 0, "sym")
+    shard = build_shard(dataset, part, 0, operator_for(model))
     dataset.release()
     with pytest.raises(RuntimeError, match="released"):
-        build_shard(dataset, part, 0, "sym")
+        build_shard(dataset, part, 0, operator_for(model))
     x = shard.x.clone()
-    result = train_shard(DistContext(), shard, TrainConfig(hidden=(16,), epochs=3, trace_epoch=0))
-    assert shard.x is None and result.x_agg is not None
+    result = train_shard(DistContext(), shard, TrainConfig(model=model, gin_train_eps=train_eps, hidden=(16,),
+                                                           epochs=3, trace_epoch=0))
+    assert (shard.x is None) == (model == "gcn" or not train_eps and model == "gin") and result.x_agg is not None
     predicted = predict_shard(DistContext(), shard, result.model, result.adj, result.x_agg)
     with torch.no_grad():  # the same model from the features themselves, Â·X computed again
         expected = result.model(x, result.adj).argmax(dim=1).numpy()

@@ -13,11 +13,13 @@ communication); ε is 0 and fixed by default, learnable with ``train_eps`` (``--
 
 The order policy (:func:`~mggcn.nn.model.aggregate_first`) moves the MLP's first linear before the aggregation
 when that makes the SpMM narrower, since ``(Â + (1+ε) I)·H·W_1ᵀ = Â·(H·W_1ᵀ) + (1+ε)·(H·W_1ᵀ)``: the SpMM runs at
-``d_in`` or at ``d_out``, as for the GCN. The first layer's ``Â·X`` is computed once when there is no input
-dropout; the local term is then one scaled addition per epoch.
+``d_in`` or at ``d_out``, as for the GCN. Without input dropout the first layer's aggregation is computed once:
+with a fixed ε its whole input ``(Â + (1+ε) I)·X`` (:meth:`GIN.whole_input_aggregation`; X is then let go), with a
+learnable one ``Â·X``, and the local term is one scaled addition per epoch.
 
 Buffers: per layer, the MLP's hidden ``m × d_out`` (kept by σ and by the second GEMM, its gradient written over it)
-besides the GCN's; with a learnable ε, ``H·W_1ᵀ`` is kept per layer too (∂ε reads it). As for GraphSAGE, the layer's
+besides the GCN's, but ``H·W_1ᵀ`` lies on the layer's output buffer (see :class:`_GINConv`); with a learnable ε,
+``H·W_1ᵀ`` is kept per layer (∂ε reads it). As for GraphSAGE, the layer's
 input feeds two branches (the SpMM and the local term) and the layer is one autograd node (:class:`_GINConv`) that
 gives the input one gradient, on the workspace.
 
@@ -38,16 +40,9 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mggcn.kernels.policy import mask_chunk_rows
+from mggcn.nn.branched import BranchedStack, adj_rows, adj_run
 from mggcn.nn.functional import _linear, _slope, input_grad, masked_grad, weight_grad
-from mggcn.nn.model import (
-    Adj,
-    BranchedStack,
-    adj_rows,
-    adj_run,
-    aggregate_first,
-    check_order,
-    glorot_linear,
-)
+from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -96,9 +91,13 @@ class GINLayer(nn.Module):
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
                 output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
-        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs; it is not modified); ``adj`` an
-        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.model.adj_run`); the other arguments as
+        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs; it is not modified) — with ``h`` None and a fixed
+        ε, the layer's whole aggregated input ``(Â + (1+ε) I)·h`` (:meth:`GIN.whole_input_aggregation`); ``adj`` an
+        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.branched.adj_run`); the other arguments as
         :meth:`mggcn.nn.model.GCNLayer.forward`, ``input_activation`` for a layer that multiplies first."""
+        if h is None and (h_aggregated is None or self.train_eps):
+            raise ValueError("a GIN layer reads h unless given its whole aggregated input (Â + (1+ε) I)·h, with a "
+                             "fixed ε")
         ws = workspace
         sigma = None
         if input_activation is not None:
@@ -119,14 +118,16 @@ class _GINConv(torch.autograd.Function):
 
     * aggregating first (``agg``): ``Z = Â·H + (1+ε)·H`` on the buffer ``A.H {key}`` (from the given ``h_agg``
       when there is one), ``U = σ(Z·W_1ᵀ + b_1)`` on ``mlp {key}``, the output ``U·W_2ᵀ + b_2``;
-    * multiplying first: ``H·W_1ᵀ`` on the shared buffer ``H.W`` (``H.W {key}`` when ε learns: ``∂ε`` reads it),
+    * multiplying first: ``H·W_1ᵀ`` on the output's buffer, which the last GEMM overwrites once it is read (on
+      ``H.W {key}`` when ε learns: ``∂ε`` reads it back; on the shared ``H.W`` when the output is a new tensor),
       ``U = σ(Â·(H·W_1ᵀ) + (1+ε)·H·W_1ᵀ + b_1)`` on ``mlp {key}``, the output ``U·W_2ᵀ + b_2``.
 
     Backward writes ``∂(U's input) = (∂out·W_2) ⊙ σ'`` over ``U`` (:func:`~mggcn.nn.functional.masked_grad`), then
-    ``∂Z`` over ``Z`` (aggregating first) or ``Âᵀ·∂ + (1+ε)·∂`` over ``H·W_1ᵀ`` (multiplying first), and ``∂H``
-    where ``grad_ws`` says — with ``sigma``, over ``H`` itself, σ's backward included. ``∂ε`` is one dot product
-    (no product tensor). Keeps ``H``, ``U``, and ``Z`` or (when ε learns) ``H·W_1ᵀ``. ``1 + ε`` is applied as a
-    one-element tensor, never read back to the host.
+    ``∂Z`` over ``Z`` (aggregating first) or ``Âᵀ·∂ + (1+ε)·∂`` (multiplying first) over the output's gradient when
+    that lies on the output's buffer (the loss and the next layer put it there; read no more), else over
+    ``H·W_1ᵀ``'s buffer, and ``∂H`` where ``grad_ws`` says — with ``sigma``, over ``H`` itself, σ's backward
+    included. ``∂ε`` is one dot product (no product tensor). Keeps ``H``, ``U``, and ``Z`` or (when ε learns)
+    ``H·W_1ᵀ``. ``1 + ε`` is applied as a one-element tensor, never read back to the host.
     """
 
     @staticmethod
@@ -134,11 +135,16 @@ class _GINConv(torch.autograd.Function):
                 b2: torch.Tensor, eps: torch.Tensor, h_agg: torch.Tensor | None, adj: Adj, agg: bool, slope: float,
                 train_eps: bool, timer: PhaseTimer, ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec,
                 sigma: float | None) -> torch.Tensor:
-        m, d_in, d_out = adj_rows(adj), h.shape[1], w1.shape[0]
-        scale = (eps + 1).to(h.dtype)
-        mlp = None if ws is None else ws.take(f"mlp {key}", m, d_out, h)
-        if agg:
-            z_buffer = None if ws is None else ws.take(f"A.H {key}", m, d_in, h)
+        m, d_out = adj_rows(adj), w1.shape[0]
+        like = h_agg if h is None else h
+        scale = (eps + 1).to(like.dtype)
+        mlp = None if ws is None else ws.take(f"mlp {key}", m, d_out, like)
+        if agg and h is None:
+            z = kept = h_agg  # the whole input, computed once
+            with timer("gemm"):
+                u = _linear(z, w1, b1, mlp)
+        elif agg:
+            z_buffer = None if ws is None else ws.take(f"A.H {key}", m, h.shape[1], h)
             if h_agg is None:
                 z = adj_run(adj, h, out=z_buffer).addcmul_(h, scale)
             else:
@@ -148,17 +154,24 @@ class _GINConv(torch.autograd.Function):
             kept = z
         else:
             hw_name = f"H.W {key}" if train_eps else "H.W"
+            if out is not None and not train_eps:  # on the output's buffer, which the last GEMM then overwrites
+                hw_dest = out[0].take(out[1], m, d_out, h)
+            else:
+                hw_dest = None if ws is None else ws.take(hw_name, m, d_out, h)
             with timer("gemm"):
-                hw = _linear(h, w1, None, None if ws is None else ws.take(hw_name, m, d_out, h))
+                hw = _linear(h, w1, None, hw_dest)
             u = adj_run(adj, hw, out=mlp).addcmul_(hw, scale).add_(b1)
             kept = hw if train_eps else None  # the shared buffer H.W is the next layer's: only ∂ε reads it back
         u = u.relu_() if slope == 0.0 else F.leaky_relu_(u, slope)
-        dest = None if out is None else out[0].take(out[1], m, w2.shape[0], h)
+        dest = None if out is None else out[0].take(out[1], m, w2.shape[0], like)
         with timer("gemm"):
             result = _linear(u, w2, b2, dest)
         ctx.save_for_backward(h, w1, w2, scale, u, kept)
         ctx.adj, ctx.agg, ctx.cached, ctx.slope, ctx.timer = adj, agg, h_agg is not None, slope, timer
+        ctx.train_eps = train_eps
+        ctx.z_on_workspace = ws is not None and agg and h is not None  # else Z is new, or the caller's h_agg
         ctx.ws, ctx.key, ctx.hw_name, ctx.grad_ws, ctx.sigma = ws, key, None if agg else hw_name, grad_ws, sigma
+        ctx.out_name = None if out is None else out[1]
         return result
 
     @staticmethod
@@ -177,12 +190,12 @@ class _GINConv(torch.autograd.Function):
             z = kept
             with timer("gemm"):
                 grad_w1 = weight_grad(grad_u, z) if needs_w1 else None
-                if needs_h or needs_eps or needs_agg:  # ∂Z over Z, read by nothing any more
-                    grad_z = torch.mm(grad_u, w1, out=z) if ws is not None else grad_u @ w1
+                if needs_h or needs_eps or needs_agg:  # ∂Z over Z where Z is on the workspace, read no more
+                    grad_z = torch.mm(grad_u, w1, out=z) if ctx.z_on_workspace else grad_u @ w1
             if needs_eps:
                 grad_eps = _dot(grad_z, h)
-            if needs_agg:
-                grad_agg = grad_z if ws is None else grad_z.clone()  # the caller's: not a workspace buffer
+            if needs_agg:  # the caller's: not on a workspace buffer
+                grad_agg = grad_z.clone() if ctx.z_on_workspace else grad_z
             if needs_h:
                 dest = grad_destination(ctx.grad_ws, h.shape[0], h.shape[1], like=grad, avoid=grad)
                 if ctx.cached:
@@ -192,8 +205,15 @@ class _GINConv(torch.autograd.Function):
             return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, grad_agg, *[None] * 10
         if needs_eps:
             grad_eps = _dot(grad_u, kept)
-        # over H·W_1ᵀ's buffer, read no more
-        over = None if ws is None else ws.take(ctx.hw_name, grad_u.shape[0], grad_u.shape[1], grad_u)
+        if ws is None:
+            over = None
+        elif (not ctx.train_eps and ctx.out_name is not None and ws.holds(ctx.out_name, grad)
+              and grad.shape == grad_u.shape and grad.is_contiguous()):
+            # the gradient of the output written over the output (by the loss, or by the next layer over its
+            # input): this layer's own buffer, read no more
+            over = grad
+        else:  # over H·W_1ᵀ's buffer, read no more
+            over = ws.take(ctx.hw_name, grad_u.shape[0], grad_u.shape[1], grad_u)
         grad_hw = adj_run(adj, grad_u, transpose=True, out=over).addcmul_(grad_u, scale)
         with timer("gemm"):
             grad_w1 = weight_grad(grad_hw, h) if needs_w1 else None
@@ -241,23 +261,37 @@ class GIN(BranchedStack):
         return sum(a * b + b * b + 2 * b + int(train_eps) for a, b in zip(dims[:-1], dims[1:], strict=True))
 
     @classmethod
-    def plan_before_gemm(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, cached: bool,
-                         train_eps: bool) -> None:
-        if cached:
-            walk.take(f"A.H {i}", d_in)  # Â·X + (1+ε)·X, from the cached Â·X
+    def reads_input(cls, train_eps: bool = False) -> bool:
+        return train_eps  # the local term (1+ε)·X changes with a learnable ε
+
+    def whole_input_aggregation(self, x_aggregated: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+        """With a fixed ε, ``(Â + (1+ε) I)·X``, over ``x_aggregated``: the first layer's whole input, computed once."""
+        if self.train_eps:
+            return None
+        return x_aggregated.addcmul_(x, (self.convs[0].eps + 1).to(x.dtype))
 
     @classmethod
-    def plan_transform_buffer(cls, i: int, train_eps: bool) -> str:
-        return f"H.W {i}" if train_eps else "H.W"  # ∂ε reads H·W_1ᵀ: then each layer keeps its own
+    def plan_before_gemm(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, cached: bool,
+                         train_eps: bool) -> None:
+        if cached and train_eps:  # Â·X + (1+ε)·X from the cached Â·X; with a fixed ε, the trainer's, once
+            walk.take(f"A.H {i}", d_in)
+
+    @classmethod
+    def plan_transform_buffer(cls, i: int, train_eps: bool) -> str | None:
+        # ∂ε reads H·W_1ᵀ: then each layer keeps its own; else it goes on the layer's output buffer
+        return f"H.W {i}" if train_eps else None
 
     @classmethod
     def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
         walk.take(f"mlp {i}", d_out)
 
     @classmethod
-    def plan_output_backward(cls, walk: BufferWalk, d_out: int) -> None:
+    def plan_output_backward(cls, walk: BufferWalk, i: int, d_out: int, agg: bool, grad: str,
+                             train_eps: bool) -> None:
         # the MLP's second GEMM and σ's backward over its hidden layer, a block of rows at a time
         walk.take("sigma block", d_out, rows=mask_chunk_rows(walk.rows, d_out, walk.device))
+        if not (agg or train_eps or grad == f"ws:out {i}"):
+            walk.take("H.W", d_out)  # Âᵀ·∂ + (1+ε)·∂, where the output's gradient is not on its buffer
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,

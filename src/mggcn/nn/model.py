@@ -73,22 +73,6 @@ class TrainRowsAdj:
         return self.op(b, out=out, grad_ws=grad_ws, grad_on_train_rows=True)
 
 
-def adj_run(adj: Adj, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``Â·b`` (or ``Âᵀ·b``) without autograd, for a layer whose own autograd function does its SpMMs: ``adj`` is an
-    :class:`~mggcn.distributed.spmm.SpMMOperator` (its ``run``), or a :class:`TrainRowsAdj` of one, whose products
-    with Âᵀ then read only the training columns when the operator keeps them."""
-    op = adj.op if isinstance(adj, TrainRowsAdj) else adj
-    if not hasattr(op, "run"):
-        raise TypeError(f"this layer runs its SpMMs itself: adj must be an SpMMOperator, got {type(op).__name__}")
-    restricted = transpose and isinstance(adj, TrainRowsAdj) and op.has_training_columns
-    return op.run(b, transpose=transpose, out=out, **({"train_columns": True} if restricted else {}))
-
-
-def adj_rows(adj: Adj) -> int:
-    """The rows of this rank an operator (or a :class:`TrainRowsAdj` of one) produces."""
-    return (adj.op if isinstance(adj, TrainRowsAdj) else adj).rows
-
-
 def check_order(order: str) -> None:
     """``order`` one of :data:`ORDERS`, or a :class:`~mggcn.utils.errors.ConfigError` naming it."""
     if order not in ORDERS:
@@ -108,9 +92,11 @@ def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
     """The width of every SpMM an epoch runs (forward and backward), for sizing buffers and counting traffic."""
     widths = []
     for i in range(len(dims) - 1):
+        if i == 0 and caches_input:
+            continue  # the trainer computes Â·X once and the first layer reads it, whatever the order policy
         agg = aggregate_first(dims[i], dims[i + 1], i == 0, order)
         if i == 0 and agg:
-            widths += [] if caches_input else [dims[0]]
+            widths += [dims[0]]
         else:
             width = dims[i] if agg else dims[i + 1]
             widths += [width, width]
@@ -266,12 +252,17 @@ class LayerStack(nn.Module):
     pyg_takes_edge_index = False  # the bench gives PyG's layers the edge list instead of a CSR adjacency
     reads_training_columns = True  # the last layer's backward multiplies by Âᵀ's training columns when kept
     self_loops = True  # its Â adds the identity: nonzeros = edges + vertices
-    reads_input_with_aggregation = False  # forward still reads x when given Â·x: the trainer keeps x
     options: tuple[str, ...] = ()  # the TrainConfig fields only this model takes
     layer_weight = "convs.{}.lin.weight"  # layer l's weight [d_out, d_in]: a state dict's model and sizes by it
     # its layers take ``input_activation`` (GCNLayer.forward): those that multiply first do the backward of the σ
     # before them
     takes_input_activation = False
+
+    @classmethod
+    def reads_input(cls, train_eps: bool = False) -> bool:
+        """Whether forward still reads ``x`` when given the cached ``Â·x`` (then the trainer keeps X); ``train_eps``:
+        GIN's learnable ε. The GCN: no."""
+        return False
 
     @classmethod
     def state_keys(cls) -> tuple[str, ...]:
@@ -369,8 +360,9 @@ class LayerStack(nn.Module):
         """Layer ``i``'s tensors between its aggregation (if first) and its GEMM."""
 
     @classmethod
-    def plan_transform_buffer(cls, i: int, train_eps: bool) -> str:
-        """The workspace buffer of layer ``i``'s ``H·W`` when it multiplies first."""
+    def plan_transform_buffer(cls, i: int, train_eps: bool) -> str | None:
+        """The workspace buffer of layer ``i``'s ``H·W`` when it multiplies first (None: the layer's output
+        buffer)."""
         return "H.W"
 
     @classmethod
@@ -429,6 +421,12 @@ class LayerStack(nn.Module):
     def caches_input_aggregation(self) -> bool:
         """Whether ``Â·X`` may be computed once and passed to :meth:`forward`."""
         return self.input_dropout == 0.0
+
+    def whole_input_aggregation(self, x_aggregated: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+        """The first layer's whole input made from ``x_aggregated`` (``Â·x``, which it may overwrite) where the model
+        then reads ``x`` no more: :meth:`forward` takes it as ``x_aggregated`` with ``x`` None, and the caller may
+        let go of X. None where forward reads ``x`` beside it (:meth:`reads_input`). The GCN's is ``Â·x``."""
+        return None if self.reads_input() else x_aggregated
 
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
@@ -494,15 +492,6 @@ class LayerStack(nn.Module):
         return {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
 
 
-def pyg_model_convs(name: str, dims: Sequence[int], state: dict[str, torch.Tensor]) -> nn.ModuleList:
-    """The layers of ``torch_geometric.nn.models.<name>(d_0, d_1, L, d_L)`` (one hidden width) holding ``state``."""
-    from torch_geometric.nn import models
-
-    model = getattr(models, name)(dims[0], dims[1], len(dims) - 1, dims[-1])
-    model.load_state_dict(state, strict=True)
-    return model.convs
-
-
 def plan_input_grad(walk: BufferWalk, i: int, d_in: int, avoid: str) -> str:
     """Where the backward of a hidden layer ``i`` that multiplies first puts ``∂H``, in :class:`BufferWalk`'s terms:
     over σ's output with σ's backward, a block of rows at a time, unless dropout is between (then on the gradient
@@ -511,50 +500,6 @@ def plan_input_grad(walk: BufferWalk, i: int, d_in: int, avoid: str) -> str:
         return walk.take_grad(d_in, avoid=avoid)
     walk.take("sigma block", d_in, rows=mask_chunk_rows(walk.rows, d_in, walk.device))
     return f"ws:out {i - 1}"
-
-
-class BranchedStack(LayerStack):
-    """What GraphSAGE and GIN share beyond :class:`LayerStack`: layers whose input feeds two branches (so forward
-    reads ``x`` even when given ``Â·x``), each layer one autograd node that gives its input one gradient, an Â
-    without self loops, and a PyG counterpart in ``torch_geometric.nn.models`` with one hidden width whose layers
-    aggregate first, on unweighted edges."""
-
-    takes_input_activation = True
-
-    @classmethod
-    def plan_output_backward(cls, walk: BufferWalk, d_out: int) -> None:
-        """A layer's tensors in backward between its output's gradient and its aggregation's (GIN: its MLP's σ)."""
-
-    @classmethod
-    def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
-                      train_eps: bool) -> str:
-        # The layer's node reads the incoming gradient until ∂H is whole (its second branch's GEMM), so ∂H goes on
-        # the gradient buffer that does not hold it; the aggregation's gradient goes over Â·H (aggregating first)
-        # or over H·W (multiplying first), as the GCN's.
-        cls.plan_output_backward(walk, d_out)
-        if not agg:
-            walk.take(cls.plan_transform_buffer(i, train_eps), d_out)
-        if i == 0:
-            return grad
-        if agg:
-            return walk.take_grad(d_in, avoid=grad)
-        return plan_input_grad(walk, i, d_in, avoid=grad)
-
-    pyg_one_hidden_width = True
-    self_loops = False
-    reads_input_with_aggregation = True
-
-    @classmethod
-    def pyg_spmm_widths(cls, d_in: int, d_out: int, first: bool) -> list[int]:
-        return [d_in] * (1 if first else 2)  # aggregate first; the first layer needs no Âᵀ·∂
-
-    @classmethod
-    def pyg_edge_weight(cls, edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, None]:
-        return edge_index, None
-
-    @classmethod
-    def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
-        return pyg_model_convs(cls.pyg_name, dims, state)
 
 
 def _hooked(module: nn.Module) -> bool:

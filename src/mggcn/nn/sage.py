@@ -36,16 +36,9 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from mggcn.nn.branched import BranchedStack, adj_rows, adj_run
 from mggcn.nn.functional import _linear, _slope, input_grad, weight_grad
-from mggcn.nn.model import (
-    Adj,
-    BranchedStack,
-    adj_rows,
-    adj_run,
-    aggregate_first,
-    check_order,
-    glorot_linear,
-)
+from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -80,7 +73,7 @@ class SAGELayer(nn.Module):
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
                 output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
         """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs); ``adj`` an
-        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.model.adj_run`); the other arguments as
+        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.branched.adj_run`); the other arguments as
         :meth:`mggcn.nn.model.GCNLayer.forward`, ``input_activation`` for a layer that multiplies first."""
         ws = workspace
         sigma = None
@@ -107,7 +100,7 @@ class _SAGEConv(torch.autograd.Function):
       σ's backward included (:func:`~mggcn.nn.functional.input_grad`).
 
     Keeps ``H`` and ``A`` (read by ``∂W_r`` and ``∂W_l``). The SpMMs are the operator's own products
-    (:func:`~mggcn.nn.model.adj_run`, which times them); the GEMMs are the ``gemm`` phase.
+    (:func:`~mggcn.nn.branched.adj_run`, which times them); the GEMMs are the ``gemm`` phase.
     """
 
     @staticmethod

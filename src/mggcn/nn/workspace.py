@@ -43,9 +43,12 @@ class Workspace:
         return flat[:numel].view(rows, width).detach()
 
     def take_grad(self, rows: int, width: int, like: torch.Tensor, avoid: torch.Tensor) -> torch.Tensor:
-        first = self._flat.get(self.GRAD[0])
-        busy = first is not None and avoid.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-        return self.take(self.GRAD[1] if busy else self.GRAD[0], rows, width, like)
+        return self.take(self.GRAD[1] if self.holds(self.GRAD[0], avoid) else self.GRAD[0], rows, width, like)
+
+    def holds(self, name: str, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lies on the buffer ``name``."""
+        flat = self._flat.get(name)
+        return flat is not None and tensor.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
 
     @property
     def sizes(self) -> dict[str, int]:

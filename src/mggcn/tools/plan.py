@@ -10,9 +10,10 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
                  more with only the training vertices' columns, for the last layer's backward
                  (distributed.spmm.keeps_training_columns):
                  T · (m + 1) · ib + t · nnz_i · (ib + 4)
-    features     X, unless the GCN caches Â·X:    4 · m · F
-    Â·X          when the first layer aggregates first without input dropout (computed once): 4 · m · F;
-                 X is then released before the first epoch, and counts in ``activations`` (below)
+    features     X, unless the model reads only Â·X (the GCN, a GIN with a fixed ε):    4 · m · F
+    Â·X          without input dropout (computed once; the first layer reads it whatever the order policy):
+                 4 · m · F; where the model reads X no more, X is released before the first epoch and counts in
+                 ``activations`` (below)
     labels       y (int64), three split masks (bool), the loss's label positions (int64), its training rows and
                  their label positions (int64):                                               m · (19 + 16 · t)
     optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
@@ -33,11 +34,11 @@ backward no longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits,
 over its ``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, a block of
 rows at a time through one block buffer of about :data:`~mggcn.kernels.policy.MASK_CHUNK` elements on a CPU,
 :data:`~mggcn.kernels.policy.MASK_CHUNK_GPU` on a GPU (``sigma block``). Other gradients (an aggregate-first layer's
-SpMM, dropout's, GraphSAGE's and GIN's) go to two shared gradient buffers used in turn.
-:func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached (the order
-policy's choice for F ≤ 2h, h ≥ C) it is ``4 · m · (h + 2C) + 17 · m`` plus the block buffer (≤ 2 MiB on a CPU):
-``out 0`` (h, then its gradient), ``H·W`` and the logits (C each, then theirs), 9 bytes per row for the loss and 8 for
-its row sums.
+SpMM, dropout's, GraphSAGE's and GIN's where they do not go over their input) go to two shared gradient buffers used
+in turn. :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached
+(whenever there is no input dropout) and h ≥ C it is ``4 · m · (h + 2C) + 17 · m`` plus the block buffer (≤ 2 MiB
+on a CPU): ``out 0`` (h, then its gradient), ``H·W`` and the logits (C each, then theirs), 9 bytes per row for the
+loss and 8 for its row sums.
 Before the first epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two
 temporaries of ``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
 ``max(epoch peak, 4 · m · F · (1 + 2 · [P > 1]))``.
@@ -177,12 +178,11 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     return epoch()
 
 
-def _aggregates_first(dims: Sequence[int], i: int, kind: type[LayerStack], order: str, caches_input: bool) -> bool:
+def _aggregates_first(dims: Sequence[int], i: int, order: str, caches_input: bool) -> bool:
     """Whether layer ``i`` aggregates before its GEMM: by the order policy, or, for layer 0, because the trainer
-    passes the cached Â·X whenever there is no input dropout and a model that reads X with it takes it whatever the
-    order policy says."""
-    return aggregate_first(dims[i], dims[i + 1], i == 0, order) or (
-        i == 0 and caches_input and kind.reads_input_with_aggregation)
+    passes the cached Â·X whenever there is no input dropout and the layer then takes it whatever the order policy
+    says."""
+    return aggregate_first(dims[i], dims[i + 1], i == 0, order) or (i == 0 and caches_input)
 
 
 def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack], order: str, caches_input: bool,
@@ -199,14 +199,14 @@ def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack],
         if layers is not None:
             logits = kind.plan_layer(walk, i, dims, **layers)
             continue
-        agg = _aggregates_first(dims, i, kind, order, caches_input)
+        agg = _aggregates_first(dims, i, order, caches_input)
         cached = i == 0 and caches_input and agg
         if agg and not cached:
             walk.take(f"A.H {i}", d_in)  # the SpMM's result, kept by the GEMM for dW
         kind.plan_before_gemm(walk, i, d_in, d_out, agg, cached, train_eps)
-        if i == 0 and agg and (cached or not kind.reads_input_with_aggregation):
+        if i == 0 and agg and (cached or not kind.reads_input(train_eps)):
             walk.free("dropped input 0")  # X needs no gradient and, for the GCN, no GEMM reads it
-        if not agg:
+        if not agg and kind.plan_transform_buffer(i, train_eps) is not None:
             walk.take(kind.plan_transform_buffer(i, train_eps), d_out)
         kind.plan_after_gemm(walk, i, d_out)
         walk.take(f"out {i}", d_out)
@@ -244,7 +244,7 @@ def _plan_backward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack]
         if layers is not None:
             grad = kind.plan_layer_backward(walk, i, dims, grad, **layers)
         else:
-            grad = kind.plan_backward(walk, i, d_in, d_out, _aggregates_first(dims, i, kind, order, caches_input),
+            grad = kind.plan_backward(walk, i, d_in, d_out, _aggregates_first(dims, i, order, caches_input),
                                       grad, train_eps)
         if i == 0:
             break
@@ -315,11 +315,11 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     loops = num_nodes if kind.self_loops else 0
     nnz_rank = -(-(edges + loops) // nprocs) if rank_nnz is None else rank_nnz
     nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
-    caches = input_dropout == 0.0 and not kind.plans_whole_layers  # GAT multiplies first: no Â·X
-    widths = kind.exchange_widths(dims, order, caches, **options)
+    # the trainer computes Â·X once whenever there is no input dropout (GAT multiplies first: no Â·X)
+    cached = input_dropout == 0.0 and not kind.plans_whole_layers
+    widths = kind.exchange_widths(dims, order, cached, **options)
     plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths, item=float_bytes(precision))
 
-    cached = caches and aggregate_first(dims[0], dims[1], True, order)
     params = num_parameters(dims, model, train_eps, **options)
     ntrain = math.ceil(train * m)
     nnz_train = None
@@ -330,11 +330,11 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                                        plan.item))
     _add_dense_parts(plan, features, cached, ntrain, params)
     _add_kernel_parts(plan, kind, features, gather and tile_cols is None, nnz_rank, 0 if symmetric else nnz_rank_t)
-    peak, detail = activation_peak(m, dims, order=order, caches_input=caches, train_rows=ntrain,
+    peak, detail = activation_peak(m, dims, order=order, caches_input=cached, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
                                    device=device, precision=precision, **_block_shape(m, nprocs, nnz_rank, tile_cols),
                                    **options)
-    plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind))
+    plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind, train_eps))
     plan.activation_detail = detail
     _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options))
     return plan
@@ -409,12 +409,12 @@ def _add_communication(plan: MemoryPlan, features: int, params: int, cached: boo
     plan.comm_once = (nprocs - 1) * m * features * plan.item if cached else 0
 
 
-def _before_first_epoch(plan: MemoryPlan, features: int, cached: bool, kind: type[LayerStack]) -> int:
+def _before_first_epoch(plan: MemoryPlan, features: int, cached: bool, kind: type[LayerStack], train_eps: bool) -> int:
     """Bytes beyond ``plan``'s parts while Â·X is computed (``cached``): the broadcast buffers of X's blocks where X
     is wider than every SpMM of an epoch, and X itself where no epoch reads it (its part is then 0)."""
     m, nprocs, item = plan.rows, plan.nprocs, plan.item
     before = 2 * item * m * features if cached and nprocs > 1 and features > max(plan.widths or [0]) else 0
-    if cached and not kind.reads_input_with_aggregation:  # X lives until Â·X is computed (GraphSAGE, GIN read it)
+    if cached and not kind.reads_input(train_eps):  # X lives until Â·X is computed (GraphSAGE reads it)
         plan.parts["features X"] = 0
         before += item * m * features
     return before

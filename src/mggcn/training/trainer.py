@@ -217,12 +217,13 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     clock.mark("model")
     with torch.no_grad():
         x_agg = adj.run(x) if model.caches_input_aggregation else None
+        whole = None if x_agg is None else model.whole_input_aggregation(x_agg, x)
         if x_agg is not None:
             synchronize(device)
     clock.mark("A.X")
-    if x_agg is not None and not model.reads_input_with_aggregation:
+    if whole is not None:
         # no epoch reads X again: release it before the first epoch allocates its activations
-        shard.x = x = None
+        x_agg, shard.x, x = whole, None, None
     keep = keeps_training_columns(shard.split_sizes["train"], shard.partition.num_nodes, len(model.convs),
                                   cfg.train_columns)
     if keep and model.reads_training_columns:
