@@ -122,6 +122,8 @@ def test_cached_input_aggregation_gives_the_same_numbers(kind, train_eps):
         for a, b in zip(grad, grads[0], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert model.whole_input_aggregation(adj.run(x), x) is None or whole  # GraphSAGE and a learnable ε read X
+    with pytest.raises(TypeError, match="adj must be an SpMMOperator, got function"):  # its layers run Â's products
+        make_model(kind, [7, 5, 3])(x, lambda h, **_: h)
     if kind == "gin":
         with pytest.raises(ValueError, match="reads h unless given its whole aggregated input"):
             make_model("gin", [7, 5, 3], train_eps=True)(None, adj, x_aggregated=adj.run(x))

@@ -1,7 +1,7 @@
 """What GraphSAGE (:mod:`mggcn.nn.sage`) and GIN (:mod:`mggcn.nn.gin`) share beyond the GCN's
 :class:`~mggcn.nn.model.LayerStack`: a layer whose input feeds two branches (the aggregation and a GEMM or a local
-term of the input) is one autograd function that runs its SpMMs itself through the operator (:func:`adj_run`), so
-that the input gets one gradient, on the workspace; and a PyG counterpart with one hidden width.
+term of the input) is one autograd function that runs its SpMMs itself through the operator's ``run``, so that the
+input gets one gradient, on the workspace; and a PyG counterpart with one hidden width.
 """
 
 from __future__ import annotations
@@ -11,26 +11,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mggcn.nn.model import Adj, LayerStack, TrainRowsAdj, plan_input_grad
+from mggcn.nn.model import Adj, LayerStack, plan_input_grad
 from mggcn.nn.workspace import BufferWalk
 
-__all__ = ["BranchedStack", "adj_run", "adj_rows", "pyg_model_convs"]
+__all__ = ["BranchedStack", "check_operator", "pyg_model_convs"]
 
 
-def adj_run(adj: Adj, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``Â·b`` (or ``Âᵀ·b``) without autograd, for a layer whose own autograd function does its SpMMs: ``adj`` is an
-    :class:`~mggcn.distributed.spmm.SpMMOperator` (its ``run``), or a :class:`~mggcn.nn.model.TrainRowsAdj` of one,
-    whose products with Âᵀ then read only the training columns when the operator keeps them."""
-    op = adj.op if isinstance(adj, TrainRowsAdj) else adj
-    if not hasattr(op, "run"):
-        raise TypeError(f"this layer runs its SpMMs itself: adj must be an SpMMOperator, got {type(op).__name__}")
-    restricted = transpose and isinstance(adj, TrainRowsAdj) and op.has_training_columns
-    return op.run(b, transpose=transpose, out=out, **({"train_columns": True} if restricted else {}))
-
-
-def adj_rows(adj: Adj) -> int:
-    """The rows of this rank an operator (or a :class:`~mggcn.nn.model.TrainRowsAdj` of one) produces."""
-    return (adj.op if isinstance(adj, TrainRowsAdj) else adj).rows
+def check_operator(adj: Adj) -> None:
+    """A layer that runs its SpMMs itself calls the operator's ``run`` (and reads its ``rows``): ``adj`` must be an
+    :class:`~mggcn.distributed.spmm.SpMMOperator`, or a :class:`~mggcn.nn.model.TrainRowsAdj` of one."""
+    if not hasattr(adj, "run"):
+        raise TypeError(f"this layer runs its SpMMs itself: adj must be an SpMMOperator, got {type(adj).__name__}")
 
 
 def pyg_model_convs(name: str, dims: Sequence[int], state: dict[str, torch.Tensor]) -> nn.ModuleList:
@@ -63,8 +54,9 @@ class BranchedStack(LayerStack):
         # the gradient buffer that does not hold it; the aggregation's gradient goes over Â·H (aggregating first)
         # or over H·W (multiplying first), as the GCN's.
         cls.plan_output_backward(walk, i, d_out, agg, grad, train_eps)
-        if not agg and cls.plan_transform_buffer(i, train_eps) is not None:
-            walk.take(cls.plan_transform_buffer(i, train_eps), d_out)
+        transform = None if agg else cls.plan_transform_buffer(i, train_eps)
+        if transform is not None:
+            walk.take(transform, d_out)
         if i == 0:
             return grad
         if agg:

@@ -40,9 +40,9 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mggcn.kernels.policy import mask_chunk_rows
-from mggcn.nn.branched import BranchedStack, adj_rows, adj_run
+from mggcn.nn.branched import BranchedStack, check_operator
 from mggcn.nn.functional import _linear, _slope, input_grad, masked_grad, weight_grad
-from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear
+from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear, input_slope
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -93,20 +93,17 @@ class GINLayer(nn.Module):
                 output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
         """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs; it is not modified) — with ``h`` None and a fixed
         ε, the layer's whole aggregated input ``(Â + (1+ε) I)·h`` (:meth:`GIN.whole_input_aggregation`); ``adj`` an
-        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.branched.adj_run`); the other arguments as
+        operator (:func:`~mggcn.nn.branched.check_operator`); the other arguments as
         :meth:`mggcn.nn.model.GCNLayer.forward`, ``input_activation`` for a layer that multiplies first."""
         if h is None and (h_aggregated is None or self.train_eps):
             raise ValueError("a GIN layer reads h unless given its whole aggregated input (Â + (1+ε) I)·h, with a "
                              "fixed ε")
         ws = workspace
-        sigma = None
-        if input_activation is not None:
-            if ws is None or self.first or self.aggregate_first or h_aggregated is not None:
-                raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
-            sigma = _slope(input_activation)
+        check_operator(adj)
+        agg = h_aggregated is not None or self.aggregate_first
+        sigma = input_slope(input_activation, ws, not (self.first or agg))
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         lin1, lin2 = self.nn.lins
-        agg = h_aggregated is not None or self.aggregate_first
         return _GINConv.apply(h, lin1.weight, lin1.bias, lin2.weight, lin2.bias, self.eps, h_aggregated, adj, agg,
                               _slope(self.activation), self.train_eps, timer, ws, key, out,
                               None if self.first else ws, sigma)
@@ -135,20 +132,19 @@ class _GINConv(torch.autograd.Function):
                 b2: torch.Tensor, eps: torch.Tensor, h_agg: torch.Tensor | None, adj: Adj, agg: bool, slope: float,
                 train_eps: bool, timer: PhaseTimer, ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec,
                 sigma: float | None) -> torch.Tensor:
-        m, d_out = adj_rows(adj), w1.shape[0]
+        m, d_out = adj.rows, w1.shape[0]
         like = h_agg if h is None else h
         scale = (eps + 1).to(like.dtype)
         mlp = None if ws is None else ws.take(f"mlp {key}", m, d_out, like)
-        if agg and h is None:
-            z = kept = h_agg  # the whole input, computed once
-            with timer("gemm"):
-                u = _linear(z, w1, b1, mlp)
-        elif agg:
-            z_buffer = None if ws is None else ws.take(f"A.H {key}", m, h.shape[1], h)
-            if h_agg is None:
-                z = adj_run(adj, h, out=z_buffer).addcmul_(h, scale)
+        if agg:
+            if h is None:
+                z = h_agg  # the whole input, computed once
             else:
-                z = torch.addcmul(h_agg, h, scale, out=z_buffer) if z_buffer is not None else h_agg + h * scale
+                z_buffer = None if ws is None else ws.take(f"A.H {key}", m, h.shape[1], h)
+                if h_agg is None:
+                    z = adj.run(h, out=z_buffer).addcmul_(h, scale)
+                else:
+                    z = torch.addcmul(h_agg, h, scale, out=z_buffer) if z_buffer is not None else h_agg + h * scale
             with timer("gemm"):
                 u = _linear(z, w1, b1, mlp)
             kept = z
@@ -160,7 +156,7 @@ class _GINConv(torch.autograd.Function):
                 hw_dest = None if ws is None else ws.take(hw_name, m, d_out, h)
             with timer("gemm"):
                 hw = _linear(h, w1, None, hw_dest)
-            u = adj_run(adj, hw, out=mlp).addcmul_(hw, scale).add_(b1)
+            u = adj.run(hw, out=mlp).addcmul_(hw, scale).add_(b1)
             kept = hw if train_eps else None  # the shared buffer H.W is the next layer's: only ∂ε reads it back
         u = u.relu_() if slope == 0.0 else F.leaky_relu_(u, slope)
         dest = None if out is None else out[0].take(out[1], m, w2.shape[0], like)
@@ -169,7 +165,6 @@ class _GINConv(torch.autograd.Function):
         ctx.save_for_backward(h, w1, w2, scale, u, kept)
         ctx.adj, ctx.agg, ctx.cached, ctx.slope, ctx.timer = adj, agg, h_agg is not None, slope, timer
         ctx.train_eps = train_eps
-        ctx.z_on_workspace = ws is not None and agg and h is not None  # else Z is new, or the caller's h_agg
         ctx.ws, ctx.key, ctx.hw_name, ctx.grad_ws, ctx.sigma = ws, key, None if agg else hw_name, grad_ws, sigma
         ctx.out_name = None if out is None else out[1]
         return result
@@ -188,20 +183,21 @@ class _GINConv(torch.autograd.Function):
         grad_b1 = grad_u.sum(0) if needs_b1 else None
         if ctx.agg:
             z = kept
+            z_on_workspace = ws is not None and h is not None  # else Z is new, or the caller's whole input
             with timer("gemm"):
                 grad_w1 = weight_grad(grad_u, z) if needs_w1 else None
                 if needs_h or needs_eps or needs_agg:  # ∂Z over Z where Z is on the workspace, read no more
-                    grad_z = torch.mm(grad_u, w1, out=z) if ctx.z_on_workspace else grad_u @ w1
+                    grad_z = torch.mm(grad_u, w1, out=z) if z_on_workspace else grad_u @ w1
             if needs_eps:
                 grad_eps = _dot(grad_z, h)
             if needs_agg:  # the caller's: not on a workspace buffer
-                grad_agg = grad_z.clone() if ctx.z_on_workspace else grad_z
+                grad_agg = grad_z.clone() if z_on_workspace else grad_z
             if needs_h:
                 dest = grad_destination(ctx.grad_ws, h.shape[0], h.shape[1], like=grad, avoid=grad)
                 if ctx.cached:
                     grad_h = torch.mul(grad_z, scale, out=dest) if dest is not None else grad_z * scale
                 else:
-                    grad_h = adj_run(adj, grad_z, transpose=True, out=dest).addcmul_(grad_z, scale)
+                    grad_h = adj.run(grad_z, transpose=True, out=dest).addcmul_(grad_z, scale)
             return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, grad_agg, *[None] * 10
         if needs_eps:
             grad_eps = _dot(grad_u, kept)
@@ -214,7 +210,7 @@ class _GINConv(torch.autograd.Function):
             over = grad
         else:  # over H·W_1ᵀ's buffer, read no more
             over = ws.take(ctx.hw_name, grad_u.shape[0], grad_u.shape[1], grad_u)
-        grad_hw = adj_run(adj, grad_u, transpose=True, out=over).addcmul_(grad_u, scale)
+        grad_hw = adj.run(grad_u, transpose=True, out=over).addcmul_(grad_u, scale)
         with timer("gemm"):
             grad_w1 = weight_grad(grad_hw, h) if needs_w1 else None
             if needs_h:

@@ -72,6 +72,25 @@ class TrainRowsAdj:
     def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None) -> torch.Tensor:
         return self.op(b, out=out, grad_ws=grad_ws, grad_on_train_rows=True)
 
+    @property
+    def rows(self) -> int:
+        return self.op.rows
+
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The operator's product without autograd (for a layer that runs its SpMMs itself), with Âᵀ's training
+        columns alone where the operator keeps them."""
+        return self.op.run(b, transpose=transpose, out=out, train_columns=transpose and self.op.has_training_columns)
+
+
+def input_slope(input_activation: str | None, ws: Workspace | None, multiplies_first: bool) -> float | None:
+    """σ's slope for a layer given ``input_activation`` (None without one): only a hidden layer that multiplies
+    first (``multiplies_first``), with a workspace, does the backward of the σ before it."""
+    if input_activation is None:
+        return None
+    if ws is None or not multiplies_first:
+        raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
+    return _slope(input_activation)
+
 
 def check_order(order: str) -> None:
     """``order`` one of :data:`ORDERS`, or a :class:`~mggcn.utils.errors.ConfigError` naming it."""
@@ -180,11 +199,7 @@ class GCNLayer(nn.Module):
         ws, weight, bias = workspace, self.lin.weight, self.bias
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         input_grad_ws = None if self.first else ws
-        sigma = None
-        if input_activation is not None:
-            if ws is None or self.first or self.aggregate_first:
-                raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
-            sigma = _slope(input_activation)
+        sigma = input_slope(input_activation, ws, not (self.first or self.aggregate_first))
         if h_aggregated is not None or self.aggregate_first:
             a, a_grad = self._gemm_input(h, adj, h_aggregated, ws, key)
             return _TimedLinear.apply(a, weight, bias, timer, out, a_grad)

@@ -36,9 +36,9 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from mggcn.nn.branched import BranchedStack, adj_rows, adj_run
-from mggcn.nn.functional import _linear, _slope, input_grad, weight_grad
-from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear
+from mggcn.nn.branched import BranchedStack, check_operator
+from mggcn.nn.functional import _linear, input_grad, weight_grad
+from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear, input_slope
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
@@ -72,17 +72,14 @@ class SAGELayer(nn.Module):
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
                 output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
-        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs); ``adj`` an
-        :class:`~mggcn.distributed.spmm.SpMMOperator` (:func:`~mggcn.nn.branched.adj_run`); the other arguments as
-        :meth:`mggcn.nn.model.GCNLayer.forward`, ``input_activation`` for a layer that multiplies first."""
+        """``h_aggregated`` is a precomputed ``Â·h`` (no SpMM runs); ``adj`` an operator
+        (:func:`~mggcn.nn.branched.check_operator`); the other arguments as :meth:`mggcn.nn.model.GCNLayer.forward`,
+        ``input_activation`` for a layer that multiplies first."""
         ws = workspace
-        sigma = None
-        if input_activation is not None:
-            if ws is None or self.first or self.aggregate_first or h_aggregated is not None:
-                raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
-            sigma = _slope(input_activation)
-        out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
+        check_operator(adj)
         agg = h_aggregated is not None or self.aggregate_first
+        sigma = input_slope(input_activation, ws, not (self.first or agg))
+        out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         return _SAGEConv.apply(h, self.lin_l.weight, self.lin_l.bias, self.lin_r.weight, h_aggregated, adj, agg,
                                timer, ws, key, out, None if self.first else ws, sigma)
 
@@ -100,19 +97,19 @@ class _SAGEConv(torch.autograd.Function):
       σ's backward included (:func:`~mggcn.nn.functional.input_grad`).
 
     Keeps ``H`` and ``A`` (read by ``∂W_r`` and ``∂W_l``). The SpMMs are the operator's own products
-    (:func:`~mggcn.nn.branched.adj_run`, which times them); the GEMMs are the ``gemm`` phase.
+    (its ``run``, which times them); the GEMMs are the ``gemm`` phase.
     """
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, w_l: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
                 w_r: torch.Tensor, h_agg: torch.Tensor | None, adj: Adj, agg: bool, timer: PhaseTimer,
                 ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec, sigma: float | None) -> torch.Tensor:
-        m = adj_rows(adj)
+        m = adj.rows
         dest = None if out is None else out[0].take(out[1], m, w_l.shape[0], h)
         if agg:
             a = h_agg
             if a is None:
-                a = adj_run(adj, h, out=None if ws is None else ws.take(f"A.H {key}", m, h.shape[1], h))
+                a = adj.run(h, out=None if ws is None else ws.take(f"A.H {key}", m, h.shape[1], h))
             with timer("gemm"):
                 z = _linear(a, w_l, bias, dest)
                 z.addmm_(h, w_r.t())
@@ -120,7 +117,7 @@ class _SAGEConv(torch.autograd.Function):
         else:
             with timer("gemm"):
                 hw = _linear(h, w_l, None, None if ws is None else ws.take("H.W", m, w_l.shape[0], h))
-            z = adj_run(adj, hw, out=dest)
+            z = adj.run(hw, out=dest)
             with timer("gemm"):
                 z.addmm_(h, w_r.t())
             if bias is not None:
@@ -155,11 +152,11 @@ class _SAGEConv(torch.autograd.Function):
                         grad_h = input_grad([(grad, w_r)], h, None, ctx.grad_ws, avoid=grad)
                 else:
                     dest = grad_destination(ctx.grad_ws, h.shape[0], h.shape[1], like=grad, avoid=grad)
-                    grad_h = adj_run(adj, grad_a, transpose=True, out=dest)
+                    grad_h = adj.run(grad_a, transpose=True, out=dest)
                     with timer("gemm"):
                         grad_h.addmm_(grad, w_r)
             return grad_h, grad_wl, grad_b, grad_wr, grad_a if needs_agg else None, *[None] * 8
-        grad_hw = adj_run(adj, grad, transpose=True,
+        grad_hw = adj.run(grad, transpose=True,
                           out=None if ws is None else ws.take("H.W", h.shape[0], w_l.shape[0], h))
         with timer("gemm"):
             grad_wl = weight_grad(grad_hw, h) if needs_wl else None

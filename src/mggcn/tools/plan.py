@@ -206,8 +206,9 @@ def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack],
         kind.plan_before_gemm(walk, i, d_in, d_out, agg, cached, train_eps)
         if i == 0 and agg and (cached or not kind.reads_input(train_eps)):
             walk.free("dropped input 0")  # X needs no gradient and, for the GCN, no GEMM reads it
-        if not agg and kind.plan_transform_buffer(i, train_eps) is not None:
-            walk.take(kind.plan_transform_buffer(i, train_eps), d_out)
+        transform = None if agg else kind.plan_transform_buffer(i, train_eps)
+        if transform is not None:
+            walk.take(transform, d_out)
         kind.plan_after_gemm(walk, i, d_out)
         walk.take(f"out {i}", d_out)
     return logits
