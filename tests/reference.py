@@ -77,15 +77,21 @@ def random_graph(n: int, e: int, features: int = 8, classes: int = 3, directed: 
 
 
 def pyg_model_losses(graph: Graph, kind: str, state: dict[str, torch.Tensor], hidden: int, num_layers: int,
-                     epochs: int, lr: float, weight_decay: float, train_eps: bool = False) -> list[float]:
+                     epochs: int, lr: float, weight_decay: float, train_eps: bool = False,
+                     batch_norm: bool = False, final: dict | None = None) -> list[float]:
     """Training losses of PyG's own ``GraphSAGE`` (``kind="sage"``) or ``GIN`` (``"gin"``) in float64, one process,
-    started from ``state`` (mggcn's initial weights under PyG's names), Adam on every parameter."""
-    from torch_geometric.nn.models import GIN, GraphSAGE
+    started from ``state`` (mggcn's initial weights under PyG's names), Adam on every parameter. ``batch_norm``: each
+    GINConv's MLP is PyG's ``MLP(..., norm="batch_norm")``; ``final``: filled with the state dict after training."""
+    from torch_geometric.nn.models import GIN, MLP, GraphSAGE
 
     if kind == "sage":
         model = GraphSAGE(graph.num_features, hidden, num_layers, graph.num_classes)
     else:
         model = GIN(graph.num_features, hidden, num_layers, graph.num_classes, train_eps=train_eps)
+        if batch_norm:
+            for conv in model.convs:
+                lins = conv.nn.lins
+                conv.nn = MLP([lins[0].in_channels, lins[0].out_channels, lins[1].out_channels], norm="batch_norm")
     model.load_state_dict(state, strict=True)
     model = model.double()
     x = torch.as_tensor(graph.x, dtype=torch.float64)
@@ -100,4 +106,6 @@ def pyg_model_losses(graph: Graph, kind: str, state: dict[str, torch.Tensor], hi
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    if final is not None:
+        final.update(model.state_dict())
     return losses

@@ -397,7 +397,8 @@ def collective_devices_worker(graph, nan_graph, configs):
 def layer_worker(cases, seed):
     """For each (graph, kind, layer keywords, PyG state dict, X, G): one GraphSAGE or GIN layer (``kind``) with
     those weights on this rank's rows through the staged SpMM, on a workspace as the trainer runs it: its output
-    rows, the gradient of its input rows (None for a first layer) and this rank's partial parameter gradients."""
+    rows, the gradient of its input rows (None for a first layer), this rank's partial parameter gradients and its
+    buffers (ε, a batch norm's running statistics)."""
     from mggcn.nn.gin import GINLayer
     from mggcn.nn.sage import SAGELayer
     from mggcn.nn.workspace import Workspace
@@ -408,13 +409,15 @@ def layer_worker(cases, seed):
         part = make_partition(graph.num_nodes, ctx.world_size, seed)
         shard = build_shard(graph, part, ctx.rank, operator_for(kind))
         op = StagedSpMM(ctx, shard.adj, shard.adj_t)
+        op.vertex_ids = torch.from_numpy(part.order[part.rows(ctx.rank)])  # as the trainer sets them
         layer = (SAGELayer if kind == "sage" else GINLayer)(x_orig.shape[1], g_orig.shape[1], **options)
         layer.load_state_dict(state)
         x = rows_of(to_new_order(x_orig, part), part, ctx.rank).clone().requires_grad_(not options["first"])
         y = layer(x, op, workspace=Workspace(), key="0", output_in_workspace=True)
         y.backward(rows_of(to_new_order(g_orig, part), part, ctx.rank))
         grads = {name: p.grad.clone() for name, p in layer.named_parameters()}
-        out.append((y.detach().clone(), None if x.grad is None else x.grad.clone(), grads))
+        out.append((y.detach().clone(), None if x.grad is None else x.grad.clone(), grads,
+                    {name: b.clone() for name, b in layer.named_buffers()}))
     return ctx.rank, out
 
 

@@ -32,25 +32,28 @@ def _local(graph, kind):
     return local_adj(shard.adj[0], shard.adj_t[0])
 
 
-def _pyg_conv(kind, d_in, d_out, train_eps=False):
+def _pyg_conv(kind, d_in, d_out, train_eps=False, batch_norm=False):
     if kind == "sage":
         return SAGEConv(d_in, d_out)
-    return GINConv(MLP([d_in, d_out, d_out], norm=None), train_eps=train_eps)
+    return GINConv(MLP([d_in, d_out, d_out], norm="batch_norm" if batch_norm else None), train_eps=train_eps)
 
 
-def _layer(kind, d_in, d_out, first, order, train_eps=False):
+def _layer(kind, d_in, d_out, first, order, train_eps=False, batch_norm=False):
     if kind == "sage":
         return SAGELayer(d_in, d_out, first=first, order=order)
-    return GINLayer(d_in, d_out, first=first, order=order, train_eps=train_eps)
+    return GINLayer(d_in, d_out, first=first, order=order, train_eps=train_eps, batch_norm=batch_norm)
 
 
 def _perturbed_state(layer, seed):
-    """The layer's parameters with random biases and, for GIN, a nonzero ε: every term shows in the output."""
+    """The layer's parameters with random biases and, for GIN, a nonzero ε and a batch norm's scale other than 1:
+    every term shows in the output."""
     gen = torch.Generator().manual_seed(seed)
     state = {k: v.clone() for k, v in layer.state_dict().items()}
     for k, v in state.items():
         if k.endswith("bias") or k == "eps":
             state[k] = torch.randn(v.shape, generator=gen) * 0.5
+        elif k.endswith("module.weight"):
+            state[k] = 1 + torch.randn(v.shape, generator=gen) * 0.5
     return state
 
 
@@ -94,6 +97,44 @@ def test_layer_equals_pyg_conv(kind, order, first, train_eps):
         torch.testing.assert_close(p.grad, theirs[name].grad, rtol=1e-5, atol=1e-4, msg=name)  # sums of ~100 terms
 
 
+@pytest.mark.parametrize("order,first,reuse", itertools.product(("aggregate-first", "transform-first"), (True, False),
+                                                                (True, False)))
+def test_batch_norm_layer_equals_pyg_conv(order, first, reuse):
+    """GIN's MLP with its batch norm against PyG's ``GINConv(MLP(..., norm="batch_norm"))`` on the whole graph, on a
+    workspace or new tensors: in training mode (the batch's statistics) the output, the gradients and the running
+    statistics it leaves; in eval mode (the running statistics) the output and the gradients."""
+    from mggcn.nn.workspace import Workspace
+
+    graph = random_graph(23, 90, features=6, directed=True)
+    layer = _layer("gin", 6, 4, first, order, batch_norm=True)
+    layer.load_state_dict(_perturbed_state(layer, 2))
+    conv = _pyg_conv("gin", 6, 4, batch_norm=True)
+    conv.load_state_dict(layer.state_dict())
+    adj, ei = _local(graph, "gin"), torch.from_numpy(graph.edge_index)
+    for mode in ("train", "eval"):
+        layer.train(mode == "train")
+        conv.train(mode == "train")
+        layer.zero_grad()
+        conv.zero_grad()
+        x1 = torch.from_numpy(graph.x).requires_grad_()
+        x2 = x1.detach().clone().requires_grad_()
+        kw = dict(workspace=Workspace(), key="0", output_in_workspace=True) if reuse else {}
+        out = layer(x1, adj, **kw)
+        ref = conv(x2, ei)
+        torch.testing.assert_close(out, ref, **TOL, msg=lambda m, mode=mode: f"{mode}: {m}")
+        g = torch.randn_like(out)
+        out.backward(g)
+        ref.backward(g)
+        torch.testing.assert_close(x1.grad, x2.grad, **TOL, msg=lambda m, mode=mode: f"{mode}: {m}")
+        theirs = dict(conv.named_parameters())
+        for name, p in layer.named_parameters():
+            torch.testing.assert_close(p.grad, theirs[name].grad, rtol=1e-5, atol=1e-4, msg=f"{mode} {name}")
+        theirs = dict(conv.named_buffers())
+        for name, b in layer.named_buffers():
+            torch.testing.assert_close(b, theirs[name], rtol=1e-5, atol=1e-6, msg=f"{mode} {name}")
+    assert int(layer.nn.norms[0].module.num_batches_tracked) == 1  # eval mode moved no statistic
+
+
 @pytest.mark.parametrize("kind,train_eps", [("sage", False), ("gin", True), ("gin", False)])
 def test_cached_input_aggregation_gives_the_same_numbers(kind, train_eps):
     """The first layer fed ``Â·X`` computed once equals the layer aggregating itself (both orders), with and
@@ -129,9 +170,10 @@ def test_cached_input_aggregation_gives_the_same_numbers(kind, train_eps):
             make_model("gin", [7, 5, 3], train_eps=True)(None, adj, x_aggregated=adj.run(x))
 
 
-@pytest.mark.parametrize("kind,train_eps,dropout", [("sage", False, 0.0), ("sage", False, 0.4), ("gin", False, 0.0),
-                                                    ("gin", False, 0.4), ("gin", True, 0.0)])
-def test_buffers_on_the_workspace_give_the_numbers_of_new_tensors(kind, train_eps, dropout):
+@pytest.mark.parametrize("kind,train_eps,dropout,batch_norm", [
+    ("sage", False, 0.0, False), ("sage", False, 0.4, False), ("gin", False, 0.0, False), ("gin", False, 0.4, False),
+    ("gin", True, 0.0, False), ("gin", False, 0.0, True), ("gin", True, 0.4, True)])
+def test_buffers_on_the_workspace_give_the_numbers_of_new_tensors(kind, train_eps, dropout, batch_norm):
     """Layers of both orders in one stack (9 -> 5 multiplies first, 5 -> 8 -> 12 aggregate first: the gradients
     reaching 9 -> 5 and 5 -> 8 come on gradient buffers, not over their outputs), with and without dropout: two
     epochs with every intermediate and gradient on the workspace give the outputs and gradients of the same model
@@ -142,7 +184,7 @@ def test_buffers_on_the_workspace_give_the_numbers_of_new_tensors(kind, train_ep
     runs = []
     for reuse in (True, False):
         model = make_model(kind, [7, 9, 5, 8, 12, 3], seed=3, train_eps=train_eps, dropout=dropout,
-                           reuse_buffers=reuse)
+                           reuse_buffers=reuse, **({"batch_norm": True} if batch_norm else {}))
         assert [c.aggregate_first for c in model.convs[1:]] == [False, True, True, False]
         steps = []
         for epoch in range(2):
@@ -197,22 +239,24 @@ def _layer_cases():
     directed = random_graph(22, 110, features=6, directed=True, seed=4)  # 22 rows: not divisible by 3 or 4
     cases, expected = [], []
     gen = torch.Generator().manual_seed(0)
-    for k, (kind, order, first, train_eps) in enumerate(itertools.product(
-            ("sage", "gin"), ("aggregate-first", "transform-first"), (True, False), (False, True))):
-        if kind == "sage" and train_eps:
+    for k, (kind, order, first, train_eps, batch_norm) in enumerate(itertools.product(
+            ("sage", "gin"), ("aggregate-first", "transform-first"), (True, False), (False, True), (False, True))):
+        if kind == "sage" and (train_eps or batch_norm):
             continue
         d_out = 9 if order == "aggregate-first" else 3  # what auto would pick, and the other way round
-        layer = _layer(kind, 6, d_out, first, order, train_eps)
+        layer = _layer(kind, 6, d_out, first, order, train_eps, batch_norm)
         state = _perturbed_state(layer, k)
         x = torch.randn(22, 6, generator=gen)
         g = torch.randn(22, d_out, generator=gen)
-        conv = _pyg_conv(kind, 6, d_out, train_eps)
+        conv = _pyg_conv(kind, 6, d_out, train_eps, batch_norm)
         conv.load_state_dict(state)
         xr = x.clone().requires_grad_()
         ref = conv(xr, torch.from_numpy(directed.edge_index))
         ref.backward(g)
-        expected.append((ref.detach(), xr.grad, {n: p.grad for n, p in conv.named_parameters()}))
-        options = dict(first=first, order=order) | ({"train_eps": train_eps} if kind == "gin" else {})
+        expected.append((ref.detach(), xr.grad, {n: p.grad for n, p in conv.named_parameters()},
+                         dict(conv.named_buffers())))
+        options = dict(first=first, order=order) | (dict(train_eps=train_eps, batch_norm=batch_norm)
+                                                    if kind == "gin" else {})
         cases.append((directed, kind, options, state, x, g))
     return cases, expected
 
@@ -220,14 +264,15 @@ def _layer_cases():
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_layers_across_ranks_equal_pyg(nprocs):
     """Each rank's rows of the output and of the input gradient, and the sum over ranks of the parameter
-    gradients, equal PyG's conv on the whole (directed) graph."""
+    gradients, equal PyG's conv on the whole (directed) graph; with GIN's batch norm (its statistics over every
+    rank's vertices, the padding rows of P = 3, 4 left out) so do every rank's running statistics."""
     cases, expected = _layer_cases()
     seed = 3
     per_rank = ([workers.layer_worker(cases, seed)] if nprocs == 1
                 else run_workers(workers.layer_worker, nprocs, (cases, seed), timeout_s=300))
     part = make_partition(22, nprocs, seed)
     position = torch.from_numpy(part.position)
-    for k, (case, (ref, ref_grad_x, ref_grads)) in enumerate(zip(cases, expected, strict=True)):
+    for k, (case, (ref, ref_grad_x, ref_grads, ref_buffers)) in enumerate(zip(cases, expected, strict=True)):
         rows = [dict(per_rank)[r][k] for r in range(nprocs)]
         out = torch.cat([r[0] for r in rows])[position]  # partition order -> original ids, padding dropped
         torch.testing.assert_close(out, ref, **TOL, msg=lambda m, k=k: f"P={nprocs} case {k}: {m}")
@@ -239,3 +284,23 @@ def test_layers_across_ranks_equal_pyg(nprocs):
         for name, want in ref_grads.items():
             got = sum(r[2][name] for r in rows)  # the trainer all-reduces these partial sums
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4, msg=lambda m, k=k, n=name: f"{k} {n}: {m}")
+        for r in rows:
+            assert set(r[3]) == set(ref_buffers)
+            for name, want in ref_buffers.items():
+                torch.testing.assert_close(r[3][name], want, rtol=1e-5, atol=1e-6, msg=f"case {k} {name}")
+
+
+def test_a_saved_batch_norm_gin_is_rebuilt_from_its_state_dict():
+    """``predict`` rebuilds a model from its parameter names alone: a GIN's batch norms show in its state dict
+    (PyG's ``nn.norms.0.module.*``), and the rebuilt model in eval mode gives the saved one's outputs."""
+    graph = random_graph(17, 50, features=5, classes=4)
+    adj, x = _local(graph, "gin"), torch.from_numpy(graph.x)
+    model = make_model("gin", [5, 8, 4], seed=1, batch_norm=True)
+    model(x, adj)  # training mode: the running statistics move
+    state = model.state_dict()
+    assert GIN.state_options(state) == {"batch_norm": True}
+    assert GIN.state_options(make_model("gin", [5, 8, 4]).state_dict()) == {}
+    rebuilt = make_model("gin", GIN.state_dims(state), **GIN.state_options(state))
+    rebuilt.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt.eval()(x, adj), model.eval()(x, adj), rtol=0, atol=0)

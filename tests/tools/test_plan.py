@@ -129,7 +129,9 @@ def _third_epoch_allocations(operator, cfg):
     ("gin", True, (16, 96), "transform-first"), ("gin", True, (16, 96), "aggregate-first"),
     # layer 1's output gradient comes on a gradient buffer (layer 2 aggregates first)
     ("gin", False, (96, 16, 64), "auto"),
-    ("sage", False, (96, 16, 64), "auto")])
+    ("sage", False, (96, 16, 64), "auto"),
+    # GIN with batch norms: x̂ kept per layer, an eval-mode forward per epoch (its accuracies)
+    ("gin", "batch norm", (16, 96), "auto"), ("gin", "batch norm", (96, 16, 64), "transform-first")])
 def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden, order):
     """After training, the model's workspace holds exactly the buffers activation_peak names, its parameters are
     those num_parameters counts, and a later epoch allocates nothing of the size of an activation: no tensor larger
@@ -139,19 +141,22 @@ def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden,
     from mggcn.nn.models import operator_for
     from mggcn.tools.plan import num_parameters
 
-    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, hidden=hidden, epochs=3, trace_epoch=0, order=order)
+    options = {"batch_norm": True} if train_eps == "batch norm" else {}
+    train_eps = train_eps is True
+    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, gin_batch_norm=bool(options), hidden=hidden, epochs=3,
+                      trace_epoch=0, order=order)
     graph, shard, m, result, events = _third_epoch_allocations(operator_for(kind), cfg)
     dims = [24, *hidden, 6]
-    peak, alive = activation_peak(m, dims, order=order, model=kind, train_eps=train_eps)
+    peak, alive = activation_peak(m, dims, order=order, model=kind, train_eps=train_eps, **options)
     workspace = {k[3:]: v for k, v in alive.items() if k.startswith("ws:")}
     assert result.model.workspace.sizes == workspace
-    assert sum(p.numel() for p in result.model.parameters()) == num_parameters(dims, kind, train_eps)
+    assert sum(p.numel() for p in result.model.parameters()) == num_parameters(dims, kind, train_eps, **options)
     expected = peak - sum(workspace.values())
     assert expected == 2 * 4 * m
     # the CPU gather kernel's chunk of rows in flight (the whole 3000 rows here; under 1 MiB on any graph), a
     # part of the plan beside the activations
     plan = plan_memory(graph.num_nodes, graph.num_edges, 24, 6, hidden, gather=gather_kernel("cpu"), model=kind,
-                       order=order, train_eps=train_eps)
+                       order=order, train_eps=train_eps, **options)
     chunk = plan.parts.get("SpMM row chunk", 0)
     assert (chunk > 0) == gather_kernel("cpu") and chunk <= 4 * tiled.GATHER_CHUNK + 3 * 4 * (m + 1)
     largest = max(b for _, b in events)

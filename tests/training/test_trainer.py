@@ -89,6 +89,29 @@ def test_accuracies_are_global_fractions(dropout):
         assert history[0][key] >= 0.0
 
 
+def test_batch_norm_accuracies_come_from_eval_mode():
+    """A GIN with batch norms computes in eval mode (the running statistics) other logits than in training mode
+    (the batch's): an epoch's accuracies are those of an eval-mode pass, at P = 3 those of the initial model in eval
+    mode on one process for epoch 1, and the next epoch's come from the statistics the first one moved."""
+    from mggcn.distributed.partition import make_partition
+    from mggcn.distributed.sharding import build_shard
+    from mggcn.distributed.spmm import local_adj
+    from mggcn.nn.models import make_model
+
+    graph = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)
+    cfg = TrainConfig(model="gin", hidden=(16,), epochs=2, seed=1, gin_batch_norm=True)
+    history = _run_all(3, [(graph, cfg)])[0][0][1]
+    model = make_model("gin", cfg.dims(graph.num_features, graph.num_classes), seed=1, batch_norm=True)
+    assert model.evaluates_differently and not model.reads_training_columns
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, "sum")
+    adj, x = local_adj(shard.adj[0], shard.adj_t[0]), torch.from_numpy(graph.x)
+    preds = {mode: model.train(mode == "train")(x, adj).argmax(1).numpy() for mode in ("eval", "train")}
+    assert (preds["eval"] != preds["train"]).any()  # else this test could not tell the modes apart
+    for split in ("train", "val", "test"):
+        mask = graph.masks[split]
+        assert history[0][f"{split}_acc"] == pytest.approx((preds["eval"][mask] == graph.y[mask]).mean(), abs=1e-12)
+
+
 def test_dropout_trains_and_is_reproducible():
     graph = random_graph(60, 300, features=10, classes=3, seed=4)
     cfg = TrainConfig(hidden=(16,), epochs=5, dropout=0.5, input_dropout=0.2, seed=2)
@@ -106,27 +129,38 @@ def _model_cases():
         for order in ("aggregate-first", "transform-first"):
             cases.append((directed, TrainConfig(model=kind, hidden=(16, 16), epochs=EPOCHS, seed=5, order=order)))
     cases.append((few, TrainConfig(model="gin", hidden=(16, 16), epochs=EPOCHS, seed=6, gin_train_eps=True)))
+    for order in ("aggregate-first", "transform-first"):  # the batch norm's statistics over every rank's vertices
+        cases.append((directed, TrainConfig(model="gin", hidden=(16, 16), epochs=EPOCHS, seed=9, order=order,
+                                            gin_batch_norm=True)))
     cases.append((directed, TrainConfig(model="sage", hidden=(16, 16), epochs=EPOCHS, seed=7, shm="off")))
     return cases
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_sage_and_gin_loss_curves_equal_pyg_models(nprocs):
-    """3-layer GraphSAGE and GIN, both orders (and auto, where the first layer's Â·X is cached): the 10-epoch loss
-    curve equals that of PyG's own model in float64 on one process, started from the same weights."""
+    """3-layer GraphSAGE and GIN, both orders (and auto, where the first layer's Â·X is cached), GIN with a batch
+    norm in its MLPs too: the 10-epoch loss curve equals that of PyG's own model in float64 on one process, started
+    from the same weights, and so do the batch norms' running statistics at the end."""
     cases = _model_cases()
     results = workers.train_many_worker(cases) if nprocs == 1 else _run_all(nprocs, cases)
     per_rank = [results] if nprocs == 1 else results
     for k, (graph, cfg) in enumerate(cases):
         initial = build_model(cfg, graph.num_features, graph.num_classes).pyg_state_dict()
+        final = {}
         expected = pyg_model_losses(graph, cfg.model, initial, 16, 3, cfg.epochs, cfg.lr, cfg.weight_decay,
-                                    cfg.gin_train_eps)
+                                    cfg.gin_train_eps, cfg.gin_batch_norm, final)
         losses, history, state = per_rank[0][k]
         # float32 against float64 over 10 Adam steps: relative differences stay below 1e-6
         torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64),
                                    torch.tensor(expected, dtype=torch.float64),
                                    rtol=1e-5, atol=0, msg=lambda m, k=k: f"P={nprocs} case {k}: {m}")
         assert set(state) == set(initial)
+        for name in (n for n in final if "running" in n):
+            # the bias before a batch norm has a zero gradient up to rounding (the norm removes the mean), so Adam
+            # moves it by up to lr per step in a direction the rounding picks, float32 one way, float64 another: the
+            # running mean follows it (momentum 0.1: |Δ| < 1e-2 after 10 steps, measured 1e-3); the variance not
+            tol = dict(rtol=0, atol=1e-2) if name.endswith("running_mean") else dict(rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(state[name].double(), final[name], **tol, msg=name)
         for other in per_rank[1:]:
             assert other[k][0] == losses
 

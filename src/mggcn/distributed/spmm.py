@@ -32,7 +32,7 @@ from torch.autograd.function import once_differentiable
 
 from mggcn.config import TRAIN_COLUMNS
 from mggcn.distributed.attention import attention_rows
-from mggcn.distributed.context import DistContext, all_gather_rows
+from mggcn.distributed.context import DistContext, all_gather_rows, all_reduce_sum
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.kernels.attention import AttentionSpec
 from mggcn.kernels.tiled import TiledCSR
@@ -179,6 +179,37 @@ class SpMMOperator:
                 ids = all_gather_rows(ctx, self.vertex_ids.to(device=ctx.device, dtype=torch.int64))
             self._all_vertex_ids = ids
         return ids
+
+    @property
+    def real_rows(self) -> int:
+        """How many of this rank's rows are vertices: every partition puts a rank's padding rows after its vertices
+        (:class:`~mggcn.distributed.partition.Partition`), so they are the first ``real_rows``."""
+        real = getattr(self, "_real_rows", None)
+        if real is None:
+            if self.vertex_ids is None:
+                if self.ctx.world_size > 1:
+                    raise ValueError("the operator's vertex_ids tell its vertices from its padding rows: set them")
+                real = self.rows
+            else:
+                real = int((self.vertex_ids >= 0).sum())
+                if not bool((self.vertex_ids[:real] >= 0).all()):
+                    raise ValueError("a rank's padding rows must come after its vertices")
+            self._real_rows = real
+        return real
+
+    @property
+    def num_vertices(self) -> int:
+        """The vertices of every rank (:attr:`real_rows` summed). Collective the first time (every rank asks at the
+        same point), then kept."""
+        total = getattr(self, "_num_vertices", None)
+        if total is None:
+            count = torch.tensor([self.real_rows], dtype=torch.float64, device=self.ctx.device)
+            total = self._num_vertices = int(self.sum_over_ranks(count).item())
+        return total
+
+    def sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over the ranks, in place (a layer's statistics over every vertex); returns it."""
+        return all_reduce_sum(self.ctx, tensor)
 
     def __call__(self, b: torch.Tensor, out: OutSpec = None, grad_ws: GradSpec = None,
                  grad_on_train_rows: bool = False) -> torch.Tensor:

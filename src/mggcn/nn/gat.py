@@ -170,6 +170,10 @@ class GAT(LayerStack):
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
         return {"heads": int(state["convs.0.att_src"].shape[1])}
 
+    @property
+    def evaluates_differently(self) -> bool:
+        return super().evaluates_differently or self.attention_dropout > 0
+
     @classmethod
     def build(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, attention_dropout: float = 0.0,
               **common) -> GAT:

@@ -23,9 +23,14 @@ besides the GCN's, but ``H·W_1ᵀ`` lies on the layer's output buffer (see :cla
 input feeds two branches (the SpMM and the local term) and the layer is one autograd node (:class:`_GINConv`) that
 gives the input one gradient, on the workspace.
 
-Parameter names match PyG: ``convs.{l}.eps`` [1], ``convs.{l}.nn.lins.{k}.weight`` and ``.bias`` (k = 0, 1): the
-state dict loads into ``torch_geometric.nn.models.GIN(d_0, hidden, num_layers, d_L)`` (``train_eps=True`` for a
-learnable ε).
+With ``batch_norm`` (``--gin-batch-norm``) the MLP is PyG's ``MLP([d_in, d_out, d_out], norm="batch_norm")``: a
+batch norm between the linears, ``σ(BN(Z·W_1ᵀ + b_1))``, its statistics over every vertex of every rank
+(:mod:`mggcn.nn.batch_norm`), normalized in place on ``mlp {key}`` with ``x̂`` kept on ``bn {key}``.
+
+Parameter names match PyG: ``convs.{l}.eps`` [1], ``convs.{l}.nn.lins.{k}.weight`` and ``.bias`` (k = 0, 1),
+``convs.{l}.nn.norms.0.module.*`` for a batch norm: the state dict loads into
+``torch_geometric.nn.models.GIN(d_0, hidden, num_layers, d_L)`` (``train_eps=True`` for a learnable ε; with batch
+norms, once each conv's ``nn`` is such an ``MLP``).
 
 Legend: m = rows of this rank.
 """
@@ -40,6 +45,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mggcn.kernels.policy import mask_chunk_rows
+from mggcn.nn.batch_norm import BatchNorm, normalize_, normalize_backward_
 from mggcn.nn.branched import BranchedStack, check_operator
 from mggcn.nn.functional import _linear, _slope, input_grad, masked_grad, weight_grad
 from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear, input_slope
@@ -50,12 +56,20 @@ __all__ = ["GINLayer", "GIN"]
 
 
 class _MLP(nn.Module):
-    """The two linears of PyG's ``MLP([d_in, d_out, d_out])``, under its parameter names (``lins.{k}``)."""
+    """The two linears of PyG's ``MLP([d_in, d_out, d_out])``, under its parameter names (``lins.{k}``), and with
+    ``batch_norm`` its batch norm between them (``norms.0``, PyG's ``norm="batch_norm"``)."""
 
-    def __init__(self, in_dim: int, out_dim: int, generator: torch.Generator | None = None) -> None:
+    def __init__(self, in_dim: int, out_dim: int, generator: torch.Generator | None = None,
+                 batch_norm: bool = False) -> None:
         super().__init__()
         self.lins = nn.ModuleList([glorot_linear(in_dim, out_dim, True, generator),
                                    glorot_linear(out_dim, out_dim, True, generator)])
+        if batch_norm:
+            self.norms = nn.ModuleList([BatchNorm(out_dim)])
+
+    @property
+    def batch_norm(self) -> nn.BatchNorm1d | None:
+        return self.norms[0].module if hasattr(self, "norms") else None
 
 
 class GINLayer(nn.Module):
@@ -69,6 +83,8 @@ class GINLayer(nn.Module):
         activation: σ between the MLP's two linears (``relu`` or ``leaky_relu``).
         train_eps: ε is a learnable parameter (default False: a buffer fixed at ``eps``).
         eps: the (initial) ε (default 0).
+        batch_norm: batch-normalize the MLP's hidden layer before its σ, with statistics over every vertex
+            (:mod:`mggcn.nn.batch_norm`; PyG's ``MLP(..., norm="batch_norm")``).
         generator: draw the MLP's weights from it (:func:`~mggcn.nn.model.glorot_linear`; :class:`GIN` does); None:
             as ``torch.nn.Linear`` does.
 
@@ -77,10 +93,10 @@ class GINLayer(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto",
                  activation: str = "relu", train_eps: bool = False, eps: float = 0.0,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, batch_norm: bool = False) -> None:
         super().__init__()
         check_order(order)
-        self.nn = _MLP(in_dim, out_dim, generator)
+        self.nn = _MLP(in_dim, out_dim, generator, batch_norm)
         if train_eps:
             self.eps = nn.Parameter(torch.full((1,), float(eps)))
         else:
@@ -104,7 +120,10 @@ class GINLayer(nn.Module):
         sigma = input_slope(input_activation, ws, not (self.first or agg))
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         lin1, lin2 = self.nn.lins
-        return _GINConv.apply(h, lin1.weight, lin1.bias, lin2.weight, lin2.bias, self.eps, h_aggregated, adj, agg,
+        bn = self.nn.batch_norm
+        gamma, beta = (None, None) if bn is None else (bn.weight, bn.bias)
+        return _GINConv.apply(h, lin1.weight, lin1.bias, lin2.weight, lin2.bias, self.eps, h_aggregated, gamma, beta,
+                              bn, adj, agg,
                               _slope(self.activation), self.train_eps, timer, ws, key, out,
                               None if self.first else ws, sigma)
 
@@ -119,6 +138,9 @@ class _GINConv(torch.autograd.Function):
       ``H.W {key}`` when ε learns: ``∂ε`` reads it back; on the shared ``H.W`` when the output is a new tensor),
       ``U = σ(Â·(H·W_1ᵀ) + (1+ε)·H·W_1ᵀ + b_1)`` on ``mlp {key}``, the output ``U·W_2ᵀ + b_2``.
 
+    With a batch norm (``bn``; ``gamma``, ``beta`` its parameters) ``U``'s input is normalized in place, ``x̂`` on
+    ``bn {key}``, and backward turns the gradient over ``U`` into that of the norm's input, in place.
+
     Backward writes ``∂(U's input) = (∂out·W_2) ⊙ σ'`` over ``U`` (:func:`~mggcn.nn.functional.masked_grad`), then
     ``∂Z`` over ``Z`` (aggregating first) or ``Âᵀ·∂ + (1+ε)·∂`` (multiplying first) over the output's gradient when
     that lies on the output's buffer (the loss and the next layer put it there; read no more), else over
@@ -129,7 +151,8 @@ class _GINConv(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,  # type: ignore[override]
-                b2: torch.Tensor, eps: torch.Tensor, h_agg: torch.Tensor | None, adj: Adj, agg: bool, slope: float,
+                b2: torch.Tensor, eps: torch.Tensor, h_agg: torch.Tensor | None, gamma: torch.Tensor | None,
+                beta: torch.Tensor | None, bn: nn.BatchNorm1d | None, adj: Adj, agg: bool, slope: float,
                 train_eps: bool, timer: PhaseTimer, ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec,
                 sigma: float | None) -> torch.Tensor:
         m, d_out = adj.rows, w1.shape[0]
@@ -158,12 +181,18 @@ class _GINConv(torch.autograd.Function):
                 hw = _linear(h, w1, None, hw_dest)
             u = adj.run(hw, out=mlp).addcmul_(hw, scale).add_(b1)
             kept = hw if train_eps else None  # the shared buffer H.W is the next layer's: only ∂ε reads it back
+        xhat = invstd = None
+        if bn is not None:
+            keep = any(ctx.needs_input_grad)
+            xhat_buffer = ws.take(f"bn {key}", m, d_out, u) if ws is not None and (bn.training or keep) else None
+            xhat, invstd = normalize_(u, bn, adj, xhat_buffer, keep)
         u = u.relu_() if slope == 0.0 else F.leaky_relu_(u, slope)
         dest = None if out is None else out[0].take(out[1], m, w2.shape[0], like)
         with timer("gemm"):
             result = _linear(u, w2, b2, dest)
-        ctx.save_for_backward(h, w1, w2, scale, u, kept)
+        ctx.save_for_backward(h, w1, w2, scale, u, kept, xhat, invstd, gamma)
         ctx.adj, ctx.agg, ctx.cached, ctx.slope, ctx.timer = adj, agg, h_agg is not None, slope, timer
+        ctx.batch_stats = bn is not None and bn.training
         ctx.train_eps = train_eps
         ctx.ws, ctx.key, ctx.hw_name, ctx.grad_ws, ctx.sigma = ws, key, None if agg else hw_name, grad_ws, sigma
         ctx.out_name = None if out is None else out[1]
@@ -172,7 +201,7 @@ class _GINConv(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        h, w1, w2, scale, u, kept = ctx.saved_tensors
+        h, w1, w2, scale, u, kept, xhat, invstd, gamma = ctx.saved_tensors
         needs_h, needs_w1, needs_b1, needs_w2, needs_b2, needs_eps, needs_agg = ctx.needs_input_grad[:7]
         adj, ws, timer = ctx.adj, ctx.ws, ctx.timer
         grad_h = grad_w1 = grad_b1 = grad_eps = grad_agg = None
@@ -180,6 +209,9 @@ class _GINConv(torch.autograd.Function):
             grad_w2 = weight_grad(grad, u) if needs_w2 else None
             grad_b2 = grad.sum(0) if needs_b2 else None
             grad_u = masked_grad(grad, w2, u, ctx.slope, ws)  # ∂ of σ's input, over U
+        grad_gamma = grad_beta = None
+        if xhat is not None:  # ∂ of the batch norm's input, over U
+            grad_gamma, grad_beta = normalize_backward_(grad_u, xhat, invstd, gamma, adj, ctx.batch_stats, ws)
         grad_b1 = grad_u.sum(0) if needs_b1 else None
         if ctx.agg:
             z = kept
@@ -198,7 +230,7 @@ class _GINConv(torch.autograd.Function):
                     grad_h = torch.mul(grad_z, scale, out=dest) if dest is not None else grad_z * scale
                 else:
                     grad_h = adj.run(grad_z, transpose=True, out=dest).addcmul_(grad_z, scale)
-            return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, grad_agg, *[None] * 10
+            return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, grad_agg, grad_gamma, grad_beta, *[None] * 11
         if needs_eps:
             grad_eps = _dot(grad_u, kept)
         if ws is None:
@@ -215,7 +247,7 @@ class _GINConv(torch.autograd.Function):
             grad_w1 = weight_grad(grad_hw, h) if needs_w1 else None
             if needs_h:
                 grad_h = input_grad([(grad_hw, w1)], h, ctx.sigma, ctx.grad_ws, avoid=grad)
-        return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, None, *[None] * 10
+        return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, None, grad_gamma, grad_beta, *[None] * 11
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -232,17 +264,31 @@ class GIN(BranchedStack):
     Args:
         order: the order policy, see :func:`~mggcn.nn.model.aggregate_first`.
         train_eps: learn ε (default False: ε = 0 fixed).
+        batch_norm: batch-normalize each MLP's hidden layer (:class:`GINLayer`), over every vertex; the last
+            layer's SpMM backward then reads every column of Âᵀ (the norm's gradient reaches every row).
         seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank.
     """
 
     kind = "gin"
     pyg_name = pyg_label = "GIN"
-    options = ("gin_train_eps",)
+    options = ("gin_train_eps", "gin_batch_norm")
     layer_weight = "convs.{}.nn.lins.0.weight"
 
     @classmethod
-    def build(cls, dims: Sequence[int], train_eps: bool = False, **common) -> GIN:
-        return cls(dims, train_eps=train_eps, **common)
+    def build(cls, dims: Sequence[int], train_eps: bool = False, batch_norm: bool = False, **common) -> GIN:
+        return cls(dims, train_eps=train_eps, batch_norm=batch_norm, **common)
+
+    @classmethod
+    def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
+        return {"batch_norm": True} if "convs.0.nn.norms.0.module.weight" in state else {}
+
+    @classmethod
+    def keeps_training_columns(cls, batch_norm: bool = False, **options) -> bool:
+        return not batch_norm
+
+    @property
+    def evaluates_differently(self) -> bool:
+        return super().evaluates_differently or self.batch_norm  # the running statistics
 
     @classmethod
     def operator(cls, norm: str) -> str:
@@ -253,8 +299,9 @@ class GIN(BranchedStack):
         return [(d_in, d_out, False), (d_out, d_out, True)]  # the MLP's second linear always needs ∂H
 
     @classmethod
-    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False) -> int:
-        return sum(a * b + b * b + 2 * b + int(train_eps) for a, b in zip(dims[:-1], dims[1:], strict=True))
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, batch_norm: bool = False) -> int:
+        return sum(a * b + b * b + (4 if batch_norm else 2) * b + int(train_eps)
+                   for a, b in zip(dims[:-1], dims[1:], strict=True))
 
     @classmethod
     def reads_input(cls, train_eps: bool = False) -> bool:
@@ -278,8 +325,10 @@ class GIN(BranchedStack):
         return f"H.W {i}" if train_eps else None
 
     @classmethod
-    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
+    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int, batch_norm: bool = False, **options) -> None:
         walk.take(f"mlp {i}", d_out)
+        if batch_norm:
+            walk.take(f"bn {i}", d_out)  # x̂, read by the norm's backward
 
     @classmethod
     def plan_output_backward(cls, walk: BufferWalk, i: int, d_out: int, agg: bool, grad: str,
@@ -291,9 +340,11 @@ class GIN(BranchedStack):
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,
-                 reuse_buffers: bool = True) -> None:
+                 reuse_buffers: bool = True, batch_norm: bool = False) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
-        self.train_eps = train_eps
+        self.train_eps, self.batch_norm = train_eps, batch_norm
+        self.reads_training_columns = self.keeps_training_columns(batch_norm)
         generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
         self.convs.extend(GINLayer(dims[i], dims[i + 1], first=(i == 0), order=order, activation=activation,
-                                   train_eps=train_eps, generator=generator) for i in range(len(dims) - 1))
+                                   train_eps=train_eps, generator=generator, batch_norm=batch_norm)
+                          for i in range(len(dims) - 1))

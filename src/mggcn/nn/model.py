@@ -274,6 +274,12 @@ class LayerStack(nn.Module):
     takes_input_activation = False
 
     @classmethod
+    def keeps_training_columns(cls, **options) -> bool:
+        """Whether the last layer's backward may read Âᵀ's training columns alone with the model's ``options``
+        (:attr:`reads_training_columns`; not where a norm couples the rows)."""
+        return cls.reads_training_columns
+
+    @classmethod
     def reads_input(cls, train_eps: bool = False) -> bool:
         """Whether forward still reads ``x`` when given the cached ``Â·x`` (then the trainer keeps X); ``train_eps``:
         GIN's learnable ε. The GCN: no."""
@@ -381,8 +387,8 @@ class LayerStack(nn.Module):
         return "H.W"
 
     @classmethod
-    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int) -> None:
-        """Layer ``i``'s tensors between its GEMM and its output."""
+    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int, **options) -> None:
+        """Layer ``i``'s tensors between its GEMM and its output (``options``: the model's own)."""
 
     @classmethod
     def plan_backward(cls, walk: BufferWalk, i: int, d_in: int, d_out: int, agg: bool, grad: str,
@@ -433,6 +439,12 @@ class LayerStack(nn.Module):
         return dropout(h, p, self._dropout_generator)
 
     @property
+    def evaluates_differently(self) -> bool:
+        """Whether the model in eval mode gives other logits than in training mode (dropout; GAT's attention
+        dropout, GIN's batch norm): then a training forward's logits do not measure its accuracy."""
+        return self.dropout > 0 or self.input_dropout > 0
+
+    @property
     def caches_input_aggregation(self) -> bool:
         """Whether ``Â·X`` may be computed once and passed to :meth:`forward`."""
         return self.input_dropout == 0.0
@@ -461,7 +473,7 @@ class LayerStack(nn.Module):
         deferred = False
 
         def adj_of(i: int) -> Adj:
-            return TrainRowsAdj(adj) if loss_on_train_rows and i == last else adj
+            return TrainRowsAdj(adj) if loss_on_train_rows and self.reads_training_columns and i == last else adj
 
         i = 0
         while i <= last:

@@ -20,7 +20,7 @@ from mggcn.nn.sage import GraphSAGE
 from mggcn.utils.errors import ConfigError
 
 __all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "model_options", "models_taking",
-           "operator_for"]
+           "operator_for", "option_keyword"]
 
 # Every model by its --model name. A model class carries what the rest of mggcn knows about it (its Â, PyG
 # counterpart, parameters, GEMMs, the plan's buffers: see LayerStack), so registering it is all a new model needs.
@@ -66,7 +66,13 @@ def models_taking(option: str) -> str:
     return ", ".join(kind for kind, cls in MODEL_TYPES.items() if option in cls.options)
 
 
+def option_keyword(option: str) -> str:
+    """The :func:`make_model` keyword of the model's own setting ``option`` (a :class:`~mggcn.config.TrainConfig`
+    field): GIN's ``gin_`` settings drop the prefix."""
+    return option.removeprefix("gin_")
+
+
 def model_options(cfg: TrainConfig) -> dict:
     """The settings of ``cfg`` that only its model takes (its class's ``options``), as :func:`make_model`'s
-    keywords (GIN's ``gin_train_eps`` is its ``train_eps``)."""
-    return {"train_eps" if o == "gin_train_eps" else o: getattr(cfg, o) for o in model_type(cfg.model).options}
+    keywords (:func:`option_keyword`: GIN's ``gin_train_eps`` is its ``train_eps``)."""
+    return {option_keyword(o): getattr(cfg, o) for o in model_type(cfg.model).options}

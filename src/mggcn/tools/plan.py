@@ -94,7 +94,7 @@ from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.kernels.policy import index_bytes
 from mggcn.kernels.tiled import gather_chunk_bytes, num_tiles
 from mggcn.nn.model import LayerStack, aggregate_first
-from mggcn.nn.models import model_type
+from mggcn.nn.models import model_type, option_keyword
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
@@ -168,7 +168,8 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
 
     def epoch() -> tuple[int, dict]:
         walk = BufferWalk(rows, ws, device, float_bytes(precision))
-        logits = _plan_forward(walk, dims, kind, order, caches_input, dropout, input_dropout, train_eps, layers)
+        logits = _plan_forward(walk, dims, kind, order, caches_input, dropout, input_dropout, train_eps, layers,
+                               options)
         grad = _plan_loss(walk, logits, dims[-1])
         _plan_backward(walk, dims, kind, order, caches_input, train_eps, grad, layers)
         walk.free(*list(walk.live))
@@ -186,9 +187,10 @@ def _aggregates_first(dims: Sequence[int], i: int, order: str, caches_input: boo
 
 
 def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack], order: str, caches_input: bool,
-                  dropout: float, input_dropout: float, train_eps: bool, layers: dict | None) -> str:
+                  dropout: float, input_dropout: float, train_eps: bool, layers: dict | None, options: dict) -> str:
     """The forward pass: every output on the workspace (the logits too: the trainer asks), or, for a model whose
-    layers are walked whole (``layers``: their keywords), where its layers put them. Returns the logits' name."""
+    layers are walked whole (``layers``: their keywords), where its layers put them. Returns the logits' name.
+    ``options``: the model's own settings."""
     logits = f"ws:out {len(dims) - 2}"
     for i in range(len(dims) - 1):
         d_in, d_out = dims[i], dims[i + 1]
@@ -209,7 +211,7 @@ def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack],
         transform = None if agg else kind.plan_transform_buffer(i, train_eps)
         if transform is not None:
             walk.take(transform, d_out)
-        kind.plan_after_gemm(walk, i, d_out)
+        kind.plan_after_gemm(walk, i, d_out, **options)
         walk.take(f"out {i}", d_out)
     return logits
 
@@ -324,8 +326,8 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     params = num_parameters(dims, model, train_eps, **options)
     ntrain = math.ceil(train * m)
     nnz_train = None
-    if kind.reads_training_columns and keeps_training_columns(math.ceil(train * num_nodes), num_nodes, len(dims) - 1,
-                                                              train_columns):
+    if kind.keeps_training_columns(**options) and keeps_training_columns(math.ceil(train * num_nodes), num_nodes,
+                                                                         len(dims) - 1, train_columns):
         nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
     plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train,
                                        plan.item))
@@ -355,7 +357,7 @@ def _add_kernel_parts(plan: MemoryPlan, kind: type[LayerStack], features: int, g
 def _model_with(model: str, options: dict) -> type[LayerStack]:
     """The class of ``model``, which must take every one of ``options`` (its ``options``)."""
     kind = model_type(model)
-    unknown = sorted(set(options) - set(kind.options))
+    unknown = sorted(set(options) - {option_keyword(o) for o in kind.options})
     if unknown:
         raise ConfigError(f"model {model} takes no option {', '.join(unknown)}", unknown[0])
     return kind

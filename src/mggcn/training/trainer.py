@@ -185,7 +185,7 @@ class _Run:
     split_sizes: torch.Tensor
     criterion: MaskedCrossEntropy
     params: list[torch.Tensor]
-    stochastic: bool
+    stochastic: bool  # the model evaluates differently: accuracies come from an eval forward of their own
     weights: LayerStack | MasterWeights  # what the optimizer updates and checkpoints hold: float32 (precision.py)
 
 
@@ -234,7 +234,7 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
                                    in_place=model.workspace is not None)
     return _Run(ctx, cfg, timer, model, adj, balance, optimizer, result, best, x, x_agg, y, split_masks, split_sizes,
-                criterion, list(weights.parameters()), cfg.dropout > 0 or cfg.input_dropout > 0, weights)
+                criterion, list(weights.parameters()), model.evaluates_differently, weights)
 
 
 def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, checkpointer) -> torch.Tensor:

@@ -87,6 +87,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "(default gcn)")
     p.add_argument("--gin-train-eps", action="store_true",
                    help="--model gin: learn ε in (1 + ε)·h_i (default: fixed at 0)")
+    p.add_argument("--gin-batch-norm", action="store_true",
+                   help="--model gin: batch-normalize each MLP's hidden layer over all vertices (PyG's "
+                        "MLP(norm='batch_norm')); GIN's sum grows with the degree, and without it GIN may not train "
+                        "on graphs with hubs")
     p.add_argument("--heads", type=positive_int, default=DEFAULTS.heads,
                    help="--model gat: attention heads per layer; hidden layers concatenate them (--hidden is their "
                         f"total, e.g. 64 = 8 heads of 8), the last layer averages them (default {DEFAULTS.heads})")
@@ -210,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
             raise GraphError(f"--format {args.fmt} needs a dataset path: mggcn train PATH --format {args.fmt}")
         args.dataset = DEFAULT_DATASET
 
-    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, heads=args.heads,
+    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_batch_norm=args.gin_batch_norm,
+                      heads=args.heads,
                       attention_dropout=args.attention_dropout, precision=args.precision,
                       hidden=args.hidden, epochs=args.epochs,
                       lr=args.lr, weight_decay=args.weight_decay,
