@@ -89,22 +89,25 @@ def test_accuracies_are_global_fractions(dropout):
         assert history[0][key] >= 0.0
 
 
-def test_batch_norm_accuracies_come_from_eval_mode():
-    """A GIN with batch norms computes in eval mode (the running statistics) other logits than in training mode
-    (the batch's): an epoch's accuracies are those of an eval-mode pass, at P = 3 those of the initial model in eval
-    mode on one process for epoch 1, and the next epoch's come from the statistics the first one moved."""
+@pytest.mark.parametrize("kind,options,nprocs", [("gin", {"gin_batch_norm": True}, 3),
+                                                 ("gat", {"attention_dropout": 0.6}, 1)])
+def test_accuracies_come_from_eval_mode(kind, options, nprocs):
+    """A GIN with batch norms (the running statistics against the batch's) and a GAT with attention dropout compute
+    other logits in eval mode than in training mode: an epoch's accuracies are those of an eval-mode pass, for epoch
+    1 those of the initial model in eval mode on one process."""
     from mggcn.distributed.partition import make_partition
     from mggcn.distributed.sharding import build_shard
     from mggcn.distributed.spmm import local_adj
-    from mggcn.nn.models import make_model
+    from mggcn.nn.models import make_model, model_options, operator_for
 
     graph = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)
-    cfg = TrainConfig(model="gin", hidden=(16,), epochs=2, seed=1, gin_batch_norm=True)
-    history = _run_all(3, [(graph, cfg)])[0][0][1]
-    model = make_model("gin", cfg.dims(graph.num_features, graph.num_classes), seed=1, batch_norm=True)
+    cfg = TrainConfig(model=kind, hidden=(16,), epochs=2, seed=1, heads=2, **options)
+    history = (workers.train_many_worker([(graph, cfg)]) if nprocs == 1 else _run_all(nprocs, [(graph, cfg)])[0])[0][1]
+    model = make_model(kind, cfg.dims(graph.num_features, graph.num_classes), seed=1, **model_options(cfg))
     assert model.evaluates_differently and not model.reads_training_columns
-    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, "sum")
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, operator_for(kind))
     adj, x = local_adj(shard.adj[0], shard.adj_t[0]), torch.from_numpy(graph.x)
+    model.seed_dropout(0)
     preds = {mode: model.train(mode == "train")(x, adj).argmax(1).numpy() for mode in ("eval", "train")}
     assert (preds["eval"] != preds["train"]).any()  # else this test could not tell the modes apart
     for split in ("train", "val", "test"):
