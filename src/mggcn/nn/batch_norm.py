@@ -36,39 +36,34 @@ class BatchNorm(nn.Module):
         self.module = nn.BatchNorm1d(dim)
 
 
-def _blocks(a: torch.Tensor, rows: int):
-    step = mask_chunk_rows(a.shape[0], a.shape[1], a.device)
-    return ((start, min(start + step, rows)) for start in range(0, rows, step))
-
-
 def column_sums(a: torch.Tensor, rows: int, b: torch.Tensor | None = None,
                 ws: Workspace | None = None) -> torch.Tensor:
     """``Σ_i a_i`` (or ``Σ_i a_i ⊙ b_i``, each block's products on the workspace's ``sigma block``) over the first
-    ``rows`` rows, float64 [d]: each block summed in float32, the blocks added in float64."""
-    out = torch.zeros(a.shape[1], dtype=torch.float64, device=a.device)
-    scratch = None if b is None or ws is None else ws.take("sigma block", mask_chunk_rows(a.shape[0], a.shape[1],
-                                                                                          a.device), a.shape[1], a)
-    for start, end in _blocks(a, rows):
+    ``rows`` rows, float64 [d]: each block summed in float32 (a float32 block by a matrix-vector product with ones,
+    which reads the rows as they lie; a column-wise reduction, or a norm, is slower), the blocks added in float64."""
+    d = a.shape[1]
+    step = mask_chunk_rows(a.shape[0], d, a.device)
+    out = torch.zeros(d, dtype=torch.float64, device=a.device)
+    ones = torch.ones(min(step, max(rows, 1)), dtype=a.dtype, device=a.device)
+    scratch = None if b is None or ws is None else ws.take("sigma block", step, d, a)
+    for start in range(0, rows, step):
+        end = min(start + step, rows)
         block = a[start:end]
         if b is not None:
             block = torch.mul(block, b[start:end], out=None if scratch is None else scratch[: end - start])
-        out += block.sum(0, dtype=torch.float32)
+        if a.dtype == torch.float32:
+            out += torch.mv(block.t(), ones[: end - start])
+        else:  # a bfloat16 product's result would be rounded to bfloat16
+            out += block.sum(0, dtype=torch.float32)
     return out
 
 
-def _squares(a: torch.Tensor, rows: int) -> torch.Tensor:
-    """``Σ_i a_i ⊙ a_i`` over the first ``rows`` rows, float64 [d], without a product tensor."""
-    out = torch.zeros(a.shape[1], dtype=torch.float64, device=a.device)
-    for start, end in _blocks(a, rows):
-        out += torch.linalg.vector_norm(a[start:end], dim=0, dtype=torch.float32).double().square()
-    return out
-
-
-def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, xhat_out: torch.Tensor | None,
-               keep: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, xhat_out: torch.Tensor | None, keep: bool,
+               ws: Workspace | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """``u ← γ·x̂ + β`` in place, ``x̂ = (u − μ)/√(σ² + eps)`` with the statistics of every rank's vertices
     (``bn.training``; the running ones move) or the running ones. ``adj``: the layer's operator (its
-    ``real_rows``, ``num_vertices`` and ``sum_over_ranks``). Returns ``(x̂, 1/√(σ² + eps))``, ``x̂`` on
+    ``real_rows``, ``num_vertices`` and ``sum_over_ranks``); ``ws``: the workspace whose ``sigma block`` holds a
+    block's squares (None: a new tensor). Returns ``(x̂, 1/√(σ² + eps))``, ``x̂`` on
     ``xhat_out`` (None: a new tensor), or None where ``keep`` is False (no backward) and the statistics are the
     running ones."""
     gamma, beta = bn.weight, bn.bias
@@ -80,7 +75,7 @@ def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, xhat_out: torch.Tensor 
             total = adj.sum_over_ranks(column_sums(u, real))
             mean = total / n
             xhat = torch.sub(u, mean.to(u.dtype), out=xhat_out) if xhat_out is not None else u - mean.to(u.dtype)
-            var = adj.sum_over_ranks(_squares(xhat, real)) / n
+            var = adj.sum_over_ranks(column_sums(xhat, real, xhat, ws)) / n
             invstd = torch.rsqrt(var + bn.eps)
             xhat.mul_(invstd.to(u.dtype))
             _update_running(bn, mean, var * (n / (n - 1)))
