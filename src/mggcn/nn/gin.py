@@ -283,6 +283,16 @@ class GIN(BranchedStack):
         return {"batch_norm": True} if "convs.0.nn.norms.0.module.weight" in state else {}
 
     @classmethod
+    def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
+        if not cls.state_options(state):
+            return super().pyg_convs(dims, state, normalize)
+        from torch_geometric.nn import MLP, GINConv
+
+        convs = nn.ModuleList(GINConv(MLP([a, b, b], norm="batch_norm")) for a, b in zip(dims[:-1], dims[1:]))
+        convs.load_state_dict({k.removeprefix("convs."): v for k, v in state.items()}, strict=True)
+        return convs
+
+    @classmethod
     def keeps_training_columns(cls, batch_norm: bool = False, **options) -> bool:
         return not batch_norm
 

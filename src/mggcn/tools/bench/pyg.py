@@ -52,7 +52,8 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int, notes_dir: str | Non
     dev = ctx.device
     cap_memory(opts.gpu_memory, opts.host_memory, dev)
     probe = MemoryProbe(dev, torch_adam=True)
-    cfg = train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model, heads=opts.heads)
+    cfg = train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model, heads=opts.heads,
+                       gin_batch_norm=opts.gin_batch_norm)
     clock = SetupClock()
     notes = SetupNotes(notes_dir, 0, clock)
     with notes.on_failure():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from mggcn.nn.models import model_type
+from mggcn.config import TrainConfig
+from mggcn.nn.models import model_options, model_type
 from mggcn.tools.bench.options import BenchOptions
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, mggcn_work, pyg_work
@@ -80,6 +81,12 @@ def _setup(records: list[dict | None]) -> dict:
     return {"setup_s": seconds, "setup_phases": phases}
 
 
+def _model_settings(opts: BenchOptions) -> dict:
+    """The bench model's own settings (GAT's heads, GIN's batch norms) as :func:`plan_memory`'s keywords."""
+    cfg = TrainConfig(model=opts.model, heads=opts.heads, gin_batch_norm=opts.gin_batch_norm)
+    return {k: v for k, v in model_options(cfg).items() if k != "train_eps"}
+
+
 def _rank_memory(run: Run, r: dict, opts: BenchOptions, graph: dict) -> dict:
     """One rank's memory, and for mggcn what the plan predicts for it."""
     cuda = opts.device == "cuda"
@@ -91,7 +98,7 @@ def _rank_memory(run: Run, r: dict, opts: BenchOptions, graph: dict) -> dict:
                        opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"], rank_nnz_t=r["nnz_t"],
                        symmetric=r["shared_t"], tile_cols=r["tile_cols"], model=opts.model,
                        rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"], device=opts.device,
-                       precision=run.precision or opts.precision)
+                       precision=run.precision or opts.precision, **_model_settings(opts))
     measured = mem["cuda_peak"] if cuda else entry["net"]
     entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                  measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)
