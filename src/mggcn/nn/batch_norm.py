@@ -36,26 +36,37 @@ class BatchNorm(nn.Module):
         self.module = nn.BatchNorm1d(dim)
 
 
-def column_sums(a: torch.Tensor, rows: int, b: torch.Tensor | None = None,
-                ws: Workspace | None = None) -> torch.Tensor:
-    """``Σ_i a_i`` (or ``Σ_i a_i ⊙ b_i``, each block's products on the workspace's ``sigma block``) over the first
-    ``rows`` rows, float64 [d]: each block summed in float32 (a float32 block by a matrix-vector product with ones,
-    which reads the rows as they lie; a column-wise reduction, or a norm, is slower), the blocks added in float64."""
+def column_sums(a: torch.Tensor, rows: int, ws: Workspace | None = None, *, times: torch.Tensor | None = None,
+                centered: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Column sums over the first ``rows`` rows of ``a`` [m, d], float64 [d] each, a block of rows at a time: ``Σ a``,
+    and ``Σ a ⊙ times`` where ``times`` is given, or ``Σ (a − centered)²`` where ``centered`` (a [d] vector) is.
+    A block's products go on the workspace's ``sigma block`` (None: a new tensor) and are summed while it is in
+    cache; a float32 block is summed by a matrix-vector product with ones, which reads the rows as they lie (a
+    column-wise reduction, or a norm, is slower), in float32, and the blocks add up in float64."""
     d = a.shape[1]
     step = mask_chunk_rows(a.shape[0], d, a.device)
-    out = torch.zeros(d, dtype=torch.float64, device=a.device)
+    second = times is not None or centered is not None
+    sums = [torch.zeros(d, dtype=torch.float64, device=a.device) for _ in range(1 + second)]
     ones = torch.ones(min(step, max(rows, 1)), dtype=a.dtype, device=a.device)
-    scratch = None if b is None or ws is None else ws.take("sigma block", step, d, a)
-    for start in range(0, rows, step):
-        end = min(start + step, rows)
-        block = a[start:end]
-        if b is not None:
-            block = torch.mul(block, b[start:end], out=None if scratch is None else scratch[: end - start])
-        if a.dtype == torch.float32:
-            out += torch.mv(block.t(), ones[: end - start])
+    scratch = ws.take("sigma block", step, d, a) if second and ws is not None else None
+    shift = None if centered is None else centered.to(a.dtype)
+
+    def add(out: torch.Tensor, block: torch.Tensor) -> None:
+        if block.dtype == torch.float32:
+            out += torch.mv(block.t(), ones[: block.shape[0]])
         else:  # a bfloat16 product's result would be rounded to bfloat16
             out += block.sum(0, dtype=torch.float32)
-    return out
+
+    for start in range(0, rows, step):
+        end = min(start + step, rows)
+        block, into = a[start:end], None if scratch is None else scratch[: end - start]
+        if shift is None:
+            add(sums[0], block)
+        if times is not None:
+            add(sums[1], torch.mul(block, times[start:end], out=into))
+        elif shift is not None:
+            add(sums[1], torch.sub(block, shift, out=into).square_())
+    return sums
 
 
 def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, xhat_out: torch.Tensor | None, keep: bool,
@@ -63,32 +74,32 @@ def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, xhat_out: torch.Tensor 
     """``u ← γ·x̂ + β`` in place, ``x̂ = (u − μ)/√(σ² + eps)`` with the statistics of every rank's vertices
     (``bn.training``; the running ones move) or the running ones. ``adj``: the layer's operator (its
     ``real_rows``, ``num_vertices`` and ``sum_over_ranks``); ``ws``: the workspace whose ``sigma block`` holds a
-    block's squares (None: a new tensor). Returns ``(x̂, 1/√(σ² + eps))``, ``x̂`` on
-    ``xhat_out`` (None: a new tensor), or None where ``keep`` is False (no backward) and the statistics are the
-    running ones."""
-    gamma, beta = bn.weight, bn.bias
+    block's squares (None: a new tensor). Returns ``(x̂, 1/√(σ² + eps))``, ``x̂`` on ``xhat_out`` (None: a new
+    tensor), or None where ``keep`` is False (no backward) and the statistics are the running ones.
+
+    The variance is the mean of the centered squares (two passes over ``u``, the second's squares in cache), never
+    ``E[u²] − μ²``; ``x̂ = u·(1/σ) − μ/σ`` is one pass, as torch's own kernel computes it."""
+    gamma, beta = bn.weight.detach(), bn.bias.detach()
     with torch.no_grad():
         if bn.training:
             real, n = adj.real_rows, adj.num_vertices
             if n < 2:
                 raise ValueError(f"batch norm needs more than one vertex, got {n}")
-            total = adj.sum_over_ranks(column_sums(u, real))
-            mean = total / n
-            xhat = torch.sub(u, mean.to(u.dtype), out=xhat_out) if xhat_out is not None else u - mean.to(u.dtype)
-            var = adj.sum_over_ranks(column_sums(xhat, real, xhat, ws)) / n
-            invstd = torch.rsqrt(var + bn.eps)
-            xhat.mul_(invstd.to(u.dtype))
+            mean = adj.sum_over_ranks(column_sums(u, real)[0]) / n
+            var = adj.sum_over_ranks(column_sums(u, real, ws, centered=mean)[1]) / n
             _update_running(bn, mean, var * (n / (n - 1)))
         else:
-            mean = bn.running_mean.to(torch.float64)
-            invstd = torch.rsqrt(bn.running_var.to(torch.float64) + bn.eps)
-            if not keep:
-                scale = gamma.detach().to(torch.float64) * invstd
-                u.mul_(scale.to(u.dtype)).add_((beta.detach() - mean * scale).to(u.dtype))
-                return None, invstd.to(torch.float32)
-            xhat = torch.sub(u, mean.to(u.dtype), out=xhat_out) if xhat_out is not None else u - mean.to(u.dtype)
-            xhat.mul_(invstd.to(u.dtype))
-        torch.addcmul(beta.detach().to(u.dtype), xhat, gamma.detach().to(u.dtype), out=u)
+            mean, var = bn.running_mean.to(torch.float64), bn.running_var.to(torch.float64)
+        invstd = torch.rsqrt(var + bn.eps)
+        if not (keep or bn.training):  # y = u·(γ/σ) + (β − μ·γ/σ), in place
+            scale = gamma.to(torch.float64) * invstd
+            torch.addcmul((beta - mean * scale).to(u.dtype), u, scale.to(u.dtype), out=u)
+            return None, invstd.to(torch.float32)
+        shift = (-mean * invstd).to(u.dtype)
+        if xhat_out is None:
+            xhat_out = torch.empty_like(u)
+        xhat = torch.addcmul(shift, u, invstd.to(u.dtype), out=xhat_out)
+        torch.addcmul(beta.to(u.dtype), xhat, gamma.to(u.dtype), out=u)
     return xhat, invstd.to(torch.float32)
 
 
@@ -108,11 +119,14 @@ def normalize_backward_(grad: torch.Tensor, xhat: torch.Tensor, invstd: torch.Te
     (∂ − mean(∂) − x̂ ⊙ mean(∂ ⊙ x̂))``, the means over every rank's vertices; with the running ones ``γ/σ · ∂``.
     Padding rows get zeros."""
     real, d = adj.real_rows, grad.shape[1]
-    sums = torch.cat([column_sums(grad, real), column_sums(grad, real, xhat, ws)])
+    sums = torch.cat(column_sums(grad, real, ws, times=xhat))
     grad_beta, grad_gamma = sums[:d].to(gamma.dtype), sums[d:].to(gamma.dtype)
-    if batch_stats:
-        sums = adj.sum_over_ranks(sums) / adj.num_vertices
-        grad.sub_(sums[:d].to(grad.dtype)).addcmul_(xhat, sums[d:].neg().to(grad.dtype))
-    grad.mul_((gamma.detach() * invstd).to(grad.dtype))
+    scale = gamma.detach().to(torch.float64) * invstd
+    if batch_stats:  # ∂u = ∂·(γ/σ) − (γ/σ)·mean(∂) − x̂ ⊙ (γ/σ)·mean(∂ ⊙ x̂): two passes
+        means = adj.sum_over_ranks(sums) / adj.num_vertices
+        torch.addcmul((-scale * means[:d]).to(grad.dtype), grad, scale.to(grad.dtype), out=grad)
+        grad.addcmul_(xhat, (-scale * means[d:]).to(grad.dtype))
+    else:
+        grad.mul_(scale.to(grad.dtype))
     grad[real:].zero_()
     return grad_gamma, grad_beta
