@@ -41,7 +41,7 @@ def _pyg_conv(kind, d_in, d_out, train_eps=False, batch_norm=False):
 def _layer(kind, d_in, d_out, first, order, train_eps=False, batch_norm=False):
     if kind == "sage":
         return SAGELayer(d_in, d_out, first=first, order=order)
-    return GINLayer(d_in, d_out, first=first, order=order, train_eps=train_eps, batch_norm=batch_norm)
+    return GINLayer(d_in, d_out, first=first, order=order, train_eps=train_eps, mlp_batch_norm=batch_norm)
 
 
 def _perturbed_state(layer, seed):
@@ -184,7 +184,7 @@ def test_buffers_on_the_workspace_give_the_numbers_of_new_tensors(kind, train_ep
     runs = []
     for reuse in (True, False):
         model = make_model(kind, [7, 9, 5, 8, 12, 3], seed=3, train_eps=train_eps, dropout=dropout,
-                           reuse_buffers=reuse, **({"batch_norm": True} if batch_norm else {}))
+                           reuse_buffers=reuse, **({"mlp_batch_norm": True} if batch_norm else {}))
         assert [c.aggregate_first for c in model.convs[1:]] == [False, True, True, False]
         steps = []
         for epoch in range(2):
@@ -255,7 +255,7 @@ def _layer_cases():
         ref.backward(g)
         expected.append((ref.detach(), xr.grad, {n: p.grad for n, p in conv.named_parameters()},
                          dict(conv.named_buffers())))
-        options = dict(first=first, order=order) | (dict(train_eps=train_eps, batch_norm=batch_norm)
+        options = dict(first=first, order=order) | (dict(train_eps=train_eps, mlp_batch_norm=batch_norm)
                                                     if kind == "gin" else {})
         cases.append((directed, kind, options, state, x, g))
     return cases, expected
@@ -295,10 +295,10 @@ def test_a_saved_batch_norm_gin_is_rebuilt_from_its_state_dict():
     (PyG's ``nn.norms.0.module.*``), and the rebuilt model in eval mode gives the saved one's outputs."""
     graph = random_graph(17, 50, features=5, classes=4)
     adj, x = _local(graph, "gin"), torch.from_numpy(graph.x)
-    model = make_model("gin", [5, 8, 4], seed=1, batch_norm=True)
+    model = make_model("gin", [5, 8, 4], seed=1, mlp_batch_norm=True)
     model(x, adj)  # training mode: the running statistics move
     state = model.state_dict()
-    assert GIN.state_options(state) == {"batch_norm": True}
+    assert GIN.state_options(state) == {"mlp_batch_norm": True}
     assert GIN.state_options(make_model("gin", [5, 8, 4]).state_dict()) == {}
     rebuilt = make_model("gin", GIN.state_dims(state), **GIN.state_options(state))
     rebuilt.load_state_dict(state, strict=True)

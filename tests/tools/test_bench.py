@@ -428,12 +428,12 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
                                    pytest.param("gat", marks=pytest.mark.slow)])
 def test_bench_model_against_pygs_own(model):
     """`bench --model sage|gin|gat` trains the model at P = 1 and 2 and PyG's GraphSAGE / GIN / GAT from the same
-    weights (GAT: 4 heads, PyG's layers on the edge list; GIN with `--gin-batch-norm`: PyG's GINConv with
+    weights (GAT: 4 heads, PyG's layers on the edge list; GIN with `--gin-mlp-batch-norm`: PyG's GINConv with
     MLP(norm="batch_norm")): the same losses after the same epochs, and the plan's parameters."""
     batch_norm = model == "gin+bn"
     model = model.removesuffix("+bn")
     opts = bench.options_from(small=True, model=model, nprocs=(1, 2), partitions=("random-local",), epochs=2,
-                              warmup=1, heads=4 if model == "gat" else None, gin_batch_norm=batch_norm or None)
+                              warmup=1, heads=4 if model == "gat" else None, gin_mlp_batch_norm=batch_norm or None)
     report = bench.run_bench(opts, log=lambda line: None)
     assert report["failed"] == []
     rows = {r["name"]: r for r in report["rows"]}
@@ -446,8 +446,8 @@ def test_bench_model_against_pygs_own(model):
         bench.options_from(small=True, model=model, hidden=(16, 8))
     if batch_norm:  # mggcn's runs did normalize: their workspaces hold the norms' x̂
         assert "bn 0" in rows["mggcn P=1 random-local"]["memory"][0]["workspace"]
-        with pytest.raises(ConfigError, match="^gin_batch_norm is for model gin, not sage$"):
-            bench.options_from(small=True, model="sage", gin_batch_norm=True)
+        with pytest.raises(ConfigError, match="^gin_mlp_batch_norm is for model gin, not sage$"):
+            bench.options_from(small=True, model="sage", gin_mlp_batch_norm=True)
 
 
 def test_bench_compares_precisions_in_the_same_run():

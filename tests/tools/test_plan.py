@@ -141,9 +141,9 @@ def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden,
     from mggcn.nn.models import operator_for
     from mggcn.tools.plan import num_parameters
 
-    options = {"batch_norm": True} if train_eps == "batch norm" else {}
+    options = {"mlp_batch_norm": True} if train_eps == "batch norm" else {}
     train_eps = train_eps is True
-    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, gin_batch_norm=bool(options), hidden=hidden, epochs=3,
+    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, gin_mlp_batch_norm=bool(options), hidden=hidden, epochs=3,
                       trace_epoch=0, order=order)
     graph, shard, m, result, events = _third_epoch_allocations(operator_for(kind), cfg)
     dims = [24, *hidden, 6]

@@ -89,7 +89,7 @@ def test_accuracies_are_global_fractions(dropout):
         assert history[0][key] >= 0.0
 
 
-@pytest.mark.parametrize("kind,options,nprocs", [("gin", {"gin_batch_norm": True}, 3),
+@pytest.mark.parametrize("kind,options,nprocs", [("gin", {"gin_mlp_batch_norm": True}, 3),
                                                  ("gat", {"attention_dropout": 0.6}, 1)])
 def test_accuracies_come_from_eval_mode(kind, options, nprocs):
     """A GIN with batch norms (the running statistics against the batch's) and a GAT with attention dropout compute
@@ -134,7 +134,7 @@ def _model_cases():
     cases.append((few, TrainConfig(model="gin", hidden=(16, 16), epochs=EPOCHS, seed=6, gin_train_eps=True)))
     for order in ("aggregate-first", "transform-first"):  # the batch norm's statistics over every rank's vertices
         cases.append((directed, TrainConfig(model="gin", hidden=(16, 16), epochs=EPOCHS, seed=9, order=order,
-                                            gin_batch_norm=True)))
+                                            gin_mlp_batch_norm=True)))
     cases.append((directed, TrainConfig(model="sage", hidden=(16, 16), epochs=EPOCHS, seed=7, shm="off")))
     return cases
 
@@ -151,7 +151,7 @@ def test_sage_and_gin_loss_curves_equal_pyg_models(nprocs):
         initial = build_model(cfg, graph.num_features, graph.num_classes).pyg_state_dict()
         final = {}
         expected = pyg_model_losses(graph, cfg.model, initial, 16, 3, cfg.epochs, cfg.lr, cfg.weight_decay,
-                                    cfg.gin_train_eps, cfg.gin_batch_norm, final)
+                                    cfg.gin_train_eps, cfg.gin_mlp_batch_norm, final)
         losses, history, state = per_rank[0][k]
         # float32 against float64 over 10 Adam steps: relative differences stay below 1e-6
         torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64),

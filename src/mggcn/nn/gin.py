@@ -23,7 +23,7 @@ besides the GCN's, but ``H·W_1ᵀ`` lies on the layer's output buffer (see :cla
 input feeds two branches (the SpMM and the local term) and the layer is one autograd node (:class:`_GINConv`) that
 gives the input one gradient, on the workspace.
 
-With ``batch_norm`` (``--gin-batch-norm``) the MLP is PyG's ``MLP([d_in, d_out, d_out], norm="batch_norm")``: a
+With ``mlp_batch_norm`` (``--gin-mlp-batch-norm``) the MLP is PyG's ``MLP([d_in, d_out, d_out], norm="batch_norm")``: a
 batch norm between the linears, ``σ(BN(Z·W_1ᵀ + b_1))``, its statistics over every vertex of every rank
 (:mod:`mggcn.nn.batch_norm`), normalized in place on ``mlp {key}`` with ``x̂`` kept on ``bn {key}``.
 
@@ -57,18 +57,18 @@ __all__ = ["GINLayer", "GIN"]
 
 class _MLP(nn.Module):
     """The two linears of PyG's ``MLP([d_in, d_out, d_out])``, under its parameter names (``lins.{k}``), and with
-    ``batch_norm`` its batch norm between them (``norms.0``, PyG's ``norm="batch_norm"``)."""
+    ``mlp_batch_norm`` its batch norm between them (``norms.0``, PyG's ``norm="batch_norm"``)."""
 
     def __init__(self, in_dim: int, out_dim: int, generator: torch.Generator | None = None,
-                 batch_norm: bool = False) -> None:
+                 mlp_batch_norm: bool = False) -> None:
         super().__init__()
         self.lins = nn.ModuleList([glorot_linear(in_dim, out_dim, True, generator),
                                    glorot_linear(out_dim, out_dim, True, generator)])
-        if batch_norm:
+        if mlp_batch_norm:
             self.norms = nn.ModuleList([BatchNorm(out_dim)])
 
     @property
-    def batch_norm(self) -> nn.BatchNorm1d | None:
+    def norm_module(self) -> nn.BatchNorm1d | None:
         return self.norms[0].module if hasattr(self, "norms") else None
 
 
@@ -83,7 +83,7 @@ class GINLayer(nn.Module):
         activation: σ between the MLP's two linears (``relu`` or ``leaky_relu``).
         train_eps: ε is a learnable parameter (default False: a buffer fixed at ``eps``).
         eps: the (initial) ε (default 0).
-        batch_norm: batch-normalize the MLP's hidden layer before its σ, with statistics over every vertex
+        mlp_batch_norm: batch-normalize the MLP's hidden layer before its σ, with statistics over every vertex
             (:mod:`mggcn.nn.batch_norm`; PyG's ``MLP(..., norm="batch_norm")``).
         generator: draw the MLP's weights from it (:func:`~mggcn.nn.model.glorot_linear`; :class:`GIN` does); None:
             as ``torch.nn.Linear`` does.
@@ -93,10 +93,10 @@ class GINLayer(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, first: bool = False, order: str = "auto",
                  activation: str = "relu", train_eps: bool = False, eps: float = 0.0,
-                 generator: torch.Generator | None = None, batch_norm: bool = False) -> None:
+                 generator: torch.Generator | None = None, mlp_batch_norm: bool = False) -> None:
         super().__init__()
         check_order(order)
-        self.nn = _MLP(in_dim, out_dim, generator, batch_norm)
+        self.nn = _MLP(in_dim, out_dim, generator, mlp_batch_norm)
         if train_eps:
             self.eps = nn.Parameter(torch.full((1,), float(eps)))
         else:
@@ -120,7 +120,7 @@ class GINLayer(nn.Module):
         sigma = input_slope(input_activation, ws, not (self.first or agg))
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         lin1, lin2 = self.nn.lins
-        bn = self.nn.batch_norm
+        bn = self.nn.norm_module
         gamma, beta = (None, None) if bn is None else (bn.weight, bn.bias)
         return _GINConv.apply(h, lin1.weight, lin1.bias, lin2.weight, lin2.bias, self.eps, h_aggregated, gamma, beta,
                               bn, adj, agg,
@@ -264,23 +264,23 @@ class GIN(BranchedStack):
     Args:
         order: the order policy, see :func:`~mggcn.nn.model.aggregate_first`.
         train_eps: learn ε (default False: ε = 0 fixed).
-        batch_norm: batch-normalize each MLP's hidden layer (:class:`GINLayer`), over every vertex; the last
+        mlp_batch_norm: batch-normalize each MLP's hidden layer (:class:`GINLayer`), over every vertex; the last
             layer's SpMM backward then reads every column of Âᵀ (the norm's gradient reaches every row).
         seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank.
     """
 
     kind = "gin"
     pyg_name = pyg_label = "GIN"
-    options = ("gin_train_eps", "gin_batch_norm")
+    options = ("gin_train_eps", "gin_mlp_batch_norm")
     layer_weight = "convs.{}.nn.lins.0.weight"
 
     @classmethod
-    def build(cls, dims: Sequence[int], train_eps: bool = False, batch_norm: bool = False, **common) -> GIN:
-        return cls(dims, train_eps=train_eps, batch_norm=batch_norm, **common)
+    def build(cls, dims: Sequence[int], train_eps: bool = False, mlp_batch_norm: bool = False, **common) -> GIN:
+        return cls(dims, train_eps=train_eps, mlp_batch_norm=mlp_batch_norm, **common)
 
     @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
-        return {"batch_norm": True} if "convs.0.nn.norms.0.module.weight" in state else {}
+        return {"mlp_batch_norm": True} if "convs.0.nn.norms.0.module.weight" in state else {}
 
     @classmethod
     def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
@@ -293,12 +293,12 @@ class GIN(BranchedStack):
         return convs
 
     @classmethod
-    def keeps_training_columns(cls, batch_norm: bool = False, **options) -> bool:
-        return not batch_norm
+    def keeps_training_columns(cls, mlp_batch_norm: bool = False, **options) -> bool:
+        return not mlp_batch_norm
 
     @property
     def evaluates_differently(self) -> bool:
-        return super().evaluates_differently or self.batch_norm  # the running statistics
+        return super().evaluates_differently or self.mlp_batch_norm  # the running statistics
 
     @classmethod
     def operator(cls, norm: str) -> str:
@@ -309,8 +309,8 @@ class GIN(BranchedStack):
         return [(d_in, d_out, False), (d_out, d_out, True)]  # the MLP's second linear always needs ∂H
 
     @classmethod
-    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, batch_norm: bool = False) -> int:
-        return sum(a * b + b * b + (4 if batch_norm else 2) * b + int(train_eps)
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, mlp_batch_norm: bool = False) -> int:
+        return sum(a * b + b * b + (4 if mlp_batch_norm else 2) * b + int(train_eps)
                    for a, b in zip(dims[:-1], dims[1:], strict=True))
 
     @classmethod
@@ -335,9 +335,9 @@ class GIN(BranchedStack):
         return f"H.W {i}" if train_eps else None
 
     @classmethod
-    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int, batch_norm: bool = False, **options) -> None:
+    def plan_after_gemm(cls, walk: BufferWalk, i: int, d_out: int, mlp_batch_norm: bool = False, **options) -> None:
         walk.take(f"mlp {i}", d_out)
-        if batch_norm:
+        if mlp_batch_norm:
             walk.take(f"bn {i}", d_out)  # x̂, read by the norm's backward
 
     @classmethod
@@ -350,11 +350,11 @@ class GIN(BranchedStack):
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,
-                 reuse_buffers: bool = True, batch_norm: bool = False) -> None:
+                 reuse_buffers: bool = True, mlp_batch_norm: bool = False) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
-        self.train_eps, self.batch_norm = train_eps, batch_norm
-        self.reads_training_columns = self.keeps_training_columns(batch_norm)
+        self.train_eps, self.mlp_batch_norm = train_eps, mlp_batch_norm
+        self.reads_training_columns = self.keeps_training_columns(mlp_batch_norm)
         generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
         self.convs.extend(GINLayer(dims[i], dims[i + 1], first=(i == 0), order=order, activation=activation,
-                                   train_eps=train_eps, generator=generator, batch_norm=batch_norm)
+                                   train_eps=train_eps, generator=generator, mlp_batch_norm=mlp_batch_norm)
                           for i in range(len(dims) - 1))

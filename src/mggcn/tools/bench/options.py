@@ -25,7 +25,7 @@ class BenchOptions:
     hidden: tuple[int, ...] = (128,)
     model: str = "gcn"  # gcn, sage, gin or gat (mggcn.nn.models), against PyG's GCNConv, GraphSAGE, GIN or GAT
     heads: int = 8  # GAT's attention heads per layer
-    gin_batch_norm: bool = False  # GIN's MLPs with a batch norm (PyG's GINConv(MLP(..., norm="batch_norm")) too)
+    gin_mlp_batch_norm: bool = False  # GIN's MLPs with a batch norm (PyG's GINConv(MLP(..., norm="batch_norm")) too)
     precision: str = "fp32"  # mggcn's --precision for every mggcn configuration
     compare_precision: tuple[str, ...] = ()  # more precisions, each run at every P of the main partition
     epochs: int = 8  # timed epochs, after the warm-up
@@ -87,9 +87,9 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
                           f"{','.join(map(str, opts.hidden))} (or give pyg=False)", "model")
     if opts.heads != BenchOptions.heads and "heads" not in kind.options:
         raise ConfigError(f"heads is for model {models_taking('heads')}, not {opts.model}", "heads")
-    if opts.gin_batch_norm and "gin_batch_norm" not in kind.options:
-        raise ConfigError(f"gin_batch_norm is for model {models_taking('gin_batch_norm')}, not {opts.model}",
-                          "gin_batch_norm")
+    if opts.gin_mlp_batch_norm and "gin_mlp_batch_norm" not in kind.options:
+        raise ConfigError(f"gin_mlp_batch_norm is for model {models_taking('gin_mlp_batch_norm')}, not {opts.model}",
+                          "gin_mlp_batch_norm")
     if opts.ids not in IDS:
         raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")
     _check_caps(opts)

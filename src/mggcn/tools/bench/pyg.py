@@ -53,7 +53,7 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int, notes_dir: str | Non
     cap_memory(opts.gpu_memory, opts.host_memory, dev)
     probe = MemoryProbe(dev, torch_adam=True)
     cfg = train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model, heads=opts.heads,
-                       gin_batch_norm=opts.gin_batch_norm)
+                       gin_mlp_batch_norm=opts.gin_mlp_batch_norm)
     clock = SetupClock()
     notes = SetupNotes(notes_dir, 0, clock)
     with notes.on_failure():

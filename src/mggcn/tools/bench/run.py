@@ -229,6 +229,7 @@ def run_one(run: Run, opts: BenchOptions, path: str, threads: int, notes: str | 
         return run_workers(pyg_worker, 1, (path, opts, threads, notes), timeout_s=opts.timeout_s)
     config = dict(model=opts.model, hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
                   partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm,
-                  precision=run.precision or opts.precision, heads=opts.heads, gin_batch_norm=opts.gin_batch_norm)
+                  precision=run.precision or opts.precision, heads=opts.heads,
+                  gin_mlp_batch_norm=opts.gin_mlp_batch_norm)
     args = (path, config, opts, max(1, threads // run.nprocs), threads, notes)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)

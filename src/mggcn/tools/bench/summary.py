@@ -83,7 +83,7 @@ def _setup(records: list[dict | None]) -> dict:
 
 def _model_settings(opts: BenchOptions) -> dict:
     """The bench model's own settings (GAT's heads, GIN's batch norms) as :func:`plan_memory`'s keywords."""
-    cfg = TrainConfig(model=opts.model, heads=opts.heads, gin_batch_norm=opts.gin_batch_norm)
+    cfg = TrainConfig(model=opts.model, heads=opts.heads, gin_mlp_batch_norm=opts.gin_mlp_batch_norm)
     return {k: v for k, v in model_options(cfg).items() if k != "train_eps"}
 
 

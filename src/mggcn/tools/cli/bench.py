@@ -42,7 +42,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="gcn (default) against PyG's GCNConv, sage against its GraphSAGE, gin against its GIN, gat "
                         "against its GAT")
     p.add_argument("--heads", type=positive_int, help="--model gat: attention heads per layer (default 8)")
-    p.add_argument("--gin-batch-norm", action="store_true", default=None,
+    p.add_argument("--gin-mlp-batch-norm", action="store_true", default=None,
                    help="--model gin: a batch norm in each MLP, PyG's too (GINConv(MLP(..., norm='batch_norm')))")
     p.add_argument("--hidden", type=hidden_sizes, help="hidden layer sizes (default 128)")
     add_precision_option(p)
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "repeat_pyg",
             "threads", "nprocs", "partitions", "ids", "device", "pyg", "pyg_adj", "seed", "graph_cache", "timeout_s",
             "mmap_threshold", "tile_bytes", "compare_tiles", "shm", "compare_shm", "gpu_memory", "host_memory",
-            "heads", "gin_batch_norm", "precision", "compare_precision")
+            "heads", "gin_mlp_batch_norm", "precision", "compare_precision")
     opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     check_pyg(opts.pyg)
     try:  # with --out, the report is written as it grows and before the table is printed

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
                    help="gcn, sage, gin or gat: its parameters, buffers and Â (GraphSAGE and GIN add no self loops)")
     p.add_argument("--gin-train-eps", action="store_true", help="--model gin with a learnable ε")
-    p.add_argument("--gin-batch-norm", action="store_true", help="--model gin with a batch norm in each MLP")
+    p.add_argument("--gin-mlp-batch-norm", action="store_true", help="--model gin with a batch norm in each MLP")
     p.add_argument("--heads", type=positive_int, default=DEFAULTS.heads,
                    help=f"--model gat: attention heads per layer (default {DEFAULTS.heads}; hidden sizes are totals "
                         "over the heads)")
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise GraphError(f"give --dataset or --{' --'.join(missing)}")
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
-    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_batch_norm=args.gin_batch_norm,
+    cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
                       heads=args.heads, hidden=args.hidden,
                       order=args.order, input_dropout=args.input_dropout, tile_bytes=args.tile_bytes)
     options = model_options(cfg)  # the model's own settings (GAT's heads); GIN's ε is plan_memory's train_eps
