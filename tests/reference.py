@@ -78,20 +78,26 @@ def random_graph(n: int, e: int, features: int = 8, classes: int = 3, directed: 
 
 def pyg_model_losses(graph: Graph, kind: str, state: dict[str, torch.Tensor], hidden: int, num_layers: int,
                      epochs: int, lr: float, weight_decay: float, train_eps: bool = False,
-                     batch_norm: bool = False, final: dict | None = None) -> list[float]:
-    """Training losses of PyG's own ``GraphSAGE`` (``kind="sage"``) or ``GIN`` (``"gin"``) in float64, one process,
-    started from ``state`` (mggcn's initial weights under PyG's names), Adam on every parameter. ``batch_norm``: each
+                     mlp_batch_norm: bool = False, final: dict | None = None,
+                     batch_norm: bool = False) -> list[float]:
+    """Training losses of PyG's own ``GCN`` (``kind="gcn"``), ``GraphSAGE`` (``"sage"``) or ``GIN`` (``"gin"``) in
+    float64, one process, started from ``state`` (mggcn's initial weights under PyG's names), Adam on every
+    parameter. ``batch_norm``: the model's ``norm="batch_norm"`` (after each hidden layer); ``mlp_batch_norm``: each
     GINConv's MLP is PyG's ``MLP(..., norm="batch_norm")``; ``final``: filled with the state dict after training."""
-    from torch_geometric.nn.models import GIN, MLP, GraphSAGE
+    from torch_geometric.nn.models import GCN, GIN, MLP, GraphSAGE
 
+    norm = "batch_norm" if batch_norm else None
     if kind == "sage":
-        model = GraphSAGE(graph.num_features, hidden, num_layers, graph.num_classes)
+        model = GraphSAGE(graph.num_features, hidden, num_layers, graph.num_classes, norm=norm)
+    elif kind == "gcn":
+        model = GCN(graph.num_features, hidden, num_layers, graph.num_classes, norm=norm)
     else:
-        model = GIN(graph.num_features, hidden, num_layers, graph.num_classes, train_eps=train_eps)
-        if batch_norm:
+        model = GIN(graph.num_features, hidden, num_layers, graph.num_classes, train_eps=train_eps, norm=norm)
+        if batch_norm or mlp_batch_norm:  # PyG's GIN(norm=...) puts the norm in its MLPs too
             for conv in model.convs:
                 lins = conv.nn.lins
-                conv.nn = MLP([lins[0].in_channels, lins[0].out_channels, lins[1].out_channels], norm="batch_norm")
+                conv.nn = MLP([lins[0].in_channels, lins[0].out_channels, lins[1].out_channels],
+                              norm="batch_norm" if mlp_batch_norm else None)
     model.load_state_dict(state, strict=True)
     model = model.double()
     x = torch.as_tensor(graph.x, dtype=torch.float64)

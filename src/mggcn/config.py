@@ -54,6 +54,7 @@ class TrainConfig:
     activation: str = "relu"
     norm: str = "sym"  # the GCN's Â; GraphSAGE and GIN have their own (operator)
     gin_train_eps: bool = False  # GIN: learn ε (default: fixed at 0)
+    batch_norm: bool = False  # a batch norm after each hidden layer, before σ (PyG's BasicGNN norm="batch_norm")
     gin_mlp_batch_norm: bool = False  # GIN: batch-normalize each MLP's hidden layer (PyG's MLP(norm="batch_norm"))
     heads: int = 8  # GAT: attention heads per layer (hidden sizes are totals over the heads)
     attention_dropout: float = 0.0  # GAT: dropout on the attention coefficients

@@ -171,8 +171,9 @@ def test_cached_input_aggregation_gives_the_same_numbers(kind, train_eps):
 
 
 @pytest.mark.parametrize("kind,train_eps,dropout,batch_norm", [
-    ("sage", False, 0.0, False), ("sage", False, 0.4, False), ("gin", False, 0.0, False), ("gin", False, 0.4, False),
-    ("gin", True, 0.0, False), ("gin", False, 0.0, True), ("gin", True, 0.4, True)])
+    ("sage", False, 0.0, ""), ("sage", False, 0.4, ""), ("gin", False, 0.0, ""), ("gin", False, 0.4, ""),
+    ("gin", True, 0.0, ""), ("gin", False, 0.0, "mlp"), ("gin", True, 0.4, "mlp"), ("gcn", False, 0.0, "between"),
+    ("sage", False, 0.4, "between"), ("gin", False, 0.0, "mlp+between")])
 def test_buffers_on_the_workspace_give_the_numbers_of_new_tensors(kind, train_eps, dropout, batch_norm):
     """Layers of both orders in one stack (9 -> 5 multiplies first, 5 -> 8 -> 12 aggregate first: the gradients
     reaching 9 -> 5 and 5 -> 8 come on gradient buffers, not over their outputs), with and without dropout: two
@@ -184,7 +185,8 @@ def test_buffers_on_the_workspace_give_the_numbers_of_new_tensors(kind, train_ep
     runs = []
     for reuse in (True, False):
         model = make_model(kind, [7, 9, 5, 8, 12, 3], seed=3, train_eps=train_eps, dropout=dropout,
-                           reuse_buffers=reuse, **({"mlp_batch_norm": True} if batch_norm else {}))
+                           reuse_buffers=reuse, **({"mlp_batch_norm": True} if "mlp" in batch_norm else {}),
+                           **({"batch_norm": True} if "between" in batch_norm else {}))
         assert [c.aggregate_first for c in model.convs[1:]] == [False, True, True, False]
         steps = []
         for epoch in range(2):
@@ -290,17 +292,32 @@ def test_layers_across_ranks_equal_pyg(nprocs):
                 torch.testing.assert_close(r[3][name], want, rtol=1e-5, atol=1e-6, msg=f"case {k} {name}")
 
 
-def test_a_saved_batch_norm_gin_is_rebuilt_from_its_state_dict():
-    """``predict`` rebuilds a model from its parameter names alone: a GIN's batch norms show in its state dict
-    (PyG's ``nn.norms.0.module.*``), and the rebuilt model in eval mode gives the saved one's outputs."""
+@pytest.mark.parametrize("kind,options,pyg", [
+    ("gin", {"mlp_batch_norm": True}, None), ("gin", {"batch_norm": True, "mlp_batch_norm": True}, PygGIN),
+    ("gcn", {"batch_norm": True}, "GCN"), ("sage", {"batch_norm": True}, PygGraphSAGE)])
+def test_a_saved_batch_norm_model_is_rebuilt_from_its_state_dict(kind, options, pyg):
+    """``predict`` rebuilds a model from its parameter names alone: batch norms show in its state dict (PyG's
+    ``norms.{l}.module.*`` after the layers, ``convs.{l}.nn.norms.0.module.*`` in GIN's MLPs), and the rebuilt model
+    in eval mode gives the saved one's outputs; the state dict loads strictly into PyG's model with
+    ``norm="batch_norm"`` (whose GIN has both), which in eval mode gives the same outputs."""
+    from torch_geometric.nn.models import GCN as PygGCN
+
     graph = random_graph(17, 50, features=5, classes=4)
-    adj, x = _local(graph, "gin"), torch.from_numpy(graph.x)
-    model = make_model("gin", [5, 8, 4], seed=1, mlp_batch_norm=True)
+    adj, x = _local(graph, kind), torch.from_numpy(graph.x)
+    model = make_model(kind, [5, 8, 8, 4], seed=1, **options)
     model(x, adj)  # training mode: the running statistics move
     state = model.state_dict()
-    assert GIN.state_options(state) == {"mlp_batch_norm": True}
-    assert GIN.state_options(make_model("gin", [5, 8, 4]).state_dict()) == {}
-    rebuilt = make_model("gin", GIN.state_dims(state), **GIN.state_options(state))
+    kind_cls = type(model)
+    assert kind_cls.state_options(state) == options
+    assert kind_cls.state_options(make_model(kind, [5, 8, 4]).state_dict()) == {}
+    rebuilt = make_model(kind, kind_cls.state_dims(state), **kind_cls.state_options(state))
     rebuilt.load_state_dict(state, strict=True)
+    with pytest.raises(TypeError, match="adj must be an SpMMOperator, got function"):  # the norms sum over ranks
+        rebuilt(x, lambda h, **_: h)
     with torch.no_grad():
-        torch.testing.assert_close(rebuilt.eval()(x, adj), model.eval()(x, adj), rtol=0, atol=0)
+        out = model.eval()(x, adj)
+        torch.testing.assert_close(rebuilt.eval()(x, adj), out, rtol=0, atol=0)
+        if pyg is not None:
+            theirs = (PygGCN if pyg == "GCN" else pyg)(5, 8, 3, 4, norm="batch_norm")
+            theirs.load_state_dict(model.pyg_state_dict(), strict=True)
+            torch.testing.assert_close(theirs.eval()(x, torch.from_numpy(graph.edge_index)), out, **TOL)

@@ -289,26 +289,31 @@ def test_every_output_follows_the_umask(tmp_path):
 
 def test_train_and_predict_graphsage_and_gin_from_the_command_line(tmp_path):
     """`--model sage` trains at P = 2 and its saved model loads into PyG's GraphSAGE, which predicts what
-    `mggcn predict` (model read from the file) writes; GIN with a learnable ε likewise at P = 1; bad combinations
-    are one line, exit 2."""
+    `mggcn predict` (model read from the file) writes; GIN with a learnable ε likewise at P = 1, and with batch
+    norms (`--batch-norm --gin-mlp-batch-norm`: PyG's GIN(norm="batch_norm"), in eval mode) at P = 2; bad
+    combinations are one line, exit 2."""
     from torch_geometric.nn.models import GIN, GraphSAGE
 
     graph = parse_spec("builtin:karate")
-    for kind, extra in (("sage", ["--nprocs", "2"]), ("gin", ["--gin-train-eps"])):
-        model, preds = tmp_path / f"{kind}.pt", tmp_path / f"{kind}.npy"
+    for name, extra in (("sage", ["--nprocs", "2"]), ("gin", ["--gin-train-eps"]),
+                        ("gin-bn", ["--batch-norm", "--gin-mlp-batch-norm", "--nprocs", "2"])):
+        kind = name.removesuffix("-bn")
+        model, preds = tmp_path / f"{name}.pt", tmp_path / f"{name}.npy"
         out = run_cli("train", "builtin:karate", "--model", kind, "--epochs", "5", "--hidden", "16,16", "--quiet",
                       "--save-model", str(model), *extra)
         assert out.returncode == 0, out.stderr
-        assert json.loads((tmp_path / f"{kind}.pt.json").read_text())["model"] == kind
+        assert json.loads((tmp_path / f"{name}.pt.json").read_text())["model"] == kind
         out = run_cli("predict", str(model), "builtin:karate", "--out", str(preds))
         assert out.returncode == 0, out.stderr
-        pyg = (GraphSAGE if kind == "sage" else GIN)(graph.num_features, 16, 3, graph.num_classes,
-                                                     **({"train_eps": True} if kind == "gin" else {}))
+        options = {"gin": {"train_eps": True}, "gin-bn": {"norm": "batch_norm"}}.get(name, {})
+        pyg = (GraphSAGE if kind == "sage" else GIN)(graph.num_features, 16, 3, graph.num_classes, **options)
         pyg.load_state_dict(torch.load(model), strict=True)
         expected = pyg.eval()(torch.from_numpy(graph.x), torch.from_numpy(graph.edge_index)).argmax(1).numpy()
         np.testing.assert_array_equal(np.load(preds), expected)
     for args, message in ((["train", "builtin:karate", "--model", "sage", "--gin-train-eps"],
                            "--gin-train-eps is for model gin, not sage"),
+                          (["plan", "--model", "gat", "--batch-norm", "--nodes", "100", "--edges", "300", "--features",
+                            "8", "--classes", "3"], "--batch-norm is for model gcn, sage, gin, not gat"),
                           (["predict", str(tmp_path / "sage.pt"), "builtin:karate", "--out", str(tmp_path / "x.npy"),
                             "--model", "gin"], "holds a sage model")):
         out = run_cli(*args)

@@ -130,8 +130,11 @@ def _third_epoch_allocations(operator, cfg):
     # layer 1's output gradient comes on a gradient buffer (layer 2 aggregates first)
     ("gin", False, (96, 16, 64), "auto"),
     ("sage", False, (96, 16, 64), "auto"),
-    # GIN with batch norms: x̂ kept per layer, an eval-mode forward per epoch (its accuracies)
-    ("gin", "batch norm", (16, 96), "auto"), ("gin", "batch norm", (96, 16, 64), "transform-first")])
+    # batch norms in GIN's MLPs, after hidden layers, both: x̂ kept per norm, an eval-mode forward per epoch (its
+    # accuracies)
+    ("gin", "mlp", (16, 96), "auto"), ("gin", "mlp", (96, 16, 64), "transform-first"),
+    ("gcn", "between", (16, 96), "auto"), ("gcn", "between", (96, 16, 64), "auto"),
+    ("sage", "between", (96, 16, 64), "auto"), ("gin", "mlp+between", (96, 16, 64), "auto")])
 def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden, order):
     """After training, the model's workspace holds exactly the buffers activation_peak names, its parameters are
     those num_parameters counts, and a later epoch allocates nothing of the size of an activation: no tensor larger
@@ -141,10 +144,12 @@ def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden,
     from mggcn.nn.models import operator_for
     from mggcn.tools.plan import num_parameters
 
-    options = {"mlp_batch_norm": True} if train_eps == "batch norm" else {}
+    norms = train_eps if isinstance(train_eps, str) else ""
+    options = {"mlp_batch_norm": True} if "mlp" in norms else {}
+    options |= {"batch_norm": True} if "between" in norms else {}
     train_eps = train_eps is True
-    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, gin_mlp_batch_norm=bool(options), hidden=hidden, epochs=3,
-                      trace_epoch=0, order=order)
+    cfg = TrainConfig(model=kind, gin_train_eps=train_eps, gin_mlp_batch_norm="mlp" in norms,
+                      batch_norm="between" in norms, hidden=hidden, epochs=3, trace_epoch=0, order=order)
     graph, shard, m, result, events = _third_epoch_allocations(operator_for(kind), cfg)
     dims = [24, *hidden, 6]
     peak, alive = activation_peak(m, dims, order=order, model=kind, train_eps=train_eps, **options)

@@ -90,9 +90,10 @@ def test_accuracies_are_global_fractions(dropout):
 
 
 @pytest.mark.parametrize("kind,options,nprocs", [("gin", {"gin_mlp_batch_norm": True}, 3),
+                                                 ("gcn", {"batch_norm": True}, 2),
                                                  ("gat", {"attention_dropout": 0.6}, 1)])
 def test_accuracies_come_from_eval_mode(kind, options, nprocs):
-    """A GIN with batch norms (the running statistics against the batch's) and a GAT with attention dropout compute
+    """Models with batch norms (the running statistics against the batch's) and a GAT with attention dropout compute
     other logits in eval mode than in training mode: an epoch's accuracies are those of an eval-mode pass, for epoch
     1 those of the initial model in eval mode on one process."""
     from mggcn.distributed.partition import make_partition
@@ -104,7 +105,9 @@ def test_accuracies_come_from_eval_mode(kind, options, nprocs):
     cfg = TrainConfig(model=kind, hidden=(16,), epochs=2, seed=1, heads=2, **options)
     history = (workers.train_many_worker([(graph, cfg)]) if nprocs == 1 else _run_all(nprocs, [(graph, cfg)])[0])[0][1]
     model = make_model(kind, cfg.dims(graph.num_features, graph.num_classes), seed=1, **model_options(cfg))
-    assert model.evaluates_differently and not model.reads_training_columns
+    assert model.evaluates_differently
+    # a norm inside GIN's last layer reaches every row's gradient; one between layers leaves the last layer row-wise
+    assert model.reads_training_columns == (kind == "gcn")
     shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, operator_for(kind))
     adj, x = local_adj(shard.adj[0], shard.adj_t[0]), torch.from_numpy(graph.x)
     model.seed_dropout(0)
@@ -135,6 +138,12 @@ def _model_cases():
     for order in ("aggregate-first", "transform-first"):  # the batch norm's statistics over every rank's vertices
         cases.append((directed, TrainConfig(model="gin", hidden=(16, 16), epochs=EPOCHS, seed=9, order=order,
                                             gin_mlp_batch_norm=True)))
+    # a norm after each hidden layer (PyG's norm="batch_norm"; for GIN with its MLPs' norms, PyG's GIN(norm=...))
+    cases.append((directed, TrainConfig(model="gcn", hidden=(16, 16), epochs=EPOCHS, seed=10, batch_norm=True)))
+    cases.append((directed, TrainConfig(model="sage", hidden=(16, 16), epochs=EPOCHS, seed=11, batch_norm=True,
+                                        order="transform-first")))
+    cases.append((few, TrainConfig(model="gin", hidden=(16, 16), epochs=EPOCHS, seed=12, batch_norm=True,
+                                   gin_mlp_batch_norm=True)))
     cases.append((directed, TrainConfig(model="sage", hidden=(16, 16), epochs=EPOCHS, seed=7, shm="off")))
     return cases
 
@@ -142,8 +151,9 @@ def _model_cases():
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_sage_and_gin_loss_curves_equal_pyg_models(nprocs):
     """3-layer GraphSAGE and GIN, both orders (and auto, where the first layer's Â·X is cached), GIN with a batch
-    norm in its MLPs too: the 10-epoch loss curve equals that of PyG's own model in float64 on one process, started
-    from the same weights, and so do the batch norms' running statistics at the end."""
+    norm in its MLPs too, and the GCN, GraphSAGE and GIN with a batch norm after each hidden layer: the 10-epoch loss
+    curve equals that of PyG's own model in float64 on one process, started from the same weights, and so do the
+    batch norms' running statistics at the end."""
     cases = _model_cases()
     results = workers.train_many_worker(cases) if nprocs == 1 else _run_all(nprocs, cases)
     per_rank = [results] if nprocs == 1 else results
@@ -151,7 +161,7 @@ def test_sage_and_gin_loss_curves_equal_pyg_models(nprocs):
         initial = build_model(cfg, graph.num_features, graph.num_classes).pyg_state_dict()
         final = {}
         expected = pyg_model_losses(graph, cfg.model, initial, 16, 3, cfg.epochs, cfg.lr, cfg.weight_decay,
-                                    cfg.gin_train_eps, cfg.gin_mlp_batch_norm, final)
+                                    cfg.gin_train_eps, cfg.gin_mlp_batch_norm, final, cfg.batch_norm)
         losses, history, state = per_rank[0][k]
         # float32 against float64 over 10 Adam steps: relative differences stay below 1e-6
         torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64),
@@ -174,13 +184,16 @@ def test_training_columns_change_nothing_but_the_work(nprocs):
     columns (mggcn.distributed.spmm.keeps_training_columns); the columns it skips meet exact zeros of the loss's
     gradient, so losses and weights equal those of the full Âᵀ (the sums skip only +0 terms: bit for bit here, but
     MKL may block a shorter row differently, hence a float32 tolerance), for the GCN in both orders, GraphSAGE and
-    GIN, on a directed graph, through the broadcast and the sparse exchange."""
+    GIN, a GCN with batch norms between its layers, on a directed graph, through the broadcast and the sparse
+    exchange."""
     directed = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)
     assert directed.masks["train"].mean() <= 0.5
     cases = [(directed, TrainConfig(hidden=(16, 8), epochs=6, seed=5)),
              (directed, TrainConfig(hidden=(16,), epochs=6, seed=6, order="aggregate-first", comm="sparse")),
              (directed, TrainConfig(hidden=(16,), epochs=6, seed=7, model="sage")),
-             (directed, TrainConfig(hidden=(16,), epochs=6, seed=8, model="gin", comm="auto"))]
+             (directed, TrainConfig(hidden=(16,), epochs=6, seed=8, model="gin", comm="auto")),
+             # a norm between layers couples the rows before the last layer's SpMM, not after it
+             (directed, TrainConfig(hidden=(16, 8), epochs=6, seed=9, batch_norm=True))]
     if nprocs == 1:
         results = [workers.training_columns_train_worker(cases)]
     else:

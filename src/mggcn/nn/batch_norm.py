@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.workspace import Workspace
 
-__all__ = ["BatchNorm", "normalize_", "normalize_backward_"]
+__all__ = ["BatchNorm", "batch_norm_", "normalize_", "normalize_backward_"]
 
 
 class BatchNorm(nn.Module):
@@ -130,3 +131,40 @@ def normalize_backward_(grad: torch.Tensor, xhat: torch.Tensor, invstd: torch.Te
         grad.mul_(scale.to(grad.dtype))
     grad[real:].zero_()
     return grad_gamma, grad_beta
+
+
+class _NormInPlace(torch.autograd.Function):
+    """A layer's output normalized in place (:func:`normalize_`; ``x̂`` on the workspace buffer ``norm {key}``), and
+    in backward its gradient turned in place into that of the layer's output (:func:`normalize_backward_`): the
+    layer and σ around it see their buffers where they would without the norm."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,  # type: ignore[override]
+                bn: nn.BatchNorm1d, adj, ws: Workspace | None, key: str) -> torch.Tensor:
+        keep = any(ctx.needs_input_grad)
+        buffer = ws.take(f"norm {key}", h.shape[0], h.shape[1], h) if ws is not None and (bn.training or keep) \
+            else None
+        xhat, invstd = normalize_(h, bn, adj, buffer, keep, ws)
+        ctx.mark_dirty(h)
+        ctx.save_for_backward(xhat, invstd, gamma)
+        ctx.adj, ctx.ws, ctx.batch_stats = adj, ws, bn.training
+        return h
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        xhat, invstd, gamma = ctx.saved_tensors
+        if ctx.ws is None:
+            grad = grad.clone()  # autograd's own tensor, which another node may read
+        grad_gamma, grad_beta = normalize_backward_(grad, xhat, invstd, gamma, ctx.adj, ctx.batch_stats, ctx.ws)
+        return grad, grad_gamma, grad_beta, None, None, None, None
+
+
+def batch_norm_(h: torch.Tensor, norm: BatchNorm, adj, ws: Workspace | None, key: str) -> torch.Tensor:
+    """A hidden layer's output ``h`` batch-normalized in place over every rank's vertices (PyG's ``BasicGNN`` with
+    ``norm="batch_norm"``: conv, norm, σ); ``adj`` the layer's operator, ``key`` the layer."""
+    if not hasattr(adj, "sum_over_ranks"):
+        raise TypeError(f"a batch norm sums its statistics over the ranks: adj must be an SpMMOperator, got "
+                        f"{type(adj).__name__}")
+    bn = norm.module
+    return _NormInPlace.apply(h, bn.weight, bn.bias, bn, adj, ws, key)

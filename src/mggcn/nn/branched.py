@@ -40,6 +40,7 @@ class BranchedStack(LayerStack):
     hidden width whose layers aggregate first, on unweighted edges."""
 
     takes_input_activation = True
+    options: tuple[str, ...] = ("batch_norm",)
 
     @classmethod
     def plan_output_backward(cls, walk: BufferWalk, i: int, d_out: int, agg: bool, grad: str,

@@ -271,7 +271,7 @@ class GIN(BranchedStack):
 
     kind = "gin"
     pyg_name = pyg_label = "GIN"
-    options = ("gin_train_eps", "gin_mlp_batch_norm")
+    options = ("gin_train_eps", "gin_mlp_batch_norm", "batch_norm")
     layer_weight = "convs.{}.nn.lins.0.weight"
 
     @classmethod
@@ -280,11 +280,12 @@ class GIN(BranchedStack):
 
     @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
-        return {"mlp_batch_norm": True} if "convs.0.nn.norms.0.module.weight" in state else {}
+        mlp = {"mlp_batch_norm": True} if "convs.0.nn.norms.0.module.weight" in state else {}
+        return super().state_options(state) | mlp
 
     @classmethod
     def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
-        if not cls.state_options(state):
+        if not cls.state_options(state).get("mlp_batch_norm"):
             return super().pyg_convs(dims, state, normalize)
         from torch_geometric.nn import MLP, GINConv
 
@@ -350,8 +351,8 @@ class GIN(BranchedStack):
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,
-                 reuse_buffers: bool = True, mlp_batch_norm: bool = False) -> None:
-        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
+                 reuse_buffers: bool = True, mlp_batch_norm: bool = False, batch_norm: bool = False) -> None:
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
         self.train_eps, self.mlp_batch_norm = train_eps, mlp_batch_norm
         self.reads_training_columns = self.keeps_training_columns(mlp_batch_norm)
         generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn

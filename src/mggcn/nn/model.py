@@ -50,6 +50,7 @@ from torch import nn
 
 from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
+from mggcn.nn.batch_norm import BatchNorm, batch_norm_
 from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, dropout
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace
 from mggcn.utils.errors import ConfigError
@@ -255,6 +256,8 @@ class LayerStack(nn.Module):
             forward passes into one backward.
         seed: the initialization seed; dropout masks come from a generator seeded with it until
             :meth:`seed_dropout` is called (the trainer calls it once per epoch and rank).
+        batch_norm: a batch norm after every layer but the last, before σ, its statistics over every rank's
+            vertices (:mod:`mggcn.nn.batch_norm`; PyG's ``norm="batch_norm"``, under its names ``norms.{l}``).
     """
 
     kind = ""  # "gcn", "sage", "gin": the --model name (mggcn.nn.models registers each class under it)
@@ -312,8 +315,8 @@ class LayerStack(nn.Module):
     @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
         """The model's own options (:func:`mggcn.nn.models.make_model`'s keywords) a state dict fixes by its
-        shapes (GAT's heads); none for the others."""
-        return {}
+        keys and shapes (GAT's heads, norms between the layers)."""
+        return {"batch_norm": True} if "norms.0.module.weight" in state else {}
 
     @classmethod
     def build(cls, dims: Sequence[int], train_eps: bool = False, **common) -> LayerStack:
@@ -406,7 +409,8 @@ class LayerStack(nn.Module):
         return plan_input_grad(walk, i, d_in, avoid=inner)  # GEMM backward
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int = 0) -> None:
+                 input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int = 0,
+                 batch_norm: bool = False) -> None:
         super().__init__()
         if len(dims) < 2:
             raise ValueError(f"a {type(self).__name__} needs at least input and output dimensions")
@@ -415,6 +419,8 @@ class LayerStack(nn.Module):
         self.dims = list(dims)
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
         self.convs = nn.ModuleList()
+        if batch_norm:  # after each hidden layer, before σ (PyG's norms.{l}), over every rank's vertices
+            self.norms = nn.ModuleList(BatchNorm(d) for d in self.dims[1:-1])
         self.workspace = Workspace() if reuse_buffers else None
         self.seed = seed
         self._dropout_generator: torch.Generator | None = None
@@ -442,7 +448,7 @@ class LayerStack(nn.Module):
     def evaluates_differently(self) -> bool:
         """Whether the model in eval mode gives other logits than in training mode (dropout; GAT's attention
         dropout, GIN's batch norm): then a training forward's logits do not measure its accuracy."""
-        return self.dropout > 0 or self.input_dropout > 0
+        return self.dropout > 0 or self.input_dropout > 0 or hasattr(self, "norms")
 
     @property
     def caches_input_aggregation(self) -> bool:
@@ -491,6 +497,8 @@ class LayerStack(nn.Module):
                 h = self.convs[i](h, adj_of(i), timer, h_aggregated=h_agg, workspace=self.workspace, key=str(i),
                                   output_in_workspace=i < last or logits_in_workspace, **extra)
             if i < last:
+                if hasattr(self, "norms"):
+                    h = batch_norm_(h, self.norms[i], adj, self.workspace, str(i))
                 deferred = self._defers_activation(i + 1)
                 h = activate(h, self.activation, deferred)
             i += 1
@@ -549,11 +557,12 @@ class GCN(LayerStack):
 
     kind = "gcn"
     takes_input_activation = True
+    options = ("batch_norm",)
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
-                 reuse_buffers: bool = True) -> None:
-        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
+                 reuse_buffers: bool = True, batch_norm: bool = False) -> None:
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
         generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
         self.convs.extend(
             GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
@@ -565,6 +574,7 @@ class GCN(LayerStack):
         # (GCNLayer.forward_with_next; with autograd, the same buffers and gradients as the deferred σ). Layers with
         # forward hooks run one by one, so that every hook sees its layer's call.
         return (i + 1 < len(self.convs) and (aggregated or self.convs[i].aggregate_first)
+                and not hasattr(self, "norms")
                 and self._gemm_reads_activation(i + 1) and not any(_hooked(c) for c in self.convs[i:i + 2]))
 
     def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:

@@ -195,8 +195,8 @@ class GraphSAGE(BranchedStack):
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
-                 reuse_buffers: bool = True) -> None:
-        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
+                 reuse_buffers: bool = True, batch_norm: bool = False) -> None:
+        super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
         generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
         self.convs.extend(SAGELayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
                           for i in range(len(dims) - 1))

@@ -91,7 +91,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mggcn.distributed.spmm import keeps_training_columns
-from mggcn.kernels.policy import index_bytes
+from mggcn.kernels.policy import index_bytes, mask_chunk_rows
 from mggcn.kernels.tiled import gather_chunk_bytes, num_tiles
 from mggcn.nn.model import LayerStack, aggregate_first
 from mggcn.nn.models import model_type, option_keyword
@@ -213,6 +213,9 @@ def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack],
             walk.take(transform, d_out)
         kind.plan_after_gemm(walk, i, d_out, **options)
         walk.take(f"out {i}", d_out)
+        if options.get("batch_norm") and i < len(dims) - 2:  # x̂, read by the norm's backward; a block's squares
+            walk.take(f"norm {i}", d_out)
+            walk.take("sigma block", d_out, rows=mask_chunk_rows(walk.rows, d_out, walk.device))
     return logits
 
 
@@ -433,7 +436,8 @@ def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = Fa
     per layer ``d_in·d_out + d_out`` for the GCN, ``2·d_in·d_out + d_out`` for GraphSAGE (W_l, b, W_r),
     ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable ε) for GIN's MLP, ``(d_in + 3)·d_out`` for a hidden GAT
     layer and ``(d_in + 2)·H·C + C`` for its last); ``options``: the model's own (GAT's ``heads``)."""
-    return model_type(model).num_parameters(dims, train_eps, **options)
+    norms = 2 * sum(dims[1:-1]) if options.pop("batch_norm", False) else 0  # γ and β after each hidden layer
+    return model_type(model).num_parameters(dims, train_eps, **options) + norms
 
 
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:

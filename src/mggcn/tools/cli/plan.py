@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
                    help="gcn, sage, gin or gat: its parameters, buffers and Â (GraphSAGE and GIN add no self loops)")
     p.add_argument("--gin-train-eps", action="store_true", help="--model gin with a learnable ε")
+    p.add_argument("--batch-norm", action="store_true", help="a batch norm after each hidden layer")
     p.add_argument("--gin-mlp-batch-norm", action="store_true", help="--model gin with a batch norm in each MLP")
     p.add_argument("--heads", type=positive_int, default=DEFAULTS.heads,
                    help=f"--model gat: attention heads per layer (default {DEFAULTS.heads}; hidden sizes are totals "
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.kernels.policy import gather_kernel
     from mggcn.nn.models import model_options, operator_for
     from mggcn.tools.plan import PRESETS, format_plan, plan_memory
+    from mggcn.training.settings import check_config
     from mggcn.training.trainer import epoch_tile_columns
 
     preset = PRESETS.get(args.dataset)
@@ -73,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
     cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
+                      batch_norm=args.batch_norm,
                       heads=args.heads, hidden=args.hidden,
                       order=args.order, input_dropout=args.input_dropout, tile_bytes=args.tile_bytes)
+    check_config(cfg)  # an option of another model refused, as train refuses it
     options = model_options(cfg)  # the model's own settings (GAT's heads); GIN's ε is plan_memory's train_eps
     train_eps = options.pop("train_eps", False)
     for nprocs in args.nprocs:

@@ -87,6 +87,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "(default gcn)")
     p.add_argument("--gin-train-eps", action="store_true",
                    help="--model gin: learn ε in (1 + ε)·h_i (default: fixed at 0)")
+    p.add_argument("--batch-norm", action="store_true",
+                   help="a batch norm after each hidden layer, before σ, its statistics over all vertices (PyG's "
+                        "GCN/GraphSAGE/GIN(..., norm='batch_norm'); with --model gin add --gin-mlp-batch-norm for "
+                        "PyG's GIN)")
     p.add_argument("--gin-mlp-batch-norm", action="store_true",
                    help="--model gin: batch-normalize each MLP's hidden layer over all vertices (PyG's "
                         "MLP(norm='batch_norm')); GIN's sum grows with the degree, and without it GIN may not train "
@@ -215,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         args.dataset = DEFAULT_DATASET
 
     cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
+                      batch_norm=args.batch_norm,
                       heads=args.heads,
                       attention_dropout=args.attention_dropout, precision=args.precision,
                       hidden=args.hidden, epochs=args.epochs,
