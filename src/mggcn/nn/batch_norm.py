@@ -36,6 +36,10 @@ class BatchNorm(nn.Module):
         super().__init__()
         self.module = nn.BatchNorm1d(dim)
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One process's batch norm of ``x`` (all the rows at hand), as PyG's ``BatchNorm`` computes it."""
+        return self.module(x)
+
 
 def column_sums(a: torch.Tensor, rows: int, ws: Workspace | None = None, *, times: torch.Tensor | None = None,
                 centered: torch.Tensor | None = None) -> list[torch.Tensor]:
