@@ -97,8 +97,8 @@ def test_layer_equals_pyg_conv(kind, order, first, train_eps):
         torch.testing.assert_close(p.grad, theirs[name].grad, rtol=1e-5, atol=1e-4, msg=name)  # sums of ~100 terms
 
 
-@pytest.mark.parametrize("order,first,reuse", itertools.product(("aggregate-first", "transform-first"), (True, False),
-                                                                (True, False)))
+@pytest.mark.parametrize("order,first,reuse", list(itertools.product(("aggregate-first", "transform-first"),
+                                                                     (True, False), (True, False))))
 def test_batch_norm_layer_equals_pyg_conv(order, first, reuse):
     """GIN's MLP with its batch norm against PyG's ``GINConv(MLP(..., norm="batch_norm"))`` on the whole graph, on a
     workspace or new tensors: in training mode (the batch's statistics) the output, the gradients and the running
