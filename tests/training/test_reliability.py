@@ -84,13 +84,15 @@ def _history_losses(result):
     return [r["loss"] for r in result.history]
 
 
-def test_resume_repeats_the_uninterrupted_run(tmp_path):
-    full = run_train_job(_job(tmp_path / "a", 6))
-    first = run_train_job(_job(tmp_path / "b", 4))
+@pytest.mark.parametrize("cfg", [{}, {"batch_norm": True}])
+def test_resume_repeats_the_uninterrupted_run(tmp_path, cfg):
+    full = run_train_job(_job(tmp_path / "a", 6, **cfg))
+    first = run_train_job(_job(tmp_path / "b", 4, **cfg))
     assert len(first.history) == 4
-    resumed = run_train_job(_job(tmp_path / "b", 6, resume=True))
+    resumed = run_train_job(_job(tmp_path / "b", 6, resume=True, **cfg))
     assert resumed.resumed_from.endswith("ckpt-000004.pt")
-    # same process count, same seed: the same numbers exactly, dropout included
+    # same process count, same seed: the same numbers exactly, dropout included (and the batch norms' running
+    # statistics, which the checkpoint carries)
     assert _history_losses(resumed) == _history_losses(full)
     for name, tensor in full.state_dict.items():
         assert torch.equal(tensor, resumed.state_dict[name]), name
