@@ -176,8 +176,9 @@ def test_an_interrupt_before_the_first_epoch_exits_130_with_a_plain_message(tmp_
     from cli_util import popen_cli, worker_processes
 
     metrics = tmp_path / "m.jsonl"
-    # 30,000 vertices: each worker builds its share of the graph for a second or more before its first epoch
-    proc = popen_cli("train", "synthetic:n=30000,features=16", "--nprocs", "2", "--epochs", "5", "--quiet",
+    # 300,000 vertices: each worker builds its share of the graph for seconds before its first epoch (with 30,000 a
+    # fast machine under the suite's load could reach it before the signal)
+    proc = popen_cli("train", "synthetic:n=300000,features=16", "--nprocs", "2", "--epochs", "5", "--quiet",
                      "--metrics", str(metrics))
     try:
         deadline = time.monotonic() + 120

@@ -45,3 +45,18 @@ def test_a_phase_waits_for_the_compute_stream_at_its_ends_on_cuda_only(monkeypat
     with PhaseTimer(cuda, enabled=False)("spmm"):
         pass
     assert len(waited) == 2
+
+
+def test_process_start_is_when_the_process_was_spawned():
+    """A child's ``process_start`` lies between its parent's spawn call and the child's own reading of the clock
+    (less one 10 ms tick of /proc's resolution): never before it was spawned, as a boot time in whole seconds of a
+    wall clock set since boot would put it."""
+    import subprocess
+    import sys
+    import time
+
+    code = "import time; from mggcn.utils.timing import process_start; print(process_start(), time.time())"
+    before = time.time()
+    start, now = map(float, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout.split())
+    assert before - 0.011 <= start <= now

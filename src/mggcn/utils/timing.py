@@ -73,15 +73,16 @@ NULL_TIMER = PhaseTimer(enabled=False)
 
 
 def process_start() -> float:
-    """When this process started (``time.time()``'s clock; from ``/proc`` on Linux, to its 10 ms ticks), so that
-    a setup's time counts the interpreter's start and its imports; elsewhere: now."""
+    """When this process started (``time.time()``'s clock; on Linux its age from ``/proc``, to its 10 ms ticks), so
+    that a setup's time counts the interpreter's start and its imports; elsewhere: now. The age is the boot clock
+    now less the process's start on it (both count from boot); the boot time ``/proc/stat`` gives is whole seconds
+    of a wall clock that may have been set since, and put starts up to a second or more early."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22, starttime, after the command name
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - max(age, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
 
