@@ -74,13 +74,13 @@ def column_sums(a: torch.Tensor, rows: int, ws: Workspace | None = None, *, time
     return sums
 
 
-def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, xhat_out: torch.Tensor | None, keep: bool,
-               ws: Workspace | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, keep: bool, ws: Workspace | None = None,
+               name: str = "") -> tuple[torch.Tensor | None, torch.Tensor]:
     """``u ← γ·x̂ + β`` in place, ``x̂ = (u − μ)/√(σ² + eps)`` with the statistics of every rank's vertices
     (``bn.training``; the running ones move) or the running ones. ``adj``: the layer's operator (its
     ``real_rows``, ``num_vertices`` and ``sum_over_ranks``); ``ws``: the workspace whose ``sigma block`` holds a
-    block's squares (None: a new tensor). Returns ``(x̂, 1/√(σ² + eps))``, ``x̂`` on ``xhat_out`` (None: a new
-    tensor), or None where ``keep`` is False (no backward) and the statistics are the running ones.
+    block's squares and whose buffer ``name`` holds ``x̂`` (None: new tensors). Returns ``(x̂, 1/√(σ² + eps))``,
+    ``x̂`` None where ``keep`` is False (no backward) and the statistics are the running ones.
 
     The variance is the mean of the centered squares (two passes over ``u``, the second's squares in cache), never
     ``E[u²] − μ²``; ``x̂ = u·(1/σ) − μ/σ`` is one pass, as torch's own kernel computes it."""
@@ -101,8 +101,7 @@ def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, xhat_out: torch.Tensor 
             torch.addcmul((beta - mean * scale).to(u.dtype), u, scale.to(u.dtype), out=u)
             return None, invstd.to(torch.float32)
         shift = (-mean * invstd).to(u.dtype)
-        if xhat_out is None:
-            xhat_out = torch.empty_like(u)
+        xhat_out = ws.take(name, u.shape[0], u.shape[1], u) if ws is not None else torch.empty_like(u)
         xhat = torch.addcmul(shift, u, invstd.to(u.dtype), out=xhat_out)
         torch.addcmul(beta.to(u.dtype), xhat, gamma.to(u.dtype), out=u)
     return xhat, invstd.to(torch.float32)
@@ -145,10 +144,7 @@ class _NormInPlace(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,  # type: ignore[override]
                 bn: nn.BatchNorm1d, adj, ws: Workspace | None, key: str) -> torch.Tensor:
-        keep = any(ctx.needs_input_grad)
-        buffer = ws.take(f"norm {key}", h.shape[0], h.shape[1], h) if ws is not None and (bn.training or keep) \
-            else None
-        xhat, invstd = normalize_(h, bn, adj, buffer, keep, ws)
+        xhat, invstd = normalize_(h, bn, adj, any(ctx.needs_input_grad), ws, f"norm {key}")
         ctx.mark_dirty(h)
         ctx.save_for_backward(xhat, invstd, gamma)
         ctx.adj, ctx.ws, ctx.batch_stats = adj, ws, bn.training

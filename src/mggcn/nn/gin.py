@@ -183,9 +183,7 @@ class _GINConv(torch.autograd.Function):
             kept = hw if train_eps else None  # the shared buffer H.W is the next layer's: only ∂ε reads it back
         xhat = invstd = None
         if bn is not None:
-            keep = any(ctx.needs_input_grad)
-            xhat_buffer = ws.take(f"bn {key}", m, d_out, u) if ws is not None and (bn.training or keep) else None
-            xhat, invstd = normalize_(u, bn, adj, xhat_buffer, keep, ws)
+            xhat, invstd = normalize_(u, bn, adj, any(ctx.needs_input_grad), ws, f"bn {key}")
         u = u.relu_() if slope == 0.0 else F.leaky_relu_(u, slope)
         dest = None if out is None else out[0].take(out[1], m, w2.shape[0], like)
         with timer("gemm"):
