@@ -448,6 +448,8 @@ def test_bench_model_against_pygs_own(model):
         assert "bn 0" in rows["mggcn P=1 random-local"]["memory"][0]["workspace"]
         with pytest.raises(ConfigError, match="^gin_mlp_batch_norm is for model gin, not sage$"):
             bench.options_from(small=True, model="sage", gin_mlp_batch_norm=True)
+        with pytest.raises(ConfigError, match="^heads is for model gat, not gin$"):
+            bench.options_from(small=True, model="gin", heads=4)
 
 
 def test_bench_compares_precisions_in_the_same_run():

@@ -8,7 +8,7 @@ from mggcn.config import TrainConfig
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import parse_bytes
 
-__all__ = ["BenchOptions", "SMALL", "SAINT", "PYG_ADJ", "IDS", "options_from"]
+__all__ = ["BenchOptions", "SMALL", "SAINT", "PYG_ADJ", "IDS", "model_settings", "options_from"]
 
 PYG_ADJ = ("csr", "csr64", "edge_index")
 IDS = ("clustered", "random")
@@ -68,6 +68,12 @@ SAINT = BenchOptions(nodes=100_000, degree=50.0, epochs=3, warmup=1, nprocs=(1, 
                      saint_graph=True, repeats=3, repeat_pyg=True)
 
 
+def model_settings(opts: BenchOptions) -> dict:
+    """The models' own settings the bench offers, as :class:`~mggcn.config.TrainConfig` fields: every mggcn and PyG
+    configuration, and the plan, train the model with them."""
+    return {"heads": opts.heads, "gin_mlp_batch_norm": opts.gin_mlp_batch_norm}
+
+
 def options_from(small: bool = False, saint: bool = False, **overrides) -> BenchOptions:
     """The defaults (or :data:`SMALL`, or :data:`SAINT`; ``small`` and ``saint``: the small graph in GraphSAINT's
     layout) with the given options replaced (``None`` keeps the default). ``gpu_memory`` and ``host_memory`` may be
@@ -85,11 +91,9 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
     if kind.pyg_one_hidden_width and opts.pyg and len(set(opts.hidden)) > 1:
         raise ConfigError(f"model {opts.model}: PyG's {kind.pyg_name} has one hidden width, got hidden="
                           f"{','.join(map(str, opts.hidden))} (or give pyg=False)", "model")
-    if opts.heads != BenchOptions.heads and "heads" not in kind.options:
-        raise ConfigError(f"heads is for model {models_taking('heads')}, not {opts.model}", "heads")
-    if opts.gin_mlp_batch_norm and "gin_mlp_batch_norm" not in kind.options:
-        raise ConfigError(f"gin_mlp_batch_norm is for model {models_taking('gin_mlp_batch_norm')}, not {opts.model}",
-                          "gin_mlp_batch_norm")
+    for option, value in model_settings(opts).items():
+        if value != getattr(BenchOptions, option) and option not in kind.options:
+            raise ConfigError(f"{option} is for model {models_taking(option)}, not {opts.model}", option)
     if opts.ids not in IDS:
         raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")
     _check_caps(opts)

@@ -22,7 +22,7 @@ from mggcn.nn.models import model_type
 from mggcn.tools.bench.graph import read_graph
 from mggcn.tools.bench.limits import SetupNotes, cap_memory, lift_caps
 from mggcn.tools.bench.memory import MemoryProbe
-from mggcn.tools.bench.options import BenchOptions
+from mggcn.tools.bench.options import BenchOptions, model_settings
 from mggcn.tools.bench.probes import measure_after
 from mggcn.tools.bench.workers import threshold, train_config
 from mggcn.training.trainer import build_model
@@ -52,8 +52,7 @@ def pyg_worker(path: str, opts: BenchOptions, threads: int, notes_dir: str | Non
     dev = ctx.device
     cap_memory(opts.gpu_memory, opts.host_memory, dev)
     probe = MemoryProbe(dev, torch_adam=True)
-    cfg = train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model, heads=opts.heads,
-                       gin_mlp_batch_norm=opts.gin_mlp_batch_norm)
+    cfg = train_config(hidden=opts.hidden, seed=opts.seed, model=opts.model, **model_settings(opts))
     clock = SetupClock()
     notes = SetupNotes(notes_dir, 0, clock)
     with notes.on_failure():

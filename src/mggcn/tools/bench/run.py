@@ -14,7 +14,7 @@ from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.nn.models import model_type
 from mggcn.tools.bench.graph import cached_info, generate_worker, info_worker, prepare_worker
 from mggcn.tools.bench.limits import check_gpu_memory, gpu_memory_worker, out_of_memory, read_notes
-from mggcn.tools.bench.options import BenchOptions
+from mggcn.tools.bench.options import BenchOptions, model_settings
 from mggcn.tools.bench.probes import baseline_worker, broadcast_worker, describe_host, machine_worker
 from mggcn.tools.bench.pyg import PYG_LAST_SETUP_PHASE, pyg_adjacency, pyg_worker
 from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
@@ -229,7 +229,6 @@ def run_one(run: Run, opts: BenchOptions, path: str, threads: int, notes: str | 
         return run_workers(pyg_worker, 1, (path, opts, threads, notes), timeout_s=opts.timeout_s)
     config = dict(model=opts.model, hidden=opts.hidden, epochs=opts.warmup + opts.epochs, overlap=run.overlap,
                   partition=run.partition, seed=opts.seed, trace_epoch=0, tile_bytes=run.tile_bytes, shm=run.shm,
-                  precision=run.precision or opts.precision, heads=opts.heads,
-                  gin_mlp_batch_norm=opts.gin_mlp_batch_norm)
+                  precision=run.precision or opts.precision, **model_settings(opts))
     args = (path, config, opts, max(1, threads // run.nprocs), threads, notes)
     return run_workers(mggcn_worker, run.nprocs, args, timeout_s=opts.timeout_s)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from mggcn.config import TrainConfig
 from mggcn.nn.models import model_options, model_type
-from mggcn.tools.bench.options import BenchOptions
+from mggcn.tools.bench.options import BenchOptions, model_settings
 from mggcn.tools.plan import plan_memory
 from mggcn.tools.roofline import Machine, epoch_floor, mggcn_work, pyg_work
 from mggcn.utils.timing import PHASES
@@ -83,7 +83,7 @@ def _setup(records: list[dict | None]) -> dict:
 
 def _model_settings(opts: BenchOptions) -> dict:
     """The bench model's own settings (GAT's heads, GIN's batch norms) as :func:`plan_memory`'s keywords."""
-    cfg = TrainConfig(model=opts.model, heads=opts.heads, gin_mlp_batch_norm=opts.gin_mlp_batch_norm)
+    cfg = TrainConfig(model=opts.model, **model_settings(opts))
     return {k: v for k, v in model_options(cfg).items() if k != "train_eps"}
 
 
