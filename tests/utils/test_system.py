@@ -117,3 +117,30 @@ def test_a_job_launched_from_a_callers_process_leaves_its_environment(tmp_path):
     counts, stdout = _openmp_spin_counts(dict(os.environ), [sys.executable, str(script)], tmp_path)
     assert len(counts) == 2 and counts[0] != "0" and counts[1] == "0"
     assert stdout.splitlines() == ["None"]
+
+
+def test_a_rank_starts_the_vector_math_on_one_thread_before_its_threads_are_set(monkeypatch):
+    """MKL's vector math can go wrong in one thread when a process's first call of a function comes from two threads
+    at once (epoch 1's loss of a seed's run then changes in the sixth digit: scripts/rank_check.py repeat under
+    load). enter_rank calls each function once, on fewer elements than torch gives a second thread, in both float
+    widths, while the thread count is still the caller's, and only in the process's first rank."""
+    calls = []
+
+    def recording(name, fn):
+        def call(x, *args, **kwargs):
+            calls.append((name, x.dtype, x.numel(), torch.get_num_threads()))
+            return fn(x, *args, **kwargs)
+        return call
+
+    for name in system._VECTOR_MATH:
+        monkeypatch.setattr(torch, name, recording(name, getattr(torch, name)))
+    monkeypatch.setattr(system._State, "vector_math", False)
+    torch.set_num_threads(1)
+    with system.caller_settings_kept():
+        system.enter_rank(2, mmap_threshold=None)
+        system.enter_rank(2, mmap_threshold=None)  # a second rank in the process: nothing again
+    called = [(n, str(d)) for n, d, _, _ in calls]
+    assert sorted(called) == sorted((n, str(d)) for n in system._VECTOR_MATH for d in (torch.float32, torch.float64))
+    grain = 2048  # torch's per-thread grain of these ops: fewer elements run on the calling thread alone
+    assert all(numel < grain and threads == 1 for _, _, numel, threads in calls)
+    assert {"exp", "log", "sqrt"} <= set(system._VECTOR_MATH)  # the loss's and Adam's

@@ -34,6 +34,7 @@ from mggcn.utils.parallel import configured_threads, set_threads
 __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
            "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
+           "start_vector_math",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively"]
 
@@ -48,6 +49,7 @@ class _State:
     owned = False  # this process belongs to mggcn: a launched worker, or the mggcn command
     mmap_threshold: int | None = None  # what this module set (None: glibc's own, dynamic threshold)
     libc: Any = None  # the C library, once trim_heap loaded it (False: not glibc)
+    vector_math = False  # start_vector_math ran in this process
 
 
 # How OpenMP's threads wait between parallel regions (torch's CPU ops split their work among them). By default they
@@ -180,15 +182,41 @@ def sparse_warnings_silenced() -> Iterator[None]:
 
 
 def enter_rank(threads: int, mmap_threshold: int | None = MMAP_THRESHOLD) -> None:
-    """Set what a rank runs with: ``threads`` torch threads, the sparse warnings silenced, and, in a process mggcn
-    owns, the allocator's ``mmap_threshold`` (None: glibc's)."""
+    """Set what a rank runs with: ``threads`` torch threads, the sparse warnings silenced, the vector math library
+    started on one thread (:func:`start_vector_math`), and, in a process mggcn owns, the allocator's
+    ``mmap_threshold`` (None: glibc's)."""
     import torch
 
     if _State.owned:
         set_mmap_threshold(mmap_threshold)
+    start_vector_math()
     torch.set_num_threads(threads)
     set_threads(threads)  # the data layer's thread pools (mggcn.utils.parallel) keep to the same cores
     quiet_sparse_warnings()
+
+
+# torch's CPU exp, log, sqrt, ... of float tensors call MKL's vector math (VML) on each thread's share of the
+# elements. A process's first call of a function from two threads at once can go wrong in one of them: measured
+# with a second process on each core, one training run in about six began with an exp whose first thread's half of
+# the elements was off by up to 1,769 units in the last place, so that epoch's loss and gradients changed in the
+# sixth digit and two runs of one seed differed. Once a function has run, later calls from any number of threads
+# agree with one thread's, bit for bit. The functions a model, loss or optimizer may call, in both float widths.
+_VECTOR_MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf")
+
+
+def start_vector_math() -> None:
+    """Run each of :data:`_VECTOR_MATH` once on one thread (a few elements: below torch's grain, so the calling
+    thread alone runs it), before any op can call it from several; the first call in a process does the work, later
+    ones return at once."""
+    if _State.vector_math:
+        return
+    import torch
+
+    for dtype in (torch.float32, torch.float64):
+        x = torch.linspace(0.5, 2.0, 256, dtype=dtype)
+        for name in _VECTOR_MATH:
+            getattr(torch, name)(x)
+    _State.vector_math = True
 
 
 @contextmanager
