@@ -6,11 +6,12 @@
 #   2. CUDA tests: the SpMM on CUDA = CPU (outputs filled with NaN first), 3 epochs on CUDA = CPU, 2 ranks over
 #      NCCL when there are 2+ GPUs, the benchmark's CUDA memory accounting;
 #   3. shared GPU: P = 2 and 3 ranks on the GPUs there, more ranks than GPUs sharing them (MGGCN_SHARE_DEVICE=1,
-#      gloo), with the broadcast, sparse and auto exchange, overlap on and off: each one's losses against P = 1's
+#      gloo), with the broadcast, sparse and auto exchange, overlap on and off, and GIN with batch norms (their
+#      statistics all-reduced over the ranks) with the broadcast: each one's losses against P = 1's
 #      (scripts/rank_check.py ranks: the largest relative difference, PASS within 1e-4);
-#   4. reproducible: GCN, GraphSAGE and GIN with dropout trained twice at P = 1 and 2, the losses compared bit for
-#      bit, and torch.use_deterministic_algorithms's list of non-deterministic kernels asked about each model
-#      (scripts/rank_check.py repeat);
+#   4. reproducible: GCN, GraphSAGE, GIN and GIN with batch norms, with dropout, trained twice at P = 1 and 2, the
+#      losses compared bit for bit, and torch.use_deterministic_algorithms's list of non-deterministic kernels asked
+#      about each model (scripts/rank_check.py repeat);
 #   5. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
 #   6. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 in fp32, bf16 and tf32, and PyG's GCNConv) on that
 #      graph; below its table, each precision's epoch time against fp32's and its change of test accuracy;
@@ -19,8 +20,8 @@
 #
 # Time: the steps together get GPU_CHECK_BUDGET seconds (default 465, their kill grace included): a step runs under
 # its own limit or what is left of the budget, whichever is less, so the check ends within 8 minutes whatever
-# hangs. Expected on an H200: imports ~10 s, CUDA tests ~1-1.5 min, shared GPU ~1.5 min (13 runs on 100k vertices,
-# each P > 1 starting P CUDA contexts), reproducible ~1 min (12 runs and 3 audited ones), plan ~5 s, bench ~3 min
+# hangs. Expected on an H200: imports ~10 s, CUDA tests ~1-1.5 min, shared GPU ~1.5-2 min (16 runs on 100k vertices,
+# each P > 1 starting P CUDA contexts), reproducible ~1.5 min (16 runs and 4 audited ones), plan ~5 s, bench ~3 min
 # (its graph, then fp32, bf16, tf32 and PyG), models ~2 min (its graph, then three models and PyG's three): more
 # than the budget leaves when every earlier step takes its expected time, so the models step, the last, is the one
 # a slow run cuts short (its rows up to then are in its JSON).

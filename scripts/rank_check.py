@@ -3,14 +3,16 @@
     python scripts/rank_check.py ranks [--device D] [--nprocs 2,3] [--rtol R] [--out FILE]
         Trains at P = 1, then at each P of --nprocs with the broadcast, sparse and auto exchange, each with and
         without overlap: one line per configuration with the largest relative difference of its per-epoch losses
-        from P = 1's, and PASS (at most --rtol) or FAIL. On CUDA, more ranks than GPUs run only with
-        MGGCN_SHARE_DEVICE=1 (rank r on GPU r mod G, over gloo): gpu_check.sh sets it, and a line per P says where
-        the ranks went.
-    python scripts/rank_check.py repeat [--device D] [--models gcn,sage,gin] [--out FILE]
-        Trains each model (default the GCN, GraphSAGE and GIN; GAT's edge sums are atomic on CUDA:
-        docs/benchmarks.md) with dropout twice at P = 1 and 2 and compares the losses bit for bit: PASS or FAIL per
-        model and P. Then at P = 1 once more under torch.use_deterministic_algorithms(True, warn_only=True): torch
-        names there every kernel of the run it knows to be non-deterministic (FAIL when it names one).
+        from P = 1's, and PASS (at most --rtol) or FAIL. Then GIN with batch norms (gin+norms: their statistics are
+        all-reduced over the ranks) at P = 1 and at each P with the broadcast and overlap. On CUDA, more ranks than
+        GPUs run only with MGGCN_SHARE_DEVICE=1 (rank r on GPU r mod G, over gloo): gpu_check.sh sets it, and a line
+        per P says where the ranks went.
+    python scripts/rank_check.py repeat [--device D] [--models gcn,sage,gin,gin+norms] [--out FILE]
+        Trains each model (default the GCN, GraphSAGE, GIN and GIN with batch norms; GAT's edge sums are atomic on
+        CUDA: docs/benchmarks.md) with dropout twice at P = 1 and 2 and compares the losses bit for bit: PASS or
+        FAIL per model and P. Then at P = 1 once more under torch.use_deterministic_algorithms(True,
+        warn_only=True): torch names there every kernel of the run it knows to be non-deterministic (FAIL when it
+        names one).
 
 Both take the graph's and the model's sizes (--nodes, --degree, --features, --classes, --hidden, --epochs) and print
 each line as its configuration ends; ``--out`` writes the rows so far as JSON after each. Exit status 0 when every
@@ -28,7 +30,15 @@ import time
 import warnings
 
 COMMS = ("broadcast", "sparse", "auto")
-MODELS = ("gcn", "sage", "gin")  # the models whose CUDA kernels are deterministic (docs/benchmarks.md)
+# the models whose CUDA kernels are deterministic (docs/benchmarks.md), by the names the check gives them
+MODELS = {"gcn": {"model": "gcn"}, "sage": {"model": "sage"}, "gin": {"model": "gin"},
+          "gin+norms": {"model": "gin", "batch_norm": True, "gin_mlp_batch_norm": True}}
+NORMS = "gin+norms"  # the model of the ranks check's batch-norm lines
+
+
+def model_options(name: str) -> dict:
+    """The training options of a model the check names (one of :data:`MODELS`, or any model mggcn has)."""
+    return dict(MODELS.get(name, {"model": name}))
 
 
 def max_relative_difference(got: list[float], expected: list[float]) -> float:
@@ -87,26 +97,47 @@ def placement(device: str, nprocs: int) -> str:
 
 
 def check_ranks(args: argparse.Namespace, rows: Rows) -> None:
-    expected = train_losses(args, 1)
-    rows.add("P=1", all(map(math.isfinite, expected)), f"{len(expected)} losses, last {expected[-1]:.6f}",
-             losses=expected)
+    expected = reference(args, rows, "P=1")
+    norms = model_options(NORMS)  # batch norms: their statistics are summed over the ranks
+    expected_norms = reference(args, rows, f"{NORMS} P=1", **norms)
     for nprocs in args.nprocs:
         try:
             print(f"P={nprocs}: ranks on {placement(args.device, nprocs)}", flush=True)
         except Exception as err:  # noqa: BLE001 - refused (no switch): every configuration of this P would be too
             rows.failed(f"P={nprocs}", err)
             continue
-        for comm in COMMS:
-            for overlap in (True, False):
-                name = f"P={nprocs} {comm} overlap={'on' if overlap else 'off'}"
-                try:
-                    losses = train_losses(args, nprocs, comm=comm, overlap=overlap)
-                except Exception as err:  # noqa: BLE001 - one configuration's error is its FAIL line
-                    rows.failed(name, err)
-                    continue
-                diff = max_relative_difference(losses, expected)
-                rows.add(name, diff <= args.rtol, f"max relative difference {diff:.2e}", losses=losses,
-                         max_relative_difference=diff)
+        if expected is not None:
+            for comm in COMMS:
+                for overlap in (True, False):
+                    compare(args, rows, f"P={nprocs} {comm} overlap={'on' if overlap else 'off'}", nprocs, expected,
+                            comm=comm, overlap=overlap)
+        if expected_norms is not None:
+            compare(args, rows, f"{NORMS} P={nprocs} broadcast", nprocs, expected_norms, comm="broadcast",
+                    overlap=True, **norms)
+
+
+def reference(args: argparse.Namespace, rows: Rows, name: str, **options) -> list[float] | None:
+    """P = 1's losses, its line added (None, and a FAIL line, where it failed)."""
+    try:
+        expected = train_losses(args, 1, **options)
+    except Exception as err:  # noqa: BLE001 - the reference failed: its comparisons are not run
+        rows.failed(name, err)
+        return None
+    rows.add(name, all(map(math.isfinite, expected)), f"{len(expected)} losses, last {expected[-1]:.6f}",
+             losses=expected)
+    return expected
+
+
+def compare(args: argparse.Namespace, rows: Rows, name: str, nprocs: int, expected: list[float], **options) -> None:
+    """One configuration at ``nprocs`` ranks against P = 1's ``expected`` losses: its line."""
+    try:
+        losses = train_losses(args, nprocs, **options)
+    except Exception as err:  # noqa: BLE001 - one configuration's error is its FAIL line
+        rows.failed(name, err)
+        return
+    diff = max_relative_difference(losses, expected)
+    rows.add(name, diff <= args.rtol, f"max relative difference {diff:.2e}", losses=losses,
+             max_relative_difference=diff)
 
 
 def check_repeat(args: argparse.Namespace, rows: Rows) -> None:
@@ -115,7 +146,8 @@ def check_repeat(args: argparse.Namespace, rows: Rows) -> None:
         for nprocs in (1, 2):
             name = f"{model} P={nprocs} twice"
             try:
-                first, second = (train_losses(args, nprocs, model=model, **stochastic) for _ in range(2))
+                first, second = (train_losses(args, nprocs, **model_options(model), **stochastic)
+                                 for _ in range(2))
             except Exception as err:  # noqa: BLE001 - one configuration's error is its FAIL line
                 rows.failed(name, err)
                 continue
@@ -138,7 +170,7 @@ def audit(args: argparse.Namespace, rows: Rows, options: dict) -> None:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    train_losses(args, 1, model=model, **options)
+                    train_losses(args, 1, **model_options(model), **options)
                 except Exception as err:  # noqa: BLE001 - one configuration's error is its FAIL line
                     rows.failed(name, err)
                     continue

@@ -43,30 +43,53 @@ def test_the_largest_relative_difference_and_what_cannot_pass():
 
 def test_ranks_fail_over_the_tolerance_and_on_an_error_and_the_others_still_run(monkeypatch, capsys, tmp_path):
     rc = _rank_check()
+    norms = {"model": "gin", "batch_norm": True, "gin_mlp_batch_norm": True}
 
     def losses(nprocs, options):
         if nprocs == 3 and options == {"comm": "sparse", "overlap": False}:
             raise RuntimeError("a rank\nfailed")
-        off = 1e-3 if nprocs == 3 and options["comm"] == "auto" else 1e-7  # over / under the default 1e-4
+        over = nprocs == 3 and options["comm"] in ("auto", "broadcast" if options.get("batch_norm") else "")
+        off = 1e-3 if over else 1e-7  # over / under the default 1e-4
         return [2.0 * (1 + off * (nprocs > 1)), 1.0]
 
     calls = _fake_runs(monkeypatch, rc, losses)
     out = tmp_path / "ranks.json"
     assert rc.main(["ranks", "--device", "cpu", "--out", str(out)]) == 1
-    assert calls[0] == (1, {}) and len(calls) == 13
-    assert {(n, o["comm"], o["overlap"]) for n, o in calls[1:]} == \
+    assert calls[:2] == [(1, {}), (1, norms)] and len(calls) == 16
+    assert {(n, o["comm"], o["overlap"]) for n, o in calls[2:] if "model" not in o} == \
         {(n, c, v) for n in (2, 3) for c in ("broadcast", "sparse", "auto") for v in (True, False)}
+    # the norms' statistics summed over ranks: one configuration per P, against their own P = 1
+    assert [(n, o) for n, o in calls[2:] if "model" in o] == \
+        [(n, {"comm": "broadcast", "overlap": True, **norms}) for n in (2, 3)]
     printed = capsys.readouterr().out.splitlines()
     assert "P=2: ranks on cpu, cpu over gloo" in printed
-    verdicts = {line[:32].strip(): line.split()[-3] for line in printed if line.startswith("P=") and "(" in line}
-    failed = {"P=3 sparse overlap=off", "P=3 auto overlap=on", "P=3 auto overlap=off"}
-    assert {name for name, v in verdicts.items() if v == "FAIL"} == failed and len(verdicts) == 13
+    verdicts = {line[:32].strip(): line.split()[-3] for line in printed if line.startswith(("P=", "gin+norms"))
+                and "(" in line}
+    failed = {"P=3 sparse overlap=off", "P=3 auto overlap=on", "P=3 auto overlap=off", "gin+norms P=3 broadcast"}
+    assert {name for name, v in verdicts.items() if v == "FAIL"} == failed and len(verdicts) == 16
+    assert verdicts["gin+norms P=1"] == verdicts["gin+norms P=2 broadcast"] == "PASS"
     assert any(line.startswith("P=3 sparse overlap=off") and "RuntimeError: a rank failed" in line for line in printed)
-    assert printed[-1] == ("rank_check: 10 of 13 passed; failed: P=3 sparse overlap=off, P=3 auto overlap=on, "
-                           "P=3 auto overlap=off")
+    assert printed[-1] == ("rank_check: 12 of 16 passed; failed: P=3 sparse overlap=off, P=3 auto overlap=on, "
+                           "P=3 auto overlap=off, gin+norms P=3 broadcast")
     rows = json.loads(out.read_text())["rows"]
-    assert [r["pass"] for r in rows].count(False) == 3
+    assert [r["pass"] for r in rows].count(False) == 4
     assert rows[-1]["max_relative_difference"] == pytest.approx(1e-3)
+
+
+def test_ranks_without_a_reference_run_none_of_its_comparisons(monkeypatch, capsys):
+    """A P = 1 run that fails is a FAIL line, and the configurations compared with it are not run; the other
+    reference's still are."""
+    rc = _rank_check()
+
+    def losses(nprocs, options):
+        if nprocs == 1 and not options:
+            raise RuntimeError("no reference")
+        return [1.0]
+
+    calls = _fake_runs(monkeypatch, rc, losses)
+    assert rc.main(["ranks", "--device", "cpu", "--nprocs", "2"]) == 1
+    assert [(n, o.get("batch_norm", False)) for n, o in calls] == [(1, False), (1, True), (2, True)]
+    assert capsys.readouterr().out.splitlines()[-1] == "rank_check: 2 of 3 passed; failed: P=1"
 
 
 def test_a_p_whose_ranks_are_refused_is_one_fail_line(monkeypatch, capsys):
@@ -88,7 +111,7 @@ def test_repeat_fails_where_a_second_run_differs_and_where_torch_names_a_kernel(
     seen = {}
 
     def losses(nprocs, options):
-        key = (nprocs, options.get("model"))
+        key = (nprocs, options.get("model") + ("+norms" if options.get("batch_norm") else ""))
         seen[key] = seen.get(key, 0) + 1
         if torch.are_deterministic_algorithms_enabled() and options["model"] == "sage":
             torch.zeros(3).put_(torch.tensor([0]), torch.tensor([1.0]))  # torch knows put_ as non-deterministic
@@ -105,9 +128,11 @@ def test_repeat_fails_where_a_second_run_differs_and_where_torch_names_a_kernel(
     assert verdicts["gin P=2 twice"] == ("differ from epoch 2", False)
     assert verdicts["sage P=1 torch audit"] == ("put_ does not have a deterministic implementation", False)
     assert verdicts["gcn P=1 torch audit"] == ("no non-deterministic kernel named", True)
-    assert len(verdicts) == 9 and sum(ok for _, ok in verdicts.values()) == 7
+    assert verdicts["gin+norms P=2 twice"] == ("bitwise equal", True)
+    assert len(verdicts) == 12 and sum(ok for _, ok in verdicts.values()) == 10
+    assert seen[(1, "gin+norms")] == 3  # twice, then the audit: with both norms on
     assert any(line.startswith("gin P=2 twice") and " FAIL  (" in line for line in printed)
-    assert printed[-1] == "rank_check: 7 of 9 passed; failed: gin P=2 twice, sage P=1 torch audit"
+    assert printed[-1] == "rank_check: 10 of 12 passed; failed: gin P=2 twice, sage P=1 torch audit"
     calls = _fake_runs(monkeypatch, rc, lambda nprocs, options: [1.0])
     assert rc.main(["repeat", "--device", "cpu", "--models", "gat"]) == 0
     assert [(n, o["model"]) for n, o in calls] == [(1, "gat")] * 2 + [(2, "gat")] * 2 + [(1, "gat")]  # + the audit
@@ -133,8 +158,9 @@ STEPS = ["imports", "CUDA tests", "shared GPU", "reproducible", "plan", "bench",
 
 @pytest.mark.slow
 def test_gpu_check_rehearses_the_shared_gpu_and_reproducibility_steps_on_cpu(tmp_path):
-    """At a tiny size on the CPU: the seven steps pass, in order; step 3's 13 runs agree with P = 1 and step 4's
-    runs are bitwise equal with no kernel named, their rows in gpu_ranks.json and gpu_repeat.json."""
+    """At a tiny size on the CPU: the seven steps pass, in order; step 3's 16 runs (14 at P > 1, two of them GIN
+    with batch norms) agree with P = 1 and step 4's runs are bitwise equal with no kernel named, their rows in
+    gpu_ranks.json and gpu_repeat.json."""
     passing = tmp_path / "tests" / "test_cuda_passes.py"
     passing.parent.mkdir()
     passing.write_text("def test_cuda_step():\n    pass\n")
@@ -146,11 +172,13 @@ def test_gpu_check_rehearses_the_shared_gpu_and_reproducibility_steps_on_cpu(tmp
     table = json.loads((out / "gpu_check.json").read_text())
     assert [(s["step"], s["exit"]) for s in table["steps"]] == [(name, 0) for name in STEPS]
     ranks = json.loads((out / "gpu_ranks.json").read_text())["rows"]
-    assert len(ranks) == 13 and all(r["pass"] for r in ranks)
-    assert all(r["max_relative_difference"] <= 1e-4 for r in ranks[1:])
+    assert len(ranks) == 16 and all(r["pass"] for r in ranks)
+    compared = [r for r in ranks if "max_relative_difference" in r]
+    assert len(compared) == 14 and all(r["max_relative_difference"] <= 1e-4 for r in compared)
     repeat = json.loads((out / "gpu_repeat.json").read_text())["rows"]
-    assert len(repeat) == 9 and all(r["pass"] for r in repeat)
-    assert "P=3 auto overlap=off" in log and "rank_check: 9 of 9 passed" in log
+    assert len(repeat) == 12 and all(r["pass"] for r in repeat)
+    assert "P=3 auto overlap=off" in log and "gin+norms P=3 broadcast" in log
+    assert "rank_check: 12 of 12 passed" in log
 
 
 @pytest.mark.slow
