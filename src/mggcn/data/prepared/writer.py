@@ -209,15 +209,8 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         GraphError: bad input, naming the file and what is wrong; ``out_dir`` is then left as it was.
     """
     start = time.monotonic()
-    out = Path(out_dir).absolute()
+    out = _output_dir(out_dir, source, overwrite)
     parent = out.parent
-    if not parent.is_dir():
-        raise GraphError(f"{out}: the parent directory {parent} does not exist")
-    if is_special(out):  # --overwrite would move a device node aside and remove it
-        raise GraphError(f"{out}: is a device, FIFO or socket, not a directory; give a path for the dataset's "
-                         "directory")
-    if out.exists() and not overwrite:
-        raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
     budget = DEFAULT_MEMORY_LIMIT if memory_limit is None else parse_memory(memory_limit)
     chunk = max(1 << 10, min(chunk_edges, budget // CHUNK_BYTES_PER_EDGE))
     report = Progress(quiet=not progress, prefix="mggcn prepare", stream=sys.stderr)
@@ -239,6 +232,38 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return out
+
+
+def _output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
+    """``out_dir`` as an absolute path, where the dataset may go. Replacing (``overwrite``) removes what is there, so
+    it is allowed only for what this function would write: a prepared dataset (its manifest, perhaps damaged) or an
+    empty directory; never a file, the working directory an empty path names, or a directory holding the input."""
+    if not str(out_dir).strip():
+        raise ConfigError("OUT_DIR is empty: give the path of the dataset's directory", "out_dir")
+    out = Path(out_dir).absolute()
+    if not out.parent.is_dir():
+        raise GraphError(f"{out}: the parent directory {out.parent} does not exist")
+    if is_special(out):  # --overwrite would move a device node aside and remove it
+        raise GraphError(f"{out}: is a device, FIFO or socket, not a directory; give a path for the dataset's "
+                         "directory")
+    if not (out.exists() or out.is_symlink()):
+        return out
+    if not overwrite:
+        raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
+    if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
+        real, held = out.resolve(), Path(source).resolve()
+        if real == held or real in held.parents:
+            raise ConfigError(f"{out}: holds the input {source}; write the dataset somewhere else", "overwrite")
+    if out.is_symlink() or not out.is_dir():
+        raise ConfigError(f"{out}: is not a directory; --overwrite replaces only a prepared dataset", "overwrite")
+    try:
+        empty = not any(out.iterdir())
+    except OSError:
+        empty = False
+    if not (out / MANIFEST).is_file() and not empty:
+        raise ConfigError(f"{out}: is not a prepared dataset (no {MANIFEST}); --overwrite replaces only a prepared "
+                          "dataset or an empty directory", "overwrite")
     return out
 
 
