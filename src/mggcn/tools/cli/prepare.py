@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="edgelist: vertex count (default: the rows of --features/--labels, else largest id + 1)")
     p.add_argument("--memory-limit", default=None,
                    help="memory for edge chunks and sorting, e.g. 512M or 2G (default 2G); vertex arrays come on top")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace OUT_DIR if it is a prepared dataset or an empty directory")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
 
 
