@@ -106,6 +106,19 @@ WRONG = {
     "optimizer moments of another shape": (lambda s: s["optimizer"]["state"][0].__setitem__("exp_avg",
                                                                                         torch.zeros(3)),
                                            "its optimizer's exp_avg of parameter 0 has shape [3]"),
+    # the param group's settings are the resumed run's: each is checked before the optimizer takes it
+    "betas of text": (lambda s: s["optimizer"]["param_groups"][0].__setitem__("betas", "ab"),
+                      "param group 0's betas 'ab' are not two numbers in [0, 1)"),
+    "one beta": (lambda s: s["optimizer"]["param_groups"][0].__setitem__("betas", [0.9]),
+                 "param group 0's betas [0.9] are not two numbers in [0, 1)"),
+    "no eps": (lambda s: s["optimizer"]["param_groups"][0].__setitem__("eps", None),
+               "param group 0's eps None is not a finite number >= 0"),
+    "an lr of text": (lambda s: s["optimizer"]["param_groups"][0].__setitem__("lr", "abc"),
+                      "param group 0's lr 'abc' is not a finite number >= 0"),
+    "an infinite lr": (lambda s: s["optimizer"]["param_groups"][0].__setitem__("lr", float("inf")),
+                       "param group 0's lr inf is not a finite number >= 0"),
+    "a state of no parameter": (lambda s: s["optimizer"]["state"].__setitem__(99, s["optimizer"]["state"][0]),
+                                "a state for parameter 99, which no param group holds"),
 }
 
 

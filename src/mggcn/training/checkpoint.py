@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
+import math
 import os
 import re
 import sys
@@ -214,13 +215,37 @@ def _optimizer_state(value: object) -> str | None:
     if not isinstance(value, dict) or not isinstance(value.get("param_groups"), list) or not all(
             isinstance(g, dict) and isinstance(g.get("params"), list) for g in value["param_groups"]):
         return "not an optimizer state (no list of param_groups)"
+    for i, group in enumerate(value["param_groups"]):
+        wrong = _param_group(group)
+        if wrong is not None:
+            return f"not an optimizer state (param group {i}'s {wrong})"
     state = value.get("state")
     if not isinstance(state, dict) or not all(isinstance(p, dict) for p in state.values()):
         return "not an optimizer state (no dict of per-parameter states)"
+    ids = {pid for group in value["param_groups"] for pid in group["params"]}
+    stray = next((key for key in state if key not in ids), None)
+    if stray is not None:
+        return f"not an optimizer state (a state for parameter {stray!r}, which no param group holds)"
     for key, entries in state.items():
         bad = next((k for k, v in entries.items() if not (isinstance(v, torch.Tensor) or _is_number(v))), None)
         if bad is not None:
             return f"not an optimizer state (parameter {key}'s {bad!r} is a {_kind(entries[bad])})"
+    return None
+
+
+def _param_group(group: dict) -> str | None:
+    """What is wrong with an Adam param group's settings (None: nothing); the optimizer takes them as the run's:
+    a finite non-negative lr, eps and weight decay, two betas in [0, 1), integer parameter ids."""
+    for key in ("lr", "eps", "weight_decay"):
+        v = group.get(key)
+        if not (_is_number(v) and math.isfinite(v) and v >= 0):
+            return f"{key} {v!r} is not a finite number >= 0"
+    betas = group.get("betas")
+    if not (isinstance(betas, (list, tuple)) and len(betas) == 2
+            and all(_is_number(b) and 0 <= b < 1 for b in betas)):
+        return f"betas {betas!r} are not two numbers in [0, 1)"
+    if not all(_is_int(pid) for pid in group["params"]):
+        return "params are not integer ids"
     return None
 
 
