@@ -13,8 +13,8 @@ from torch import nn
 
 import mggcn
 from mggcn.nn.model import LayerStack, glorot_linear
-from mggcn.nn.models import MODEL_TYPES, make_model, register_model
-from mggcn.tools.plan import num_parameters, plan_memory
+from mggcn.nn.models import MODEL_TYPES, make_model, num_parameters, register_model
+from mggcn.tools.plan import plan_memory
 from mggcn.training.predict import predict
 from mggcn.utils.timing import NULL_TIMER
 

@@ -141,8 +141,7 @@ def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden,
     than one int64 per row, and at most the walk's peak beyond the workspace (two vectors of row sums) plus small
     vectors alive at once. GraphSAGE's and GIN's layers too, whose inputs feed two branches: each layer gives its
     input one gradient, on the workspace."""
-    from mggcn.nn.models import operator_for
-    from mggcn.tools.plan import num_parameters
+    from mggcn.nn.models import num_parameters, operator_for
 
     norms = train_eps if isinstance(train_eps, str) else ""
     options = {"mlp_batch_norm": True} if "mlp" in norms else {}
@@ -309,7 +308,7 @@ def test_plan_command_on_cpu_counts_the_column_tiles(capsys):
 def test_plan_per_model(capsys):
     """GraphSAGE doubles the GCN's weights, GIN adds its MLP's second linear; both aggregate without self loops;
     `mggcn plan --model` prints each."""
-    from mggcn.tools.plan import num_parameters
+    from mggcn.nn.models import num_parameters
 
     dims = [128, 256, 40]
     gcn, sage, gin = (plan_memory(10_000, 100_000, 128, 40, (256,), 2, model=m) for m in ("gcn", "sage", "gin"))

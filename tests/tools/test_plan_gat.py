@@ -11,9 +11,9 @@ from mggcn.distributed.context import DistContext
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.nn.gat import GAT
-from mggcn.nn.models import model_type
+from mggcn.nn.models import model_type, num_parameters
 from mggcn.tools.cli import main
-from mggcn.tools.plan import activation_peak, num_parameters, plan_memory
+from mggcn.tools.plan import activation_peak, plan_memory
 from mggcn.training.trainer import epoch_width, train_shard
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes

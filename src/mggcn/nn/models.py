@@ -20,7 +20,7 @@ from mggcn.nn.sage import GraphSAGE
 from mggcn.utils.errors import ConfigError
 
 __all__ = ["MODEL_TYPES", "model_type", "register_model", "make_model", "model_options", "models_taking",
-           "operator_for", "option_keyword"]
+           "num_parameters", "operator_for", "option_keyword"]
 
 # Every model by its --model name. A model class carries what the rest of mggcn knows about it (its Â, PyG
 # counterpart, parameters, GEMMs, the plan's buffers: see LayerStack), so registering it is all a new model needs.
@@ -76,3 +76,12 @@ def model_options(cfg: TrainConfig) -> dict:
     """The settings of ``cfg`` that only its model takes (its class's ``options``), as :func:`make_model`'s
     keywords (:func:`option_keyword`: GIN's ``gin_train_eps`` is its ``train_eps``)."""
     return {option_keyword(o): getattr(cfg, o) for o in model_type(cfg.model).options}
+
+
+def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False, **options) -> int:
+    """Trained parameters of ``model`` with layer sizes ``dims`` (:meth:`~mggcn.nn.model.LayerStack.num_parameters`:
+    per layer ``d_in·d_out + d_out`` for the GCN, ``2·d_in·d_out + d_out`` for GraphSAGE (W_l, b, W_r),
+    ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable ε) for GIN's MLP, ``(d_in + 3)·d_out`` for a hidden GAT
+    layer and ``(d_in + 2)·H·C + C`` for its last); ``options``: the model's own (GAT's ``heads``, the norms)."""
+    norms = 2 * sum(dims[1:-1]) if options.pop("batch_norm", False) else 0  # γ and β after each hidden layer
+    return model_type(model).num_parameters(dims, train_eps, **options) + norms

@@ -94,13 +94,12 @@ from mggcn.distributed.spmm import keeps_training_columns
 from mggcn.kernels.policy import index_bytes, mask_chunk_rows
 from mggcn.kernels.tiled import gather_chunk_bytes, num_tiles
 from mggcn.nn.model import LayerStack, aggregate_first
-from mggcn.nn.models import model_type, option_keyword
+from mggcn.nn.models import model_type, num_parameters, option_keyword
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 
-__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "num_parameters",
-           "format_plan"]
+__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "format_plan"]
 
 FLOAT = 4
 INT64 = 8
@@ -429,15 +428,6 @@ def _before_first_epoch(plan: MemoryPlan, features: int, cached: bool, kind: typ
 def float_bytes(precision: str) -> int:
     """Bytes of a feature or activation element under ``precision``."""
     return 2 if precision == "bf16" else FLOAT
-
-
-def num_parameters(dims: Sequence[int], model: str = "gcn", train_eps: bool = False, **options) -> int:
-    """Trained parameters of ``model`` with layer sizes ``dims`` (:meth:`~mggcn.nn.model.LayerStack.num_parameters`:
-    per layer ``d_in·d_out + d_out`` for the GCN, ``2·d_in·d_out + d_out`` for GraphSAGE (W_l, b, W_r),
-    ``d_in·d_out + d_out² + 2·d_out`` (+ 1 for a learnable ε) for GIN's MLP, ``(d_in + 3)·d_out`` for a hidden GAT
-    layer and ``(d_in + 2)·H·C + C`` for its last); ``options``: the model's own (GAT's ``heads``)."""
-    norms = 2 * sum(dims[1:-1]) if options.pop("batch_norm", False) else 0  # γ and β after each hidden layer
-    return model_type(model).num_parameters(dims, train_eps, **options) + norms
 
 
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:
