@@ -3,6 +3,7 @@
 import json
 import multiprocessing as mp
 import os
+import re
 import signal
 import time
 
@@ -167,10 +168,16 @@ def test_nan_loss_stops_with_the_epoch_named(tmp_path):
                    checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=1)
     with pytest.raises(NonFiniteLoss, match=r"epoch \d+: the loss is (nan|inf).*last good checkpoint: .*ckpt-"):
         run_train_job(job)
-    out = run_cli("train", SPEC, "--hidden", "16", "--epochs", "50", "--lr", "1e30", "--nprocs", "2", "--quiet")
+    metrics = tmp_path / "m.jsonl"
+    out = run_cli("train", SPEC, "--hidden", "16", "--epochs", "50", "--lr", "1e30", "--nprocs", "2", "--quiet",
+                  "--metrics", str(metrics))
     assert out.returncode == 1
     assert "NonFiniteLoss: epoch" in out.stderr and "layer" in out.stderr
     assert "(try a smaller --lr)" in out.stderr and "lr=" not in out.stderr  # the flag, from a worker too
+    # the metrics log keeps the epochs that ended before the failure, each record whole (docs/reliability.md)
+    failed = int(re.search(r"NonFiniteLoss: epoch (\d+)", out.stderr).group(1))
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["epoch"] for r in records] == list(range(1, failed)) and metrics.read_text().endswith("\n")
 
 
 def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):
