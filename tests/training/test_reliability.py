@@ -99,6 +99,16 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path, cfg):
         assert torch.equal(tensor, resumed.state_dict[name]), name
 
 
+def test_a_resumed_run_trains_with_its_own_optimizer_settings(tmp_path):
+    """The checkpoint's Adam moments and step count continue, its settings do not: resumed with another lr, the run
+    trains on with it (as a run that had that lr from epoch 5 on), not silently with the checkpoint's."""
+    run_train_job(_job(tmp_path / "b", 4))
+    resumed = run_train_job(_job(tmp_path / "b", 6, resume=True, lr=0.05))
+    uninterrupted = _history_losses(run_train_job(_job(tmp_path / "a", 6)))
+    assert _history_losses(resumed)[:5] == uninterrupted[:5]  # epoch 5's loss is the checkpoint's weights'
+    assert _history_losses(resumed)[5] != uninterrupted[5]
+
+
 def test_resume_skips_a_corrupt_newest_checkpoint(tmp_path, capsys):
     run_train_job(_job(tmp_path, 4))
     ckpt = Checkpointer(str(tmp_path / "ck"))

@@ -211,6 +211,10 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     if resume is not None:
         weights.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
+        # the moments and step count continue; the settings are this run's (as given again, the uninterrupted run's;
+        # a run resumed with another lr trains on with it, as asked)
+        optimizer.lr, optimizer.betas = float(cfg.lr), tuple(cfg.betas)
+        optimizer.eps, optimizer.weight_decay = float(cfg.eps), float(cfg.weight_decay)
         result.history = list(resume["history"])
 
     x, y = shard.x, shard.y
