@@ -189,7 +189,7 @@ def _download(url: str, part: Path, progress: bool) -> None:
         if not resumed:
             start = 0  # the server sent the whole file (it ignores Range, or the range was not ours)
         length = response.headers.get("Content-Length")
-        total = start + int(length) if length and length.isdigit() else None
+        total = start + int(length) if length and length.isascii() and length.isdigit() else None
         done = start
         with open(part, "ab" if resumed else "wb") as out, \
                 Progress(total, f"download {part.name[:-5]}", "B", done=start, prefix="mggcn", stream=sys.stderr,

@@ -44,12 +44,20 @@ class Graph:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.edge_index = np.ascontiguousarray(self.edge_index, dtype=np.int64)
-        self.x = np.ascontiguousarray(self.x, dtype=np.float32)
-        self.y = np.ascontiguousarray(self.y, dtype=np.int64)
+        self.edge_index = self._int64(self.edge_index, "vertex id")
+        with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf: validate refuses it
+            self.x = np.ascontiguousarray(self.x, dtype=np.float32)
+        self.y = self._int64(self.y, "label")
         self.masks = {k: np.ascontiguousarray(v, dtype=bool) for k, v in self.masks.items()}
         if self.num_classes < 0:
             self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+
+    def _int64(self, values: np.ndarray, what: str) -> np.ndarray:
+        """``values`` as int64, refused, not wrapped, where unsigned beyond int64 (2^64 - 1 would read as -1)."""
+        values = np.asarray(values)
+        if values.dtype.kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+            raise GraphError(f"{self.name}: {what} {int(values.max())} is beyond the int64 range")
+        return np.ascontiguousarray(values, dtype=np.int64)
 
     @property
     def num_edges(self) -> int:

@@ -32,17 +32,20 @@ import scipy.sparse as sp
 
 from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph
+from mggcn.data.messages import one_line
 from mggcn.utils.errors import GraphError
 
 PathLike = str | os.PathLike
 
 
-CORRUPT = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
+# what a damaged file makes a loader raise; OverflowError: an integer beyond 64 bits (scipy's Matrix Market reader)
+CORRUPT = (OSError, EOFError, ValueError, KeyError, OverflowError, zipfile.BadZipFile, zlib.error)
+MAX_LINE = 1 << 20  # characters of a header or comment line before the data of a text table; a longer one is refused
 
 
 def file_error(path: PathLike, msg: str, option: str | None = None) -> GraphError:
     # One line, always: the caller may log it next to thousands of others. ``option``: the setting the message names.
-    return GraphError(" ".join(f"{os.fspath(path)}: {msg}".split()), option)
+    return GraphError(one_line(path, msg), option)
 
 
 def why(exc: BaseException, limit: int = 100) -> str:
@@ -65,24 +68,35 @@ def short_repr(line: str, limit: int = 60) -> str:
 def open_text(path: Path) -> TextIO:
     # Sniff gzip by magic, not by suffix: users rename files; errors="replace" turns binary garbage into an
     # unparsable token that the line scanner can point at, instead of a UnicodeDecodeError with no line number.
+    # utf-8-sig drops the byte order mark some editors put first, which would otherwise glue onto the first token.
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
     if gz:
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
+    return open(path, encoding="utf-8-sig", errors="replace")
 
 
-def data_lines(path: Path, comments: Sequence[str], skiprows: int) -> Iterator[tuple[int, str]]:
-    """Yield ``(1-based line number, text without comment)`` for each non-blank data line."""
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if lineno <= skiprows:
-                continue
-            text = line
-            for c in comments:
-                text = text.split(c, 1)[0]
-            if text.strip():
-                yield lineno, text
+def data_lines(path: Path, comments: Sequence[str], skiprows: int,
+               max_line: int | None = None) -> Iterator[tuple[int, str]]:
+    """Yield ``(1-based line number, text without comment)`` for each non-blank data line. A file that does not
+    decompress is refused, naming it; so is a line over ``max_line`` characters, read no further than that (a file
+    of one endless line, binary zeros say, is not a text table)."""
+    try:
+        with open_text(path) as f:
+            lineno = 0
+            while line := f.readline(-1 if max_line is None else max_line + 1):
+                lineno += 1
+                if max_line is not None and len(line) > max_line:
+                    raise file_error(path, f"line {lineno} is longer than {max_line:,} characters: not a text table")
+                if lineno <= skiprows:
+                    continue
+                text = line
+                for c in comments:
+                    text = text.split(c, 1)[0]
+                if text.strip():
+                    yield lineno, text
+    except (OSError, EOFError, zlib.error) as exc:
+        raise file_error(path, f"truncated or corrupt file ({why(exc)})") from None
 
 
 def locate_bad_line(path: Path, dtype: type, ncols: int | None, exact: bool, delimiter: str | None,
@@ -156,11 +170,24 @@ def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
         raise file_error(path, f"truncated or corrupt .npy file ({why(exc)})") from None
 
 
+def open_npz(path: Path, what: str = "an .npz archive") -> np.lib.npyio.NpzFile:
+    """``path`` opened as an ``.npz`` archive, or a one-line error: np.load opens an ``.npy`` array under any
+    name too, as a plain array."""
+    try:
+        npz = np.load(path, allow_pickle=False, mmap_mode="r")  # an .npy is mapped, not read, to be refused
+    except CORRUPT as exc:
+        raise file_error(path, f"truncated or corrupt .npz file ({why(exc)})") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        del npz
+        raise file_error(path, f"an .npy array, not {what} (np.savez writes one)")
+    return npz
+
+
 def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Load ``keys`` (and whichever of ``optional`` exist) eagerly, so a damaged member fails here, named."""
     path = require_file(path)
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with open_npz(path) as npz:
             missing = [k for k in keys if k not in npz.files]
             if missing:
                 raise file_error(path, f"missing array(s) {missing}; the file has {sorted(npz.files)}")
@@ -215,12 +242,12 @@ def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
 def _sparse_format(path: Path) -> str:
     """The ``format`` a scipy sparse ``.npz`` says it holds: ``csr``, ``csc`` or ``coo``."""
     try:
-        with np.load(path, allow_pickle=False) as probe:
+        with open_npz(path, "a scipy sparse .npz archive") as probe:
             fmt = probe["format"].item() if "format" in probe.files else None
+    except GraphError:
+        raise
     except CORRUPT as exc:
         raise file_error(path, f"truncated or corrupt scipy sparse .npz file ({why(exc)})") from None
-    except AttributeError:  # np.load gave a plain array, not an archive
-        raise file_error(path, "an .npy array where a scipy sparse .npz archive is expected") from None
     if isinstance(fmt, bytes):
         fmt = fmt.decode("ascii", errors="replace")
     if fmt not in ("csr", "csc", "coo"):
@@ -265,7 +292,8 @@ def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: 
     """The arrays of a CSR (or CSC) matrix read from ``path``, checked before anything indexes with them.
 
     ``indptr`` must be ``[num_rows + 1]`` integers rising (not strictly) from 0 to ``len(indices)``, and
-    ``indices`` integers in ``[0, num_cols)``. Returns both as int64 vectors (``as_int64=False``: as read).
+    ``indices`` integers in ``[0, num_cols)``. Returns both as int64 vectors (``as_int64=False``: as read), cast only
+    once checked: an unsigned value beyond int64 would wrap to a negative one.
     """
     for name, arr in (("indptr", indptr), ("indices", indices)):
         if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
@@ -273,13 +301,11 @@ def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: 
     if indptr.shape[0] != num_rows + 1:
         raise file_error(path, f"'indptr' has {indptr.shape[0]} entries for {num_rows} rows (expected "
                                f"{num_rows + 1})")
-    if as_int64:
-        indptr, indices = indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False)
     nnz = indices.shape[0]
     if indptr[0] != 0 or indptr[-1] != nnz:
         raise file_error(path, f"corrupt row offsets: 'indptr' runs from {int(indptr[0])} to {int(indptr[-1])}, "
                                f"not from 0 to the {nnz} entries of 'indices'")
-    falls = np.diff(indptr) < 0
+    falls = indptr[1:] < indptr[:-1]  # not np.diff: on unsigned offsets a fall wraps to a large rise
     if falls.any():
         r = int(np.argmax(falls))
         raise file_error(path, f"corrupt row offsets: 'indptr' falls from {int(indptr[r])} to "
@@ -287,6 +313,8 @@ def check_csr(indptr: np.ndarray, indices: np.ndarray, num_rows: int, num_cols: 
     if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= num_cols):  # no mask of the entries' size
         k = int(np.argmax((indices < 0) | (indices >= num_cols)))
         raise file_error(path, f"'indices'[{k}]: vertex id {int(indices[k])} is out of range [0, {num_cols})")
+    if as_int64:
+        indptr, indices = indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False)
     return indptr, indices
 
 
@@ -316,7 +344,7 @@ def edges_from_sparse(mat: sp.coo_matrix) -> np.ndarray:
 def load_json(path: Path) -> Any:
     path = require_file(path)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             return json.load(f)
     except json.JSONDecodeError as exc:
         raise file_error(path, f"line {exc.lineno}: invalid JSON ({exc.msg})") from None
@@ -324,6 +352,8 @@ def load_json(path: Path) -> Any:
         raise file_error(path, "invalid JSON (nested too deep)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise file_error(path, f"unreadable ({why(exc)})") from None
+    except ValueError as exc:  # what the parser lets through: an integer of more digits than Python converts
+        raise file_error(path, f"invalid JSON ({why(exc)})") from None
 
 
 def check_features(x: np.ndarray, path: PathLike, n: int, n_from: str) -> np.ndarray:
@@ -335,7 +365,8 @@ def check_features(x: np.ndarray, path: PathLike, n: int, n_from: str) -> np.nda
         raise file_error(path, f"features of shape {list(x.shape)}: no feature column (F = 0)")
     if not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
         raise file_error(path, f"features must be real numbers, got dtype {x.dtype}")
-    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf, refused just below
+        x = np.asarray(x, dtype=np.float32)
     finite = np.isfinite(x)
     if not finite.all():
         row = int(np.argmax(~finite.all(axis=1)))
@@ -359,22 +390,23 @@ def check_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_u
         nan = np.isnan(y)
         if nan.any() and not nan_is_unlabelled:
             raise file_error(path, f"label of vertex {int(np.argmax(nan))} is NaN")
-        filled = np.where(nan, 0.0, y)
-        bad = ~np.isfinite(filled) | (filled != np.round(filled))
+        values = np.where(nan, 0.0, y)
+        bad = ~np.isfinite(values) | (values != np.round(values))
         if bad.any():
             v = int(np.argmax(bad))
             raise file_error(path, f"label {float(y[v])!r} of vertex {v} is not an integer")
-        labels = filled.astype(np.int64)
     elif np.issubdtype(y.dtype, np.integer):
-        nan, labels = np.zeros(n, dtype=bool), y.astype(np.int64)
+        nan, values = np.zeros(n, dtype=bool), y
     else:
         raise file_error(path, f"labels must be integers, got dtype {y.dtype}")
-    negative = labels < (0 if nan_is_unlabelled else -1)
+    # checked as read, before the cast to int64, which would wrap a value beyond it (2^64 - 1 would read as -1)
+    negative = values < (0 if nan_is_unlabelled else -1)
     if negative.any():
         v = int(np.argmax(negative))
-        raise file_error(path, f"label {int(labels[v])} of vertex {v} is negative")
+        raise file_error(path, f"label {int(values[v])} of vertex {v} is negative")
+    check_class_count(values, path)
+    labels = values.astype(np.int64)
     labels[nan] = -1
-    check_class_count(labels, path)
     return labels
 
 

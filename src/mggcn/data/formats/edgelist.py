@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from mggcn.data.formats.checks import (
+    MAX_LINE,
     PathLike,
     check_edges,
     check_vertex_count,
@@ -77,7 +78,11 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
     def line_of(e: int) -> str:
         return f"line {line_of_row(path, done + e, comments, skiprows)}"
 
-    with open_text(path) as f:
+    try:
+        f = open_text(path)
+    except OSError as exc:  # gone or unreadable since the layout was read
+        raise file_error(path, f"unreadable ({why(exc)})") from None
+    with f:
         try:
             for _ in range(skiprows):
                 f.readline()
@@ -161,7 +166,7 @@ def _edgelist_num_nodes(path: Path, ids_end: int, num_edges: int | None, num_nod
 
 
 def _first_data_line(path: Path, comments: Sequence[str], skiprows: int) -> tuple[int, str] | None:
-    lines = data_lines(path, comments, skiprows)
+    lines = data_lines(path, comments, skiprows, max_line=MAX_LINE)  # no header or comment line is megabytes long
     try:
         return next(lines, None)
     finally:

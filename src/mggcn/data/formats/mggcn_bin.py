@@ -84,8 +84,7 @@ def _read_pigo_csr(path: Path) -> tuple[int, np.ndarray]:
             raise file_error(path, f"{state}: the header (n={n}, nnz={nnz}) implies {weighted} bytes, found {size}")
         if not n == nrows == ncols:
             raise file_error(path, f"the header says n={n} for a {nrows} x {ncols} matrix; an adjacency is n x n")
-        indptr = np.fromfile(f, ordi, n + 1).astype(np.int64)
-        indices = np.fromfile(f, lab, nnz).astype(np.int64)
+        indptr, indices = np.fromfile(f, ordi, n + 1), np.fromfile(f, lab, nnz)  # cast to int64 once checked
         values = np.fromfile(f, "<f4", nnz) if size == weighted else None
     indptr, indices = check_csr(indptr, indices, n, n, path)
     targets = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))

@@ -102,7 +102,10 @@ def _read_ogb_binary(raw: Path) -> tuple[np.ndarray, np.ndarray, int, np.ndarray
     if counts.shape[0] != 1:
         raise file_error(data_path,
                          f"num_nodes_list has {counts.shape[0]} entries; a node-property dataset has one graph")
-    n = int(counts[0])
+    count = counts[0].item()
+    if counts.dtype.kind not in "iuf" or not float(count).is_integer():  # NaN, 1.5, text, complex: no count
+        raise file_error(data_path, f"num_nodes_list holds {counts.dtype} {count!r}, not an integer count")
+    n = int(count)
     if n <= 0:
         raise file_error(data_path, f"num_nodes_list says {n} vertices")
     ei = data["edge_index"]

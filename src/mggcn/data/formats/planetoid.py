@@ -343,7 +343,8 @@ def _matrix(obj: Any, path: Path, what: str) -> np.ndarray:
         raise file_error(path, f"expected {what} as a 2-D array or sparse matrix, found {kind}")
     if obj.dtype.kind not in "biuf":
         raise file_error(path, f"expected real numbers, found dtype {obj.dtype}")
-    out = obj.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf, refused just below
+        out = obj.astype(np.float32)
     if not np.isfinite(out).all():
         raise file_error(path, "contains NaN or inf")
     return out
@@ -435,6 +436,8 @@ def read_planetoid(source: PathLike, normalize_features: bool = False) -> Graph:
     test = _test_index(files["test.index"])
     num_train, num_all = labels["y"].shape[0], feats["allx"].shape[0]
     num_features, num_classes = feats["allx"].shape[1], labels["ally"].shape[1]
+    if num_classes == 0:
+        raise file_error(files["ally"], "no label column: one-hot labels need one column per class")
     for part, rows in (("x", num_train), ("ally", num_all), ("tx", test.size), ("ty", test.size)):
         arr = feats.get(part, labels.get(part))
         if arr.shape[0] != rows:

@@ -24,11 +24,11 @@ split.npy         int8 [n]           0 train, 1 val, 2 test, -1 none
 Checksums are the sha256 of each array's data bytes (after the ``.npy`` header), computed while writing. Nothing in
 the directory is trusted, but only the cheap things are checked always: opening checks every manifest field (typed,
 in range, array paths relative and inside the directory), every file there of the size its header and the manifest
-say, the CSR end points, and the split sizes against the split codes (one byte per vertex); building a rank's shard
-checks what that rank reads (its rows' labels, split codes, features, degrees against their in-edges, row offsets
-and neighbour ids, and under ``"symmetric": true`` that its diagonal block equals its transpose), so that together
-the ranks check every row. ``verify=True`` (``mggcn info --verify``) also checks the checksums, every value, and a
-symmetric claim over every edge.
+say, the CSR end points, and the split sizes against the split codes (one byte per vertex), a training split among
+them; building a rank's shard checks what that rank reads (its rows' labels, split codes, features, degrees against
+their in-edges, row offsets and neighbour ids, and under ``"symmetric": true`` that its diagonal block equals its
+transpose), so that together the ranks check every row. ``verify=True`` (``mggcn info --verify``) also checks the
+checksums, every value, and a symmetric claim over every edge.
 
 These arrays are the :data:`mggcn.data.datasets.ROW_ARRAYS` every dataset holds: a rank's shard
 (:func:`mggcn.distributed.sharding.build_shard`) reads, by memory map, only its rows of both CSRs, the degree of
@@ -43,12 +43,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mggcn.data.graph import SPLITS
+from mggcn.data.messages import one_line
 from mggcn.data.prepared.edgesort import index_dtype
 from mggcn.utils.errors import GraphError
 
@@ -60,6 +63,7 @@ MANIFEST = "manifest.json"
 FORMAT_NAME = "mggcn-prepared"
 BALANCE_PARTS = (1, 2, 4, 8)
 _VERIFY_ROWS = 1 << 22  # rows (or edges) checked per step by verify
+_MAX_COUNT = 1 << 62  # a size or count in the manifest: far beyond any graph, and n + 1 or a sum of sizes fits int64
 
 
 def is_prepared(path: Any) -> bool:
@@ -82,7 +86,7 @@ def nnz_per_rank(row_nnz: np.ndarray, num_parts: int, seed: int = 0) -> np.ndarr
 
 
 def _err(path: Path, msg: str) -> GraphError:
-    return GraphError(" ".join(f"{path}: {msg}".split()))
+    return GraphError(one_line(path, msg))
 
 
 def _read_manifest(path: Path) -> dict:
@@ -100,6 +104,8 @@ def _read_manifest(path: Path) -> dict:
         raise _err(file, "invalid JSON (nested too deep); the directory is damaged, prepare it again") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _err(file, f"unreadable ({exc})") from None
+    except ValueError as exc:  # what the parser lets through: an integer of more digits than Python converts
+        raise _err(file, f"invalid JSON ({exc}); the directory is damaged, prepare it again") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise _err(file, f"not a manifest of a prepared mggcn dataset (no \"format\": \"{FORMAT_NAME}\")")
     version = manifest.get("format_version")
@@ -116,16 +122,26 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_count_key(key: Any) -> bool:
+    """A key that is a rank count: ASCII digits only (``"²".isdigit()`` holds, yet ``int`` refuses it), short."""
+    return isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6 and int(key) >= 1
+
+
+def _is_amount(value: Any) -> bool:
+    """A non-negative JSON number ``mggcn info`` can divide: neither NaN nor inf nor an integer beyond a float."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT
+
+
 def _check_manifest(file: Path, m: dict) -> None:
     """Every field the reader and ``mggcn info`` use: typed and in range, before anything trusts it."""
     for key, low in (("num_nodes", 1), ("num_edges", 0), ("num_features", 1), ("num_classes", 1)):
-        if not _is_int(m.get(key)) or m[key] < low:
-            raise _err(file, f"{key} {m.get(key)!r} is not an integer of at least {low}")
+        if not _is_int(m.get(key)) or not low <= m[key] < _MAX_COUNT:
+            raise _err(file, f"{key} {m.get(key)!r} is not an integer in [{low}, 2^62)")
     n = m["num_nodes"]
     if m["num_classes"] > n:
         raise _err(file, f"num_classes {m['num_classes']} exceeds the {n} vertices")
     for key in ("self_loops", "nnz_hat", "num_labelled"):
-        if key in m and (not _is_int(m[key]) or m[key] < 0):
+        if key in m and (not _is_int(m[key]) or not 0 <= m[key] < _MAX_COUNT):
             raise _err(file, f"{key} {m[key]!r} is not a non-negative integer")
     for key, kind in (("symmetric", bool), ("name", str), ("built", dict)):
         if key in m and not isinstance(m[key], kind):
@@ -141,6 +157,8 @@ def _check_manifest(file: Path, m: dict) -> None:
     for name, record in arrays.items():
         if not isinstance(record, dict) or not isinstance(record.get("file"), str):
             raise _err(file, f"the record of the array {name!r} has no \"file\"")
+        if "\0" in record["file"]:  # no file system takes it; os calls would raise
+            raise _err(file, f"the array {name!r} is at {record['file']!r}, a name with a NUL character")
         rel = Path(record["file"])
         if rel.is_absolute() or ".." in rel.parts or not rel.parts:
             raise _err(file, f"the array {name!r} is at {record['file']!r}: array files must be named relative to "
@@ -149,9 +167,7 @@ def _check_manifest(file: Path, m: dict) -> None:
             raise _err(file, f"the checksum of the array {name!r} is not a string")
     balance = m.get("balance", {})
     ok = isinstance(balance, dict) and all(
-        isinstance(p, str) and p.isdigit() and int(p) >= 1 and isinstance(r, dict)
-        and all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) and r[k] >= 0
-                for k in ("adj_max", "adj_t_max", "mean"))
+        _is_count_key(p) and isinstance(r, dict) and all(_is_amount(r.get(k)) for k in ("adj_max", "adj_t_max", "mean"))
         for p, r in balance.items())
     if not ok:
         raise _err(file, "the \"balance\" record is not {P: {adj_max, adj_t_max, mean}} with numbers")
@@ -211,6 +227,8 @@ class PreparedDataset:
                 raise _err(self._file(f"{view}_indptr"), f"corrupt row offsets: they run from {int(indptr[0])} to "
                                                          f"{int(indptr[-1])}, not from 0 to E = {e}")
         self._check_split_sizes()
+        if self.split_sizes["train"] == 0:  # a run on it would train on nothing and report a loss of 0
+            raise _err(self.path, "no training vertices (every split code is 1, 2 or -1); nothing to train on")
         if verify:
             self.verify()
 
@@ -249,8 +267,11 @@ class PreparedDataset:
             raise _err(file, "missing file" if not file.exists() else "not a regular file")
         try:
             arr = np.load(file, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise _err(file, f"truncated or corrupt .npy file ({' '.join(str(exc).split())[:100]})") from None
+        if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive under any name
+            arr.close()
+            raise _err(file, "an .npz archive, not an .npy array (the prepared arrays are .npy files)")
         if arr.dtype != dtype or arr.shape != shape:
             raise _err(file, f"holds {arr.dtype} {list(arr.shape)}, expected {dtype} {list(shape)} for the "
                              f"{self.num_nodes} vertices and {self.num_edges} edges of {MANIFEST}")

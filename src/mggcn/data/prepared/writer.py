@@ -301,30 +301,33 @@ def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, 
     work.mkdir()
     n, max_edges, max_id = src.num_nodes, src.max_edges, -1
     spill = None
-    if n is None or max_edges is None:
-        # The bucket ranges need n, and their number E: keep the edges on disk until the stream has told both.
-        spill = EdgeSpill(work / "edges.spill")
-        with report.step(f"reading {src.name}") as step:
-            for ei in src.edges(chunk):
-                spill.add(ei)
-                step.update(ei.shape[1])
-        max_id, max_edges = spill.max_id, spill.count
-    checked = src.check(max_id, max_edges)  # vertex files are read (and refused) before the long part
-    n = checked if n is None else n
-    sorter = EdgeSorter(work, n, max_edges, undirected=undirected, dedup=dedup,
-                        bucket_edges=max(1 << 10, budget // SORT_BYTES_PER_EDGE), progress=report)
-    if spill is not None:
-        with report.step("bucketing edges", spill.count) as step:
-            for ei in spill.chunks(chunk):
-                sorter.add(ei)
-                step.update(ei.shape[1])
-        spill.close()
-    else:
-        with report.step(f"reading {src.name}", max_edges) as step:
-            for ei in src.edges(chunk):
-                _check_ids(ei, n, src.name)
-                sorter.add(ei)
-                step.update(ei.shape[1])
+    try:
+        if n is None or max_edges is None:
+            # The bucket ranges need n, and their number E: keep the edges on disk until the stream has told both.
+            spill = EdgeSpill(work / "edges.spill")
+            with report.step(f"reading {src.name}") as step:
+                for ei in src.edges(chunk):
+                    spill.add(ei)
+                    step.update(ei.shape[1])
+            max_id, max_edges = spill.max_id, spill.count
+        checked = src.check(max_id, max_edges)  # vertex files are read (and refused) before the long part
+        n = checked if n is None else n
+        sorter = EdgeSorter(work, n, max_edges, undirected=undirected, dedup=dedup,
+                            bucket_edges=max(1 << 10, budget // SORT_BYTES_PER_EDGE), progress=report)
+        if spill is not None:
+            with report.step("bucketing edges", spill.count) as step:
+                for ei in spill.chunks(chunk):
+                    sorter.add(ei)
+                    step.update(ei.shape[1])
+        else:
+            with report.step(f"reading {src.name}", max_edges) as step:
+                for ei in src.edges(chunk):
+                    _check_ids(ei, n, src.name)
+                    sorter.add(ei)
+                    step.update(ei.shape[1])
+    finally:  # also when the source fails partway: the spill's file is closed and removed
+        if spill is not None:
+            spill.close()
     csr = sorter.finish(tmp)
     shutil.rmtree(work)
     symmetric = sorter.symmetric or _same_csrs(csr.arrays, tmp)
