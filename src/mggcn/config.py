@@ -7,11 +7,13 @@ the command line builds its flags from here, so ``mggcn --help`` needs no torch.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 __all__ = ["__version__", "TrainConfig", "MODELS", "OPERATORS", "SYMMETRIC_OPERATORS",
            "NORMS", "ORDERS", "ACTIVATIONS", "ORDERINGS", "COMM_MODES", "SHM_MODES", "TRAIN_COLUMNS", "DEVICES",
-           "PRECISIONS", "TILE_BYTES", "GATHER_BYTES", "MMAP_THRESHOLD", "DEFAULT_DATASET"]
+           "PRECISIONS", "TILE_BYTES", "GATHER_BYTES", "MMAP_THRESHOLD", "MMAP_THRESHOLD_MAX", "TIMEOUT_MAX",
+           "DEFAULT_DATASET"]
 
 __version__ = "0.1.0"
 
@@ -35,6 +37,11 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 TILE_BYTES = 4 << 20  # CPU SpMM: bytes of the dense operand one column tile reads, per machine
 GATHER_BYTES = 32 << 20  # CPU SpMM: a dense operand up to this size (per machine) is read whole by the gather kernel
 MMAP_THRESHOLD = 1 << 20  # ranks return host blocks above this size to the system when freed
+# the largest mmap threshold glibc documents (mallopt(3): DEFAULT_MMAP_THRESHOLD_MAX, 4 MiB per byte of a long: 32 MiB
+# on 64-bit); older glibc refuse more, and mallopt takes a C int, which past 2 GiB wraps to another threshold
+MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * struct.calcsize("l")
+# seconds: the launcher waits for its ranks with poll(2), which counts milliseconds in a C int (about 24.8 days)
+TIMEOUT_MAX = (2**31 - 1) // 1000
 DEFAULT_DATASET = "synthetic"
 
 

@@ -15,11 +15,20 @@ load into either.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
 
 __all__ = ["Adam"]
+
+
+def _held(value: float, like: torch.Tensor) -> float:
+    """``value`` as a scalar of ``like``'s dtype can be: itself, or the infinity of its sign where it is beyond the
+    dtype's largest value. torch refuses such a scalar (a RuntimeError, not a result); infinite, the step makes the
+    weights and so the loss non-finite, which the trainer reports as such."""
+    largest = torch.finfo(like.dtype).max
+    return value if -largest <= value <= largest else math.copysign(math.inf, value)
 
 
 class Adam:
@@ -57,14 +66,14 @@ class Adam:
                                          "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                                          "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
             state["step"] += 1
-            grad = p.grad if self.weight_decay == 0 else p.grad.add(p, alpha=self.weight_decay)
+            grad = p.grad if self.weight_decay == 0 else p.grad.add(p, alpha=_held(self.weight_decay, p))
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             step = state["step"].item()
             step_size = self.lr / (1 - beta1**step)
             denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(self.eps)
-            p.addcdiv_(exp_avg, denom, value=-step_size)
+            p.addcdiv_(exp_avg, denom, value=_held(-step_size, p))
 
     def state_dict(self) -> dict:
         """``torch.optim.Adam``'s layout: ``{"state": {i: {...}}, "param_groups": [{..., "params": [0, 1, ...]}]}``."""

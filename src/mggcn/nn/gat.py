@@ -159,11 +159,16 @@ class GAT(LayerStack):
         """Hidden layers give ``H·C`` (their weight's rows), the last one its ``C`` (each head's channels, the
         attention vectors' last size)."""
         dims = super().state_dims(state)
-        last = len(dims) - 2
-        att = state.get(f"convs.{last}.att_src") if last >= 0 else None
-        if not isinstance(att, torch.Tensor) or att.dim() != 3 or att.shape[1] * att.shape[2] != dims[-1]:
-            raise ValueError(f"convs.{last}.att_src is not the [1, heads, channels] of its layer's weight")
-        dims[-1] = int(att.shape[2])
+        heads = None
+        for layer in range(len(dims) - 1):  # every layer's vectors: the heads the model is built with are layer 0's
+            att = state.get(f"convs.{layer}.att_src")
+            if (not isinstance(att, torch.Tensor) or att.dim() != 3 or att.shape[0] != 1
+                    or att.shape[1] * att.shape[2] != dims[layer + 1] or heads not in (None, att.shape[1])):
+                raise ValueError(f"convs.{layer}.att_src is not the [1, heads, channels] of its layer's weight")
+            heads = att.shape[1]
+        if heads is None:
+            raise ValueError("convs.0.att_src is not the [1, heads, channels] of its layer's weight")
+        dims[-1] = int(state[f"convs.{len(dims) - 2}.att_src"].shape[2])
         return dims
 
     @classmethod

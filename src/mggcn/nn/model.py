@@ -305,6 +305,8 @@ class LayerStack(nn.Module):
             if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
                 raise ValueError(f"{name} is not a matrix (a [d_out, d_in] tensor)")
             d_out, d_in = tensor.shape
+            if d_out == 0 or d_in == 0:
+                raise ValueError(f"{name} is {d_out} × {d_in}: a layer has no width")
             if dims and dims[-1] != d_in:
                 raise ValueError(f"layer {layer} takes {d_in} inputs but layer {layer - 1} gives {dims[-1]}")
             dims = dims or [int(d_in)]

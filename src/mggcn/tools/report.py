@@ -17,6 +17,7 @@ made; TensorBoard only when asked for.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -39,6 +40,8 @@ _LABELS = {"spmm": "SpMM", "comm_wait": "comm wait", "gemm": "GEMM", "allreduce"
            "criterion": "criterion", "optimizer": "optimizer", "broadcast": "broadcast"}
 _COMPUTE = ("spmm", "gemm", "criterion", "optimizer", "comm_wait")  # the lower line of a rank's row
 _COMM = ("broadcast", "allreduce")  # the upper lines
+# the numbers of a record the plots read (each optional: an older record may lack a phase)
+_NUMBERS = ("train_acc", "val_acc", "test_acc", "epoch_s", *STACKED, *_FOLDED)
 
 
 class MetricsError(InputError):
@@ -78,13 +81,50 @@ def read_metrics(path: str) -> list[dict]:
             raise MetricsError(f"{path} line {number}: not a JSON record") from None
         if not isinstance(record, dict) or "epoch" not in record or "loss" not in record:
             raise MetricsError(f"{path} line {number}: not an epoch record (no 'epoch' and 'loss')")
-        bad = [k for k in ("epoch", "loss") if isinstance(record[k], bool) or not isinstance(record[k], (int, float))]
-        if bad or record["epoch"] != int(record["epoch"]):
+        bad = [k for k in ("epoch", "loss", *_NUMBERS) if k in record and not _is_number(record[k])]
+        if bad or not math.isfinite(record["epoch"]) or record["epoch"] != int(record["epoch"]):
             raise MetricsError(f"{path} line {number}: '{(bad or ['epoch'])[0]}' is not a number of an epoch record")
+        problem = _timeline_problem(record.get("timeline"))
+        if problem:
+            raise MetricsError(f"{path} line {number}: malformed 'timeline' ({problem}); expected a list per rank of "
+                               "[kind, start, end] events, a name and two numbers of seconds")
         by_epoch[int(record["epoch"])] = record
     if not by_epoch:
         raise MetricsError(f"{path}: no epoch records")
     return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _timeline_problem(timeline: Any) -> str | None:
+    """What is wrong with a record's ``timeline`` (None when nothing: absent, or the lists of events
+    :func:`plot_timeline` draws, each ``[kind, start, end]`` with ``start <= end``, finite)."""
+    if timeline is None:
+        return None
+    if not isinstance(timeline, list):
+        return f"{_shown(timeline)} is not a list of ranks"
+    for rank, events in enumerate(timeline):
+        if not isinstance(events, list):
+            return f"rank {rank}: {_shown(events)} is not a list of events"
+        for i, event in enumerate(events):
+            if not (isinstance(event, list) and len(event) == 3 and isinstance(event[0], str)
+                    and all(_is_number(t) and math.isfinite(t) for t in event[1:])):
+                return f"rank {rank} event {i}: {_shown(event)} is not [kind, start, end]"
+            if event[2] < event[1]:
+                return f"rank {rank} event {i}: {_shown(event)} ends before it starts"
+    if timeline and not any(timeline):
+        return "no events on any rank"
+    return None
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except RecursionError:  # nested as deep as the parser allows: deeper than the encoder does
+        text = type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _figure(width: float, height: float, rows: int = 1, cols: int = 1):

@@ -238,7 +238,8 @@ def check_model_size(cfg: TrainConfig, features: int, classes: int, num_nodes: i
     if memory is None:
         return
     dims = [features, *cfg.hidden, classes]
-    weights = 4 * 4 * num_parameters(dims, cfg.model, cfg.gin_train_eps, **model_options(cfg))
+    options = model_options(cfg)
+    weights = 4 * 4 * num_parameters(dims, cfg.model, options.pop("train_eps", False), **options)
     activation = 4 * -(-num_nodes // nprocs) * max(dims)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", nprocs)) if under_torchrun() else nprocs
     need = local * (weights + activation)

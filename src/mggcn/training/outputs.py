@@ -18,20 +18,23 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
+from mggcn.data.generators.spec import physical_memory
+from mggcn.data.prepared.reader import MANIFEST, is_prepared
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
-from mggcn.training.checkpoint import unpickling_reason
+from mggcn.training.checkpoint import Checkpointer, unpickling_reason
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, write_output, written_in_place
 
-__all__ = ["CARD_FORMAT", "check_output", "load_model", "model_dims", "model_kind", "save_model", "save_output",
-           "save_predictions", "sidecar_path"]
+__all__ = ["CARD_FORMAT", "check_distinct", "check_output", "load_model", "model_dims", "model_kind", "read_inputs",
+           "save_model", "save_output", "save_predictions", "sidecar_path"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1
@@ -44,6 +47,8 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
     FIFO), written to where it is. ``sidecar``: the model's ``path.json`` too (:func:`save_model`)."""
     if path is None:
         return
+    if not path:  # the working directory's name, to the calls that take a path: no file
+        raise ConfigError(f"{option} '': an empty path names no file", option)
     for target in (path, sidecar_path(path)) if sidecar and not written_in_place(path) else (path,):
         if written_in_place(target):
             continue
@@ -54,6 +59,59 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
             what = "is a directory" if target == path else f"its model description {target} is a directory"
             raise ConfigError(f"{option} {path}: {what}", option)
         check_writable(option, path, parent)
+
+
+def check_distinct(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[tuple[str, str | None]] = ()) -> None:
+    """Raise :class:`ConfigError`, naming both, when two of ``outputs`` (``(setting, path)``; ``save_model`` with its
+    description ``path.json``) are one file, or an output is a file this run reads, one of ``inputs``
+    (``(label, path)``, the label written before the path: ``"features="`` for a setting, ``"the dataset "``;
+    :func:`read_inputs`). Files compare as what they are: links followed, hard links by their inode, a path not
+    there yet by its absolute form. A special file (``/dev/null``, a FIFO) is written where it is, and may take
+    several outputs."""
+    files: list[tuple[str, str, str]] = []
+    for option, path in outputs:
+        if not path or written_in_place(path):
+            continue
+        for file in (path, sidecar_path(path)) if option == "save_model" else (path,):
+            subject = f"{option} {path}: " + ("" if file == path else f"its model description {file} ")
+            for other, other_path, other_file in files:
+                if _same_file(file, other_file):
+                    of = "" if other_file == other_path else "the model description of "
+                    raise ConfigError(f"{subject}is the same file as {of}{other}={other_path}; give each output a "
+                                      "path of its own", option)
+            for label, source in inputs:
+                if source and os.path.isfile(source) and _same_file(file, source):
+                    raise ConfigError(f"{subject}would replace {label}{source}, which this run reads; give the output "
+                                      "another path", option)
+            files.append((option, path, file))
+
+
+def read_inputs(dataset: Any, read_options: Any = None, checkpoint_dir: str | None = None) -> list[tuple[str, str]]:
+    """The files a job reads that an output could replace (:func:`check_distinct`): the dataset's file, or the
+    manifest and arrays of a prepared directory; the reader's ``features``/``labels``/``split``; the checkpoints of
+    ``checkpoint_dir``. Other files in those directories are left to the user (an earlier run's model beside its
+    checkpoints is replaced by the next run as it should be)."""
+    inputs = []
+    if isinstance(dataset, str):
+        inputs.append(("the dataset ", dataset))
+        try:
+            names = sorted(n for n in os.listdir(dataset) if n == MANIFEST or n.endswith(".npy"))
+        except OSError:  # not a directory, or one that cannot be listed: its reader says what is wrong
+            names = []
+        if is_prepared(dataset):
+            inputs += [("the prepared dataset's ", os.path.join(dataset, n)) for n in names]
+    options = read_options if isinstance(read_options, dict) else {}
+    inputs += [(f"{k}=", v) for k, v in options.items() if k in ("features", "labels", "split") and isinstance(v, str)]
+    if isinstance(checkpoint_dir, str) and os.path.isdir(checkpoint_dir):
+        inputs += [("the checkpoint ", f) for f in Checkpointer(checkpoint_dir).files()]
+    return inputs
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one is not there yet: the file it will be
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def save_predictions(path: str, predictions: np.ndarray) -> None:
@@ -149,14 +207,16 @@ def _read_card(path: str) -> dict | None:
 
 
 def load_model(path: str, norm: str | None = None, activation: str | None = None,
-               note: bool = True, kind: str | None = None) -> tuple[LayerStack, dict]:
+               note: bool = True, kind: str | None = None, rows: int = 0, ranks: int = 1) -> tuple[LayerStack, dict]:
     """The model of ``path`` on CPU in eval mode, and its description (``model``, ``dims``, ``activation``,
     ``norm``, ...).
 
     The model (``gcn``, ``sage``, ``gin``) is the one the parameter names say; ``kind``, when given, must agree.
     ``norm`` and ``activation`` are used where the sidecar ``path.json`` is missing (``note``: say on stderr which
     defaults stand in for missing ones); where it is present they must agree with it (a model is only right with
-    the normalization and activation it was trained with).
+    the normalization and activation it was trained with). A model that ``ranks`` copies of, with one activation
+    of its widest layer over ``rows`` vertices, would not fit this machine's memory is refused before it is made
+    (:func:`_build`).
     """
     if not os.path.isfile(path):
         what = ("a directory" if os.path.isdir(path) else "a device, FIFO or socket" if os.path.exists(path)
@@ -199,10 +259,27 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             raise GraphError(f"{where}: {what} one of {', '.join(known)}")
     if card.get("model") not in MODEL_TYPES:
         raise GraphError(f"{sidecar_path(path)}: model {card.get('model')!r} is not one of {', '.join(MODEL_TYPES)}")
+    return _build(path, found, dims, card["activation"], state_dict, rows, ranks).eval(), card
+
+
+def _build(path: str, found: str, dims: list[int], activation: str, state_dict: dict[str, torch.Tensor],
+           rows: int, ranks: int) -> LayerStack:
+    """The model of ``state_dict``. Its tensors' shapes are what a file claims (a view of one element can claim
+    gigabytes): a model larger than memory is refused before it is allocated, and a tensor of another shape than
+    its layer's is said in one line."""
+    memory = physical_memory()
+    need = 4 * (ranks * sum(t.numel() for t in state_dict.values()) + rows * max(dims))
+    if memory is not None and need > memory:
+        raise GraphError(f"{path}: layers of {dims} need {need / 2**30:,.1f} GiB for the weights and one activation, "
+                         f"more than this machine's {memory / 2**30:,.1f} GiB")
     # GIN: ε, learnt or not, is read as a value; GAT: its heads from the attention vectors' shape
-    model = make_model(found, dims, activation=card["activation"], **MODEL_TYPES[found].state_options(state_dict))
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    model = make_model(found, dims, activation=activation, **MODEL_TYPES[found].state_options(state_dict))
+    try:
+        missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    except RuntimeError as err:  # a tensor of another shape than the model's
+        text = " ".join(str(err).split())
+        raise GraphError(f"{path}: {text.split(': ', 1)[-1][:300]}") from None
     if missing or unexpected:
         raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a {found} of layers "
                          f"{dims}")
-    return model.eval(), card
+    return model

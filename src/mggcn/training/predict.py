@@ -33,7 +33,14 @@ from mggcn.nn.functional import activate
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import operator_for
 from mggcn.training.job import check_threads, share_dataset
-from mggcn.training.outputs import check_output, load_model, save_output
+from mggcn.training.outputs import (
+    check_distinct,
+    check_output,
+    load_model,
+    read_inputs,
+    save_output,
+    sidecar_path,
+)
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept
@@ -98,12 +105,14 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if job.output not in OUTPUTS:
         raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'", "output")
     check_output("out", job.out)
+    model_files = [("the model ", job.model), ("the model description ", sidecar_path(job.model))]
+    check_distinct([("out", job.out)], [*model_files, *read_inputs(job.dataset, job.read_options)])
     check_timeout(job.timeout_s)
     check_threads(job.threads)
-    model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind)
+    dataset = _open(job)  # its size first: the model and one activation over its vertices must fit memory
+    model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind, rows=dataset.num_nodes, ranks=nprocs)
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))
-    dataset = _open(job)
     if dataset.num_features != model.dims[0]:
         raise GraphError(f"{job.model} takes {model.dims[0]} features per vertex; {dataset.name} has "
                          f"{dataset.num_features}")

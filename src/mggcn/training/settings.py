@@ -8,15 +8,24 @@ shows the flag); a value that is not a number, not finite, or out of its range i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from numbers import Integral, Real
 from typing import Any
 
-from mggcn.config import PRECISIONS, TrainConfig
+from mggcn.config import MMAP_THRESHOLD_MAX, PRECISIONS, TIMEOUT_MAX, TrainConfig
 from mggcn.nn.models import MODEL_TYPES, model_type, models_taking
+from mggcn.training.outputs import check_distinct, read_inputs
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["check_config", "check_job_settings", "check_timeout"]
+__all__ = ["check_config", "check_job_settings", "check_timeout", "seed_limit", "train_outputs"]
+
+# Adam's weights, its state and the loss are float32: a step or a term beyond its largest value overflows in torch
+# itself (a RuntimeError) instead of making the loss non-finite, which the trainer says in one line
+_FLOAT32_MAX = 3.4028234663852886e38
+# a seed's epochs and ranks draw their dropout masks from torch generators, whose seeds are 64-bit: the seed must
+# leave room for this many epochs and ranks (mggcn.training.trainer.epoch_seed)
+_SEEDED_EPOCHS, _SEEDED_RANKS = 2**32, 2**20
 
 
 def _number(option: str, value: Any, integer: bool = False) -> float:
@@ -38,9 +47,45 @@ def _positive(option: str, value: Any) -> None:
         raise ConfigError(f"{option} must be positive, got {value!r}", option)
 
 
+def _at_most(option: str, value: Any, high: float, why: str) -> None:
+    if value > high:
+        limit = high if isinstance(high, int) else f"{high:.4g}"
+        raise ConfigError(f"{option} must be at most {limit} ({why}), got {value!r}", option)
+
+
 def check_timeout(value: Any) -> None:
-    """Seconds a rank waits for its peers (``timeout_s``): a positive, finite number."""
+    """Seconds a rank waits for its peers (``timeout_s``): a positive, finite number of at most
+    :data:`~mggcn.config.TIMEOUT_MAX`."""
     _positive("timeout_s", value)
+    _at_most("timeout_s", value, TIMEOUT_MAX, "seconds, about 24 days: the longest wait the launcher can count")
+
+
+@functools.cache
+def seed_limit() -> int:
+    """The largest seed whose every epoch's and rank's dropout seed (:func:`~mggcn.training.trainer.epoch_seed`) a
+    torch generator takes (below 2**64), for :data:`_SEEDED_EPOCHS` epochs and :data:`_SEEDED_RANKS` ranks."""
+    from mggcn.training.trainer import epoch_seed
+
+    low, high = 0, 2**64  # epoch_seed grows with the seed: the largest that fits, by bisection
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if epoch_seed(middle, _SEEDED_EPOCHS, _SEEDED_RANKS) < 2**64 else (low, middle - 1)
+    return low
+
+
+def _check_optimizer(cfg: TrainConfig) -> None:
+    """Adam's settings: finite, in range, and a first step (``lr / (1 - β₁)``, the largest, as ``1 - β₁ᵗ`` grows
+    with ``t``) and a weight decay that a float32 holds."""
+    _positive("lr", cfg.lr)
+    _at_least("weight_decay", cfg.weight_decay, 0)
+    _positive("eps", cfg.eps)
+    if len(cfg.betas) != 2 or not all(0 <= _number("betas", b) < 1 for b in cfg.betas):
+        raise ConfigError(f"betas must be two numbers in [0, 1), got {cfg.betas!r}", "betas")
+    largest = "float32's largest value"
+    _at_most("lr", cfg.lr, _FLOAT32_MAX * (1 - cfg.betas[0]),
+             f"Adam's first step, lr / {1 - cfg.betas[0]:g}, must be at most {largest}, {_FLOAT32_MAX:.4g}")
+    _at_most("weight_decay", cfg.weight_decay, _FLOAT32_MAX, largest)
+    _at_most("eps", cfg.eps, _FLOAT32_MAX, largest)
 
 
 def check_config(cfg: TrainConfig) -> None:
@@ -58,15 +103,12 @@ def check_config(cfg: TrainConfig) -> None:
     if any(h < 1 for h in hidden):
         raise ConfigError(f"hidden sizes must be positive, got {','.join(map(str, hidden))}", "hidden")
     _at_least("epochs", cfg.epochs, 0, integer=True)
-    _positive("lr", cfg.lr)
-    _at_least("weight_decay", cfg.weight_decay, 0)
-    _positive("eps", cfg.eps)
-    if len(cfg.betas) != 2 or not all(0 <= _number("betas", b) < 1 for b in cfg.betas):
-        raise ConfigError(f"betas must be two numbers in [0, 1), got {cfg.betas!r}", "betas")
+    _check_optimizer(cfg)
     for option, p in (("dropout", cfg.dropout), ("input_dropout", cfg.input_dropout)):
         if not 0.0 <= _number(option, p) < 1.0:
             raise ConfigError(f"{option} must be in [0, 1), got {p}", option)
     _at_least("seed", cfg.seed, 0, integer=True)
+    _at_most("seed", cfg.seed, seed_limit(), "the seeds of its epochs' dropout masks must fit in 64 bits")
     _at_least("patience", cfg.patience, 0, integer=True)
     _at_least("trace_epoch", cfg.trace_epoch, 0, integer=True)
     if cfg.tile_bytes is not None:
@@ -85,6 +127,8 @@ def check_job_settings(job: Any) -> None:
     """The job's own settings beside its config (a :class:`~mggcn.training.job.TrainJob`)."""
     check_config(job.config)
     check_timeout(job.timeout_s)
+    if getattr(job, "mmap_threshold", None) is not None:
+        _at_most("mmap_threshold", job.mmap_threshold, MMAP_THRESHOLD_MAX, "bytes, glibc's largest")
     _at_least("log_every", job.log_every, 1, integer=True)
     _at_least("checkpoint_every", job.checkpoint_every, 0, integer=True)
     if not (isinstance(job.resume, bool) or job.resume == "auto"):
@@ -93,3 +137,14 @@ def check_job_settings(job: Any) -> None:
         raise ConfigError("resume needs a checkpoint directory", "resume")
     if job.checkpoint_every and not job.checkpoint_dir:
         raise ConfigError("checkpoint_every needs a checkpoint directory (checkpoint_dir)", "checkpoint_every")
+    options = job.read_options if isinstance(job.read_options, dict) else {}
+    for option in ("features", "labels", "split"):
+        if options.get(option) == "":  # the working directory's name, to the calls that take a path: no file
+            raise ConfigError(f"{option} '': an empty path names no file", option)
+    check_distinct(train_outputs(job), read_inputs(job.dataset, job.read_options, job.checkpoint_dir))
+
+
+def train_outputs(job: Any) -> list[tuple[str, str | None]]:
+    """What a training job writes, by setting (:func:`~mggcn.training.outputs.check_distinct`)."""
+    return [(option, getattr(job, option)) for option in ("metrics", "save_model", "save_predictions",
+                                                          "checkpoint_dir")]

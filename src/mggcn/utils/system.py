@@ -28,7 +28,8 @@ from typing import Any
 # 32 MiB: after loading a graph, the tensors of an epoch then come from the heap, and what is freed stays there,
 # resident, 20-40% above the live tensors. An epoch of mggcn allocates nothing large (the workspace), so a fixed
 # threshold costs no page faults while training and keeps the memory what the plan says.
-from mggcn.config import MMAP_THRESHOLD
+from mggcn.config import MMAP_THRESHOLD, MMAP_THRESHOLD_MAX
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.parallel import configured_threads, set_threads
 
 __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
@@ -130,9 +131,17 @@ def die_with_process(pid: int) -> None:
 
 def set_mmap_threshold(nbytes: int | None) -> bool:
     """Fix glibc's ``M_MMAP_THRESHOLD`` at ``nbytes`` (see :data:`MMAP_THRESHOLD`); ``None`` or 0 leaves glibc's
-    dynamic threshold. False where the C library is not glibc."""
+    dynamic threshold. False where the C library is not glibc.
+
+    Raises:
+        ConfigError: ``nbytes`` above :data:`~mggcn.config.MMAP_THRESHOLD_MAX` (mallopt's ``int`` would take
+            another value, or glibc none at all); the job's check refuses it before any rank starts.
+    """
     if not nbytes:
         return False
+    if nbytes > MMAP_THRESHOLD_MAX:
+        raise ConfigError(f"mmap_threshold must be at most {MMAP_THRESHOLD_MAX} (bytes, glibc's largest), got "
+                          f"{nbytes!r}", "mmap_threshold")
     try:
         import ctypes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from mggcn.utils.errors import ConfigError
@@ -18,7 +19,7 @@ def parse_bytes(text: str | int, option: str | None = None) -> int:
 
     Raises:
         ConfigError: (a ValueError) quoting ``text``, and naming ``option`` when given, for text that is not a
-            size or a negative one.
+            size, a negative one, or one too large for a float (``1e400``: no byte count is infinite).
     """
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
@@ -26,11 +27,14 @@ def parse_bytes(text: str | int, option: str | None = None) -> int:
         match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", str(text))
         unit = match.group(2).upper() if match else None
         try:
-            value = int(float(match.group(1)) * _UNITS[unit]) if match and unit in _UNITS else None
+            number = float(match.group(1)) * _UNITS[unit] if match and unit in _UNITS else None
         except ValueError:
-            value = None
-        if value is None:
+            number = None
+        if number is None:
             raise ConfigError(f"{_named(option)}expected a size such as 80G or 512M, got '{text}'", option)
+        if not math.isfinite(number):  # 1e400, or 1e308G: a float's infinity, which no count of bytes is
+            raise ConfigError(f"{_named(option)}expected a finite size such as 80G or 512M, got '{text}'", option)
+        value = int(number)
     if value < 0:
         raise ConfigError(f"{_named(option)}expected a size of at least 0, got '{text}'", option)
     return value

@@ -295,6 +295,13 @@ def _install(tmp: Path, out: Path, manifest: dict) -> None:
         os.replace(tmp, out)
 
 
+def _spill_edges(src: _Source, spill: EdgeSpill, chunk: int, report: Progress) -> None:
+    with report.step(f"reading {src.name}") as step:
+        for ei in src.edges(chunk):
+            spill.add(ei)
+            step.update(ei.shape[1])
+
+
 def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, chunk: int,
            report: Progress) -> dict:
     work = tmp / "work"
@@ -305,10 +312,7 @@ def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, 
         if n is None or max_edges is None:
             # The bucket ranges need n, and their number E: keep the edges on disk until the stream has told both.
             spill = EdgeSpill(work / "edges.spill")
-            with report.step(f"reading {src.name}") as step:
-                for ei in src.edges(chunk):
-                    spill.add(ei)
-                    step.update(ei.shape[1])
+            _spill_edges(src, spill, chunk, report)
             max_id, max_edges = spill.max_id, spill.count
         checked = src.check(max_id, max_edges)  # vertex files are read (and refused) before the long part
         n = checked if n is None else n

@@ -12,7 +12,9 @@ from mggcn.tools.cli.common import (
     byte_sizes,
     hidden_sizes,
     int_list,
+    mmap_threshold_size,
     orderings,
+    path_arg,
     positive_int,
     precisions,
 )
@@ -83,11 +85,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pyg-adj", choices=bench.PYG_ADJ,
                    help="what PyG's GCNConv (SAGEConv, GINConv) is given (default csr)")
     p.add_argument("--seed", type=int, help="seeds the graph and the weights (default 0)")
-    p.add_argument("--graph-cache", metavar="DIR",
+    p.add_argument("--graph-cache", type=path_arg, metavar="DIR",
                    help="a directory holding the graph, prepared (with --saint-graph: GraphSAINT's files): reused "
                         "when it exists, written when not")
     p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per configuration (default 3600)")
-    p.add_argument("--mmap-threshold", type=byte_size,
+    p.add_argument("--mmap-threshold", type=mmap_threshold_size,
                    help="one glibc M_MMAP_THRESHOLD for every configuration, e.g. 1M (0: glibc's dynamic one); "
                         "default: mggcn 1M, PyG glibc's")
     p.add_argument("--tile-bytes", type=byte_size,
@@ -103,7 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-memory", metavar="SIZE",
                    help="with --device cpu: each configuration's process (every rank) may hold at most SIZE (e.g. "
                         "8G) of private memory (RLIMIT_DATA; memory-mapped files and shared memory are outside it)")
-    p.add_argument("--out", help="write the report as JSON")
+    p.add_argument("--out", type=path_arg, help="write the report as JSON")
 
 
 def check_pyg(pyg: bool) -> None:

@@ -9,16 +9,20 @@ import sys
 import textwrap
 from typing import TYPE_CHECKING
 
-from mggcn.config import ORDERINGS, PRECISIONS
-from mggcn.utils.errors import GraphError
+from mggcn.config import MMAP_THRESHOLD_MAX, ORDERINGS, PRECISIONS
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.units import parse_bytes
 
 if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse arguments must not
     from mggcn.distributed.launch import WorkerError
 
-__all__ = ["hidden_sizes", "byte_size", "byte_sizes", "positive_int", "int_list", "orderings", "add_dataset_options",
+__all__ = ["hidden_sizes", "byte_size", "byte_sizes", "mmap_threshold_size", "path_arg", "graph_count", "positive_int",
+           "int_list", "orderings", "add_dataset_options",
            "add_reader_options", "read_options", "rank_zero", "node_speaker", "exit_status", "HelpFormatter",
            "FORMAT_HELP", "flag", "flag_message", "job_failure_status"]
+
+
+INT64_MAX = 2**63 - 1  # the largest count of vertices or edges: graphs index them with int64
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -91,6 +95,33 @@ def byte_sizes(text: str) -> tuple[int, ...]:
     return tuple(byte_size(t) for t in text.split(",") if t.strip())
 
 
+def mmap_threshold_size(text: str) -> int:
+    """A byte size glibc's mallopt takes as its mmap threshold: at most :data:`~mggcn.config.MMAP_THRESHOLD_MAX`."""
+    value = byte_size(text)
+    if value > MMAP_THRESHOLD_MAX:
+        raise argparse.ArgumentTypeError(f"expected a size of at most {MMAP_THRESHOLD_MAX >> 20}M (glibc's largest "
+                                         f"mmap threshold), got '{text}'")
+    return value
+
+
+def path_arg(text: str) -> str:
+    """A file or directory's name: not empty (``''`` would name the working directory, or nothing)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return text
+
+
+def graph_count(text: str, low: int = 0) -> int:
+    """An integer from ``low`` to the largest int64 (the counts of a graph are stored as int64)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+    if not low <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"expected an integer from {low} to {INT64_MAX} (int64), got '{text}'")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -147,9 +178,11 @@ def add_dataset_options(p: argparse.ArgumentParser) -> None:
 
 def add_reader_options(p: argparse.ArgumentParser) -> None:
     """The options of the readers that take them (train, predict, prepare)."""
-    p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
-    p.add_argument("--labels", default=None, help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
-    p.add_argument("--split", default=None,
+    p.add_argument("--features", type=path_arg, default=None,
+                   help="mtx/edgelist: features .npy [n, F] (default: random)")
+    p.add_argument("--labels", type=path_arg, default=None,
+                   help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
+    p.add_argument("--split", type=path_arg, default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 (train/val/test/none) or .npz of masks "
                         "(default: random 50/25/25)")
     p.add_argument("--normalize-features", action="store_true",
@@ -165,6 +198,9 @@ def read_options(args: argparse.Namespace) -> dict:
     planetoid sources."""
     names = ("features", "labels", "split", "num_nodes")
     options = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    for option in ("features", "labels", "split"):
+        if options.get(option) == "":  # a command whose parser does not refuse it (path_arg)
+            raise ConfigError(f"{option} '': an empty path names no file", option)
     if options and args.fmt not in ("mtx", "edgelist"):
         raise GraphError(f"--{next(iter(options)).replace('_', '-')} is for --format mtx or edgelist; "
                          "other sources carry their vertex data")

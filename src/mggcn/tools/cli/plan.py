@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 
 from mggcn.config import MODELS, ORDERS, SYMMETRIC_OPERATORS, TRAIN_COLUMNS, TrainConfig
-from mggcn.tools.cli.common import add_precision_option, byte_size, fraction, hidden_sizes, int_list, positive_int
-from mggcn.utils.errors import GraphError
+from mggcn.tools.cli.common import (
+    add_precision_option,
+    byte_size,
+    fraction,
+    graph_count,
+    hidden_sizes,
+    int_list,
+    positive_int,
+)
+from mggcn.utils.errors import ConfigError, GraphError
 
 HELP = "per-rank memory and communication of a training run, before running it"
 
@@ -27,8 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from mggcn.tools import plan
 
     p.add_argument("--dataset", choices=sorted(plan.PRESETS), help="sizes of a known dataset (other options override)")
-    p.add_argument("--nodes", type=positive_int, help="vertices")
-    p.add_argument("--edges", type=int, help="nonzeros of A: both directions of an undirected edge, no self loops")
+    p.add_argument("--nodes", type=lambda text: graph_count(text, 1), help="vertices")
+    p.add_argument("--edges", type=graph_count,
+                   help="nonzeros of A: both directions of an undirected edge, no self loops")
     p.add_argument("--features", type=positive_int, help="input features per vertex")
     p.add_argument("--classes", type=positive_int, help="classes (the width of the last layer)")
     p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
@@ -72,13 +81,18 @@ def run(args: argparse.Namespace) -> int:
     missing = [k for k in ("nodes", "edges", "features", "classes") if sizes[k] is None]
     if missing:
         raise GraphError(f"give --dataset or --{' --'.join(missing)}")
+    if sizes["edges"] > sizes["nodes"] ** 2:  # the option given that makes a preset's sizes impossible
+        option = "edges" if args.edges is not None else "nodes"
+        raise ConfigError(f"{option} {sizes[option]}: {sizes['edges']} nonzeros do not fit in the adjacency matrix "
+                          f"of {sizes['nodes']} vertices (at most {sizes['nodes'] ** 2})", option)
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
     cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
                       batch_norm=args.batch_norm,
                       heads=args.heads, hidden=args.hidden,
-                      order=args.order, input_dropout=args.input_dropout, tile_bytes=args.tile_bytes)
-    check_config(cfg)  # an option of another model refused, as train refuses it
+                      order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
+                      tile_bytes=args.tile_bytes, precision=args.precision)
+    check_config(cfg)  # what train refuses (an option of another model, a dropout of nan), plan refuses alike
     options = model_options(cfg)  # the model's own settings (GAT's heads); GIN's ε is plan_memory's train_eps
     train_eps = options.pop("train_eps", False)
     for nprocs in args.nprocs:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from mggcn.config import ACTIVATIONS, DEVICES, MODELS, NORMS
-from mggcn.tools.cli.common import add_dataset_options, job_failure_status, positive_int, rank_zero, read_options
+from mggcn.config import ACTIVATIONS, DEVICES, MODELS, NORMS, TIMEOUT_MAX
+from mggcn.tools.cli.common import (
+    add_dataset_options,
+    job_failure_status,
+    path_arg,
+    positive_int,
+    rank_zero,
+    read_options,
+)
 
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
@@ -16,9 +23,9 @@ DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) fo
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="a file written by `mggcn train --save-model`")
+    p.add_argument("model", type=path_arg, help="a file written by `mggcn train --save-model`")
     p.add_argument("dataset", help="as for `mggcn train`: a spec, a prepared directory, or a path with --format")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=path_arg, required=True,
                    help=".npy, or CSV for any other name ('vertex,prediction' or 'vertex,p0,p1,...')")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--proba", action="store_true", help="class probabilities (softmax) instead of classes")
@@ -33,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nprocs", type=positive_int, default=None, help="local worker processes (default 1)")
     p.add_argument("--device", default="cpu", choices=DEVICES)
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads per rank")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait for a peer")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help=f"seconds a collective may wait for a peer (at most {TIMEOUT_MAX})")
 
 
 def run(args: argparse.Namespace) -> int:

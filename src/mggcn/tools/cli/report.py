@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mggcn.tools.cli.common import path_arg
+
 HELP = "plot a run from its --metrics file"
 DESCRIPTION = ("PNG plots of a run: loss and accuracies per epoch (curves.png), the per-phase time of every epoch "
                "(phases.png), and the traced epoch's timeline per rank, broadcasts against multiplications "
@@ -12,8 +14,9 @@ DESCRIPTION = ("PNG plots of a run: loss and accuracies per epoch (curves.png), 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("metrics", help="a file written by `mggcn train --metrics`")
-    p.add_argument("--out", required=True, help="the directory to write the PNGs to (created if missing)")
+    p.add_argument("metrics", type=path_arg, help="a file written by `mggcn train --metrics`")
+    p.add_argument("--out", type=path_arg, required=True,
+                   help="the directory to write the PNGs to (created if missing)")
     p.add_argument("--epoch", type=int, default=None,
                    help="the traced epoch to draw (default: the first one traced, see --trace-epoch)")
 

@@ -19,6 +19,7 @@ from mggcn.config import (
     ORDERS,
     SHM_MODES,
     TILE_BYTES,
+    TIMEOUT_MAX,
     TRAIN_COLUMNS,
     TrainConfig,
 )
@@ -30,7 +31,9 @@ from mggcn.tools.cli.common import (
     flag_message,
     hidden_sizes,
     job_failure_status,
+    mmap_threshold_size,
     node_speaker,
+    path_arg,
     positive_int,
     read_options,
 )
@@ -139,24 +142,25 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
                    help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default: "
                         f"whole blocks for the gather kernel where the operand fits {GATHER_BYTES >> 20}M per machine "
                         f"on x86, else {TILE_BYTES >> 20}M, shared by the machine's ranks; 0: no tiling)")
-    p.add_argument("--mmap-threshold", type=byte_size, default=MMAP_THRESHOLD, metavar="SIZE",
-                   help="host memory blocks above this size go back to the system when freed (glibc; default 1M; "
-                        "0: glibc's own threshold, which keeps freed blocks of up to 32 MiB resident)")
+    p.add_argument("--mmap-threshold", type=mmap_threshold_size, default=MMAP_THRESHOLD, metavar="SIZE",
+                   help="host memory blocks above this size go back to the system when freed (glibc; default 1M, at "
+                        "most 32M; 0: glibc's own threshold, which keeps freed blocks of up to 32 MiB resident)")
     p.add_argument("--seed", type=int, default=DEFAULTS.seed,
                    help="seeds the weights, the vertex permutation and the dropout masks")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="seconds a collective may wait for a peer before the job is declared hung (default 60; raise "
-                        "it where loading the graph or one epoch takes longer)")
+                   help="seconds a collective may wait for a peer before the job is declared hung (default 60, at "
+                        f"most {TIMEOUT_MAX}; raise it where loading the graph or one epoch takes longer)")
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     """What the run writes and prints, early stopping, checkpoints."""
-    p.add_argument("--metrics", default=None, metavar="FILE", help="write one JSON object per epoch to this file")
-    p.add_argument("--tensorboard", default=None, metavar="DIR",
+    p.add_argument("--metrics", type=path_arg, default=None, metavar="FILE",
+                   help="write one JSON object per epoch to this file")
+    p.add_argument("--tensorboard", type=path_arg, default=None, metavar="DIR",
                    help="also write the epoch records as TensorBoard scalars to DIR (needs tensorboard)")
-    p.add_argument("--save-model", default=None, metavar="FILE",
+    p.add_argument("--save-model", type=path_arg, default=None, metavar="FILE",
                    help="write the weights as a state dict that loads into PyG's GCN, GraphSAGE or GIN model")
-    p.add_argument("--save-predictions", default=None, metavar="FILE",
+    p.add_argument("--save-predictions", type=path_arg, default=None, metavar="FILE",
                    help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines: only the final accuracies")
     p.add_argument("--log-every", type=positive_int, default=1, metavar="K", help="print every K-th epoch (default 1)")
@@ -165,7 +169,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
                         "(default 0: off)")
     p.add_argument("--trace-epoch", type=int, default=DEFAULTS.trace_epoch, metavar="EPOCH",
                    help="record a per-rank timeline of this epoch in --metrics (default 2; 0: none)")
-    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="write checkpoints here")
+    p.add_argument("--checkpoint-dir", type=path_arg, default=None, metavar="DIR", help="write checkpoints here")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="checkpoint every K epochs (default 0: only when stopped by a signal)")
     resume = p.add_mutually_exclusive_group()
@@ -211,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, launch, under_torchrun
     from mggcn.distributed.shm import ShmUnavailable
     from mggcn.training.job import TrainJob, check_job, run_train_job, share_dataset
+    from mggcn.training.outputs import check_distinct, read_inputs
+    from mggcn.training.settings import train_outputs
     from mggcn.utils.timing import SetupClock, process_start
 
     if args.dataset is None:
@@ -236,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
                    save_model=args.save_model, save_predictions=args.save_predictions, quiet=args.quiet,
                    log_every=args.log_every, checkpoint_dir=args.checkpoint_dir,
                    checkpoint_every=args.checkpoint_every, resume=args.resume, clock=SetupClock(process_start()))
+    # the job's own check compares its outputs; TensorBoard's directory is the command line's alone
+    check_distinct([*train_outputs(job), ("tensorboard", args.tensorboard)],
+                   read_inputs(job.dataset, reader_options, job.checkpoint_dir))
     torchrun = under_torchrun()
     if not torchrun:
         _check_tensorboard(args)

@@ -1,0 +1,259 @@
+"""Option values at and past the limits of what they feed (a float's infinity, a C int, a float32, a 64-bit seed, the
+launcher's wait), empty paths, and outputs that would replace each other or an input: each refused up front in one
+line naming the option (the flag on the command line, exit status 2), never a traceback, a silently different value
+or an output written over another."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import mggcn
+from cli_util import run_cli
+from mggcn.nn.adam import Adam
+from mggcn.tools.cli import main
+from mggcn.training.outputs import check_output
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.system import set_mmap_threshold
+from mggcn.utils.units import parse_bytes
+
+MMAP_THRESHOLD_MAX = 32 << 20  # mallopt(3)'s DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
+TIMEOUT_MAX = (2**31 - 1) // 1000  # seconds: milliseconds in a C int, Python's poll()
+KARATE = ["train", "builtin:karate", "--epochs", "1", "--quiet", "--trace-epoch", "0"]
+PLAN = ["plan", "--nodes", "10", "--edges", "10", "--features", "2", "--classes", "2"]
+
+
+def _refused(argv: list[str], capsys, *words: str) -> str:
+    """``mggcn ARGV`` exits 2 with one line on stderr holding ``words``, whether the parser or the command refused."""
+    try:
+        status = main(argv)
+    except SystemExit as exited:
+        status = exited.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert all(w in lines[0] for w in words), lines[0]
+    return lines[0]
+
+
+# -- byte sizes --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["1e400", "1e308G", "inf", "nan"])
+def test_a_size_no_float_holds_is_refused_naming_the_option(text):
+    with pytest.raises(ConfigError, match=f"^memory_limit: expected a .*size .*got '{text}'") as err:
+        parse_bytes(text, "memory_limit")
+    assert err.value.option == "memory_limit"
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["train", "--tile-bytes", "1e400"], "--tile-bytes"),
+    (["train", "--mmap-threshold", "1e400"], "--mmap-threshold"),
+    ([*PLAN, "--memory", "1e400"], "--memory"),
+    ([*PLAN, "--tile-bytes", "1e400"], "--tile-bytes"),
+    (["prepare", "builtin:karate", "never-written", "--memory-limit", "1e400"], "--memory-limit"),
+])
+def test_the_commands_refuse_an_infinite_size_in_one_line(argv, flag, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(argv, capsys, flag, "1e400")
+    assert not os.listdir(tmp_path)
+
+
+# -- the mmap threshold: mallopt's int, glibc's largest ----------------------------------------------------------------
+
+@pytest.mark.parametrize("size", ["1e30", "99999999999999999999999G", "4G", "64M"])
+def test_an_mmap_threshold_beyond_glibcs_largest_is_refused(size, capsys):
+    _refused([*KARATE, "--mmap-threshold", size], capsys, "--mmap-threshold", "32M")
+    _refused(["bench", "--small", "--mmap-threshold", size], capsys, "--mmap-threshold")
+
+
+def test_the_api_and_the_allocator_refuse_an_mmap_threshold_beyond_glibcs_largest():
+    from mggcn.config import MMAP_THRESHOLD_MAX as largest
+
+    assert largest == MMAP_THRESHOLD_MAX
+    with pytest.raises(ConfigError, match="^mmap_threshold must be at most 33554432") as err:
+        mggcn.train("builtin:karate", epochs=1, quiet=True, mmap_threshold=MMAP_THRESHOLD_MAX + 1)
+    assert err.value.option == "mmap_threshold"
+    with pytest.raises(ConfigError, match="^mmap_threshold must be at most"):  # never reaches mallopt's C int
+        set_mmap_threshold(2**63)
+
+
+# -- Adam's learning rate, weight decay and eps: float32 ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, kwargs", [
+    (["--lr", "1e38"], {"lr": 1e38}),
+    (["--lr", "1e300"], {"lr": 1e300}),
+    (["--weight-decay", "1e39"], {"weight_decay": 1e39}),
+])
+def test_an_optimizer_setting_beyond_float32_is_refused_before_training(argv, kwargs, capsys):
+    _refused([*KARATE, *argv], capsys, f"{argv[0]} must be at most", "float32", f"got {float(argv[1])!r}")
+    option = next(iter(kwargs))
+    with pytest.raises(ConfigError, match=f"^{option} must be at most") as err:
+        mggcn.train("builtin:karate", epochs=1, quiet=True, **kwargs)
+    assert err.value.option == option
+
+
+def test_the_largest_lr_follows_adams_first_bias_correction():
+    with pytest.raises(ConfigError, match="lr / 0.1"):
+        mggcn.train("builtin:karate", epochs=1, quiet=True, lr=4e37)
+    with pytest.raises(ConfigError, match="^eps must be at most"):
+        mggcn.train("builtin:karate", epochs=1, quiet=True, eps=1e39)
+    with pytest.raises(FloatingPointError):  # β₁ = 0: the step is lr itself, a float32; the loss then says so
+        mggcn.train("builtin:karate", epochs=2, quiet=True, lr=4e37, betas=(0.0, 0.999))
+
+
+def test_adam_makes_the_weights_non_finite_where_a_step_overflows_float32():
+    p = torch.nn.Parameter(torch.ones(3))
+    optimizer = Adam([p], lr=1e38, weight_decay=1e39)
+    p.grad = torch.tensor([1.0, 0.0, -1.0])
+    optimizer.step()  # torch would refuse the scalar (RuntimeError: value cannot be converted ... without overflow)
+    assert not torch.isfinite(p).any()
+
+
+# -- the seed: 64-bit dropout seeds of every epoch and rank ------------------------------------------------------------
+
+def test_a_seed_whose_epoch_seeds_overflow_64_bits_is_refused(capsys):
+    from mggcn.training.settings import seed_limit
+
+    limit = seed_limit()
+    assert 2**32 < limit < 2**62
+    _refused([*KARATE, "--seed", str(2**62)], capsys, "--seed must be at most", str(limit))
+    _refused([*KARATE, "--seed", str(limit + 1)], capsys, "--seed must be at most")
+    trained = mggcn.train("builtin:karate", epochs=2, quiet=True, seed=limit, dropout=0.5)  # the limit itself trains
+    assert len(trained.history) == 2
+
+
+# -- the timeout: the launcher's wait ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["train", "predict"])
+def test_a_timeout_beyond_the_launchers_wait_is_refused_at_any_process_count(command, capsys, tmp_path):
+    head = KARATE if command == "train" else ["predict", str(tmp_path / "m.pt"), "builtin:karate", "--out",
+                                              str(tmp_path / "p.csv")]
+    for timeout in ("1e16", str(TIMEOUT_MAX + 1)):
+        _refused([*head, "--nprocs", "2", "--timeout", timeout], capsys, "--timeout must be at most",
+                 str(TIMEOUT_MAX))
+    assert not os.listdir(tmp_path)
+
+
+def test_the_largest_timeout_runs_two_ranks():
+    from mggcn.config import TIMEOUT_MAX as largest
+
+    assert largest == TIMEOUT_MAX
+    out = run_cli(*KARATE, "--nprocs", "2", "--timeout", str(TIMEOUT_MAX))
+    assert out.returncode == 0, out.stderr
+
+
+# -- empty paths -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, flag", [
+    ([*KARATE, "--format", "edgelist", "--features", ""], "--features"),
+    ([*KARATE, "--labels", ""], "--labels"),
+    ([*KARATE, "--split", ""], "--split"),
+    ([*KARATE, "--tensorboard", ""], "--tensorboard"),
+    ([*KARATE, "--metrics", ""], "--metrics"),
+    ([*KARATE, "--save-model", ""], "--save-model"),
+    ([*KARATE, "--checkpoint-dir", ""], "--checkpoint-dir"),
+    (["predict", "m.pt", "builtin:karate", "--out", ""], "--out"),
+    (["predict", "", "builtin:karate", "--out", "p.csv"], "model"),
+    (["report", "m.jsonl", "--out", ""], "--out"),
+])
+def test_an_empty_path_is_refused_naming_the_option(argv, flag, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(argv, capsys, f"argument {flag}: expected a path, got ''")
+    assert not os.listdir(tmp_path)
+
+
+def test_prepare_refuses_an_empty_readers_path(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n")
+    _refused(["prepare", "edges.txt", "out", "--format", "edgelist", "--split", ""], capsys,
+             "--split '': an empty path names no file")
+    assert os.listdir(tmp_path) == ["edges.txt"]
+
+
+def test_the_library_refuses_an_empty_output_or_input_path():
+    with pytest.raises(ConfigError, match="^out '': an empty path names no file") as err:
+        check_output("out", "")
+    assert err.value.option == "out"
+    with pytest.raises(ConfigError, match="^features '': an empty path names no file"):
+        mggcn.train("builtin:karate", fmt="edgelist", features="", epochs=1, quiet=True)
+
+
+# -- outputs that would replace each other or an input -----------------------------------------------------------------
+
+@pytest.mark.parametrize("options, words", [
+    (["--metrics", "X", "--save-model", "X"], ["--save-model X: is the same file as --metrics X"]),
+    (["--metrics", "X.json", "--save-model", "X"], ["--save-model X: its model description X.json", "--metrics"]),
+    (["--save-predictions", "Y", "--tensorboard", "./Y"], ["--tensorboard ./Y", "--save-predictions Y"]),
+    (["--metrics", "Z", "--checkpoint-dir", "Z"], ["--checkpoint-dir Z", "--metrics Z"]),
+    (["--metrics", "link", "--save-predictions", "target"], ["--save-predictions target", "--metrics link"]),
+])
+def test_two_outputs_of_one_file_are_refused_before_training(options, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.symlink("target", "link")  # a link to a file not written yet: the file it will be
+    _refused([*KARATE, *options], capsys, *words, "give each output a path of its own")
+    assert os.listdir(tmp_path) == ["link"]
+
+
+def test_special_files_take_several_outputs(capsys):
+    assert main([*KARATE, "--metrics", "/dev/null", "--save-predictions", "/dev/null"]) == 0
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "m.pt"
+    assert main([*KARATE, "--save-model", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize("out", ["m.pt", "./m.pt.json", "hard.pt", "soft.pt"])
+def test_predict_refuses_to_write_over_the_model_it_reads(out, model, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(model.parent)
+    for name, make in (("hard.pt", os.link), ("soft.pt", os.symlink)):
+        if not os.path.lexists(name):
+            make("m.pt", name)
+    before = model.read_bytes(), (model.parent / "m.pt.json").read_bytes()
+    _refused(["predict", "m.pt", "builtin:karate", "--out", out], capsys, f"--out {out}: would replace the model",
+             "which this run reads")
+    assert (model.read_bytes(), (model.parent / "m.pt.json").read_bytes()) == before
+
+
+def test_outputs_refuse_to_replace_the_dataset_and_checkpoints_they_read(capsys, tmp_path):
+    data, ck = tmp_path / "data", tmp_path / "ck"
+    assert main(["prepare", "builtin:karate", str(data), "--quiet"]) == 0
+    manifest = (data / "manifest.json").read_bytes()
+    _refused([*KARATE[:1], str(data), *KARATE[2:], "--save-model", str(data / "manifest.json")], capsys,
+             "--save-model", "would replace the prepared dataset's")
+    assert (data / "manifest.json").read_bytes() == manifest
+    ck.mkdir()
+    (ck / "ckpt-000002.pt").write_bytes(b"kept")
+    _refused([*KARATE, "--checkpoint-dir", str(ck), "--metrics", str(ck / "ckpt-000002.pt")], capsys,
+             "--metrics", "would replace the checkpoint")
+    assert (ck / "ckpt-000002.pt").read_bytes() == b"kept"
+    from mggcn.training.outputs import check_distinct
+
+    with pytest.raises(ConfigError, match="^save_predictions .*would replace features=") as err:  # a reader's file
+        check_distinct([("save_predictions", str(ck / "ckpt-000002.pt"))], [("features=", str(ck / "ckpt-000002.pt"))])
+    assert err.value.option == "save_predictions"
+    # beside the dataset and the checkpoints, a new output (or an earlier run's) is written as asked
+    assert main([*KARATE[:1], str(data), *KARATE[2:], "--save-model", str(data / "model.pt"),
+                 "--checkpoint-dir", str(ck), "--metrics", str(ck / "metrics.jsonl")]) == 0
+
+
+# -- plan checks its options as train does -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options, words", [
+    (["--dropout", "nan"], ["--dropout must be finite"]),
+    (["--input-dropout", "1.5"], ["--input-dropout must be in [0, 1)"]),
+    (["--edges", str(2**63)], ["argument --edges", "int64"]),
+    (["--edges", "-1"], ["argument --edges"]),
+    (["--nodes", str(10**22)], ["argument --nodes", "int64"]),
+    (["--edges", "101"], ["--edges 101", "do not fit", "at most 100"]),
+])
+def test_plan_refuses_what_train_refuses_and_impossible_graphs(options, words, capsys):
+    _refused([*PLAN, *options], capsys, *words)
+
+
+def test_plan_names_the_option_that_makes_a_presets_sizes_impossible(capsys):
+    _refused(["plan", "--dataset", "reddit", "--nodes", "5"], capsys, "--nodes 5", "do not fit")
