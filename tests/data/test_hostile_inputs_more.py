@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import sys
 import warnings
@@ -213,6 +214,28 @@ def test_unsigned_arrays_in_memory_are_refused_not_wrapped():
         warnings.simplefilter("error")
         with pytest.raises(GraphError, match="NaN or inf"):
             from_tensors(ei, np.full((N, 4), 1e300), y.astype(np.int64) % 3, *masks)
+
+
+def test_ids_and_labels_in_memory_are_whole_numbers_not_truncated():
+    """A Graph (or a PyG Data, made into one) of float ids or labels that are not whole numbers is refused; 0.5
+    used to read as vertex 0. Whole floats and booleans are taken as they are."""
+    from mggcn.data.graph import Graph
+    from mggcn.utils.errors import GraphError
+
+    masks = {"train": np.array([1, 1, 0, 0], bool), "val": np.array([0, 0, 1, 0], bool),
+             "test": np.array([0, 0, 0, 1], bool)}
+
+    def graph(edges, y):
+        return Graph(num_nodes=4, edge_index=np.array(edges), x=np.ones((4, 2)), y=np.array(y), masks=masks)
+
+    for edges, y, words in (([[0.5, 1], [1, 2]], [0, 1, 0, 1], "vertex id 0.5 is not an integer"),
+                            ([[0, 1], [1, np.inf]], [0, 1, 0, 1], "vertex id inf is not an integer"),
+                            ([[0, 1], [1, 2]], [0, 1.5, 0, 1], "label 1.5 is not an integer"),
+                            ([[0, 1], [1, 2]], ["a", "b", "a", "b"], "labels must be integers, got dtype <U1")):
+        with pytest.raises(GraphError, match=re.escape(words)):
+            graph(edges, y)
+    assert graph([[0.0, 1.0], [1.0, 2.0]], [True, False, True, False]).y.tolist() == [1, 0, 1, 0]
+    assert graph([[0.0, 1.0], [1.0, 2.0]], [0, 1, 0, 1]).edge_index.tolist() == [[0, 1], [1, 2]]
 
 
 # ------------------------------------------------------------------------ 6: a byte order mark, one endless line

@@ -53,10 +53,18 @@ class Graph:
             self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
 
     def _int64(self, values: np.ndarray, what: str) -> np.ndarray:
-        """``values`` as int64, refused, not wrapped, where unsigned beyond int64 (2^64 - 1 would read as -1)."""
+        """``values`` as int64, refused, not wrapped or truncated: unsigned beyond int64 (2^64 - 1 would read as
+        -1), floats that are not whole numbers (0.5 would read as 0), anything but numbers and booleans."""
         values = np.asarray(values)
-        if values.dtype.kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+        kind = values.dtype.kind
+        if values.size and kind not in "biuf":
+            raise GraphError(f"{self.name}: {what}s must be integers, got dtype {values.dtype}")
+        if kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
             raise GraphError(f"{self.name}: {what} {int(values.max())} is beyond the int64 range")
+        if kind == "f" and values.size:
+            bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2.0**63)
+            if bad.any():
+                raise GraphError(f"{self.name}: {what} {float(values.flat[int(np.argmax(bad))])!r} is not an integer")
         return np.ascontiguousarray(values, dtype=np.int64)
 
     @property
