@@ -257,3 +257,19 @@ def test_plan_refuses_what_train_refuses_and_impossible_graphs(options, words, c
 
 def test_plan_names_the_option_that_makes_a_presets_sizes_impossible(capsys):
     _refused(["plan", "--dataset", "reddit", "--nodes", "5"], capsys, "--nodes 5", "do not fit")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--seed", "99999999999999999999999"], "--seed must be an integer from 0 to"),
+    (["--seed", "-5"], "--seed must be an integer from 0 to"),
+    (["--timeout", "1e16"], "--timeout must be at most"),
+    (["--timeout", "nan"], "--timeout must be finite"),
+    (["--timeout", "0"], "--timeout must be positive"),
+])
+def test_the_bench_refuses_what_train_refuses_before_it_measures(args, words):
+    """The bench trains as `train` does: a seed whose dropout seeds overflow, or a timeout the launcher cannot wait,
+    was a failed configuration per row, a traceback, or a wait of nan seconds."""
+    out = run_cli("bench", "--small", "--no-pyg", "--epochs", "1", *args, timeout=60)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and out.stdout == "" and len(lines) == 1, out.stderr
+    assert words in lines[0] and "Traceback" not in out.stderr

@@ -96,6 +96,11 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
             raise ConfigError(f"{option} is for model {models_taking(option)}, not {opts.model}", option)
     if opts.ids not in IDS:
         raise ConfigError(f"ids must be one of {', '.join(IDS)}, got '{opts.ids}'", "ids")
+    from mggcn.training.settings import check_timeout, seed_limit  # train's limits: the bench trains the same way
+
+    if isinstance(opts.seed, bool) or not isinstance(opts.seed, int) or not 0 <= opts.seed <= seed_limit():
+        raise ConfigError(f"seed must be an integer from 0 to {seed_limit()}, got {opts.seed!r}", "seed")
+    check_timeout(opts.timeout_s)
     _check_caps(opts)
     return opts
 
