@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
-from mggcn.data.generators.spec import physical_memory
+from mggcn.data.formats.checks import check_memory
 from mggcn.data.prepared.reader import MANIFEST, is_prepared
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
@@ -267,11 +267,8 @@ def _build(path: str, found: str, dims: list[int], activation: str, state_dict: 
     """The model of ``state_dict``. Its tensors' shapes are what a file claims (a view of one element can claim
     gigabytes): a model larger than memory is refused before it is allocated, and a tensor of another shape than
     its layer's is said in one line."""
-    memory = physical_memory()
     need = 4 * (ranks * sum(t.numel() for t in state_dict.values()) + rows * max(dims))
-    if memory is not None and need > memory:
-        raise GraphError(f"{path}: layers of {dims} need {need / 2**30:,.1f} GiB for the weights and one activation, "
-                         f"more than this machine's {memory / 2**30:,.1f} GiB")
+    check_memory(path, need, f"layers of {dims}, their weights and one activation,")
     # GIN: ε, learnt or not, is read as a value; GAT: its heads from the attention vectors' shape
     model = make_model(found, dims, activation=activation, **MODEL_TYPES[found].state_options(state_dict))
     try:
