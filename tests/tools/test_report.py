@@ -121,7 +121,7 @@ def test_report_without_a_traced_epoch_skips_the_timeline(tmp_path):
     records = [r for r in _records() if "timeline" not in r]
     paths = write_report(str(_write(tmp_path / "m.jsonl", records)), str(tmp_path / "out"))
     assert [p.rsplit("/", 1)[1] for p in paths] == ["curves.png", "phases.png"]
-    with pytest.raises(MetricsError, match=r"epoch 3 was traced; train with trace_epoch=E to record a timeline$"):
+    with pytest.raises(MetricsError, match=r"epoch 3 was not traced; train with trace_epoch=E to record a timeline$"):
         write_report(str(tmp_path / "m.jsonl"), str(tmp_path / "out"), epoch=3)
 
 

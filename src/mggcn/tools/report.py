@@ -16,20 +16,21 @@ made; TensorBoard only when asked for.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from mggcn.utils.errors import ConfigError, InputError
-from mggcn.utils.files import check_writable, write_output
+from mggcn.utils.files import OutputError, check_writable, write_output
 from mggcn.utils.optional import require
 
 __all__ = ["STACKED", "COLORS", "MetricsError", "TensorBoardMissing", "read_metrics", "plot_curves", "plot_phases",
-           "plot_timeline", "traced_epoch", "write_report", "write_tensorboard"]
+           "plot_timeline", "traced_epoch", "write_report", "check_tensorboard_dir", "write_tensorboard"]
 
 # The stacked phases of phases.png; "other" also takes the criterion and optimizer phases.
 STACKED = ("spmm", "comm_wait", "gemm", "allreduce", "other")
@@ -40,6 +41,9 @@ _LABELS = {"spmm": "SpMM", "comm_wait": "comm wait", "gemm": "GEMM", "allreduce"
            "criterion": "criterion", "optimizer": "optimizer", "broadcast": "broadcast"}
 _COMPUTE = ("spmm", "gemm", "criterion", "optimizer", "comm_wait")  # the lower line of a rank's row
 _COMM = ("broadcast", "allreduce")  # the upper lines
+# the timeline's height in inches, at most: a row per rank, squeezed beyond 65 ranks (a PNG may be at most 2^16
+# pixels high)
+_MAX_HEIGHT = 60.0
 # the numbers of a record the plots read (each optional: an older record may lack a phase)
 _NUMBERS = ("train_acc", "val_acc", "test_acc", "epoch_s", *STACKED, *_FOLDED)
 
@@ -52,22 +56,20 @@ class TensorBoardMissing(ImportError):
     """TensorBoard logging was asked for but the ``tensorboard`` package is not installed."""
 
 
+# A line longer than this is no epoch record (a traced epoch of hundreds of ranks is a few MiB): a file without line
+# ends (/dev/zero, a binary file) is refused instead of read whole into memory.
+_MAX_LINE = 256 << 20
+
+
 def read_metrics(path: str) -> list[dict]:
     """The records of a ``--metrics`` file, one per epoch, in epoch order.
 
     A resumed run appends to the file of the run it continues, which may have gone past its last checkpoint: the
-    last record of an epoch wins. A final line cut short (a killed run) is skipped.
+    last record of an epoch wins. A final line cut short (a killed run: no newline ends it) is skipped.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as err:
-        raise MetricsError(f"{path}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise MetricsError(f"{path}: not UTF-8 text (byte {err.start}); not a file that metrics= wrote",
-                           "metrics") from None
     by_epoch: dict[int, dict] = {}
-    for number, line in enumerate(lines, 1):
+    cut = None
+    for number, line, ended in _lines(path):
         if not line.strip():
             continue
         try:
@@ -75,23 +77,60 @@ def read_metrics(path: str) -> list[dict]:
         except RecursionError:  # nesting deeper than the parser's recursion: no epoch record looks like that
             raise MetricsError(f"{path} line {number}: not a JSON record (nested too deep)") from None
         except ValueError:
-            if number == len(lines):
-                print(f"mggcn: {path}: skipping the incomplete last line {number}", file=sys.stderr)
+            if not ended:  # the writer ends every record with a newline: one without was cut short
+                cut = number
                 continue
             raise MetricsError(f"{path} line {number}: not a JSON record") from None
-        if not isinstance(record, dict) or "epoch" not in record or "loss" not in record:
-            raise MetricsError(f"{path} line {number}: not an epoch record (no 'epoch' and 'loss')")
-        bad = [k for k in ("epoch", "loss", *_NUMBERS) if k in record and not _is_number(record[k])]
-        if bad or not math.isfinite(record["epoch"]) or record["epoch"] != int(record["epoch"]):
-            raise MetricsError(f"{path} line {number}: '{(bad or ['epoch'])[0]}' is not a number of an epoch record")
-        problem = _timeline_problem(record.get("timeline"))
-        if problem:
-            raise MetricsError(f"{path} line {number}: malformed 'timeline' ({problem}); expected a list per rank of "
-                               "[kind, start, end] events, a name and two numbers of seconds")
-        by_epoch[int(record["epoch"])] = record
+        by_epoch[_epoch_of(path, number, record)] = record
     if not by_epoch:
-        raise MetricsError(f"{path}: no epoch records")
+        first = f" (its only line, {cut}, is cut short: a run stopped during its first epoch)" if cut else ""
+        raise MetricsError(f"{path}: no epoch records{first}")
+    if cut is not None:
+        print(f"mggcn: {path}: skipping the incomplete last line {cut}", file=sys.stderr)
     return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _lines(path: str) -> Iterator[tuple[int, str, bool]]:
+    """``(number, text, ended)`` of each line of ``path``, split at newlines only (a JSON string may hold U+2028 and
+    the other characters ``str.splitlines`` splits at); ``ended``: whether a newline ends it. A UTF-8 byte order
+    mark (a file saved by a Windows editor) is skipped."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as err:
+        raise MetricsError(f"{path}: {err.strerror}") from None
+    with f:
+        offset = 0
+        for number in itertools.count(1):
+            try:
+                raw = f.readline(_MAX_LINE + 1)
+            except OSError as err:
+                raise MetricsError(f"{path}: {err.strerror}") from None
+            if not raw:
+                return
+            if len(raw) > _MAX_LINE:
+                raise MetricsError(f"{path} line {number}: longer than {_MAX_LINE >> 20} MiB; not a file that "
+                                   "metrics= wrote", "metrics")
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise MetricsError(f"{path}: not UTF-8 text (byte {offset + err.start}); not a file that metrics= "
+                                   "wrote", "metrics") from None
+            offset += len(raw)
+            yield number, text, raw.endswith(b"\n")
+
+
+def _epoch_of(path: str, number: int, record: Any) -> int:
+    """The epoch of line ``number``'s ``record``, or :class:`MetricsError` for a record that is not one."""
+    if not isinstance(record, dict) or "epoch" not in record or "loss" not in record:
+        raise MetricsError(f"{path} line {number}: not an epoch record (no 'epoch' and 'loss')")
+    bad = [k for k in ("epoch", "loss", *_NUMBERS) if k in record and not _is_number(record[k])]
+    if bad or not math.isfinite(record["epoch"]) or record["epoch"] != int(record["epoch"]):
+        raise MetricsError(f"{path} line {number}: '{(bad or ['epoch'])[0]}' is not a number of an epoch record")
+    problem = _timeline_problem(record.get("timeline"))
+    if problem:
+        raise MetricsError(f"{path} line {number}: malformed 'timeline' ({problem}); expected a list per rank of "
+                           "[kind, start, end] events, a name and two numbers of seconds")
+    return int(record["epoch"])
 
 
 def _is_number(value: Any) -> bool:
@@ -194,7 +233,7 @@ def traced_epoch(records: list[dict], epoch: int | None = None) -> dict:
     if epoch is not None:
         traced = [r for r in traced if r["epoch"] == epoch]
     if not traced:
-        which = f"epoch {epoch} was" if epoch is not None else "no epoch was"
+        which = f"epoch {epoch} was not" if epoch is not None else "no epoch was"
         raise MetricsError(f"{which} traced; train with trace_epoch=E to record a timeline", "trace_epoch")
     return traced[0]
 
@@ -211,18 +250,20 @@ def plot_timeline(record: dict) -> tuple[Any, dict]:
             kinds.setdefault(kind, []).append((float(start), float(end)))
         ranks.append(kinds)
     series = {"epoch": int(record["epoch"]), "ranks": ranks}
-    fig, ax = _figure(10, 1.2 + 0.9 * len(ranks))
+    fig, ax = _figure(10, min(1.2 + 0.9 * len(ranks), _MAX_HEIGHT))
     to_ms = 1e3
     for r, kinds in enumerate(ranks):
-        # rank r's row spans [r - 0.45, r + 0.45], rank 0 on top: two communication lines, one compute line
-        for i, (start, end) in enumerate(kinds.get("broadcast", [])):
-            ax.broken_barh([(start * to_ms, (end - start) * to_ms)], (r - 0.45 + 0.2 * (i % 2), 0.18),
-                           facecolor=COLORS["broadcast"], edgecolor="white", linewidth=0.3)
-        ax.broken_barh([(s * to_ms, (e - s) * to_ms) for s, e in kinds.get("allreduce", [])], (r - 0.45, 0.38),
-                       facecolor=COLORS["allreduce"])
-        for kind in _COMPUTE:
-            ax.broken_barh([(s * to_ms, (e - s) * to_ms) for s, e in kinds.get(kind, [])], (r + 0.02, 0.4),
-                           facecolor=COLORS[kind])
+        # rank r's row spans [r - 0.45, r + 0.45], rank 0 on top: two communication lines, one compute line; one
+        # call per line and kind, not per event (a rank of a large run has hundreds of broadcasts an epoch)
+        broadcasts = kinds.get("broadcast", [])
+        lines = [("broadcast", broadcasts[line::2], r - 0.45 + 0.2 * line, 0.18) for line in (0, 1)]
+        lines += [("allreduce", kinds.get("allreduce", []), r - 0.45, 0.38)]
+        lines += [(kind, kinds.get(kind, []), r + 0.02, 0.4) for kind in _COMPUTE]
+        for kind, spans, y, height in lines:
+            if spans:
+                edge = {"edgecolor": "white", "linewidth": 0.3} if kind == "broadcast" else {}
+                ax.broken_barh([(s * to_ms, (e - s) * to_ms) for s, e in spans], (y, height),
+                               facecolor=COLORS[kind], **edge)
     present = [k for k in (*_COMM, *_COMPUTE) if any(k in kinds for kinds in ranks)]
     from matplotlib.patches import Patch
 
@@ -247,6 +288,10 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
     figures = [("curves.png", plot_curves(records)[0]), ("phases.png", plot_phases(records)[0])]
     if epoch is not None or any(r.get("timeline") for r in records):
         figures.append(("timeline.png", plot_timeline(traced_epoch(records, epoch))[0]))
+    for name, _ in figures:  # the metrics file kept among its plots under a plot's name
+        if _same_file(os.path.join(out_dir, name), metrics):
+            raise ConfigError(f"out {out_dir}: its {name} would replace {metrics}, the metrics file this report "
+                              "reads; give another directory", "out")
     created = _output_directory(out_dir)
     written = []
     try:
@@ -262,6 +307,13 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
                 os.unlink(path)
         raise
     return written
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one is not there (yet)
+        return False
 
 
 def _output_directory(out_dir: str) -> bool:
@@ -284,6 +336,20 @@ def _output_directory(out_dir: str) -> bool:
     return created
 
 
+def check_tensorboard_dir(logdir: str) -> None:
+    """Raise :class:`~mggcn.utils.errors.ConfigError` (``tensorboard``) unless ``logdir`` is, or can be made as, a
+    directory that takes files: checked before training, not found out after it."""
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise ConfigError(f"tensorboard {logdir}: exists and is not a directory (give a directory for the event "
+                          "files)", "tensorboard")
+    parent = os.path.abspath(logdir)
+    while not os.path.exists(parent):  # made with its missing parents when the run ends
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"tensorboard {logdir}: {parent} is not a directory", "tensorboard")
+    check_writable("tensorboard", logdir, parent)
+
+
 def write_tensorboard(records: list[dict], logdir: str) -> None:
     """The records as TensorBoard scalars (``loss``, ``accuracy/*``, ``time/*``), step = epoch.
 
@@ -294,12 +360,15 @@ def write_tensorboard(records: list[dict], logdir: str) -> None:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise TensorBoardMissing("tensorboard is not installed (pip install tensorboard)") from None
-    with SummaryWriter(logdir) as writer:
-        for r in records:
-            step = int(r["epoch"])
-            writer.add_scalar("loss", r["loss"], step)
-            for split in ("train", "val", "test"):
-                writer.add_scalar(f"accuracy/{split}", r[f"{split}_acc"], step)
-            for key in ("epoch_s", *STACKED, *_FOLDED):
-                if key in r:
-                    writer.add_scalar(f"time/{key}", r[key], step)
+    try:
+        with SummaryWriter(logdir) as writer:
+            for r in records:
+                step = int(r["epoch"])
+                writer.add_scalar("loss", r["loss"], step)
+                for split in ("train", "val", "test"):
+                    writer.add_scalar(f"accuracy/{split}", r[f"{split}_acc"], step)
+                for key in ("epoch_s", *STACKED, *_FOLDED):
+                    if key in r:
+                        writer.add_scalar(f"time/{key}", r[key], step)
+    except OSError as err:  # a directory that cannot be made or written (a full disk, a read-only file system)
+        raise OutputError(logdir, f"cannot write the TensorBoard log: {err.strerror or err}", err.errno) from None

@@ -38,7 +38,7 @@ from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import check_train_columns
 from mggcn.nn.models import make_model, model_options, model_type, num_parameters, operator_for
 from mggcn.training.checkpoint import Checkpointer, check_compatible, check_fits
-from mggcn.training.outputs import check_output, save_model, save_predictions
+from mggcn.training.outputs import check_output, save_model, save_predictions, table_format
 from mggcn.training.precision import check_precision_device
 from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
@@ -210,6 +210,8 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         check_output(option, path, sidecar=option == "save_model")
     cfg = job.config
     check_job_settings(job)
+    if job.save_predictions is not None:
+        table_format("save_predictions", job.save_predictions)
     device = job.device if job.device in ("cpu", "cuda") else resolve_device(job.device)
     check_precision_device(cfg.precision, device)
     if device == "cuda" and not under_torchrun():

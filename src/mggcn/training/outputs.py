@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +35,7 @@ from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, write_output, written_in_place
 
 __all__ = ["CARD_FORMAT", "check_distinct", "check_output", "load_model", "model_dims", "model_kind", "read_inputs",
-           "save_model", "save_output", "save_predictions", "sidecar_path"]
+           "save_model", "save_output", "save_predictions", "sidecar_path", "table_format"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1
@@ -84,6 +85,20 @@ def check_distinct(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[t
                     raise ConfigError(f"{subject}would replace {label}{source}, which this run reads; give the output "
                                       "another path", option)
             files.append((option, path, file))
+    _check_checkpoint_names(outputs)
+
+
+def _check_checkpoint_names(outputs: Sequence[tuple[str, str | None]]) -> None:
+    """An output in the checkpoint directory by a checkpoint's name (``ckpt-000004.pt``) would replace a checkpoint
+    of this run, or be replaced by one, and a resume would take it for one: refused, naming both."""
+    directory = dict(outputs).get("checkpoint_dir")
+    if not directory:
+        return
+    for option, path in outputs:
+        if (option != "checkpoint_dir" and path and re.fullmatch(r"ckpt-\d+\.pt", os.path.basename(path))
+                and _same_file(os.path.dirname(os.path.abspath(path)), directory)):
+            raise ConfigError(f"{option} {path}: has a checkpoint's name (ckpt-N.pt) in checkpoint_dir={directory}, "
+                              "where this run writes its checkpoints; give the output another name", option)
 
 
 def read_inputs(dataset: Any, read_options: Any = None, checkpoint_dir: str | None = None) -> list[tuple[str, str]]:
@@ -114,9 +129,27 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+# Names whose extension says another format than the two outputs are written in (.npy, CSV): written as CSV, such a
+# file is one that numpy or pandas cannot read by its name (pandas decompresses a .gz by its name).
+_OTHER_FORMATS = (".npz", ".pt", ".pth", ".pkl", ".pickle", ".parquet", ".feather", ".arrow", ".h5", ".hdf5",
+                  ".json", ".jsonl", ".xlsx", ".xls", ".mat", ".gz", ".bz2", ".xz", ".zip", ".zst", ".tar")
+
+
+def table_format(option: str, path: str) -> str:
+    """``npy`` for a ``.npy`` name (any case), ``csv`` for any other but those of :data:`_OTHER_FORMATS`, which
+    raise :class:`ConfigError` naming ``option``."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".npy":
+        return "npy"
+    if ext in _OTHER_FORMATS:
+        raise ConfigError(f"{option} {path}: {ext} is not a format the outputs are written in; give a .npy file, or "
+                          "a .csv (any other name) for CSV", option)
+    return "csv"
+
+
 def save_predictions(path: str, predictions: np.ndarray) -> None:
     """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
-    if path.endswith(".npy"):
+    if table_format("save_predictions", path) == "npy":
         write_output(path, lambda f: np.save(f, predictions))
         return
 
@@ -133,7 +166,7 @@ def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
     if values.ndim == 1:
         save_predictions(path, values)
         return
-    if path.endswith(".npy"):
+    if table_format("out", path) == "npy":
         write_output(path, lambda f: np.save(f, values))
         return
 

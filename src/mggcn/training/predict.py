@@ -40,6 +40,7 @@ from mggcn.training.outputs import (
     read_inputs,
     save_output,
     sidecar_path,
+    table_format,
 )
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
@@ -76,7 +77,8 @@ class PredictJob:
     """What to predict with which model, for which vertices, and where the result goes.
 
     ``output``: ``classes`` (int64 [n]), ``proba`` (softmax, float32 [n, C]) or ``embeddings`` (float32
-    [n, d_layer] of layer ``layer``). ``out``: a ``.npy`` file, or CSV for any other name; ``None``: return it.
+    [n, d_layer] of layer ``layer``). ``out``: a ``.npy`` file, or CSV for any other name but another format's
+    (``.npz``, ``.gz``: refused); ``None``: return it.
     """
 
     model: str
@@ -107,6 +109,8 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     check_output("out", job.out)
     model_files = [("the model ", job.model), ("the model description ", sidecar_path(job.model))]
     check_distinct([("out", job.out)], [*model_files, *read_inputs(job.dataset, job.read_options)])
+    if job.out is not None:
+        table_format("out", job.out)
     check_timeout(job.timeout_s)
     check_threads(job.threads)
     dataset = _open(job)  # its size first: the model and one activation over its vertices must fit memory

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mggcn.tools.cli.common import path_arg
+
 HELP = "what a prepared dataset holds"
 DESCRIPTION = ("Sizes, degree statistics, split sizes and per-P nonzero balance of a directory written by "
                "`mggcn prepare`, or of a dataset of `mggcn datasets` by its name (prepared into the cache first if "
@@ -11,7 +13,7 @@ DESCRIPTION = ("Sizes, degree statistics, split sizes and per-P nonzero balance 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", help="a prepared dataset directory, or a name of `mggcn datasets`")
+    p.add_argument("dir", type=path_arg, help="a prepared dataset directory, or a name of `mggcn datasets`")
     p.add_argument("--verify", action="store_true", help="also check every checksum and value (reads it all)")
 
 

@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=path_arg, help="a file written by `mggcn train --save-model`")
     p.add_argument("dataset", help="as for `mggcn train`: a spec, a prepared directory, or a path with --format")
     p.add_argument("--out", type=path_arg, required=True,
-                   help=".npy, or CSV for any other name ('vertex,prediction' or 'vertex,p0,p1,...')")
+                   help=".npy, or CSV for any other name ('vertex,prediction' or 'vertex,p0,p1,...') but another "
+                        "format's (.npz, .parquet, .gz, ... are refused)")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--proba", action="store_true", help="class probabilities (softmax) instead of classes")
     what.add_argument("--embeddings", type=positive_int, default=None, metavar="LAYER",

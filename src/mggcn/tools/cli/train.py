@@ -35,6 +35,7 @@ from mggcn.tools.cli.common import (
     node_speaker,
     path_arg,
     positive_int,
+    rank_zero,
     read_options,
 )
 from mggcn.utils.errors import GraphError
@@ -161,7 +162,8 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-model", type=path_arg, default=None, metavar="FILE",
                    help="write the weights as a state dict that loads into PyG's GCN, GraphSAGE or GIN model")
     p.add_argument("--save-predictions", type=path_arg, default=None, metavar="FILE",
-                   help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction')")
+                   help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction' for any "
+                        "other name but another format's: .npz, .parquet, .gz, ... are refused)")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines: only the final accuracies")
     p.add_argument("--log-every", type=positive_int, default=1, metavar="K", help="print every K-th epoch (default 1)")
     p.add_argument("--patience", type=int, default=DEFAULTS.patience, metavar="K",
@@ -246,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
     check_distinct([*train_outputs(job), ("tensorboard", args.tensorboard)],
                    read_inputs(job.dataset, reader_options, job.checkpoint_dir))
     torchrun = under_torchrun()
+    if args.tensorboard and rank_zero():  # the rank that writes it
+        from mggcn.tools.report import check_tensorboard_dir
+
+        check_tensorboard_dir(args.tensorboard)
     if not torchrun:
         _check_tensorboard(args)
 
