@@ -46,22 +46,26 @@ _EXPORTS = {
     "GCNLayer": "mggcn.nn.model",
     "GraphSAGE": "mggcn.nn.sage",
     "GIN": "mggcn.nn.gin",
+    "GAT": "mggcn.nn.gat",
     "TrainConfig": "mggcn.config",
     "TrainedModel": "mggcn.api",
     "adjacency_operator": "mggcn.api",
     "train": "mggcn.api",
+    "predict": "mggcn.training.predict",
 }
 
-__all__ = ["ConfigError", "GCN", "GCNLayer", "GIN", "Graph", "GraphError", "GraphSAGE", "SPLITS", "TrainConfig",
-           "TrainedModel", "adjacency_operator", "train"]
+__all__ = ["ConfigError", "GAT", "GCN", "GCNLayer", "GIN", "Graph", "GraphError", "GraphSAGE", "SPLITS",
+           "TrainConfig", "TrainedModel", "adjacency_operator", "predict", "train"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from mggcn.api import TrainedModel, adjacency_operator, train
     from mggcn.config import TrainConfig
     from mggcn.data.graph import SPLITS, Graph
+    from mggcn.nn.gat import GAT
     from mggcn.nn.gin import GIN
     from mggcn.nn.model import GCN, GCNLayer
     from mggcn.nn.sage import GraphSAGE
+    from mggcn.training.predict import predict
     from mggcn.utils.errors import ConfigError, GraphError
 
 

@@ -18,6 +18,7 @@ The layers in one process, as with PyG's ``GCNConv``::
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset
+from mggcn.data.graph import graph_from_pyg, int64_array, is_pyg
 from mggcn.distributed.launch import launch, refuse_unguarded_script
 from mggcn.distributed.spmm import StagedSpMM, local_adj
 from mggcn.kernels.tiled import csr_to_torch
@@ -45,6 +47,18 @@ __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 _CONFIG_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
 _JOB_KEYS = {f.name for f in dataclasses.fields(TrainJob)} - {"dataset", "config", "read_options", "device"}
 _READ_KEYS = ("features", "labels", "split", "normalize_features")
+
+
+class _StateDict(dict):
+    """A state dict that may also be called: ``result.state_dict`` and torch's ``result.state_dict()`` both work."""
+
+    def __call__(self) -> _StateDict:
+        return self
+
+    def __reduce__(self) -> tuple:
+        # pickled (torch.save) as the OrderedDict torch's own state_dict() gives, so that torch.load(...,
+        # weights_only=True) reads it anywhere, with or without mggcn
+        return collections.OrderedDict, (), None, None, iter(self.items())
 
 
 @dataclass
@@ -74,13 +88,14 @@ class TrainedModel:
     final: dict = dataclasses.field(default_factory=dict)
 
     @property
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights under PyG's names (load into ``torch_geometric.nn.models.GCN``, ``GraphSAGE`` or ``GIN``)."""
-        return self.model.pyg_state_dict()
+    def state_dict(self) -> _StateDict:
+        """The weights under PyG's names (load into ``torch_geometric.nn.models.GCN``, ``GraphSAGE``, ``GIN`` or
+        ``GAT(..., heads=H)``); ``state_dict()`` gives the same, as torch spells it."""
+        return _StateDict(self.model.pyg_state_dict())
 
     def save(self, path: str) -> None:
         """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``), for ``mggcn predict``."""
-        save_model(path, self.state_dict, self.config, self.dataset, epochs=len(self.history),
+        save_model(path, self.model.pyg_state_dict(), self.config, self.dataset, epochs=len(self.history),
                    best_epoch=self.best_epoch)
 
 
@@ -91,7 +106,10 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
 
     Args:
         dataset: a spec (``"synthetic:n=10000"``, ``"builtin:karate"``), a path (with ``fmt=``), a
-            :class:`~mggcn.Graph`, or a PyG ``Data`` with ``x``, ``y`` and ``train/val/test_mask``.
+            :class:`~mggcn.Graph`, or a PyG ``Data`` with ``x``, ``y`` ([n] or [n, 1]; -1: unlabelled, outside the
+            splits) and ``train/val/test_mask``: bool masks, vertex ids (integer tensors, as torch indexing reads
+            them), or ``[n, k]`` masks (WikiCS, geom-gcn) with ``split=`` the column to use. ``edge_weight`` other
+            than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored, as by PyG's models.
         nprocs: worker processes (1: in this process; more: spawned, like ``--nprocs``).
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
@@ -115,6 +133,7 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
     """
     if isinstance(nprocs, int) and nprocs > 1:
         refuse_unguarded_script()  # a worker re-running an unguarded script: it ends here, the launcher says why
+    dataset = graph_from_pyg(dataset, options.pop("split", None)) if is_pyg(dataset) else dataset  # split: a column
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
@@ -183,13 +202,46 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     Shapes:
         ``H`` [n, d] -> ``Â·H`` [n, d]; the backward computes ``Âᵀ·G`` with a CSR of Âᵀ built here, once.
     """
-    ei = np.asarray(edge_index.detach().cpu() if isinstance(edge_index, torch.Tensor) else edge_index, dtype=np.int64)
+    num_nodes = _num_nodes(num_nodes)
+    ei = _edge_index(edge_index)
     if ei.size == 0:
         ei = ei.reshape(2, 0)
     if ei.ndim != 2 or ei.shape[0] != 2:
-        raise GraphError(f"adjacency_operator: edge_index must have shape [2, E], got {list(ei.shape)}")
+        raise GraphError(f"adjacency_operator: edge_index must have shape [2, E], got {list(ei.shape)}", "edge_index")
     if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
         raise GraphError(f"adjacency_operator: edge ids must be in [0, {num_nodes}), got "
-                         f"[{int(ei.min())}, {int(ei.max())}]")
+                         f"[{int(ei.min())}, {int(ei.max())}]", "edge_index")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r} "
+                          f"({' '.join(str(err).split())[:120]})", "device") from None
     adj_hat = normalize(adjacency(ei, num_nodes), norm)
     return local_adj(csr_to_torch(adj_hat, device), csr_to_torch(adj_hat.T.tocsr(), device))
+
+
+def _num_nodes(num_nodes: Any) -> int:
+    """``num_nodes`` as an ``int`` (a Python or numpy integer, or a one-element integer tensor), else refused."""
+    if isinstance(num_nodes, torch.Tensor) and num_nodes.numel() == 1 and not num_nodes.is_floating_point():
+        num_nodes = num_nodes.item()
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)) or num_nodes < 0:
+        raise ConfigError(f"num_nodes must be a non-negative int, got {num_nodes!r}", "num_nodes")
+    return int(num_nodes)
+
+
+def _edge_index(edge_index: Any) -> np.ndarray:
+    """``edge_index`` (a dense integer tensor or array, or nested lists) as int64, refused in one line otherwise:
+    not wrapped (uint64), truncated (0.5) or read from booleans."""
+    if isinstance(edge_index, torch.Tensor):
+        if edge_index.is_meta or edge_index.layout != torch.strided:
+            raise GraphError(f"adjacency_operator: edge_index must be a dense [2, E] tensor with data, got a "
+                             f"{'meta' if edge_index.is_meta else edge_index.layout} tensor", "edge_index")
+        edge_index = edge_index.detach().cpu().numpy()
+    try:
+        array = np.asarray(edge_index)
+    except ValueError as err:  # ragged lists
+        raise GraphError(f"adjacency_operator: edge_index is not a [2, E] array ({err})"[:200], "edge_index") from None
+    if array.size and array.dtype.kind not in "iuf":
+        raise GraphError(f"adjacency_operator: edge_index must hold integer vertex ids, got dtype {array.dtype}",
+                         "edge_index")
+    return int64_array(array, "vertex id", "adjacency_operator", kinds="iuf")

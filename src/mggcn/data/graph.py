@@ -13,11 +13,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mggcn.utils.errors import GraphError
+from mggcn.utils.errors import ConfigError, GraphError
 
-__all__ = ["Graph", "SPLITS"]
+__all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_pyg", "int64_array", "is_pyg", "split_mask"]
 
 SPLITS = ("train", "val", "test")
+
+
+def int64_array(values: np.ndarray, what: str, name: str, kinds: str = "biuf") -> np.ndarray:
+    """``values`` as int64, refused, not wrapped or truncated: unsigned beyond int64 (2^64 - 1 would read as
+    -1), floats that are not whole numbers (0.5 would read as 0), any dtype kind not in ``kinds`` (numbers and
+    booleans by default)."""
+    values = np.asarray(values)
+    kind = values.dtype.kind
+    if values.size and kind not in kinds:
+        raise GraphError(f"{name}: {what}s must be integers, got dtype {values.dtype}")
+    if kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+        raise GraphError(f"{name}: {what} {int(values.max())} is beyond the int64 range")
+    if kind == "f" and values.size:
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2.0**63)
+        if bad.any():
+            raise GraphError(f"{name}: {what} {float(values.flat[int(np.argmax(bad))])!r} is not an integer")
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 @dataclass
@@ -53,19 +70,7 @@ class Graph:
             self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
 
     def _int64(self, values: np.ndarray, what: str) -> np.ndarray:
-        """``values`` as int64, refused, not wrapped or truncated: unsigned beyond int64 (2^64 - 1 would read as
-        -1), floats that are not whole numbers (0.5 would read as 0), anything but numbers and booleans."""
-        values = np.asarray(values)
-        kind = values.dtype.kind
-        if values.size and kind not in "biuf":
-            raise GraphError(f"{self.name}: {what}s must be integers, got dtype {values.dtype}")
-        if kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
-            raise GraphError(f"{self.name}: {what} {int(values.max())} is beyond the int64 range")
-        if kind == "f" and values.size:
-            bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2.0**63)
-            if bad.any():
-                raise GraphError(f"{self.name}: {what} {float(values.flat[int(np.argmax(bad))])!r} is not an integer")
-        return np.ascontiguousarray(values, dtype=np.int64)
+        return int64_array(values, what, self.name)
 
     @property
     def num_edges(self) -> int:
@@ -76,6 +81,17 @@ class Graph:
     def num_features(self) -> int:
         """The number of features per vertex (columns of ``x``)."""
         return int(self.x.shape[1])
+
+    def _check_ranks(self) -> None:
+        """Arrays of the wrong rank, said as such (their row count alone would read "30 rows for 30 vertices")."""
+        if self.x.ndim != 2:
+            raise GraphError(f"{self.name}: the feature matrix x must be [n, F], got shape {list(self.x.shape)}")
+        if self.y.ndim != 1:
+            raise GraphError(f"{self.name}: the labels y must be one class id per vertex ([n]), got shape "
+                             f"{list(self.y.shape)}")
+        for split, mask in self.masks.items():
+            if mask.ndim != 1:
+                raise GraphError(f"{self.name}: the '{split}' mask must be [n], got shape {list(mask.shape)}")
 
     def validate(self) -> Graph:
         """Check every invariant the trainer relies on; raise :class:`GraphError` naming ``self.name`` otherwise."""
@@ -89,7 +105,8 @@ class Graph:
             if lo < 0 or hi >= n:
                 bad = lo if lo < 0 else hi
                 raise GraphError(f"{name}: edge endpoint {bad} is out of range for {n} vertices")
-        if self.x.ndim != 2 or self.x.shape[0] != n:
+        self._check_ranks()
+        if self.x.shape[0] != n:
             raise GraphError(f"{name}: the feature matrix has {self.x.shape[0] if self.x.ndim else 0} rows "
                              f"but the graph has {n} vertices")
         if self.x.shape[1] == 0:
@@ -123,3 +140,106 @@ class Graph:
             if both.any():
                 raise GraphError(f"{name}: the '{a}' and '{b}' splits overlap (vertex {int(np.argmax(both))})")
         return self
+
+
+# A PyG ``Data`` (duck-typed: this layer loads no torch) -----------------------------------------------------------
+
+PYG_FIELDS = ("edge_index", "x", "y", "train_mask", "val_mask", "test_mask")
+
+
+def is_pyg(data: object) -> bool:
+    """Whether ``data`` is a PyG ``Data`` or ``HeteroData`` (anything with an ``edge_index`` or node types)."""
+    return not isinstance(data, (str, bytes, Graph)) and (hasattr(data, "edge_index") or hasattr(data, "node_types"))
+
+
+def _numpy(value: object, key: str, name: str) -> np.ndarray:
+    """A tensor (any device, with or without grad) or array as numpy; a meta or sparse tensor is refused in one line
+    (``.numpy()`` would raise from inside torch)."""
+    if hasattr(value, "detach"):
+        if getattr(value, "is_meta", False):
+            raise GraphError(f"{name}: {key} is on the 'meta' device (a shape without values); give a tensor with "
+                             "data", key)
+        if str(getattr(value, "layout", "torch.strided")) != "torch.strided":
+            raise GraphError(f"{name}: {key} is a sparse tensor; give a dense one ({key}.to_dense())", key)
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds every value
+            value = value.float()
+        value = value.numpy()
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise GraphError(f"{name}: {key} is a {type(value).__name__}, not a tensor or an array", key)
+    return array
+
+
+def split_mask(values: np.ndarray, n: int, split: int | None, key: str, name: str) -> np.ndarray:
+    """A split as bool [n] from what PyG users give: a bool (or uint8) mask, vertex ids (an integer tensor, as
+    torch indexing reads one), or ``[n, k]`` masks, one column per split (WikiCS, the geom-gcn splits), of which
+    ``split`` picks one."""
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim == 2:
+        k = values.shape[1]
+        if split is None:
+            raise ConfigError(f"split: {key} has {k} columns, one per split (as WikiCS or the geom-gcn splits "
+                              f"give); choose one with split=0..{k - 1}", "split")
+        if not 0 <= split < k:
+            raise ConfigError(f"split={split}: {key} has {k} columns (0..{k - 1})", "split")
+        values = values[:, split]
+    if values.ndim != 1:
+        raise GraphError(f"{name}: {key} must be a mask [n], masks [n, k] or vertex ids, got shape "
+                         f"{list(values.shape)}", key)
+    if values.dtype.kind == "b" or values.dtype == np.uint8:
+        return values.astype(bool)
+    ids = int64_array(values, f"{key} entry", name, kinds="iuf")
+    if ids.shape == (n,) and np.isin(ids, (0, 1)).all():
+        return ids.astype(bool)  # 0/1 for every vertex: a mask (as ids, n > 2 entries from {0, 1} would repeat)
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise GraphError(f"{name}: {key} holds vertex id {bad}, out of range for {n} vertices", key)
+    mask = np.zeros(n, dtype=bool)
+    mask[ids] = True
+    if int(mask.sum()) != ids.size:
+        raise GraphError(f"{name}: {key} repeats a vertex id; give each vertex once (or a bool mask)", key)
+    return mask
+
+
+def _check_edge_weight(weight: np.ndarray | None, name: str) -> None:
+    """Refuse edge weights other than 1: Â counts each edge once, so training on them would silently ignore them.
+    (``edge_attr`` is ignored, as PyG's ``GCN``, ``GraphSAGE``, ``GIN`` and ``GAT`` models ignore it by default.)"""
+    if weight is not None and weight.size and not (weight == 1).all():
+        raise GraphError(f"{name}: edge_weight is not all 1, but mggcn's Â weighs every edge 1; delete "
+                         "data.edge_weight to train on the unweighted graph", "edge_weight")
+
+
+def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", labelled: bool = True) -> Graph:
+    """A validated :class:`Graph` from a PyG ``Data``: ``y`` [n] or [n, 1]; masks as in :func:`split_mask`; ``split``
+    the column of ``[n, k]`` masks. ``labelled=False`` (prediction): only ``edge_index`` and ``x`` are read, the
+    labels and splits are placeholders (every vertex in ``train`` with class 0)."""
+    if hasattr(data, "node_types") and hasattr(data, "edge_types"):
+        raise GraphError(f"{name}: a HeteroData (node types {list(data.node_types)}); mggcn trains on one vertex "
+                         "and one edge type: convert it with data.to_homogeneous()")
+    if split is not None and (isinstance(split, bool) or not isinstance(split, (int, np.integer))):
+        raise ConfigError(f"split must be the column (an int) of a PyG Data's [n, k] masks, got {split!r}", "split")
+    fields = PYG_FIELDS if labelled else PYG_FIELDS[:2]
+    missing = [k for k in fields if getattr(data, k, None) is None]
+    if missing:
+        raise GraphError(f"{name}: the PyG Data has no {', '.join(missing)}; set data.{missing[0]}", missing[0])
+    arrays = {k: _numpy(getattr(data, k), k, name) for k in (*fields, "edge_weight")
+              if getattr(data, k, None) is not None}
+    _check_edge_weight(arrays.get("edge_weight"), name)
+    n = int(data.num_nodes)
+    edge_index = int64_array(arrays["edge_index"], "vertex id", name, kinds="iuf")
+    if edge_index.size == 0:
+        edge_index = edge_index.reshape(2, 0)
+    if not labelled:
+        masks = {"train": np.ones(n, dtype=bool), "val": np.zeros(n, dtype=bool), "test": np.zeros(n, dtype=bool)}
+        return Graph(n, edge_index, arrays["x"], np.zeros(n, dtype=np.int64), masks, 1, name,
+                     {"format": "pyg"}).validate()
+    y = arrays["y"]
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]  # OGB's [n, 1] labels
+    masks = {s: split_mask(arrays[f"{s}_mask"], n, split, f"{s}_mask", name) for s in SPLITS}
+    if split is not None and not any(arrays[f"{s}_mask"].ndim == 2 and arrays[f"{s}_mask"].shape[1] > 1
+                                     for s in SPLITS):
+        raise ConfigError(f"split={split}: the PyG Data's masks have one column; leave split out", "split")
+    return Graph(n, edge_index, arrays["x"], y, masks, name=name, meta={"format": "pyg"}).validate()

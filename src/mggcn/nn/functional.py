@@ -10,7 +10,7 @@ Why the buffers are shared this way: :mod:`mggcn.nn.model`'s docstring.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ from mggcn.kernels.shared import run_items
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.timing import PhaseTimer
 
-__all__ = ["dropout", "weight_grad", "activate"]
+__all__ = ["dropout", "weight_grad", "activate", "check_inputs"]
 
 ALIGN_ELEMENTS = 16  # float32 elements in 64 bytes, the alignment of torch's CPU allocations
 
@@ -280,3 +280,21 @@ class _GemmActGemm(torch.autograd.Function):
             if grad_h is not None:
                 grad_a, grad_w1, grad_b1 = _linear_backward(grad_h, a, w1, needs[:3], ctx.grad_ws, None)
         return grad_a, grad_w1, grad_b1, grad_w2, None, None, None, None, None
+
+
+def check_inputs(x: torch.Tensor, adj: Callable[..., torch.Tensor], features: int, dtype: torch.dtype) -> None:
+    """One line for what a PyG user gives first: ``model(x, edge_index)`` (a tensor is no operator), rows that are
+    not the operator's (the SpMM would read only its own), features of another width or dtype."""
+    if isinstance(adj, torch.Tensor) or not callable(adj):
+        raise TypeError(f"adj must be an operator, e.g. mggcn.adjacency_operator(edge_index, num_nodes), not a "
+                        f"{type(adj).__name__}" + (" (an edge_index is not one)" if isinstance(adj, torch.Tensor)
+                                                   else ""))
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != features:
+        shape = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a [n, {features}] tensor (the model's input width), got {shape}")
+    rows = getattr(adj, "rows", None)
+    if isinstance(rows, int) and x.shape[0] != rows:
+        raise ValueError(f"x has {x.shape[0]} rows but adj is over {rows} vertices")
+    if x.dtype != dtype:
+        raise ValueError(f"x must be {str(dtype).removeprefix('torch.')} (the model's dtype), got "
+                         f"{str(x.dtype).removeprefix('torch.')}; give x.to({dtype})")

@@ -43,6 +43,7 @@ state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``con
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 
 import torch
@@ -51,7 +52,7 @@ from torch import nn
 from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
-from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, dropout
+from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
@@ -416,9 +417,11 @@ class LayerStack(nn.Module):
         super().__init__()
         if len(dims) < 2:
             raise ValueError(f"a {type(self).__name__} needs at least input and output dimensions")
+        if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in dims):
+            raise ValueError(f"dims must be positive ints [d_0, ..., d_L], got {list(dims)}")
         if activation not in ACTIVATIONS:
             raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'", "activation")
-        self.dims = list(dims)
+        self.dims = [int(d) for d in dims]
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
         self.convs = nn.ModuleList()
         if batch_norm:  # after each hidden layer, before σ (PyG's norms.{l}), over every rank's vertices
@@ -476,6 +479,8 @@ class LayerStack(nn.Module):
         so: its backward may read only Âᵀ's training columns."""
         if x_aggregated is not None and not self.caches_input_aggregation:
             raise ValueError("x_aggregated cannot be used with input dropout")
+        if x_aggregated is None:  # (the trainer gives Â·X cached, and no X where the model does not read it)
+            check_inputs(x, adj, self.dims[0], next(self.parameters()).dtype)
         h = self._drop(x, self.input_dropout)
         last = len(self.convs) - 1
         deferred = False
@@ -569,6 +574,14 @@ class GCN(LayerStack):
         self.convs.extend(
             GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
             for i in range(len(dims) - 1))
+
+    @classmethod
+    def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
+        """As :meth:`LayerStack.state_options`, and ``bias=False`` for a PyG ``GCN(..., bias=False)``'s weights."""
+        options = super().state_options(state)
+        if cls.layer_weight.format(0) in state and "convs.0.bias" not in state:
+            options["bias"] = False
+        return options
 
     def _runs_with_next(self, i: int, aggregated: bool) -> bool:
         # layer i ends with its GEMM (it aggregates first, or is given its input's aggregation), σ follows, and

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
-from mggcn.data.graph import Graph
+from mggcn.data.graph import Graph, graph_from_pyg, is_pyg
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
 from mggcn.distributed.parallel_layout import ParallelLayout
@@ -170,13 +170,16 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
 
     Args:
         model: a file written by ``mggcn train --save-model`` (or :meth:`mggcn.api.TrainedModel.save`).
-        dataset: a dataset spec or path (with ``fmt=``), a :class:`~mggcn.Graph`, or a PyG ``Data``.
+        dataset: a dataset spec or path (with ``fmt=``), a :class:`~mggcn.Graph`, or a PyG ``Data`` (its
+            ``edge_index`` and ``x``; labels and masks are not needed).
         nprocs: local worker processes (the graph is partitioned as for training).
         output: ``classes`` -> int64 [n]; ``proba`` -> float32 [n, C]; ``embeddings`` -> float32 [n, d_layer].
         layer: for ``embeddings``, the layer 1..L whose output is returned.
         options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``kind``, ``device``,
             ``read_options``, ...).
     """
+    if is_pyg(dataset):  # prediction reads only the edges and features: no labels or splits needed
+        dataset = graph_from_pyg(dataset, labelled=False)
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
     return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
                   share=share_dataset)

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from mggcn.data.graph import SPLITS, Graph
-from mggcn.utils.errors import GraphError
+from mggcn.data.graph import SPLITS, Graph, graph_from_pyg, split_mask
 
 __all__ = ["from_tensors", "from_pyg", "transform"]
 
@@ -21,29 +20,26 @@ def _to_numpy(t: Any) -> np.ndarray:
 
 def from_tensors(edge_index: Any, x: Any, y: Any, train_mask: Any, val_mask: Any, test_mask: Any,
                  num_nodes: int | None = None, name: str = "tensors") -> Graph:
-    """Build a validated :class:`Graph` from torch tensors or numpy arrays (``edge_index`` is ``[2, E]``)."""
+    """Build a validated :class:`Graph` from torch tensors or numpy arrays (``edge_index`` is ``[2, E]``; the masks
+    bool, or vertex ids, as :func:`mggcn.data.graph.split_mask` reads them)."""
     x_np = _to_numpy(x)
     y_np = _to_numpy(y)
     if y_np.ndim == 2 and y_np.shape[1] == 1:
         y_np = y_np[:, 0]  # OGB-style [n, 1] labels
     if num_nodes is None:
         num_nodes = int(x_np.shape[0]) if x_np.ndim else 0
-    masks = {k: _to_numpy(m).astype(bool) for k, m in zip(SPLITS, (train_mask, val_mask, test_mask))}
+    masks = {k: split_mask(_to_numpy(m), int(num_nodes), None, f"{k}_mask", name)
+             for k, m in zip(SPLITS, (train_mask, val_mask, test_mask))}
     ei = _to_numpy(edge_index)
     if ei.size == 0:
         ei = ei.reshape(2, 0)
     return Graph(int(num_nodes), ei, x_np, y_np, masks, name=name, meta={"format": "tensors"}).validate()
 
 
-def from_pyg(data: Any, name: str = "pyg") -> Graph:
-    """Build a :class:`Graph` from a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and the three split masks."""
-    fields = ("edge_index", "x", "y", "train_mask", "val_mask", "test_mask")
-    missing = [k for k in fields if getattr(data, k, None) is None]
-    if missing:
-        raise GraphError(f"{name}: the PyG Data has no {missing}; set them or use from_tensors")
-    graph = from_tensors(*(getattr(data, k) for k in fields), num_nodes=data.num_nodes, name=name)
-    graph.meta["format"] = "pyg"
-    return graph
+def from_pyg(data: Any, name: str = "pyg", split: int | None = None) -> Graph:
+    """Build a :class:`Graph` from a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and the three split masks, read
+    as :func:`mggcn.data.graph.graph_from_pyg` reads them (``split``: the column of ``[n, k]`` masks)."""
+    return graph_from_pyg(data, split, name)
 
 
 def transform(graph: Graph, undirected: bool = False, dedup: bool = False) -> Graph:

@@ -1,0 +1,217 @@
+"""The Python API as a PyG user drives it: PyG ``Data`` in the shapes PyG datasets give, state dicts to and from
+PyG's own models, and the layers given what PyG's layers take."""
+
+import numpy as np
+import pytest
+import torch
+import torch_geometric.nn.models as pyg_models
+from torch_geometric.data import Data, HeteroData
+
+import mggcn
+from mggcn.training.predict import predict
+
+N, F, C = 24, 5, 3
+_TIMING = ("epoch_s", "spmm", "comm_wait", "gemm", "allreduce", "criterion", "optimizer", "other", "timeline", "setup")
+# float32 against float32 computed in another order (PyG's scatter against mggcn's CSR SpMM): a few ulps of values
+# of order 1, far below the differences of two distinct models
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _data(seed: int = 0, **fields) -> Data:
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(N, generator=g)
+    masks = [torch.zeros(N, dtype=torch.bool) for _ in range(3)]
+    for mask, ids in zip(masks, (order[:8], order[8:16], order[16:])):
+        mask[ids] = True
+    base = {"x": torch.randn(N, F, generator=g), "edge_index": torch.randint(0, N, (2, 90), generator=g),
+            "y": torch.randint(0, C, (N,), generator=g), "train_mask": masks[0], "val_mask": masks[1],
+            "test_mask": masks[2]}
+    return Data(**{**base, **fields})
+
+
+def _train(data, **options):
+    return mggcn.train(data, hidden=(6,), epochs=3, seed=1, lr=0.05, quiet=True, **options)
+
+
+def _numbers(result):
+    return [{k: v for k, v in r.items() if k not in _TIMING} for r in result.history]
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert "\n" not in text and text, text
+    return text
+
+
+def test_index_masks_are_read_as_vertex_ids():
+    """PyG's ``train_idx`` style (a LongTensor of ids) is the mask of those vertices, as ``out[idx]`` reads it."""
+    data = _data()
+    ids = _data(**{f"{s}_mask": data[f"{s}_mask"].nonzero().view(-1) for s in ("train", "val", "test")})
+    assert _numbers(_train(ids)) == _numbers(_train(data))
+    repeated = _data(train_mask=torch.tensor([0, 1, 1]))
+    with pytest.raises(mggcn.GraphError, match="repeats a vertex id") as err:
+        _train(repeated)
+    assert err.value.option == "train_mask"
+
+
+def test_multi_split_masks_need_a_column():
+    """WikiCS / geom-gcn masks ``[n, k]``: refused without ``split=``, one column with it (a 1-D mask is shared)."""
+    data = _data()
+    columns = [_data(seed=s) for s in range(4)]
+    wide = _data(train_mask=torch.stack([d.train_mask for d in columns], 1),
+                 val_mask=torch.stack([d.val_mask for d in columns], 1),
+                 test_mask=torch.stack([d.test_mask for d in columns], 1))
+    with pytest.raises(mggcn.ConfigError, match=r"split=0\.\.3") as err:
+        _train(wide)
+    assert err.value.option == "split" and _one_line(err)
+    picked = _data(train_mask=columns[2].train_mask, val_mask=columns[2].val_mask, test_mask=columns[2].test_mask)
+    assert _numbers(_train(wide, split=2)) == _numbers(_train(picked))
+    assert _numbers(_train(wide, split=2)) != _numbers(_train(data))
+    with pytest.raises(mggcn.ConfigError, match="4 columns") as err:
+        _train(wide, split=4)
+    with pytest.raises(mggcn.ConfigError, match="one column; leave split out") as err:
+        _train(data, split=1)
+
+
+def test_edge_weights_are_refused_unless_all_one():
+    """Â weighs every edge 1: training on weights other than 1 would silently ignore them."""
+    with pytest.raises(mggcn.GraphError, match="edge_weight is not all 1") as err:
+        _train(_data(edge_weight=torch.rand(90) + 0.5))
+    assert err.value.option == "edge_weight" and _one_line(err)
+    assert _numbers(_train(_data(edge_weight=torch.ones(90)))) == _numbers(_train(_data()))
+
+
+_BAD_DATA = {
+    "hetero": (lambda d: HeteroData(), "to_homogeneous"),
+    "meta x": (lambda d: _data(x=torch.empty(N, F, device="meta")), "'meta' device"),
+    "sparse x": (lambda d: _data(x=d.x.to_sparse()), "sparse tensor"),
+    "one-hot y": (lambda d: _data(y=torch.nn.functional.one_hot(d.y).float()), r"y must be .* shape \[24, 3\]"),
+    "1-D x": (lambda d: _data(x=d.x[:, 0]), r"x must be \[n, F\], got shape \[24\]"),
+    "[n, 2] mask": (lambda d: _data(test_mask=torch.ones(N, 2, 2, dtype=torch.bool)), r"test_mask must be"),
+    "no x": (lambda d: Data(edge_index=d.edge_index, y=d.y, num_nodes=N), "has no x, train_mask"),
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_DATA))
+def test_unusable_pyg_data_is_one_line(case):
+    make, message = _BAD_DATA[case]
+    with pytest.raises(mggcn.GraphError, match=message) as err:
+        _train(make(_data()))
+    _one_line(err)
+
+
+def test_pyg_data_as_pyg_datasets_store_it():
+    """``y`` [n, 1] (OGB), float64 features that require grad, uint8 masks, a non-contiguous ``edge_index`` and
+    labels -1 outside the splits train as the plain Data does."""
+    data = _data()
+    y = data.y.clone()
+    y[~(data.train_mask | data.val_mask | data.test_mask)] = -1  # (every vertex is in a split here: unchanged)
+    odd = _data(y=y[:, None], x=data.x.double().requires_grad_(), train_mask=data.train_mask.to(torch.uint8),
+                edge_index=data.edge_index.t().contiguous().t())
+    assert not odd.edge_index.is_contiguous()
+    assert _numbers(_train(odd)) == _numbers(_train(data))
+
+
+def test_state_dict_is_called_as_torch_spells_it(tmp_path):
+    result = _train(_data())
+    called = result.state_dict()
+    assert called.keys() == result.state_dict.keys() and len(called) == 2 * len(result.model.convs)
+    torch.save(result.state_dict, tmp_path / "w.pt")  # a plain state dict: readable with weights_only anywhere
+    loaded = torch.load(tmp_path / "w.pt", weights_only=True)
+    for name, tensor in called.items():
+        assert torch.equal(loaded[name], tensor), name
+
+
+_PYG = {"gcn": lambda: pyg_models.GCN(F, 6, 2, C), "sage": lambda: pyg_models.GraphSAGE(F, 6, 2, C),
+        "gin": lambda: pyg_models.GIN(F, 6, 2, C), "gat": lambda: pyg_models.GAT(F, 6, 2, C, heads=2)}
+
+
+@pytest.mark.parametrize("kind", list(_PYG))
+def test_saved_models_load_into_pyg_with_its_outputs(kind, tmp_path):
+    data = _data()
+    result = _train(data, model=kind, **({"heads": 2} if kind == "gat" else {}))
+    result.save(str(tmp_path / "m.pt"))
+    pyg = _PYG[kind]().eval()
+    pyg.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    with torch.no_grad():
+        expected = pyg(data.x, data.edge_index).softmax(1)
+    torch.testing.assert_close(torch.from_numpy(predict(str(tmp_path / "m.pt"), data, output="proba")), expected,
+                               **TOL)
+    np.testing.assert_array_equal(result.predictions, expected.argmax(1).numpy())
+
+
+@pytest.mark.parametrize("kind", ["gcn", "gcn-nobias", "sage", "gin", "gat"])
+def test_pyg_trained_weights_predict_as_pyg(kind, tmp_path):
+    """PyG's weights (a few steps of PyG training) through ``predict`` on a Data with no labels or masks."""
+    torch.manual_seed(0)
+    model = pyg_models.GCN(F, 6, 2, C, bias=False) if kind == "gcn-nobias" else _PYG[kind]()
+    data = _data()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(3):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(data.x, data.edge_index)[data.train_mask],
+                                          data.y[data.train_mask]).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), tmp_path / "pyg.pt")
+    with torch.no_grad():
+        expected = model.eval()(data.x, data.edge_index).softmax(1)
+    bare = Data(x=data.x, edge_index=data.edge_index)
+    got = predict(str(tmp_path / "pyg.pt"), bare, output="proba", norm="sym", activation="relu")
+    torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
+
+
+def test_predict_on_two_workers_without_labels(tmp_path):
+    torch.manual_seed(0)
+    model = pyg_models.GCN(F, 6, 2, C).eval()
+    torch.save(model.state_dict(), tmp_path / "pyg.pt")
+    data = _data()
+    with torch.no_grad():
+        expected = model(data.x, data.edge_index).argmax(1).numpy()
+    got = predict(str(tmp_path / "pyg.pt"), Data(x=data.x, edge_index=data.edge_index), nprocs=2, norm="sym",
+                  activation="relu")
+    np.testing.assert_array_equal(got, expected)
+
+
+_EI = torch.tensor([[0, 1, 2], [1, 2, 0]])
+_BAD_OPERATOR = [
+    ((_EI, 3.0), mggcn.ConfigError, "num_nodes must be a non-negative int"),
+    ((_EI, None), mggcn.ConfigError, "num_nodes"),
+    ((_EI, -1), mggcn.ConfigError, "num_nodes"),
+    ((_EI, True), mggcn.ConfigError, "num_nodes"),
+    ((_EI.float() + 0.5, 3), mggcn.GraphError, "0.5 is not an integer"),
+    ((_EI.bool(), 3), mggcn.GraphError, "integer vertex ids, got dtype bool"),
+    (([[0, 1], [1]], 3), mggcn.GraphError, r"not a \[2, E\] array"),
+    ((None, 3), mggcn.GraphError, "integer vertex ids"),
+    ((_EI.to("meta"), 3), mggcn.GraphError, "meta"),
+    ((torch.sparse_coo_tensor(_EI, torch.ones(3), (3, 3)), 3), mggcn.GraphError, "dense"),
+    ((np.array([[0, 2**64 - 1], [1, 0]], dtype=np.uint64), 3), mggcn.GraphError, "beyond the int64 range"),
+]
+
+
+@pytest.mark.parametrize("args, error, message", _BAD_OPERATOR, ids=[m for *_, m in _BAD_OPERATOR])
+def test_adjacency_operator_refuses_bad_arguments(args, error, message):
+    with pytest.raises(error, match=message) as err:
+        mggcn.adjacency_operator(*args)
+    _one_line(err)
+
+
+def test_adjacency_operator_names_a_bad_device():
+    with pytest.raises(mggcn.ConfigError, match="device must be a torch device") as err:
+        mggcn.adjacency_operator(_EI, 3, device="tpu")
+    assert err.value.option == "device" and _one_line(err)
+    assert mggcn.adjacency_operator(_EI, torch.tensor(3))(torch.ones(3, 2)).shape == (3, 2)  # a 0-d tensor is an n
+
+
+@pytest.mark.parametrize("cls", [mggcn.GCN, mggcn.GraphSAGE, mggcn.GIN])
+def test_layers_refuse_what_pyg_layers_take(cls):
+    model, adj = cls([4, 2]), mggcn.adjacency_operator(_EI, 3)
+    with pytest.raises(TypeError, match="adjacency_operator.*an edge_index is not one"):
+        model(torch.ones(3, 4), _EI)  # PyG's model(x, edge_index)
+    with pytest.raises(ValueError, match=r"x must be a \[n, 4\] tensor .* got \[3, 5\]"):
+        model(torch.ones(3, 5), adj)
+    with pytest.raises(ValueError, match="x has 4 rows but adj is over 3 vertices"):
+        model(torch.ones(4, 4), adj)  # the operator would read the first 3 rows and drop the rest
+    with pytest.raises(ValueError, match=r"x must be float32 .* got float64; give x.to\(torch.float32\)"):
+        model(torch.ones(3, 4, dtype=torch.float64), adj)
+    with pytest.raises(ValueError, match=r"dims must be positive ints"):
+        cls([4, 0])
