@@ -5,7 +5,9 @@ Every path runs as mggcn's own processes do, with OpenMP's waiting threads aslee
 mggcn.utils.system.openmp_waits_passively); a path named with ``+spin`` (``shared+spin``) runs with OpenMP's own
 waiting instead (the variable unset: its threads spin a while before they sleep), one with ``+float``
 (``shared+float``) with the shared kernels' workers left where the scheduler puts them instead of one per core
-(``MGGCN_PIN_WORKERS=0``, mggcn.kernels.policy.worker_cpus).
+(``MGGCN_PIN_WORKERS=0``, mggcn.kernels.policy.worker_cpus), and one with ``+gather`` or ``+mkl``
+(``shared+gather``) with whole blocks multiplied by that SpMM kernel (``MGGCN_CPU_SPMM``; otherwise the CPU's own,
+mggcn.kernels.policy.cpu_spmm).
 
 Every measurement is a fresh process training a GCN at P = 1 on the same generated graph
 (``synthetic:n=NODES,degree=DEGREE``); the epoch is the median after the warm-up. Rounds run each path quiet, then
@@ -31,11 +33,12 @@ import sys
 import tempfile
 import time
 
-from mggcn.kernels.policy import CPU_KERNELS, CPU_KERNELS_ENV, PIN_WORKERS_ENV
+from mggcn.kernels.policy import CPU_KERNELS, CPU_KERNELS_ENV, CPU_SPMM_ENV, CPU_SPMMS, PIN_WORKERS_ENV
 from mggcn.utils.system import OPENMP_WAIT, OPENMP_WAIT_ENV
 
 SPIN = "+spin"  # a path's suffix: OpenMP's own waiting
 FLOAT = "+float"  # a path's suffix: the shared kernels' workers not pinned to a core each
+SPMMS = {f"+{k}" for k in CPU_SPMMS}  # a path's suffix: whole blocks multiplied by this SpMM kernel
 PATHS = ("shared", "shared" + FLOAT, "simple")  # the default comparison
 BUSY_SECONDS = 900  # a busy process ends by itself after this, should this script be killed before it stops it
 
@@ -48,7 +51,7 @@ def _path(path: str) -> tuple[str, set[str]]:
 
 def _known(path: str) -> bool:
     kernels, suffixes = _path(path)
-    return kernels in CPU_KERNELS and suffixes <= {SPIN, FLOAT}
+    return kernels in CPU_KERNELS and suffixes <= {SPIN, FLOAT} | SPMMS and len(suffixes & SPMMS) <= 1
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -84,12 +87,14 @@ def _measure(args: argparse.Namespace, path: str, busy: int) -> dict:
            str(args.degree), "--features", str(args.features), "--hidden", str(args.hidden), "--epochs",
            str(args.epochs), "--warmup", str(args.warmup), "--seed", str(args.seed)]
     kernels, suffixes = _path(path)
-    env = {k: v for k, v in os.environ.items() if k not in (OPENMP_WAIT_ENV, PIN_WORKERS_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (OPENMP_WAIT_ENV, PIN_WORKERS_ENV, CPU_SPMM_ENV)}
     env[CPU_KERNELS_ENV] = kernels
     if SPIN not in suffixes:
         env[OPENMP_WAIT_ENV] = os.environ.get(OPENMP_WAIT_ENV, OPENMP_WAIT)
     if FLOAT in suffixes:
         env[PIN_WORKERS_ENV] = "0"
+    for spmm in suffixes & SPMMS:
+        env[CPU_SPMM_ENV] = spmm[1:]
     procs = _start_busy(busy)
     try:
         if procs:
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted({p for p in paths if not _known(p)})
     if unknown:
         ap.error(f"--paths: unknown {', '.join(unknown)} (choose from {', '.join(CPU_KERNELS)}, each optionally "
-                 f"with {SPIN} and {FLOAT})")
+                 f"with {SPIN}, {FLOAT} and one of {', '.join(sorted(SPMMS))})")
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"load_check {start}: {args.nodes} vertices, degree {args.degree}, {args.features}-{args.hidden} GCN, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", flush=True)

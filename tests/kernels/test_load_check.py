@@ -61,28 +61,34 @@ def test_load_check_prints_its_table_and_stops_its_busy_process(capsys, tmp_path
 
 def test_load_check_refuses_an_unknown_path(capsys):
     with pytest.raises(SystemExit):
-        _load_check().main(["--paths", "shared,fast,static+spin,fast+spin,shared+float+spin,shared+fast"])
-    assert "--paths: unknown fast, fast+spin, shared+fast (choose from" in capsys.readouterr().err
+        _load_check().main(["--paths", "shared,fast,static+spin,fast+spin,shared+float+spin,shared+fast,"
+                            "shared+gather+float,shared+gather+mkl"])
+    assert "--paths: unknown fast, fast+spin, shared+fast, shared+gather+mkl (choose from" in capsys.readouterr().err
 
 
 def test_a_paths_suffixes_set_openmps_waiting_and_the_workers_pinning(monkeypatch):
-    """Each path's process gets the kernels, OpenMP's wait policy and the workers' pinning its name says: asleep
-    (mggcn's) unless +spin, one worker per core unless +float; a caller's settings of both do not leak in."""
+    """Each path's process gets the kernels, OpenMP's wait policy, the workers' pinning and the SpMM kernel its name
+    says: asleep (mggcn's) unless +spin, one worker per core unless +float, the CPU's own SpMM unless +gather or
+    +mkl; a caller's settings of these do not leak in."""
     module = _load_check()
     seen = []
 
     def run(cmd, env, **kwargs):
-        seen.append((env[module.CPU_KERNELS_ENV], env.get(module.OPENMP_WAIT_ENV), env.get(module.PIN_WORKERS_ENV)))
+        seen.append((env[module.CPU_KERNELS_ENV], env.get(module.OPENMP_WAIT_ENV), env.get(module.PIN_WORKERS_ENV),
+                     env.get(module.CPU_SPMM_ENV)))
         return subprocess.CompletedProcess(cmd, 0, json.dumps({"epoch_s": 1.0}) + "\n", "")
 
     monkeypatch.delenv(module.OPENMP_WAIT_ENV, raising=False)
     monkeypatch.setenv(module.PIN_WORKERS_ENV, "0")
+    monkeypatch.setenv(module.CPU_SPMM_ENV, "gather")
     monkeypatch.setattr(module.subprocess, "run", run)
     args = argparse.Namespace(nodes=10, degree=2, features=4, hidden=4, epochs=1, warmup=0, seed=0, timeout=5)
-    for path in ("shared", "shared+spin", "shared+float", "shared+spin+float", "simple"):
+    for path in ("shared", "shared+spin", "shared+float", "shared+spin+float", "simple", "shared+mkl",
+                 "static+gather+float"):
         module._measure(args, path, 0)
-    assert seen == [("shared", "PASSIVE", None), ("shared", None, None), ("shared", "PASSIVE", "0"),
-                    ("shared", None, "0"), ("simple", "PASSIVE", None)]
+    assert seen == [("shared", "PASSIVE", None, None), ("shared", None, None, None), ("shared", "PASSIVE", "0", None),
+                    ("shared", None, "0", None), ("simple", "PASSIVE", None, None), ("shared", "PASSIVE", None, "mkl"),
+                    ("static", "PASSIVE", "0", "gather")]
 
 
 @pytest.mark.slow

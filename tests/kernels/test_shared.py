@@ -13,7 +13,7 @@ from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
 from mggcn.distributed.spmm import local_adj
 from mggcn.kernels import policy, shared, tiled
-from mggcn.kernels.policy import CPU_KERNELS, CPU_KERNELS_ENV, cpu_kernels, shared_threads
+from mggcn.kernels.policy import CPU_KERNELS, CPU_KERNELS_ENV, CPU_SPMM_ENV, CPU_SPMMS, cpu_kernels, shared_threads
 from mggcn.kernels.shared import run_items
 from mggcn.nn.model import GCN
 from mggcn.utils.errors import ConfigError
@@ -189,13 +189,15 @@ def _gcn_step(graph, weights, x):
     return [out.detach()] + [p.grad for _, p in model.named_parameters()]
 
 
+@pytest.mark.parametrize("spmm", CPU_SPMMS)
 @pytest.mark.parametrize("threads", [2, 3])
-def test_gcn_on_every_path_equals_pyg(monkeypatch, threads):
+def test_gcn_on_every_path_equals_pyg(monkeypatch, threads, spmm):
     """A 3-layer GCN whose first two layers run the GEMM-σ-GEMM and σ's backward in items: outputs and every
     gradient equal PyG's GCN on each path (float32, other summation orders: rtol 1e-4 over 61 rows of ~10
     neighbours), the shared path's those of the static one to float rounding, and its own on a second run to the
     bit."""
     _small_items(monkeypatch, threads)
+    monkeypatch.setenv(CPU_SPMM_ENV, spmm)  # a whole block's product: the gather kernel's items, or MKL's
     graph = random_graph(61, 500, features=12, classes=4, directed=True, seed=5)
     x, edges = torch.from_numpy(graph.x), torch.from_numpy(graph.edge_index)
     weights = torch.randn(61, 4, generator=torch.Generator().manual_seed(1))

@@ -1,6 +1,9 @@
 """Column-tiled blocks (mggcn.kernels.tiled) and the tiling policy (mggcn.kernels.policy): the product, the
 structure and the policy, against scipy."""
 
+import os
+import platform
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -9,10 +12,12 @@ import torch
 from mggcn.config import GATHER_BYTES, TILE_BYTES
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
-from mggcn.kernels import tiled
-from mggcn.kernels.policy import MIN_TILE_COLUMNS, gather_kernel, max_tiles, tile_columns
+from mggcn.kernels import policy, tiled
+from mggcn.kernels.policy import CPU_SPMM_ENV, MIN_TILE_COLUMNS, cpu_spmm, gather_kernel, max_tiles, tile_columns
 from mggcn.kernels.tiled import TiledCSR, gather_matmul, num_tiles
+from mggcn.tools.cli.common import flag_message
 from mggcn.tools.plan import plan_memory
+from mggcn.utils.errors import ConfigError
 from reference import random_graph
 
 
@@ -75,10 +80,34 @@ def test_tile_columns_policy():
     assert tile_columns(40, rows, 4 * rows, tile_bytes=tb) is None  # 4 nonzeros per row: a second tile costs more
 
 
-def test_blocks_stay_whole_for_the_gather_kernel_while_b_fits():
+def test_the_cpu_spmm_is_mkl_on_intel_cpus_and_the_gather_kernel_elsewhere(monkeypatch):
+    monkeypatch.delenv(CPU_SPMM_ENV, raising=False)
+    mkl, read_vendor = torch.backends.mkl.is_available(), policy._cpu_vendor
+    for vendor, expected in (("GenuineIntel", "mkl" if mkl else "gather"), ("AuthenticAMD", "gather"), ("", "gather")):
+        monkeypatch.setattr(policy, "_cpu_vendor", lambda v=vendor: v)
+        assert cpu_spmm() == expected
+        monkeypatch.setenv(CPU_SPMM_ENV, "")  # empty: as unset
+        assert cpu_spmm() == expected
+        monkeypatch.delenv(CPU_SPMM_ENV)
+    for value in ("gather", "mkl"):
+        monkeypatch.setenv(CPU_SPMM_ENV, value)
+        assert cpu_spmm() == value
+    monkeypatch.setenv(CPU_SPMM_ENV, "MKL")
+    with pytest.raises(ConfigError) as err:
+        cpu_spmm()
+    assert flag_message(err.value) == "MGGCN_CPU_SPMM must be one of gather, mkl, not 'MKL'"
+    read_vendor.cache_clear()
+    vendor = read_vendor()  # this machine's, from /proc/cpuinfo
+    assert vendor == vendor.strip() and (vendor != "" or platform.machine() not in ("x86_64", "AMD64")
+                                         or not os.path.exists("/proc/cpuinfo"))
+
+
+@pytest.mark.parametrize("spmm", ["gather", "mkl"])
+def test_blocks_stay_whole_for_the_gather_kernel_while_b_fits(monkeypatch, spmm):
+    monkeypatch.setenv(CPU_SPMM_ENV, spmm)
     rows, nnz = 100_000, 5_100_000  # issue 17's graph at P = 1: B at width 40 is 16 MB
     gathers = gather_kernel("cpu")
-    assert gathers == ("fbgemm" in torch.backends.quantized.supported_engines
+    assert gathers == (spmm == "gather" and "fbgemm" in torch.backends.quantized.supported_engines
                        and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
     assert not gather_kernel("cpu", torch.float64) and not gather_kernel("cuda")
     mkl = tile_columns(40, rows, nnz, tile_bytes=TILE_BYTES)
@@ -115,7 +144,9 @@ def test_gather_kernel_equals_the_block_product(monkeypatch, chunk):
     assert gather_matmul(empty, expected_b, torch.full((41, 6), float("nan"))).eq(0).all()
 
 
-def test_whole_float32_blocks_multiply_with_the_gather_kernel(monkeypatch):
+@pytest.mark.parametrize("spmm", ["gather", "mkl"])
+def test_whole_float32_blocks_multiply_with_the_gather_kernel(monkeypatch, spmm):
+    monkeypatch.setenv(CPU_SPMM_ENV, spmm)
     calls = []
     real = tiled.gather_matmul
     monkeypatch.setattr(tiled, "gather_matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -140,3 +171,4 @@ def test_shard_of_tiles_matches_the_plan():
                        rank_nnz_t=sum(b.nnz for b in cut.adj_t), tile_cols=40)
     assert plan.parts["adjacency A"] == sum(b.nbytes for b in cut.adj)
     assert plan.parts["adjacency A^T"] == sum(b.nbytes for b in cut.adj_t)
+

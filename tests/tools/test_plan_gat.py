@@ -14,7 +14,7 @@ from mggcn.nn.gat import GAT
 from mggcn.nn.models import model_type, num_parameters
 from mggcn.tools.cli import main
 from mggcn.tools.plan import activation_peak, plan_memory
-from mggcn.training.trainer import epoch_width, train_shard
+from mggcn.training.trainer import epoch_tile_columns, epoch_width, train_shard
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 from reference import random_graph
@@ -128,8 +128,10 @@ def test_plan_command_for_gat(capsys):
     assert optimizer.split()[-2:] == format_bytes(5 * 4 * num_parameters(dims, "gat", heads=4)).split()
     assert "[260, 268, 164, 172]" in out  # 256 + 4, 256 + 12, 4·40 + 4, 4·40 + 12
     assert out.count("the layers' all-reduces") == 1  # at P = 2 only
+    # the blocks tiled as the command tiles them at P = 2 (the CPU's SpMM kernel decides: mggcn.kernels.policy)
+    tiles = epoch_tile_columns(TrainConfig(model="gat", heads=4, hidden=(256,)), 10_000, 100_000, 128, 40, 2, "cpu", 2)
     activations = plan_memory(10_000, 100_000, 128, 40, (256,), 2, model="gat", heads=4, device="cpu",
-                              tile_cols=None).parts["activations"]
+                              tile_cols=tiles).parts["activations"]
     assert format_bytes(activations) in out
 
 

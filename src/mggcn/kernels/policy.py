@@ -2,9 +2,10 @@
 
 On CUDA a block is one tile: cuSPARSE reads B through the GPU's caches as it is, and every tile costs a launch.
 On a CPU, where B fits the last-level cache (:data:`~mggcn.config.GATHER_BYTES` per machine) a whole block is
-multiplied by the gather-sum kernel (:func:`mggcn.kernels.tiled.gather_matmul`) where FBGEMM runs it
-(:func:`gather_kernel`: x86 with AVX2, float32 operands); a wider B, or a CPU without FBGEMM, gets MKL's CSR product
-on column tiles of :data:`~mggcn.config.TILE_BYTES` of B each (:func:`tile_columns`). Tiles are no narrower than
+multiplied by the gather-sum kernel (:func:`mggcn.kernels.tiled.gather_matmul`) where FBGEMM runs it and MKL's CSR
+product is the slower one (:func:`gather_kernel`: x86 with AVX2 but not Intel's, float32 operands; :func:`cpu_spmm`);
+a wider B, an Intel CPU, or a CPU without FBGEMM, gets MKL's CSR product on column tiles of
+:data:`~mggcn.config.TILE_BYTES` of B each (:func:`tile_columns`). Tiles are no narrower than
 keeps their extra row pointers under :data:`MAX_INDEX_OVERHEAD` of the nonzeros' bytes: blocks with few nonzeros
 per row (many ranks, a sparse graph) stay whole. Indices are int32 where they fit (:func:`index_bytes`; a bit
 faster in MKL).
@@ -33,11 +34,13 @@ from mggcn.utils.errors import ConfigError
 
 __all__ = ["MIN_TILE_COLUMNS", "MAX_INDEX_OVERHEAD", "gather_kernel", "index_bytes", "tile_columns", "max_tiles",
            "MASK_CHUNK", "MASK_CHUNK_GPU", "mask_chunk_rows", "GEMM_CHUNK", "chain_rows", "SPLIT_ROWS", "SPLIT_BYTES",
-           "weight_grad_parts", "CPU_KERNELS_ENV", "CPU_KERNELS", "cpu_kernels", "shared_threads", "SHARED_CHUNK",
-           "PIN_WORKERS_ENV", "worker_cpus", "process_cpus"]
+           "weight_grad_parts", "CPU_KERNELS_ENV", "CPU_KERNELS", "cpu_kernels", "CPU_SPMM_ENV", "CPU_SPMMS",
+           "cpu_spmm", "shared_threads", "SHARED_CHUNK", "PIN_WORKERS_ENV", "worker_cpus", "process_cpus"]
 
 CPU_KERNELS_ENV = "MGGCN_CPU_KERNELS"  # how the CPU kernels share out their work (read at every kernel call)
 CPU_KERNELS = ("shared", "static", "simple")  # the first is the default
+CPU_SPMM_ENV = "MGGCN_CPU_SPMM"  # which kernel multiplies a whole block on a CPU (read at every product)
+CPU_SPMMS = ("gather", "mkl")
 PIN_WORKERS_ENV = "MGGCN_PIN_WORKERS"  # "0": the shared kernels' workers float over the process's cores
 
 
@@ -95,10 +98,37 @@ def _fbgemm() -> bool:
             and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
 
 
+@functools.cache
+def _cpu_vendor() -> str:
+    """The CPU's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``, ...); empty where it does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_spmm() -> str:
+    """Which CPU kernel multiplies a block that stays whole, from :data:`CPU_SPMM_ENV`; unset or empty: ``mkl`` on
+    Intel's CPUs where torch has MKL (its CSR product runs its tuned code there, and beats the gather kernel at
+    every width), ``gather`` elsewhere (MKL's generic code path on other vendors' CPUs is the slower one)."""
+    value = os.environ.get(CPU_SPMM_ENV, "")
+    if not value:
+        return "mkl" if _cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "gather"
+    if value not in CPU_SPMMS:
+        raise ConfigError(f"{CPU_SPMM_ENV} must be one of {', '.join(CPU_SPMMS)}, not {value!r}", CPU_SPMM_ENV)
+    return value
+
+
 def gather_kernel(device: torch.device | str, dtype: torch.dtype = torch.float32) -> bool:
     """Whether a whole block on ``device`` multiplies ``dtype`` operands with the gather-sum kernel
-    (:func:`mggcn.kernels.tiled.gather_matmul`): CPU, float32, FBGEMM, unless the kernels are ``simple``."""
-    return torch.device(device).type == "cpu" and dtype == torch.float32 and _fbgemm() and cpu_kernels() != "simple"
+    (:func:`mggcn.kernels.tiled.gather_matmul`): CPU, float32, FBGEMM, :func:`cpu_spmm` ``gather``, unless the
+    kernels are ``simple``."""
+    return (torch.device(device).type == "cpu" and dtype == torch.float32 and _fbgemm() and cpu_kernels() != "simple"
+            and cpu_spmm() == "gather")
 
 
 def index_bytes(nnz: int, size: int) -> int:

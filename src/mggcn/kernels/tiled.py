@@ -7,16 +7,18 @@ floats of B per pass, which stay in cache while the pass streams A's indices and
 over C per tile. The tiles are chosen so that ``w_t × d × 4`` bytes fit :data:`~mggcn.config.TILE_BYTES` (FeatGraph,
 SC'20, calls this graph partitioning for cache; MG-GCN's P column blocks are the same cut, at the scale of ranks).
 
-Two CPU kernels. Torch's CSR matmul (MKL) spends many cycles per nonzero at narrow widths even with B in cache, so
-where B fits the last-level cache (:data:`~mggcn.config.GATHER_BYTES` per machine, e.g. 100k rows at width 40) a
-block stays whole and is multiplied by the gather-sum kernel instead: ``torch.nn.functional.embedding_bag`` in
-``sum`` mode with the values as per-sample weights is exactly a CSR SpMM (bag r = row r, its indices the row's
-columns), and on x86 it runs FBGEMM's fused gather-multiply-add (docs/benchmarks.md compares the two). It runs a
-chunk of rows at a time (:data:`GATHER_CHUNK` output elements: the chunk's result is a new tensor just under the
-allocator's mmap threshold, so it reuses heap memory instead of faulting in fresh pages, then is copied or added
-into ``out``). A wider B is cut into tiles for MKL as above (the gather kernel gains nothing once B is past the
-cache, and tiles cost it a pass over every row per tile). Where FBGEMM is not (no AVX2, other CPUs) or the operands
-are not float32, blocks use MKL, tiled as above.
+Two CPU kernels. On other vendors' CPUs than Intel's, torch's CSR matmul (MKL) spends many cycles per nonzero at
+narrow widths even with B in cache, so where B fits the last-level cache (:data:`~mggcn.config.GATHER_BYTES` per
+machine, e.g. 100k rows at width 40) a block stays whole and is multiplied by the gather-sum kernel instead:
+``torch.nn.functional.embedding_bag`` in ``sum`` mode with the values as per-sample weights is exactly a CSR SpMM
+(bag r = row r, its indices the row's columns), and on x86 it runs FBGEMM's fused gather-multiply-add
+(docs/benchmarks.md compares the two). It runs a chunk of rows at a time (:data:`GATHER_CHUNK` output elements: the
+chunk's result is a new tensor just under the allocator's mmap threshold, so it reuses heap memory instead of faulting
+in fresh pages, then is copied or added into ``out``). A wider B is cut into tiles for MKL as above (the gather
+kernel gains nothing once B is past the cache, and tiles cost it a pass over every row per tile). On Intel's CPUs,
+MKL's product is the faster one at every width, quiet and beside another process, and blocks are tiled for it as
+above; so they are where FBGEMM is not (no AVX2, other CPUs) or the operands are not float32.
+:func:`~mggcn.kernels.policy.cpu_spmm` says which kernel runs here.
 
 Storage: each tile is a torch sparse CSR ``m × w_t`` with its own row pointers (int32 indices where they fit), so a
 block of ``T`` tiles costs ``T · (m + 1)`` row pointers besides its nonzeros. Which kernel runs where and how wide

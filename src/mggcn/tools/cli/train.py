@@ -142,7 +142,8 @@ def _add_execution_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile-bytes", type=byte_size, default=DEFAULTS.tile_bytes, metavar="SIZE",
                    help="CPU SpMM: bytes of the dense operand each column tile of Â reads, e.g. 4M (default: "
                         f"whole blocks for the gather kernel where the operand fits {GATHER_BYTES >> 20}M per machine "
-                        f"on x86, else {TILE_BYTES >> 20}M, shared by the machine's ranks; 0: no tiling)")
+                        f"on x86 CPUs but Intel's, else {TILE_BYTES >> 20}M, shared by the machine's ranks; 0: no "
+                        "tiling)")
     p.add_argument("--mmap-threshold", type=mmap_threshold_size, default=MMAP_THRESHOLD, metavar="SIZE",
                    help="host memory blocks above this size go back to the system when freed (glibc; default 1M, at "
                         "most 32M; 0: glibc's own threshold, which keeps freed blocks of up to 32 MiB resident)")
