@@ -142,3 +142,20 @@ def test_train_name_quiet_downloads_and_prepares_without_a_word(served, capsys):
     assert captured.err == ""  # no progress of the download, the extraction or the preparation
     assert captured.out.startswith("mggcn: trained model") and len(captured.out.splitlines()) == 1
     assert (cache_dir() / "prepared" / "cora" / "manifest.json").is_file() and served.requests
+
+
+def test_the_cache_line_says_where_the_cache_comes_from_and_warns_of_a_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MGGCN_DATA", raising=False)
+    assert main(["datasets"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1].startswith(f"cache: {cache_dir()} (the default; MGGCN_DATA sets another)")
+    assert captured.err == ""
+    monkeypatch.setenv("MGGCN_DATA", str(tmp_path / "cache"))
+    assert main(["datasets"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1].startswith(f"cache: {tmp_path / 'cache'} (from MGGCN_DATA);")
+    assert captured.err == ""  # not there yet: the first download makes it
+    (tmp_path / "cache").write_text("a file")
+    assert main(["datasets"]) == 0
+    assert capsys.readouterr().err == (f"mggcn datasets: warning: the cache {tmp_path / 'cache'} is not a directory; "
+                                       "set MGGCN_DATA to one\n")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 HELP = "the datasets known by name, their sizes and whether they are cached"
 DESCRIPTION = """The datasets that `mggcn train NAME`, `mggcn prepare NAME DIR`, `mggcn info NAME` and
@@ -36,12 +38,17 @@ def rows() -> list[tuple[str, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.data.catalog import cache_dir
+    from mggcn.data.catalog import CACHE_ENV, cache_dir
 
     table = [_COLUMNS, *rows()]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     for row in table:
         cells = [cell.ljust(w) if i in (0, 6, 7) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         print("  ".join(cells).rstrip())
-    print(f"cache: {cache_dir()} (set by MGGCN_DATA); archive sizes are approximate, ? = not published")
+    cache = cache_dir()
+    source = f"from {CACHE_ENV}" if os.environ.get(CACHE_ENV, "").strip() else f"the default; {CACHE_ENV} sets another"
+    print(f"cache: {cache} ({source}); archive sizes are approximate, ? = not published")
+    if cache.exists() and not cache.is_dir():  # a download or prepare by name would fail there
+        print(f"mggcn datasets: warning: the cache {cache} is not a directory; set {CACHE_ENV} to one",
+              file=sys.stderr)
     return 0
