@@ -98,6 +98,17 @@ def test_empty_blocks_are_skipped_but_exact():
     torch.testing.assert_close(op(b), b)
 
 
+def test_an_operand_of_other_rows_is_refused_in_one_line():
+    """More rows than the operator's would be left out of the product, fewer read past: both said, as is a vector."""
+    graph = random_graph(N, 60, seed=3)
+    shard = build_shard(graph, make_partition(N, 1, 0), 0, "sym")
+    op = StagedSpMM(DistContext(), shard.adj, shard.adj_t)
+    for shape in ((N + 1, 4), (N - 1, 4), (N,)):
+        with pytest.raises(ValueError) as err:
+            op(torch.randn(*shape))
+        assert str(err.value) == f"Â·b: b must be [{N}, d], a row per vertex of this rank's rows, got {list(shape)}"
+
+
 def test_broadcast_buffers_are_views_of_two_allocations():
     bufs = BroadcastBuffers(rows=10, width=8, dtype=torch.float32, device=torch.device("cpu"))
     a, b, c = bufs.view(0, 8), bufs.view(1, 3), bufs.view(2, 5)

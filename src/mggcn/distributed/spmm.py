@@ -218,6 +218,9 @@ class SpMMOperator:
         or a named buffer — b's own, which backward does not read; None: a new tensor). ``grad_on_train_rows``: the
         caller promises ``∂C`` is zero outside the training rows (the last layer of a model whose loss reads only
         those), so backward may multiply by Âᵀ's training columns (:meth:`use_training_columns`)."""
+        if b.dim() != 2 or b.shape[0] != self.rows:  # fewer rows would be read past, more silently left out
+            raise ValueError(f"Â·b: b must be [{self.rows}, d], a row per vertex of this rank's rows, got "
+                             f"{list(b.shape)}")
         return _SpMMFunction.apply(b, self, out, grad_ws, grad_on_train_rows and self.has_training_columns)
 
     def attention_rows(self, rows: torch.Tensor, heads: int, spec: AttentionSpec,
