@@ -122,8 +122,10 @@ def test_state_dict_is_called_as_torch_spells_it(tmp_path):
         assert torch.equal(loaded[name], tensor), name
 
 
-_PYG = {"gcn": lambda: pyg_models.GCN(F, 6, 2, C), "sage": lambda: pyg_models.GraphSAGE(F, 6, 2, C),
-        "gin": lambda: pyg_models.GIN(F, 6, 2, C), "gat": lambda: pyg_models.GAT(F, 6, 2, C, heads=2)}
+_PYG = {"gcn": lambda **kw: pyg_models.GCN(F, 6, 2, C, **kw),
+        "sage": lambda **kw: pyg_models.GraphSAGE(F, 6, 2, C, **kw),
+        "gin": lambda **kw: pyg_models.GIN(F, 6, 2, C, **kw),
+        "gat": lambda **kw: pyg_models.GAT(F, 6, 2, C, heads=2, **kw)}
 
 
 @pytest.mark.parametrize("kind", list(_PYG))
@@ -140,11 +142,14 @@ def test_saved_models_load_into_pyg_with_its_outputs(kind, tmp_path):
     np.testing.assert_array_equal(result.predictions, expected.argmax(1).numpy())
 
 
-@pytest.mark.parametrize("kind", ["gcn", "gcn-nobias", "sage", "gin", "gat"])
+@pytest.mark.parametrize("kind", ["gcn", "gcn-nobias", "sage", "sage-nobias", "gin", "gat", "gat-nobias"])
 def test_pyg_trained_weights_predict_as_pyg(kind, tmp_path):
-    """PyG's weights (a few steps of PyG training) through ``predict`` on a Data with no labels or masks."""
+    """PyG's weights (a few steps of PyG training) through ``predict`` on a Data with no labels or masks; models
+    made with ``bias=False`` too."""
     torch.manual_seed(0)
-    model = pyg_models.GCN(F, 6, 2, C, bias=False) if kind == "gcn-nobias" else _PYG[kind]()
+    name, _, nobias = kind.partition("-")
+    model = _PYG[name](bias=False) if nobias else _PYG[name]()
+    assert not nobias or not any(key.endswith("bias") for key in model.state_dict())
     data = _data()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     for _ in range(3):
@@ -215,3 +220,12 @@ def test_layers_refuse_what_pyg_layers_take(cls):
         model(torch.ones(3, 4, dtype=torch.float64), adj)
     with pytest.raises(ValueError, match=r"dims must be positive ints"):
         cls([4, 0])
+
+
+def test_a_gatv2_state_dict_is_named_as_such(tmp_path):
+    """PyG's GATv2 layers carry a GraphSAGE layer's names (lin_l, lin_r) and more: said to be a GATv2, not a SAGE
+    with unexpected entries."""
+    torch.save(pyg_models.GAT(F, 6, 2, C, v2=True).state_dict(), tmp_path / "v2.pt")
+    with pytest.raises(mggcn.GraphError) as err:
+        predict(str(tmp_path / "v2.pt"), Data(x=torch.randn(N, F), edge_index=torch.zeros(2, 0, dtype=torch.long)))
+    assert _one_line(err).startswith(f"{tmp_path / 'v2.pt'}: the state dict of a GATv2 (PyG's GATv2Conv")

@@ -147,6 +147,7 @@ class GAT(LayerStack):
     pyg_one_hidden_width = True
     options = ("heads", "attention_dropout")
     layer_weight = "convs.{}.lin.weight"  # [H·C, d_in]
+    layer_bias = "convs.{}.bias"
     pyg_takes_edge_index = True  # GATConv computes its attention per edge of an edge list
     reads_training_columns = False  # its backward passes over every block of Âᵀ (see the module docstring)
 
@@ -173,7 +174,7 @@ class GAT(LayerStack):
 
     @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
-        return {"heads": int(state["convs.0.att_src"].shape[1])}
+        return {"heads": int(state["convs.0.att_src"].shape[1])} | cls.bias_option(state)
 
     @property
     def evaluates_differently(self) -> bool:

@@ -273,6 +273,7 @@ class LayerStack(nn.Module):
     self_loops = True  # its Â adds the identity: nonzeros = edges + vertices
     options: tuple[str, ...] = ()  # the TrainConfig fields only this model takes
     layer_weight = "convs.{}.lin.weight"  # layer l's weight [d_out, d_in]: a state dict's model and sizes by it
+    layer_bias: str | None = None  # layer l's bias, where the model takes ``bias=`` (None: it does not)
     # its layers take ``input_activation`` (GCNLayer.forward): those that multiply first do the backward of the σ
     # before them
     takes_input_activation = False
@@ -319,7 +320,15 @@ class LayerStack(nn.Module):
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
         """The model's own options (:func:`mggcn.nn.models.make_model`'s keywords) a state dict fixes by its
         keys and shapes (GAT's heads, norms between the layers)."""
-        return {"batch_norm": True} if "norms.0.module.weight" in state else {}
+        return ({"batch_norm": True} if "norms.0.module.weight" in state else {}) | cls.bias_option(state)
+
+    @classmethod
+    def bias_option(cls, state: dict[str, torch.Tensor]) -> dict:
+        """``{"bias": False}`` for the weights of a model made without biases (PyG's ``bias=False``: its first layer
+        has a weight and no :attr:`layer_bias`), else nothing."""
+        if cls.layer_bias is not None and cls.layer_weight.format(0) in state and cls.layer_bias.format(0) not in state:
+            return {"bias": False}
+        return {}
 
     @classmethod
     def build(cls, dims: Sequence[int], train_eps: bool = False, **common) -> LayerStack:
@@ -565,6 +574,7 @@ class GCN(LayerStack):
     kind = "gcn"
     takes_input_activation = True
     options = ("batch_norm",)
+    layer_bias = "convs.{}.bias"
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
@@ -574,14 +584,6 @@ class GCN(LayerStack):
         self.convs.extend(
             GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
             for i in range(len(dims) - 1))
-
-    @classmethod
-    def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
-        """As :meth:`LayerStack.state_options`, and ``bias=False`` for a PyG ``GCN(..., bias=False)``'s weights."""
-        options = super().state_options(state)
-        if cls.layer_weight.format(0) in state and "convs.0.bias" not in state:
-            options["bias"] = False
-        return options
 
     def _runs_with_next(self, i: int, aggregated: bool) -> bool:
         # layer i ends with its GEMM (it aggregates first, or is given its input's aggregation), σ follows, and

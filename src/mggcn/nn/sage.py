@@ -180,6 +180,7 @@ class GraphSAGE(BranchedStack):
     kind = "sage"
     pyg_name = pyg_label = "GraphSAGE"
     layer_weight = "convs.{}.lin_l.weight"
+    layer_bias = "convs.{}.lin_l.bias"
 
     @classmethod
     def operator(cls, norm: str) -> str:

@@ -187,6 +187,9 @@ def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> st
     """The name of the model whose parameter names ``state_dict`` has: of the models all of whose first layer's
     names (:meth:`~mggcn.nn.model.LayerStack.state_keys`) it holds, the one with the most (a GAT's layer has a GCN's
     names and its attention vectors)."""
+    if "convs.0.att" in state_dict and "convs.0.lin_l.weight" in state_dict:  # a SAGE layer's names and more
+        raise GraphError(f"{source}: the state dict of a GATv2 (PyG's GATv2Conv: lin_l, lin_r and att), which mggcn "
+                         "does not train; its GAT is PyG's GATConv (lin, att_src, att_dst)", "save_model")
     found = [(len(cls.state_keys()), kind) for kind, cls in MODEL_TYPES.items()
              if all(key.format(0) in state_dict for key in cls.state_keys())]
     if found:
