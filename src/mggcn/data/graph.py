@@ -15,7 +15,8 @@ import numpy as np
 
 from mggcn.utils.errors import ConfigError, GraphError
 
-__all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_pyg", "int64_array", "is_pyg", "split_mask"]
+__all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_arrays", "graph_from_pyg", "int64_array", "is_pyg",
+           "split_mask", "tensor_array"]
 
 SPLITS = ("train", "val", "test")
 
@@ -152,7 +153,7 @@ def is_pyg(data: object) -> bool:
     return not isinstance(data, (str, bytes, Graph)) and (hasattr(data, "edge_index") or hasattr(data, "node_types"))
 
 
-def _numpy(value: object, key: str, name: str) -> np.ndarray:
+def tensor_array(value: object, key: str, name: str) -> np.ndarray:
     """A tensor (any device, with or without grad) or array as numpy; a meta or sparse tensor is refused in one line
     (``.numpy()`` would raise from inside torch)."""
     if hasattr(value, "detach"):
@@ -224,22 +225,29 @@ def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", la
     missing = [k for k in fields if getattr(data, k, None) is None]
     if missing:
         raise GraphError(f"{name}: the PyG Data has no {', '.join(missing)}; set data.{missing[0]}", missing[0])
-    arrays = {k: _numpy(getattr(data, k), k, name) for k in (*fields, "edge_weight")
+    arrays = {k: tensor_array(getattr(data, k), k, name) for k in (*fields, "edge_weight")
               if getattr(data, k, None) is not None}
     _check_edge_weight(arrays.get("edge_weight"), name)
     n = int(data.num_nodes)
-    edge_index = int64_array(arrays["edge_index"], "vertex id", name, kinds="iuf")
-    if edge_index.size == 0:
-        edge_index = edge_index.reshape(2, 0)
     if not labelled:
         masks = {"train": np.ones(n, dtype=bool), "val": np.zeros(n, dtype=bool), "test": np.zeros(n, dtype=bool)}
-        return Graph(n, edge_index, arrays["x"], np.zeros(n, dtype=np.int64), masks, 1, name,
-                     {"format": "pyg"}).validate()
-    y = arrays["y"]
+        return graph_from_arrays(n, arrays["edge_index"], arrays["x"], np.zeros(n, dtype=np.int64), masks, name,
+                                 "pyg")
+    masks = {s: arrays[f"{s}_mask"] for s in SPLITS}
+    if split is not None and not any(m.ndim == 2 and m.shape[1] > 1 for m in masks.values()):
+        raise ConfigError(f"split={split}: the PyG Data's masks have one column; leave split out", "split")
+    return graph_from_arrays(n, arrays["edge_index"], arrays["x"], arrays["y"], masks, name, "pyg", split)
+
+
+def graph_from_arrays(n: int, edge_index: np.ndarray, x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray],
+                      name: str, fmt: str, split: int | None = None) -> Graph:
+    """A validated :class:`Graph` of ``n`` vertices from arrays as users hold them: ``edge_index`` [2, E] of
+    integer ids (empty in any shape), ``y`` [n] or OGB's [n, 1], ``masks`` of :data:`SPLITS` as
+    :func:`split_mask` reads them (``split``: the column of ``[n, k]`` masks); ``fmt`` goes in its meta."""
+    edge_index = int64_array(edge_index, "vertex id", name, kinds="iuf")
+    if edge_index.size == 0:
+        edge_index = edge_index.reshape(2, 0)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]  # OGB's [n, 1] labels
-    masks = {s: split_mask(arrays[f"{s}_mask"], n, split, f"{s}_mask", name) for s in SPLITS}
-    if split is not None and not any(arrays[f"{s}_mask"].ndim == 2 and arrays[f"{s}_mask"].shape[1] > 1
-                                     for s in SPLITS):
-        raise ConfigError(f"split={split}: the PyG Data's masks have one column; leave split out", "split")
-    return Graph(n, edge_index, arrays["x"], y, masks, name=name, meta={"format": "pyg"}).validate()
+    masks = {s: split_mask(masks[s], n, split, f"{s}_mask", name) for s in SPLITS}
+    return Graph(n, edge_index, x, y, masks, name=name, meta={"format": fmt}).validate()

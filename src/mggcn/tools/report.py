@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from mggcn.utils.errors import ConfigError, InputError
-from mggcn.utils.files import OutputError, check_writable, write_output
+from mggcn.utils.files import OutputError, check_writable, same_file, write_output
 from mggcn.utils.optional import require
 
 __all__ = ["STACKED", "COLORS", "MetricsError", "TensorBoardMissing", "read_metrics", "plot_curves", "plot_phases",
@@ -289,7 +289,7 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
     if epoch is not None or any(r.get("timeline") for r in records):
         figures.append(("timeline.png", plot_timeline(traced_epoch(records, epoch))[0]))
     for name, _ in figures:  # the metrics file kept among its plots under a plot's name
-        if _same_file(os.path.join(out_dir, name), metrics):
+        if same_file(os.path.join(out_dir, name), metrics):
             raise ConfigError(f"out {out_dir}: its {name} would replace {metrics}, the metrics file this report "
                               "reads; give another directory", "out")
     created = _output_directory(out_dir)
@@ -307,13 +307,6 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
                 os.unlink(path)
         raise
     return written
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):  # one is not there (yet)
-        return False
 
 
 def _output_directory(out_dir: str) -> bool:

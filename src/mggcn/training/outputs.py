@@ -32,7 +32,7 @@ from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
 from mggcn.training.checkpoint import Checkpointer, unpickling_reason
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import check_writable, write_output, written_in_place
+from mggcn.utils.files import check_writable, same_file, write_output, written_in_place
 
 __all__ = ["CARD_FORMAT", "check_distinct", "check_output", "load_model", "model_dims", "model_kind", "read_inputs",
            "save_model", "save_output", "save_predictions", "sidecar_path", "table_format"]
@@ -76,12 +76,12 @@ def check_distinct(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[t
         for file in (path, sidecar_path(path)) if option == "save_model" else (path,):
             subject = f"{option} {path}: " + ("" if file == path else f"its model description {file} ")
             for other, other_path, other_file in files:
-                if _same_file(file, other_file):
+                if same_file(file, other_file):
                     of = "" if other_file == other_path else "the model description of "
                     raise ConfigError(f"{subject}is the same file as {of}{other}={other_path}; give each output a "
                                       "path of its own", option)
             for label, source in inputs:
-                if source and os.path.isfile(source) and _same_file(file, source):
+                if source and os.path.isfile(source) and same_file(file, source):
                     raise ConfigError(f"{subject}would replace {label}{source}, which this run reads; give the output "
                                       "another path", option)
             files.append((option, path, file))
@@ -96,7 +96,7 @@ def _check_checkpoint_names(outputs: Sequence[tuple[str, str | None]]) -> None:
         return
     for option, path in outputs:
         if (option != "checkpoint_dir" and path and re.fullmatch(r"ckpt-\d+\.pt", os.path.basename(path))
-                and _same_file(os.path.dirname(os.path.abspath(path)), directory)):
+                and same_file(os.path.dirname(os.path.abspath(path)), directory)):
             raise ConfigError(f"{option} {path}: has a checkpoint's name (ckpt-N.pt) in checkpoint_dir={directory}, "
                               "where this run writes its checkpoints; give the output another name", option)
 
@@ -120,13 +120,6 @@ def read_inputs(dataset: Any, read_options: Any = None, checkpoint_dir: str | No
     if isinstance(checkpoint_dir, str) and os.path.isdir(checkpoint_dir):
         inputs += [("the checkpoint ", f) for f in Checkpointer(checkpoint_dir).files()]
     return inputs
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):  # one is not there yet: the file it will be
-        return os.path.realpath(a) == os.path.realpath(b)
 
 
 # Names whose extension says another format than the two outputs are written in (.npy, CSV): written as CSV, such a

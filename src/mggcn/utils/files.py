@@ -24,7 +24,7 @@ from typing import IO, Any
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.outputs import follow_umask
 
-__all__ = ["OutputError", "atomic_write", "check_writable", "is_special", "open_output", "write_output",
+__all__ = ["OutputError", "atomic_write", "check_writable", "is_special", "open_output", "same_file", "write_output",
            "written_in_place"]
 
 
@@ -54,6 +54,15 @@ def is_special(path: str | os.PathLike) -> bool:
     except (OSError, ValueError):
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (links and other spellings followed); where one is not there yet,
+    whether they resolve to the same name, the file it will be."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def written_in_place(path: str) -> bool:

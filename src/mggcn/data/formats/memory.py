@@ -7,33 +7,22 @@ from typing import Any
 
 import numpy as np
 
-from mggcn.data.graph import SPLITS, Graph, graph_from_pyg, split_mask
+from mggcn.data.graph import SPLITS, Graph, graph_from_arrays, graph_from_pyg, tensor_array
 
 __all__ = ["from_tensors", "from_pyg", "transform"]
 
 
-def _to_numpy(t: Any) -> np.ndarray:
-    if hasattr(t, "detach"):
-        t = t.detach().cpu().numpy()
-    return np.asarray(t)
-
-
 def from_tensors(edge_index: Any, x: Any, y: Any, train_mask: Any, val_mask: Any, test_mask: Any,
                  num_nodes: int | None = None, name: str = "tensors") -> Graph:
-    """Build a validated :class:`Graph` from torch tensors or numpy arrays (``edge_index`` is ``[2, E]``; the masks
-    bool, or vertex ids, as :func:`mggcn.data.graph.split_mask` reads them)."""
-    x_np = _to_numpy(x)
-    y_np = _to_numpy(y)
-    if y_np.ndim == 2 and y_np.shape[1] == 1:
-        y_np = y_np[:, 0]  # OGB-style [n, 1] labels
+    """Build a validated :class:`Graph` from torch tensors or numpy arrays (``edge_index`` is ``[2, E]``), read as
+    :func:`mggcn.data.graph.graph_from_arrays` reads them (the masks bool, or vertex ids)."""
+    fields = {"edge_index": edge_index, "x": x, "y": y, "train_mask": train_mask, "val_mask": val_mask,
+              "test_mask": test_mask}
+    arrays = {k: tensor_array(v, k, name) for k, v in fields.items()}
     if num_nodes is None:
-        num_nodes = int(x_np.shape[0]) if x_np.ndim else 0
-    masks = {k: split_mask(_to_numpy(m), int(num_nodes), None, f"{k}_mask", name)
-             for k, m in zip(SPLITS, (train_mask, val_mask, test_mask))}
-    ei = _to_numpy(edge_index)
-    if ei.size == 0:
-        ei = ei.reshape(2, 0)
-    return Graph(int(num_nodes), ei, x_np, y_np, masks, name=name, meta={"format": "tensors"}).validate()
+        num_nodes = int(arrays["x"].shape[0]) if arrays["x"].ndim else 0
+    masks = {s: arrays[f"{s}_mask"] for s in SPLITS}
+    return graph_from_arrays(int(num_nodes), arrays["edge_index"], arrays["x"], arrays["y"], masks, name, "tensors")
 
 
 def from_pyg(data: Any, name: str = "pyg", split: int | None = None) -> Graph:
