@@ -1,6 +1,8 @@
 """The Python API as a PyG user drives it: PyG ``Data`` in the shapes PyG datasets give, state dicts to and from
 PyG's own models, and the layers given what PyG's layers take."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -229,3 +231,84 @@ def test_a_gatv2_state_dict_is_named_as_such(tmp_path):
     with pytest.raises(mggcn.GraphError) as err:
         predict(str(tmp_path / "v2.pt"), Data(x=torch.randn(N, F), edge_index=torch.zeros(2, 0, dtype=torch.long)))
     assert _one_line(err).startswith(f"{tmp_path / 'v2.pt'}: the state dict of a GATv2 (PyG's GATv2Conv")
+
+
+class _Net(torch.nn.Module):
+    """A model as PyG's examples write one: graph convolutions as attributes, σ between them."""
+
+    def __init__(self, conv, names, dims, extra=None, **kw):
+        super().__init__()
+        self.names = names
+        for name, (d_in, d_out) in zip(names, zip(dims[:-1], dims[1:])):
+            setattr(self, name, conv(d_in, d_out, **kw))
+        if extra is not None:
+            setattr(self, extra, torch.nn.Linear(dims[-1], dims[-1]))
+
+    def forward(self, x, edge_index):
+        order = sorted(self.names, key=lambda n: int(n.removeprefix("conv")))
+        for k, name in enumerate(order):
+            x = getattr(self, name)(x, edge_index)
+            x = x.relu() if k + 1 < len(order) else x
+        return x
+
+
+def _user_model(case):
+    from torch_geometric.nn import GCNConv, SAGEConv
+    if case == "conv1-conv2":
+        return _Net(GCNConv, ["conv1", "conv2"], [F, 6, C])
+    if case == "sage":
+        return _Net(SAGEConv, ["conv1", "conv2", "conv3"], [F, 6, 6, C])
+    if case == "one-layer":
+        return GCNConv(F, C)
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["conv1-conv2", "sage", "one-layer", "module-prefix", "layers-list"])
+def test_weights_of_a_users_own_pyg_model_predict_as_it(case, tmp_path):
+    """PyG's examples name their layers conv1, conv2 (or keep them in a ModuleList, or DDP prefixes module.): the
+    layers are read in their numbers' order, and the weights predict what the model computes."""
+    from torch_geometric.nn import GCNConv
+    torch.manual_seed(0)
+    if case == "module-prefix":  # DistributedDataParallel's state dict of PyG's GCN
+        model = pyg_models.GCN(F, 6, 2, C)
+        state = {f"module.{k}": v for k, v in model.state_dict().items()}
+    elif case == "layers-list":
+        model = _Net(GCNConv, ["conv1", "conv2", "conv3"], [F, 6, 5, C])
+        state = {re.sub(r"^conv(\d+)\.", lambda m: f"layers.{int(m.group(1)) - 1}.", k): v
+                 for k, v in model.state_dict().items()}  # a ModuleList's names
+        assert sorted({k.split(".")[1] for k in state}) == ["0", "1", "2"]
+    else:
+        model = _user_model(case)
+        state = model.state_dict()
+    torch.save(state, tmp_path / "user.pt")
+    data = _data()
+    with torch.no_grad():
+        expected = model.eval()(data.x, data.edge_index).softmax(1)
+    got = predict(str(tmp_path / "user.pt"), Data(x=data.x, edge_index=data.edge_index), output="proba", norm="sym",
+                  activation="relu")
+    torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
+
+
+def test_layers_made_in_another_order_than_their_numbers_are_read_by_number(tmp_path):
+    from torch_geometric.nn import GCNConv
+    torch.manual_seed(0)
+    model = _Net(GCNConv, ["conv2", "conv1"], [6, F, C])  # conv2: F -> 6 would be wrong; conv1 takes F
+    model.conv1, model.conv2 = GCNConv(F, 6), GCNConv(6, C)
+    assert list(model.state_dict())[0].startswith("conv2.")
+    torch.save(model.state_dict(), tmp_path / "user.pt")
+    data = _data()
+    with torch.no_grad():
+        expected = model.eval()(data.x, data.edge_index).softmax(1)
+    got = predict(str(tmp_path / "user.pt"), data, output="proba", norm="sym", activation="relu")
+    torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
+
+
+@pytest.mark.parametrize("extra", ["classifier", "lin"])
+def test_a_users_model_with_more_than_convolutions_is_one_line(extra, tmp_path):
+    """A Linear after the convolutions is no part of a model mggcn runs: said, not dropped (nor, named ``lin``,
+    taken for a layer)."""
+    from torch_geometric.nn import GCNConv
+    torch.save(_Net(GCNConv, ["conv1", "conv2"], [F, 6, C], extra=extra).state_dict(), tmp_path / "user.pt")
+    with pytest.raises(mggcn.GraphError) as err:
+        predict(str(tmp_path / "user.pt"), _data(), norm="sym", activation="relu")
+    assert f"{extra}.weight" in _one_line(err) and "conv1, conv2" in str(err.value)

@@ -34,8 +34,8 @@ from mggcn.training.checkpoint import Checkpointer, unpickling_reason
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, same_file, write_output, written_in_place
 
-__all__ = ["CARD_FORMAT", "check_distinct", "check_output", "load_model", "model_dims", "model_kind", "read_inputs",
-           "save_model", "save_output", "save_predictions", "sidecar_path", "table_format"]
+__all__ = ["CARD_FORMAT", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims", "model_kind",
+           "read_inputs", "save_model", "save_output", "save_predictions", "sidecar_path", "table_format"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1
@@ -192,6 +192,46 @@ def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> st
                      "file written by save_model=", "save_model")
 
 
+def layers_as_convs(state_dict: dict[str, torch.Tensor], source: str = "model") -> dict[str, torch.Tensor]:
+    """``state_dict`` with its layers under the names of PyG's models (``convs.{l}.``), for the weights of a model a
+    user wrote around PyG's layers: PyG's own examples name them ``conv1``, ``conv2``; a ``ModuleList`` ``layers.0``;
+    DistributedDataParallel adds ``module.``; one layer's own state dict has no prefix. A layer is where a model's
+    first weight name (``lin.weight``, ``lin_l.weight``, ``nn.lins.0.weight``) sits; layers numbered alike
+    (``conv1``, ``conv2``, ...) go in their numbers' order, others in the order the model made them (the state
+    dict's). Tensors outside every layer (a final ``Linear``, a norm between layers) are in no model mggcn runs:
+    refused in one line. A state dict that already has ``convs.0.`` is returned as it is."""
+    if any(key.startswith("convs.0.") for key in state_dict):
+        return state_dict
+    ends = {cls.layer_weight.format(0).removeprefix("convs.0.") for cls in MODEL_TYPES.values()}
+    layers: list[str] = []
+    for key in state_dict:
+        for end in ends:
+            if key == end or key.endswith("." + end):
+                prefix = key[: len(key) - len(end)]  # with its dot, or empty
+                if prefix not in layers:
+                    layers.append(prefix)
+    if len(layers) > 1 and "" in layers:  # a top-level lin.weight beside layers is a Linear of the model's own
+        layers.remove("")
+    if not layers:
+        return state_dict
+    numbered = [re.fullmatch(r"(.*?)(\d+)\.", p) for p in layers]
+    if all(numbered) and len({m.group(1) for m in numbered}) == 1:
+        layers = [p for _, p in sorted((int(m.group(2)), p) for m, p in zip(numbered, layers))]
+    renamed, outside = {}, []
+    for key, tensor in state_dict.items():
+        layer = max((p for p in layers if key.startswith(p)), key=len, default=None)
+        if layer is None:
+            outside.append(key)
+        else:
+            renamed[f"convs.{layers.index(layer)}.{key[len(layer):]}"] = tensor
+    if outside:
+        shown = ", ".join(outside[:4]) + (", ..." if len(outside) > 4 else "")
+        names = ", ".join(p.rstrip(".") or "(top)" for p in layers)
+        raise GraphError(f"{source}: {shown} belong to none of the layers {names}; mggcn's models are their graph "
+                         "convolutions only", "save_model")
+    return renamed
+
+
 def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
     """``[d_0, ..., d_L]`` from the shapes of each layer's weights (layers numbered 0..L-1 without gaps), as the
     model of ``state_dict`` reads them (:meth:`~mggcn.nn.model.LayerStack.state_dims`)."""
@@ -259,6 +299,7 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
                                                    for k, v in state_dict.items()):
         raise GraphError(f"{path}: not a state dict (names and tensors); give a file written by save_model=",
                          "save_model")
+    state_dict = layers_as_convs(state_dict, path)
     found = model_kind(state_dict, path)
     dims = model_dims(state_dict, path)
     card = _read_card(path)
