@@ -17,19 +17,18 @@ Legend: n = vertices, E = edges, F = feature dimension.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import warnings
 import zipfile
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from mggcn.data.formats.compressed import DECOMPRESS_ERRORS, open_text
 from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.messages import one_line
@@ -39,7 +38,7 @@ PathLike = str | os.PathLike
 
 
 # what a damaged file makes a loader raise; OverflowError: an integer beyond 64 bits (scipy's Matrix Market reader)
-CORRUPT = (OSError, EOFError, ValueError, KeyError, OverflowError, zipfile.BadZipFile, zlib.error)
+CORRUPT = (*DECOMPRESS_ERRORS, ValueError, KeyError, OverflowError, zipfile.BadZipFile)
 MAX_LINE = 1 << 20  # characters of a header or comment line before the data of a text table; a longer one is refused
 
 
@@ -65,17 +64,6 @@ def short_repr(line: str, limit: int = 60) -> str:
     return repr(line if len(line) <= limit else line[:limit] + "...")
 
 
-def open_text(path: Path) -> TextIO:
-    # Sniff gzip by magic, not by suffix: users rename files; errors="replace" turns binary garbage into an
-    # unparsable token that the line scanner can point at, instead of a UnicodeDecodeError with no line number.
-    # utf-8-sig drops the byte order mark some editors put first, which would otherwise glue onto the first token.
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    if gz:
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace")
-    return open(path, encoding="utf-8-sig", errors="replace")
-
-
 def data_lines(path: Path, comments: Sequence[str], skiprows: int,
                max_line: int | None = None) -> Iterator[tuple[int, str]]:
     """Yield ``(1-based line number, text without comment)`` for each non-blank data line. A file that does not
@@ -95,7 +83,7 @@ def data_lines(path: Path, comments: Sequence[str], skiprows: int,
                     text = text.split(c, 1)[0]
                 if text.strip():
                     yield lineno, text
-    except (OSError, EOFError, zlib.error) as exc:
+    except DECOMPRESS_ERRORS as exc:
         raise file_error(path, f"truncated or corrupt file ({why(exc)})") from None
 
 
@@ -121,7 +109,7 @@ def locate_bad_line(path: Path, dtype: type, ncols: int | None, exact: bool, del
 
 def read_table(path: Path, dtype: type, *, ncols: int | None, exact: bool = True, delimiter: str | None = ",",
                comments: Sequence[str] = (), skiprows: int = 0) -> np.ndarray:
-    """Parse a (possibly gzipped) text table into ``[rows, cols]``; ``ncols=None`` means any consistent width."""
+    """Parse a (possibly compressed) text table into ``[rows, cols]``; ``ncols=None`` means any consistent width."""
     path = require_file(path)
     usecols = None if exact or ncols is None else tuple(range(ncols))
     try:
@@ -129,10 +117,12 @@ def read_table(path: Path, dtype: type, *, ncols: int | None, exact: bool = True
             warnings.simplefilter("ignore", UserWarning)  # "input contained no data": callers judge emptiness
             table = np.loadtxt(f, dtype=dtype, delimiter=delimiter, comments=list(comments) or None,
                                skiprows=skiprows, usecols=usecols, ndmin=2)
+    except GraphError:  # a file that is no text table at all (a zip archive)
+        raise
     except ValueError as exc:
         where = locate_bad_line(path, dtype, ncols, exact, delimiter, comments, skiprows)
         raise file_error(path, where or f"unparsable ({why(exc)})") from None
-    except (OSError, EOFError, zlib.error) as exc:
+    except DECOMPRESS_ERRORS as exc:
         raise file_error(path, f"truncated or corrupt file ({why(exc)})") from None
     if table.size == 0:
         return np.empty((0, ncols or 0), dtype=dtype)
@@ -223,8 +213,9 @@ def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
         raise file_error(path, f"the adjacency matrix is {rows} x {cols}, not square")
     data = arrays.pop("data")
     data = data.reshape(-1) if data.ndim <= 1 else data
-    if data.ndim != 1 or not np.issubdtype(data.dtype, np.number):
-        raise file_error(path, f"'data' must be a vector of numbers, got {data.dtype} {list(data.shape)}")
+    # bool: GraphSAINT's own converter (ogbn_converter.py) saves adj_full with True for every edge
+    if data.ndim != 1 or not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
+        raise file_error(path, f"'data' must be a vector of numbers or bools, got {data.dtype} {list(data.shape)}")
     edges = np.empty((2, data.shape[0]), dtype=np.int64)
     if fmt == "coo":
         _coo_edges(arrays, edges, rows, cols, path)

@@ -19,7 +19,9 @@ __all__ = ["read_dgl_reddit"]
 
 
 def read_dgl_reddit(root: PathLike) -> Graph:
-    """Read DGL's Reddit files: ``reddit_data.npz`` (feature, label, node_types) and ``reddit_graph.npz`` (COO)."""
+    """Read DGL's Reddit files: ``reddit_data.npz`` (feature, label, node_types) and ``reddit_graph.npz`` (COO), or
+    ``reddit_self_loop_graph.npz`` (the same graph with a self loop on every vertex) where DGL's
+    ``reddit_self_loop.zip`` was extracted."""
     root = Path(root)
     data_path = root / "reddit_data.npz"
     data = load_npz(data_path, ["feature", "label", "node_types"])
@@ -30,6 +32,8 @@ def read_dgl_reddit(root: PathLike) -> Graph:
     if types.shape[0] != n:
         raise file_error(data_path, f"node_types has {types.shape[0]} entries for {n} vertices")
     graph_path = root / "reddit_graph.npz"
+    if not graph_path.exists() and (root / "reddit_self_loop_graph.npz").is_file():
+        graph_path = root / "reddit_self_loop_graph.npz"  # DGL's RedditDataset(self_loop=True): its zip's graph
     n_adj, edges = load_sparse(graph_path)
     if n_adj != n:
         raise file_error(graph_path, f"the adjacency matrix is {n_adj} x {n_adj} but {data_path.name} has {n} "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import warnings
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -20,13 +19,13 @@ from mggcn.data.formats.checks import (
     line_of_row,
     load_npy,
     locate_bad_line,
-    open_text,
     read_table,
     require_file,
     vertex_data,
     why,
     with_vertex_data,
 )
+from mggcn.data.formats.compressed import DECOMPRESS_ERRORS, open_text
 from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
 
@@ -40,12 +39,13 @@ def read_edgelist(path: PathLike, features: PathLike | None = None, labels: Path
     """Read a text/CSV edge list of 0-based vertex ids: a line ``u v [ignored columns...]`` is the edge ``u -> v``.
 
     Args:
-        delimiter: ``None`` detects: ``,`` if the first data line has one, else any whitespace.
+        delimiter: ``None`` detects: ``;`` or else ``,`` if the first data line has one, else any whitespace.
         comment: prefix(es) that start a comment, whole-line or trailing.
         num_nodes: ``n``; default: the row count of the features/labels files (an id beyond is an error), else
             max id + 1 unless that leaves more than ``ISOLATED_SLACK`` vertices beyond what the edges can touch.
 
-    A first data line whose tokens are not all numbers is a header and is skipped. The file may be gzipped.
+    A first data line whose tokens are not all numbers is a header and is skipped. The file may be compressed
+    (gzip, bzip2 or xz, recognised by content).
     :func:`iter_edgelist_chunks` reads the same files in bounded memory.
     """
     path = require_file(path)
@@ -66,8 +66,8 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
                          num_nodes: int | None = None) -> Iterator[np.ndarray]:
     """Stream the edges of a file :func:`read_edgelist` reads, as ``int64 [2, k]`` chunks of at most ``chunk_edges``.
 
-    Same layout detection (header, delimiter, comments, gzip) and the same one-line errors naming the file and the
-    line; ids are checked against ``num_nodes`` when given, else only for being negative. Memory: one chunk.
+    Same layout detection (header, delimiter, comments, compression) and the same one-line errors naming the file
+    and the line; ids are checked against ``num_nodes`` when given, else only for being negative. Memory: one chunk.
     """
     path = require_file(path)
     comments = (comment,) if isinstance(comment, str) else tuple(comment)
@@ -111,7 +111,7 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
                 raise
             where = locate_bad_line(path, np.int64, 2, False, delimiter, comments, skiprows)
             raise file_error(path, where or f"unparsable ({why(exc)})") from None
-        except (OSError, EOFError, zlib.error) as exc:
+        except DECOMPRESS_ERRORS as exc:
             raise file_error(path, f"truncated or corrupt file ({why(exc)})") from None
 
 
@@ -136,13 +136,14 @@ def edgelist_vertex_data(path: PathLike, max_id: int, features: PathLike | None 
 
 
 def _edgelist_layout(path: Path, delimiter: str | None, comments: Sequence[str]) -> tuple[int, str | None]:
-    """``(lines to skip, delimiter)``: a first data line that is not all numbers is a header; ``,`` if it has one."""
+    """``(lines to skip, delimiter)``: a first data line that is not all numbers is a header; ``;`` if the first
+    data line has one (the CSV spreadsheets write where ``,`` is the decimal mark), else ``,`` if it has one."""
     skiprows, first = 0, _first_data_line(path, comments, 0)
-    if first is not None and not all(_is_number(t) for t in first[1].replace(",", " ").split()):
+    if first is not None and not all(_is_number(t) for t in first[1].replace(",", " ").replace(";", " ").split()):
         skiprows = first[0]  # a header line of column names
         first = _first_data_line(path, comments, skiprows)
-    if delimiter is None and first is not None and "," in first[1]:
-        delimiter = ","
+    if delimiter is None and first is not None:
+        delimiter = next((d for d in (";", ",") if d in first[1]), None)
     return skiprows, delimiter
 
 

@@ -1,4 +1,5 @@
-"""Matrix Market ``coordinate`` adjacency files, with vertex data from optional side files."""
+"""Matrix Market ``coordinate`` adjacency files (plain, or gzip, bzip2 or xz compressed), with vertex data from
+optional side files."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mggcn.data.formats.checks import (
     why,
     with_vertex_data,
 )
+from mggcn.data.formats.compressed import decompressor
 from mggcn.data.graph import Graph
 
 __all__ = ["read_mtx"]
@@ -28,8 +30,15 @@ def read_mtx(path: PathLike, features: PathLike | None = None, labels: PathLike 
     Vertex data comes from the optional ``.npy``/``.npz`` files or is synthesized (see the module docstring).
     """
     path = require_file(path)
+    # scipy decompresses by the suffix alone (.gz, .bz2): the content decides here, for a renamed or an .xz file,
+    # and for a plain file under a .gz name
+    opener = decompressor(path) or (open if path.suffix in (".gz", ".bz2") else None)
     try:
-        mat = scipy.io.mmread(path)
+        if opener is None:
+            mat = scipy.io.mmread(path)
+        else:
+            with opener(path, "rb") as f:
+                mat = scipy.io.mmread(f)
     except CORRUPT as exc:
         raise file_error(path, f"unreadable Matrix Market file ({why(exc)})") from None
     except MemoryError:  # a dense 'array' file whose header claims more than memory
