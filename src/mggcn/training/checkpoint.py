@@ -34,13 +34,15 @@ from collections.abc import Callable
 
 import torch
 
+from mggcn.config import TrainConfig
 from mggcn.utils.errors import InputError
 from mggcn.utils.files import OutputError, write_output
 
-__all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "unpickling_reason"]
+__all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "is_checkpoint", "unpickling_reason"]
 
 _MAGIC = b"mggcn-checkpoint "
 FORMAT_VERSION = 1
+_DEFAULTS = {"norm": TrainConfig.norm, "activation": TrainConfig.activation}
 
 
 class CheckpointError(InputError):
@@ -147,6 +149,15 @@ def _verified_payload(path: str) -> bytes:
     if hashlib.sha256(payload).hexdigest().encode() != header[len(_MAGIC):].strip():
         raise CheckpointError(f"{path}: corrupt (checksum mismatch; truncated or overwritten)")
     return payload
+
+
+def is_checkpoint(path: str) -> bool:
+    """Whether ``path`` starts as a checkpoint file does (its header line), intact or not."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_MAGIC)) == _MAGIC
+    except OSError:
+        return False
 
 
 def _intact(path: str) -> bool:
@@ -328,11 +339,13 @@ def unpickling_reason(err: Exception) -> str:
 
 
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",
-                     options: dict | None = None) -> None:
+                     options: dict | None = None, function: dict | None = None) -> None:
     """Refuse to resume against another dataset, another model (``model``; a checkpoint without one is a GCN's),
     another setting of the model's own ``options`` (the :class:`~mggcn.config.TrainConfig` fields it alone takes,
-    e.g. ``gin_train_eps``), or another model shape. Datasets are compared by content where
-    both identities carry a ``fingerprint`` (sizes and a hash of the arrays), by name and sizes otherwise."""
+    e.g. ``gin_train_eps``), another of the settings in ``function`` that decide what the weights compute (``norm``,
+    ``activation``: a checkpoint without them has TrainConfig's defaults), or another model shape. Datasets are
+    compared by content where both identities carry a ``fingerprint`` (sizes and a hash of the arrays), by name and
+    sizes otherwise."""
     theirs = state.get("dataset", {})
     by_content = "fingerprint" in theirs and "fingerprint" in dataset
     for key, value in dataset.items():
@@ -350,6 +363,12 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
         if saved != value:
             raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {saved!r}, this run {value!r} "
                                   f"(check {option}=)", option)
+    # weights trained under one Â or σ compute another function under another: training on would silently start over
+    for option, value in (function or {}).items():
+        saved = state.get("config", {}).get(option, _DEFAULTS.get(option))
+        if saved != value:
+            raise CheckpointError(f"{path}: the checkpoint's {model} was trained with {option} {saved!r}, this run "
+                                  f"{value!r} (check {option}=)", option)
     if state.get("dims") != list(dims):
         raise CheckpointError(f"{path}: the checkpoint's model has layer sizes {state.get('dims')}, this run "
                               f"{list(dims)} (check the hidden layer sizes)")

@@ -37,7 +37,7 @@ from mggcn.distributed.partition import Shard, check_partition
 from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import check_train_columns
 from mggcn.nn.models import make_model, model_options, model_type, num_parameters, operator_for
-from mggcn.training.checkpoint import Checkpointer, check_compatible, check_fits
+from mggcn.training.checkpoint import Checkpointer, CheckpointError, check_compatible, check_fits
 from mggcn.training.outputs import check_output, save_model, save_predictions, table_format
 from mggcn.training.precision import check_precision_device
 from mggcn.training.settings import check_job_settings
@@ -141,9 +141,23 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     cfg = job.config
     dims = cfg.dims(dataset.num_features, dataset.num_classes)
     check_compatible(state, path, dataset_identity(dataset), dims, cfg.model,
-                     {o: getattr(cfg, o) for o in model_type(cfg.model).options})
+                     {o: getattr(cfg, o) for o in model_type(cfg.model).options}, _function(cfg))
     check_fits(state, path, make_model(cfg.model, dims, activation=cfg.activation, **model_options(cfg)))
+    if cfg.epochs < state["epoch"]:  # nothing would train, and the weights would be of more epochs than asked
+        raise CheckpointError(f"epochs {cfg.epochs}: {path} is already at epoch {state['epoch']}; with resume, "
+                              f"epochs is the total: give at least {state['epoch']}", "epochs")
+    if cfg.patience <= 0 and state.get("best") is not None:
+        # the best weights of a run with patience: this run keeps its last weights, as it would uninterrupted
+        return {**state, "best": None}, path
     return found
+
+
+def _function(cfg: TrainConfig) -> dict:
+    """The settings beside the model's shape that decide what its weights compute: σ, and the GCN's Â (the other
+    models aggregate as they do whatever ``norm`` says)."""
+    kind = model_type(cfg.model)
+    norm = {"norm": cfg.norm} if kind.operator("sym") != kind.operator("mean") else {}
+    return {"activation": cfg.activation, **norm}
 
 
 def check_checkpoint_dir(path: str | None) -> None:

@@ -272,6 +272,13 @@ def _read_card(path: str) -> dict | None:
         raise GraphError(f"{card_path}: unreadable model description (JSON nested too deep)") from None
     if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
         raise GraphError(f"{card_path}: not a model description written by save_model=", "save_model")
+    # a later version than this mggcn writes may mean what this one cannot read
+    version = card.get("version", CARD_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise GraphError(f"{card_path}: version {version!r} is not a model description's version")
+    if version > CARD_VERSION:
+        raise GraphError(f"{card_path}: written by a newer mggcn (model description version {version}, this one "
+                         f"reads up to {CARD_VERSION}); upgrade mggcn")
     return card
 
 

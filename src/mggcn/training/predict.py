@@ -29,9 +29,11 @@ from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import check_partition
 from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import StagedSpMM
+from mggcn.nn.batch_norm import batch_norm_
 from mggcn.nn.functional import activate
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import operator_for
+from mggcn.training.checkpoint import is_checkpoint
 from mggcn.training.job import check_threads, share_dataset
 from mggcn.training.outputs import (
     check_distinct,
@@ -54,8 +56,9 @@ OUTPUTS = ("classes", "proba", "embeddings")
 
 @torch.no_grad()
 def layer_output(model: LayerStack, x: torch.Tensor, adj, layer: int | None = None) -> torch.Tensor:
-    """``H_layer`` [m, d_layer]: the output of layer ``layer`` (1..L, after its activation; ``L`` or ``None``: the
-    logits), in eval mode. Only the layers up to ``layer`` run."""
+    """``H_layer`` [m, d_layer]: the output of layer ``layer`` (1..L, after its batch norm, if any, and its
+    activation: what layer ``layer + 1`` reads; ``L`` or ``None``: the logits), in eval mode. Only the layers up to
+    ``layer`` run."""
     num_layers = len(model.convs)
     layer = num_layers if layer is None else _check_layer(layer, num_layers)
     model.eval()
@@ -63,7 +66,12 @@ def layer_output(model: LayerStack, x: torch.Tensor, adj, layer: int | None = No
         return model(x, adj)
     head = LayerStack(model.dims[: layer + 1], activation=model.activation).to(x.device).eval()
     head.convs = model.convs[:layer]
-    return activate(head(x, adj), model.activation)
+    norms = getattr(model, "norms", None)  # --batch-norm: a norm after each hidden layer, before σ
+    if norms is None:
+        return activate(head(x, adj), model.activation)
+    head.norms = norms[: layer - 1]
+    return activate(batch_norm_(head(x, adj), norms[layer - 1], adj, head.workspace, str(layer - 1)),
+                    model.activation)
 
 
 def _check_layer(layer: int | None, num_layers: int) -> int:
@@ -113,6 +121,9 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
         table_format("out", job.out)
     check_timeout(job.timeout_s)
     check_threads(job.threads)
+    if isinstance(job.model, str) and is_checkpoint(job.model):
+        raise GraphError(f"{job.model}: a training checkpoint, not a model file; to predict with its weights, resume "
+                         "from it with its epoch as epochs= and save_model=FILE, then give FILE", "save_model")
     dataset = _open(job)  # its size first: the model and one activation over its vertices must fit memory
     model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind, rows=dataset.num_nodes, ranks=nprocs)
     if job.output == "embeddings":
