@@ -192,6 +192,7 @@ _BAD_OPERATOR = [
     ((_EI.to("meta"), 3), mggcn.GraphError, "meta"),
     ((torch.sparse_coo_tensor(_EI, torch.ones(3), (3, 3)), 3), mggcn.GraphError, "dense"),
     ((np.array([[0, 2**64 - 1], [1, 0]], dtype=np.uint64), 3), mggcn.GraphError, "beyond the int64 range"),
+    ((_EI, 10**15), mggcn.GraphError, "num_nodes=1,000,000,000,000,000: .* more than this machine's"),
 ]
 
 

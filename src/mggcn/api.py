@@ -30,6 +30,7 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset
+from mggcn.data.formats.checks import check_memory
 from mggcn.data.graph import graph_from_pyg, int64_array, is_pyg
 from mggcn.distributed.launch import launch, refuse_unguarded_script
 from mggcn.distributed.spmm import StagedSpMM, local_adj
@@ -216,8 +217,15 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     except (RuntimeError, TypeError) as err:
         raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r} "
                           f"({' '.join(str(err).split())[:120]})", "device") from None
+    # Â and Âᵀ with their self loops: row offsets, degrees and scaling per vertex, an id and a value per nonzero
+    check_memory("adjacency_operator", _OPERATOR_VERTEX_BYTES * num_nodes + _OPERATOR_EDGE_BYTES * ei.shape[1],
+                 f"num_nodes={num_nodes:,}: Â and Âᵀ")
     adj_hat = normalize(adjacency(ei, num_nodes), norm)
     return local_adj(csr_to_torch(adj_hat, device), csr_to_torch(adj_hat.T.tocsr(), device))
+
+
+_OPERATOR_VERTEX_BYTES = 64  # bytes per vertex while Â and Âᵀ are built, at most (int64 offsets, float64 degrees)
+_OPERATOR_EDGE_BYTES = 48  # bytes per edge: its ids and values in both CSRs and their temporaries
 
 
 def _num_nodes(num_nodes: Any) -> int:
