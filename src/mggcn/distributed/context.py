@@ -27,7 +27,8 @@ from mggcn.utils.system import enter_rank
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "resolve_device", "SHARE_DEVICE_ENV",
-           "shares_devices", "check_gpus", "rank_placement", "DETERMINISTIC_ENV", "deterministic_kernels"]
+           "shares_devices", "check_gpus", "rank_placement", "DETERMINISTIC_ENV", "deterministic_kernels",
+           "RANK_ENV", "rank_environment"]
 
 # Set to 1, it lets a host run more CUDA ranks than it has GPUs (rank r on GPU r mod G, the job over gloo): the
 # multi-rank CUDA path runs where one GPU is all there is. For testing: the ranks share the GPU's time and memory.
@@ -35,6 +36,8 @@ SHARE_DEVICE_ENV = "MGGCN_SHARE_DEVICE"
 # Set to 1, every rank runs torch.use_deterministic_algorithms(True): kernels that would add with atomics on CUDA
 # (GAT's edge sums: docs/benchmarks.md, reproducible runs) take their deterministic, slower form.
 DETERMINISTIC_ENV = "MGGCN_DETERMINISTIC"
+# Where a rank of a torchrun-style job is told its place; mggcn's own launcher sets them for its workers too.
+RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 @dataclass(frozen=True)
 class DistContext:
@@ -51,6 +54,40 @@ class DistContext:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def rank_environment() -> tuple[int, int, int, int]:
+    """This process's place in its job from :data:`RANK_ENV`: rank, world size, local rank, local world size;
+    ``(0, 1, 0, 1)`` where none is set, and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` default to ``RANK``/``WORLD_SIZE``.
+
+    Raises :class:`ConfigError` naming the variable, before anything reads it: a value that is not a whole number
+    (``int()``'s own words name no variable), ``RANK`` without ``WORLD_SIZE`` or the reverse (a process that is
+    neither a rank nor a job of its own: with ``RANK=1`` alone a one-process job would run as rank 1 of 1, and a
+    launcher would not print rank 0's lines; ``WORLD_SIZE`` alone waits for a rendezvous), or values that do not
+    fit together (a rank outside its world reads the rows of no partition, or waits for peers that never come)."""
+    values = {}
+    for name in RANK_ENV:
+        raw = os.environ.get(name)
+        if raw is not None:
+            # digits only, as torchrun writes them: the command line compares RANK with "0" as a string
+            if not (raw.isascii() and raw.isdigit() and str(int(raw)) == raw):
+                raise ConfigError(f"{name}={raw!r}: must be a whole number (torchrun sets it for each rank)", name)
+            values[name] = int(raw)
+    if ("RANK" in values) != ("WORLD_SIZE" in values):
+        given, missing = ("RANK", "WORLD_SIZE") if "RANK" in values else ("WORLD_SIZE", "RANK")
+        raise ConfigError(f"{given}={values[given]} is set but {missing} is not: a rank of a torchrun-style job "
+                          f"needs both (unset {given} to run a job of its own)", given)
+    world, rank = values.get("WORLD_SIZE", 1), values.get("RANK", 0)
+    local_world, local_rank = values.get("LOCAL_WORLD_SIZE", world), values.get("LOCAL_RANK", rank)
+    for fits, name, message in ((world >= 1, "WORLD_SIZE", f"WORLD_SIZE={world}: must be at least 1"),
+                                (rank < world, "RANK", f"RANK={rank}: must be less than WORLD_SIZE={world}"),
+                                (1 <= local_world <= world, "LOCAL_WORLD_SIZE",
+                                 f"LOCAL_WORLD_SIZE={local_world}: must be between 1 and WORLD_SIZE={world}"),
+                                (local_rank < local_world, "LOCAL_RANK",
+                                 f"LOCAL_RANK={local_rank}: must be less than LOCAL_WORLD_SIZE={local_world}")):
+        if not fits:
+            raise ConfigError(f"{message} (torchrun sets these for each rank)", name)
+    return rank, world, local_rank, local_world
 
 
 def resolve_device(kind: str) -> str:
@@ -110,7 +147,8 @@ def rank_placement(device: str, local_rank: int, local_world: int, gpus: int | N
 
 def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int | None = None,
                      mmap_threshold: int | None = MMAP_THRESHOLD) -> DistContext:
-    """Join the job described by the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, ...).
+    """Join the job described by the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, ...:
+    :func:`rank_environment`, which refuses values that do not fit together).
 
     Without those variables this is a single-process run. ``MGGCN_INIT_METHOD`` (set by mggcn's own launcher)
     overrides the rendezvous, which otherwise is torchrun's ``env://``. The device and backend are
@@ -122,10 +160,7 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     process puts the rest back on return: :func:`mggcn.utils.system.caller_settings_kept`).
     """
     device = resolve_device(device)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    rank, world_size, local_rank, local_world = rank_environment()
     cores = available_cores()
     if threads is not None and not 1 <= threads <= cores:
         # Not clamped: a thread pool once told to start 10^5 threads crashes the process (SIGSEGV) at its next

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mggcn.distributed.context import shutdown
+from mggcn.distributed.context import rank_environment, shutdown
 from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import atomic_write
@@ -77,7 +77,7 @@ def _kind_of(exc: BaseException) -> str:
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
                   environ: dict[str, str], launcher: int) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the server started (see there)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SERVER_BLOCKS)  # blocked since the server started (see there)
     own_process()  # the settings a rank makes (threads, allocator) stay in this process
     die_with_parent()
     die_with_process(launcher)  # the fork server is the parent: a killed launcher ends it only at its exit
@@ -216,21 +216,27 @@ def _worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:
     return context
 
 
+# The signals the fork server starts with blocked (:func:`_start_fork_server`), which each worker unblocks.
+_SERVER_BLOCKS = {signal.SIGINT, signal.SIGTERM}
+
+
 @contextlib.contextmanager
-def _ctrl_c_held_back() -> Iterator[None]:
-    """In the main thread: a SIGINT during the block is noted instead of handled, then raised again after it (with
-    the handler it would have met); elsewhere, nothing (only the main thread handles signals in Python)."""
+def _signals_held_back() -> Iterator[None]:
+    """In the main thread: a signal of :data:`_SERVER_BLOCKS` during the block is noted instead of handled, then
+    raised again after it (with the handler it would have met); elsewhere, nothing (only the main thread handles
+    signals in Python)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     noted: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum)) for sig in _SERVER_BLOCKS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
-    if noted:
-        signal.raise_signal(signal.SIGINT)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+    for sig in dict.fromkeys(noted):
+        signal.raise_signal(sig)
 
 
 def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen | None) -> None:
@@ -244,14 +250,20 @@ def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Pope
     thread), so the main thread also holds its Python handler back meanwhile: a Ctrl-C that arrives that way is
     raised again once the server runs, never in the middle of its start.
 
+    SIGTERM is blocked and held back the same way, and stays blocked in the server (which never handles it, as the
+    resource tracker ignores it): sent to the whole process group (``kill -TERM -PGID``, a batch system or service
+    manager stopping the job), it would end the server, and its workers with it (:func:`die_with_parent`) before
+    they could finish their epoch and checkpoint, each one reported as "exited with status 255" (multiprocessing's
+    words for a worker whose server vanished). The server still ends with this process (its end of the pipe closes).
+
     The server's socket lies in multiprocessing's temporary directory of this process (``pymp-*``), removed at its
     exit; the ``cleaner`` removes it should this process be killed."""
     if context.get_start_method() != "forkserver":
         return
-    # the resource tracker first: starting it unblocks SIGINT (and would let a Ctrl-C reach the server mid-start)
+    # the resource tracker first: starting it unblocks SIGINT and SIGTERM (and would let them reach the server)
     multiprocessing.resource_tracker.ensure_running()
-    with _ctrl_c_held_back():
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread's: the one that forks
+    with _signals_held_back():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SERVER_BLOCKS)  # this thread's: the one that forks
         try:
             with _start_method_left_alone(), children_wait_passively():  # the server loads torch for the workers
                 multiprocessing.forkserver.ensure_running()
@@ -496,16 +508,19 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
       P times over); in a worker still importing an unguarded script, nothing is checked: it ends at once
       (:func:`refuse_unguarded_script`).
 
+    Before all of it, the rank variables of the environment must fit together
+    (:func:`~mggcn.distributed.context.rank_environment`; :class:`ConfigError` naming the variable).
+
     Returns this process's result (under torchrun) or rank 0's. Raises :class:`WorkerError` when a worker fails
     (:class:`JobInterrupted` when Ctrl-C or SIGTERM ended the workers before they could stop by themselves).
     """
+    world = rank_environment()[1]  # a stray or broken RANK or WORLD_SIZE: one line, before anything reads it
     if torchrun and under_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
         if nprocs is not None and nprocs != world:
             raise ConfigError(f"nprocs {nprocs} disagrees with torchrun's world size {world}; leave it out",
                               "nprocs")
         die_with_parent()
-        dataset = check(job, world)
+        dataset = _checked_as_a_rank(check, job, world)
         if on_checked is not None:
             on_checked(dataset, world)
         return fn(job, dataset)  # the dataset checked, not read a second time
@@ -530,3 +545,16 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
         return (share(job, held.pop(), directory),)
 
     return run_workers(fn, nprocs, (job,), grace_s=grace_s, handoff=handoff)[0]
+
+
+def _checked_as_a_rank(check: Callable[[Any, int], Any], job: Any, world: int) -> Any:
+    """``check(job, world)`` in a torchrun rank, its refusal of ``nprocs`` (more ranks than vertices) said of the
+    world size it is: the command line would name ``--nprocs``, which the user did not give."""
+    try:
+        return check(job, world)
+    except ConfigError as err:
+        given = f"nprocs {world} "
+        if err.option != "nprocs" or not str(err).startswith(given):
+            raise
+        raise ConfigError(f"torchrun's world size {world} (WORLD_SIZE) {str(err)[len(given):]}",
+                          "WORLD_SIZE") from None

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from mggcn.config import SHM_MODES
 from mggcn.distributed.context import DistContext, all_gather_objects
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.units import format_bytes
 
 __all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "Transport", "host_outboxes", "one_host",
            "sweep_outboxes"]
@@ -217,7 +218,7 @@ class SharedOutboxes:
             if os.environ.get(_PAUSE_ENV):
                 time.sleep(float(os.environ[_PAUSE_ENV]))
         except OSError as e:
-            error = (f"cannot create {size / 2**20:.0f} MiB of shared memory in {mine}: {e.strerror} "
+            error = (f"cannot create {format_bytes(size)} of shared memory in {mine}: {e.strerror} "
                      "(set MGGCN_SHM_DIR to a larger tmpfs, or shm=off)")
         maps: list[torch.Tensor] = []
         try:

@@ -1,0 +1,130 @@
+"""How a job starts from its environment and ends when its whole process group is stopped: the rank variables
+(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) that do not fit together are one line naming the variable, never
+a traceback, a hang or a silent run, under torchrun too; SIGTERM to the launcher's process group (a batch system,
+a service manager) stops the workers at an epoch's end, as SIGTERM to the launcher does."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from test_launch import _env
+
+from cli_util import run_cli
+from mggcn.utils.errors import ConfigError
+
+_RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+                   "MGGCN_INIT_METHOD")
+
+# (the environment, the one line of the refusal)
+_BROKEN = [
+    ({"RANK": "1"}, "RANK=1 is set but WORLD_SIZE is not: a rank of a torchrun-style job needs both (unset RANK "
+                    "to run a job of its own)"),
+    ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 is set but RANK is not: a rank of a torchrun-style job needs both (unset "
+                          "WORLD_SIZE to run a job of its own)"),
+    ({"RANK": "1", "WORLD_SIZE": "1"}, "RANK=1: must be less than WORLD_SIZE=1 (torchrun sets these for each rank)"),
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc': must be a whole number (torchrun sets it for each rank)"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be at least 1 (torchrun sets these for each rank)"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "1"},
+     "LOCAL_RANK=3: must be less than LOCAL_WORLD_SIZE=1 (torchrun sets these for each rank)"),
+    ({"LOCAL_WORLD_SIZE": "x"}, "LOCAL_WORLD_SIZE='x': must be a whole number (torchrun sets it for each rank)"),
+]
+
+
+def _rank_variables(monkeypatch, values: dict) -> None:
+    for name in _RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("values, line", _BROKEN)
+def test_rank_variables_that_do_not_fit_together_are_refused_naming_the_variable(monkeypatch, values, line):
+    from mggcn.distributed.context import rank_environment
+
+    _rank_variables(monkeypatch, values)
+    with pytest.raises(ConfigError) as info:
+        rank_environment()
+    assert str(info.value) == line
+    assert info.value.option in values
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+@pytest.mark.parametrize("values, line", [_BROKEN[i] for i in (0, 2, 3, 5)])
+def test_the_command_refuses_them_in_one_line_before_any_work(monkeypatch, nprocs, values, line):
+    """Before, ``RANK=1 mggcn train`` ended in a shape error deep in the SpMM (a one-process job as rank 1 of 1),
+    ``RANK=abc`` in int()'s words after the whole run, and ``RANK=1 mggcn train --nprocs 2`` trained and exited 0
+    without the one line a quiet run prints (the launcher took itself for rank 1)."""
+    _rank_variables(monkeypatch, values)
+    out = run_cli("train", "synthetic:n=200,features=8", "--epochs", "1", "--quiet", "--nprocs", str(nprocs),
+                  timeout=120)
+    assert (out.returncode, out.stderr, out.stdout) == (2, f"mggcn train: error: {line}\n", "")
+
+
+def test_a_rank_outside_its_world_is_refused_instead_of_waiting_for_its_peers(monkeypatch):
+    """RANK 5 of 2 went on to the rendezvous: a wait for the store's other ranks, or torch's traceback of a store
+    that does not answer, instead of a line naming RANK."""
+    _rank_variables(monkeypatch, {"RANK": "5", "WORLD_SIZE": "2"})
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "9")  # nothing listens: a rank that tried would wait there
+    out = run_cli("train", "synthetic:n=200,features=8", "--epochs", "1", "--quiet", "--timeout", "20",
+                  timeout=60)
+    assert (out.returncode, out.stderr) == (2, "mggcn train: error: RANK=5: must be less than WORLD_SIZE=2 (torchrun "
+                                               "sets these for each rank)\n")
+
+
+def test_under_torchrun_more_ranks_than_vertices_names_the_world_size_not_nprocs(monkeypatch):
+    """A torchrun rank is given no --nprocs: the refusal names what it was given (the check runs before the
+    rendezvous, so the environment of one rank shows it)."""
+    _rank_variables(monkeypatch, {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3",
+                                  "TORCHELASTIC_RUN_ID": "audit"})
+    out = run_cli("train", "synthetic:n=2,classes=2,features=4", "--epochs", "1", "--quiet", timeout=120)
+    assert (out.returncode, out.stderr) == (2, "mggcn train: error: torchrun's world size 3 (WORLD_SIZE) is larger "
+                                               "than the graph's 2 vertices\n")
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_sigterm_to_the_process_group_stops_at_an_epochs_end_and_checkpoints(tmp_path, nprocs):
+    """``kill -TERM -PGID`` (Slurm, systemd, a script stopping a job) reaches the fork server as well. It used to end
+    the server and with it every worker at once: "rank 1 exited with status 255", exit status 1, no checkpoint."""
+    env, tmp = _env(tmp_path)
+    metrics, ckpt = tmp_path / "m.jsonl", tmp_path / "ckpt"
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs",
+                             str(nprocs), "--epochs", "100000", "--quiet", "--trace-epoch", "0", "--metrics",
+                             str(metrics), "--checkpoint-dir", str(ckpt)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    family = []
+    try:
+        deadline = time.monotonic() + 180
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        family = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err == "" and out.startswith("mggcn: trained model (after epoch "), (out, err)
+    assert [p.name for p in ckpt.iterdir() if p.suffix == ".pt"], "no checkpoint saved"
+    gone, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == [], [p.cmdline() for p in alive]
+    assert os.listdir(tmp) == []
+
+
+def test_shared_memory_that_cannot_be_created_says_its_size_in_a_unit_that_shows_it(tmp_path):
+    """A small job's outboxes were "0 MiB" in the refusal (the size rounded to whole MiB)."""
+    import torch
+
+    from mggcn.distributed.context import DistContext
+    from mggcn.distributed.shm import SharedOutboxes, ShmUnavailable
+
+    with pytest.raises(ShmUnavailable) as info:  # 4096 bytes of header and 2 × 10 × 4 floats
+        SharedOutboxes.create(DistContext(), 10, 4, torch.float32, directory=str(tmp_path / "missing"))
+    assert str(info.value).startswith("rank 0: cannot create 4.31 KiB of shared memory in "), str(info.value)
