@@ -10,7 +10,9 @@ except KeyboardInterrupt:  # Ctrl-C while the command loads: as during its run, 
     os._exit(130)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The command: ``main()``, then the exit a torchrun rank takes (the ``mggcn`` script runs this too, so that
+    ``torchrun --no-python mggcn`` ends its ranks as ``torchrun -m mggcn`` does)."""
     status = main()
     if "TORCHELASTIC_RUN_ID" in os.environ:
         # A torchrun rank skips the teardown of gloo's state, which occasionally aborts (as launch.exit_now does).
@@ -20,3 +22,7 @@ if __name__ == "__main__":
         sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
+
+
+if __name__ == "__main__":
+    entry()

@@ -128,3 +128,21 @@ def test_shared_memory_that_cannot_be_created_says_its_size_in_a_unit_that_shows
     with pytest.raises(ShmUnavailable) as info:  # 4096 bytes of header and 2 × 10 × 4 floats
         SharedOutboxes.create(DistContext(), 10, 4, torch.float32, directory=str(tmp_path / "missing"))
     assert str(info.value).startswith("rank 0: cannot create 4.31 KiB of shared memory in "), str(info.value)
+
+
+@pytest.mark.parametrize("torchrun", [False, True])
+def test_the_mggcn_script_ends_a_torchrun_rank_as_python_m_mggcn_does(torchrun):
+    """The installed ``mggcn`` script is ``mggcn.__main__:entry``: under torchrun (``--no-python mggcn``) a rank
+    leaves by ``os._exit`` with the command's status, skipping the interpreter's teardown (where gloo's state
+    occasionally aborts), as ``-m mggcn`` does; elsewhere it exits normally."""
+    import tomllib
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["mggcn"] == "mggcn.__main__:entry"
+    code = ("import atexit, sys; atexit.register(lambda: print('teardown ran', flush=True)); "
+            "sys.argv = ['mggcn', 'datasets']; from mggcn.__main__ import entry; entry()")
+    env = {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}
+    if torchrun:
+        env["TORCHELASTIC_RUN_ID"] = "test"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "cora" in done.stdout, done.stderr
+    assert ("teardown ran" in done.stdout) is not torchrun, done.stdout
