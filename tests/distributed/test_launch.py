@@ -162,7 +162,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {})):
+def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="127.0.0.1"):
     """Two torchrun "nodes" of one process each on this host (node 0 holds the rendezvous store)."""
     port = _free_port()
     nodes = []
@@ -170,7 +170,7 @@ def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {})):
         log = open(tmp_path / f"node{i}.log", "w")
         nodes.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(i),
-             "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+             "--nproc-per-node", "1", "--master-addr", master_addr, "--master-port", str(port),
              "-m", "mggcn", "train", *train_args], stdout=log, stderr=subprocess.STDOUT, env={**env, **node_env[i]}))
         log.close()
     return nodes

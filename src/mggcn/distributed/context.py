@@ -13,6 +13,7 @@ world of size 1 needs no process group: every collective below is then the ident
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from mggcn.config import MMAP_THRESHOLD
+from mggcn.distributed.network import GLOO_IFNAME_ENV, gloo_interface
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.parallel import available_cores
 from mggcn.utils.system import enter_rank
@@ -178,12 +180,28 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world_size > 1 and not dist.is_initialized():
+        if backend == "gloo" and local_world < world_size:
+            _bind_gloo_off_loopback(local_rank)
         init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
         kwargs = {"device_id": dev} if backend == "nccl" else {}
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s), **kwargs)
     return DistContext(rank=rank, world_size=world_size, device=dev, backend=backend,
                        local_rank=local_rank, local_world_size=local_world)
+
+
+def _bind_gloo_off_loopback(local_rank: int) -> None:
+    """A job over several hosts whose host name resolves to a loopback address: gloo bound there would tell the
+    other hosts an address they cannot reach, and the job would wait out its timeout. Bind it to the interface
+    toward the rendezvous host instead (:func:`mggcn.distributed.network.gloo_interface`), saying so once per
+    host."""
+    interface = gloo_interface()
+    if interface is None:
+        return
+    os.environ[GLOO_IFNAME_ENV] = interface
+    if local_rank == 0:
+        print(f"mggcn: this host's name resolves to a loopback address; gloo uses {interface}, the interface toward "
+              f"MASTER_ADDR (set {GLOO_IFNAME_ENV} to choose another)", file=sys.stderr, flush=True)
 
 
 def shutdown(clean: bool = True) -> None:
