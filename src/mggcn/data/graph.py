@@ -16,7 +16,7 @@ import numpy as np
 from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_arrays", "graph_from_pyg", "int64_array", "is_pyg",
-           "split_mask", "tensor_array"]
+           "label_array", "split_mask", "tensor_array"]
 
 SPLITS = ("train", "val", "test")
 
@@ -36,6 +36,17 @@ def int64_array(values: np.ndarray, what: str, name: str, kinds: str = "biuf") -
         if bad.any():
             raise GraphError(f"{name}: {what} {float(values.flat[int(np.argmax(bad))])!r} is not an integer")
     return np.ascontiguousarray(values, dtype=np.int64)
+
+
+def label_array(values: np.ndarray, name: str) -> np.ndarray:
+    """Labels as int64 with -1 = unlabelled, read as :func:`int64_array` reads them, but that a NaN of float labels
+    is -1 too: PyG's ogbn-papers100M (and OGB's own loaders) mark the vertices without a label so."""
+    values = np.asarray(values)
+    if values.dtype.kind == "f" and values.size:
+        nan = np.isnan(values)
+        if nan.any():
+            values = np.where(nan, -1.0, values)
+    return int64_array(values, "label", name)
 
 
 @dataclass
@@ -63,12 +74,26 @@ class Graph:
 
     def __post_init__(self) -> None:
         self.edge_index = self._int64(self.edge_index, "vertex id")
+        x = np.asarray(self.x)
+        if x.dtype.kind not in "biuf":  # a cast would drop an imaginary part, or parse text: refused, as in files
+            raise GraphError(f"{self.name}: the features must be real numbers, got dtype {x.dtype}")
         with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf: validate refuses it
-            self.x = np.ascontiguousarray(self.x, dtype=np.float32)
-        self.y = self._int64(self.y, "label")
-        self.masks = {k: np.ascontiguousarray(v, dtype=bool) for k, v in self.masks.items()}
+            self.x = np.ascontiguousarray(x, dtype=np.float32)
+        self.y = label_array(self.y, self.name)
+        self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
         if self.num_classes < 0:
             self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+
+    def _mask(self, split: str, values: np.ndarray) -> np.ndarray:
+        """A mask as bool, refused unless bool or 0/1: a cast would read split codes, vertex ids or NaN as True."""
+        values = np.asarray(values)
+        if values.dtype.kind != "b":
+            other = ~np.isin(values, (0, 1)) if values.dtype.kind in "iuf" else np.ones(values.shape, dtype=bool)
+            if other.any():
+                bad = values.reshape(-1)[int(np.argmax(other))].tolist()
+                raise GraphError(f"{self.name}: the '{split}' mask must be bool [n] (or 0/1), but holds {bad!r} "
+                                 f"({values.dtype}); vertex ids: mggcn.data.formats.from_tensors reads them")
+        return np.ascontiguousarray(values, dtype=bool)
 
     def _int64(self, values: np.ndarray, what: str) -> np.ndarray:
         return int64_array(values, what, self.name)
@@ -94,6 +119,26 @@ class Graph:
             if mask.ndim != 1:
                 raise GraphError(f"{self.name}: the '{split}' mask must be [n], got shape {list(mask.shape)}")
 
+    def _check_split_labels(self) -> None:
+        """Every split present, [n], and labelled in [0, C); the labels outside them in [0, C) or -1."""
+        n, name, c = self.num_nodes, self.name, self.num_classes
+        for split in SPLITS:
+            if split not in self.masks:
+                raise GraphError(f"{name}: the '{split}' split is missing")
+            mask = self.masks[split]
+            if mask.shape != (n,):
+                raise GraphError(f"{name}: the '{split}' mask has {mask.shape[0]} entries for {n} vertices")
+            bad = mask & ((self.y < 0) | (self.y >= c))
+            if bad.any():
+                v = int(np.argmax(bad))
+                why = "; -1 and NaN mean unlabelled, which no split may hold" if self.y[v] < 0 else ""
+                raise GraphError(f"{name}: label {int(self.y[v])} of a '{split}' vertex is out of range [0, {c}) "
+                                 f"(vertex {v}{why})")
+        bad = (self.y < -1) | (self.y >= c)
+        if bad.any():
+            v = int(np.argmax(bad))
+            raise GraphError(f"{name}: label {int(self.y[v])} of vertex {v} is out of range [0, {c}) (-1 = unlabelled)")
+
     def validate(self) -> Graph:
         """Check every invariant the trainer relies on; raise :class:`GraphError` naming ``self.name`` otherwise."""
         n, name = self.num_nodes, self.name
@@ -112,8 +157,10 @@ class Graph:
                              f"but the graph has {n} vertices")
         if self.x.shape[1] == 0:
             raise GraphError(f"{name}: the feature matrix has no column (F = 0)")
-        if not np.isfinite(self.x).all():
-            raise GraphError(f"{name}: the features contain NaN or inf")
+        finite = np.isfinite(self.x).all(axis=1)
+        if not finite.all():
+            raise GraphError(f"{name}: the features contain NaN or inf (first in row {int(np.argmin(finite))}; a value "
+                             "beyond float32's range reads as inf)")
         if self.y.shape != (n,):
             raise GraphError(f"{name}: {self.y.shape[0] if self.y.ndim else 0} labels for {n} vertices")
         if self.num_classes < 1:
@@ -121,19 +168,7 @@ class Graph:
         if self.num_classes > n:  # one stray label must not size the output layer
             raise GraphError(f"{name}: {self.num_classes} classes for {n} vertices (largest label "
                              f"{int(self.y.max()) if self.y.size else -1}): more classes than vertices is refused")
-        for split in SPLITS:
-            if split not in self.masks:
-                raise GraphError(f"{name}: the '{split}' split is missing")
-            mask = self.masks[split]
-            if mask.shape != (n,):
-                raise GraphError(f"{name}: the '{split}' mask has {mask.shape[0]} entries for {n} vertices")
-            labels = self.y[mask]
-            if labels.size and (labels.min() < 0 or labels.max() >= self.num_classes):
-                bad = int(labels.min()) if labels.min() < 0 else int(labels.max())
-                raise GraphError(f"{name}: label {bad} of a '{split}' vertex is out of range [0, {self.num_classes})")
-        labelled = self.y[self.y >= 0]
-        if labelled.size and labelled.max() >= self.num_classes:
-            raise GraphError(f"{name}: label {int(labelled.max())} is out of range [0, {self.num_classes})")
+        self._check_split_labels()
         if not self.masks["train"].any():
             raise GraphError(f"{name}: the training split is empty")
         for a, b in (("train", "val"), ("train", "test"), ("val", "test")):

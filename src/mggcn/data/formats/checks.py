@@ -9,7 +9,8 @@ Legend: n = vertices, E = edges, F = feature dimension.
 ``mtx`` and ``edgelist`` take their vertex data from optional files; what is absent is synthesized from ``seed``:
 
 * ``features``: ``.npy`` ``float [n, F]``; absent: standard normal ``[n, num_features]``.
-* ``labels``: ``.npy`` integer ``[n]`` (``-1`` = unlabelled); absent: uniform in ``[0, num_classes or 2)``.
+* ``labels``: ``.npy`` integer ``[n]`` (``-1`` = unlabelled, as is NaN in float labels); absent: uniform in
+  ``[0, num_classes or 2)``.
 * ``split``: ``.npy`` integer ``[n]`` with 0 = train, 1 = val, 2 = test, -1 = none (the ``sets.bin`` code), or
   ``.npz`` with bool ``train``/``val``/``test`` arrays of length n; absent: a random 50/25/25 split of the labelled
   vertices.
@@ -354,7 +355,7 @@ def check_features(x: np.ndarray, path: PathLike, n: int, n_from: str) -> np.nda
         raise file_error(path, f"{x.shape[0]} feature rows for {n} vertices ({n_from})")
     if x.shape[1] == 0:
         raise file_error(path, f"features of shape {list(x.shape)}: no feature column (F = 0)")
-    if not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
+    if x.dtype.kind not in "biuf":  # bool 0/1 features read as a tensor's .float() reads them
         raise file_error(path, f"features must be real numbers, got dtype {x.dtype}")
     with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf, refused just below
         x = np.asarray(x, dtype=np.float32)
@@ -369,7 +370,8 @@ def check_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_u
     """Return int64 ``[n]`` labels with -1 = unlabelled.
 
     Formats that mark "unlabelled" with NaN (OGB) have no -1 sentinel, so there every negative label is an error;
-    elsewhere -1 means unlabelled and anything below it is an error.
+    elsewhere -1 means unlabelled and anything below it is an error, and a NaN of float labels is unlabelled as well
+    (labels saved from PyG's ogbn-papers100M hold NaN so; no format gives NaN another meaning).
     """
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -379,14 +381,12 @@ def check_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_u
         raise file_error(path, f"{y.shape[0]} labels for {n} vertices ({n_from})")
     if np.issubdtype(y.dtype, np.floating):
         nan = np.isnan(y)
-        if nan.any() and not nan_is_unlabelled:
-            raise file_error(path, f"label of vertex {int(np.argmax(nan))} is NaN")
         values = np.where(nan, 0.0, y)
         bad = ~np.isfinite(values) | (values != np.round(values))
         if bad.any():
             v = int(np.argmax(bad))
             raise file_error(path, f"label {float(y[v])!r} of vertex {v} is not an integer")
-    elif np.issubdtype(y.dtype, np.integer):
+    elif y.dtype.kind in "biu":  # bool: two classes, as int64_array reads a tensor's
         nan, values = np.zeros(n, dtype=bool), y
     else:
         raise file_error(path, f"labels must be integers, got dtype {y.dtype}")
