@@ -167,3 +167,18 @@ def test_zero_one_masks_of_a_graph_are_still_masks():
     masks = {k: v.astype(np.uint8) for k, v in _masks().items()}
     g = _graph(masks=masks).validate()
     assert all(np.array_equal(g.masks[k], v) for k, v in _masks().items())
+
+
+def test_patience_without_a_validation_split_is_refused_and_training_without_it_runs():
+    """With no validation vertex every epoch's validation accuracy is 0: early stopping would stop after patience
+    epochs and restore the first epoch's weights as the best. Refused in one line; without patience it trains."""
+    import mggcn
+    from mggcn.utils.errors import ConfigError
+
+    ei, x, y = _arrays()
+    masks = {"train": SPLIT <= 1, "val": np.zeros(N, dtype=bool), "test": SPLIT == 2}
+    graph = Graph(num_nodes=N, edge_index=ei, x=x, y=y, masks=masks, name="noval")
+    with pytest.raises(ConfigError, match="patience 2: the dataset's validation split is empty") as err:
+        mggcn.train(graph, epochs=6, patience=2, quiet=True)
+    assert err.value.option == "patience" and "\n" not in str(err.value)
+    assert len(mggcn.train(graph, epochs=6, quiet=True).history) == 6

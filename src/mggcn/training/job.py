@@ -240,6 +240,11 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     dataset = open_job_dataset(job)
     _mark(job, "dataset")
     check_partition(dataset.num_nodes, nprocs, cfg.partition)
+    if cfg.patience > 0 and dataset.split_sizes.get("val") == 0:
+        # every epoch's validation accuracy would be 0: the run would stop after patience epochs and restore the
+        # first epoch's weights as the best
+        raise ConfigError(f"patience {cfg.patience}: the dataset's validation split is empty, so early stopping has "
+                          "nothing to watch; leave patience out", "patience")
     check_model_size(cfg, dataset.num_features, dataset.num_classes, dataset.num_nodes, nprocs)
     find_resume(job, dataset, report=_silent)  # raises for another dataset or model; rank 0 says what it skips
     return dataset

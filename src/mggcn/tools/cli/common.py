@@ -181,7 +181,7 @@ def add_reader_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", type=path_arg, default=None,
                    help="mtx/edgelist: features .npy [n, F] (default: random)")
     p.add_argument("--labels", type=path_arg, default=None,
-                   help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
+                   help="mtx/edgelist: labels .npy [n], -1 (or NaN) = unlabelled (default: random)")
     p.add_argument("--split", type=path_arg, default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 (train/val/test/none) or .npz of masks "
                         "(default: random 50/25/25)")

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
     p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
     p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
-    p.add_argument("--labels", default=None, help="mtx/edgelist: labels .npy [n], -1 = unlabelled (default: random)")
+    p.add_argument("--labels", default=None,
+                   help="mtx/edgelist: labels .npy [n], -1 (or NaN) = unlabelled (default: random)")
     p.add_argument("--split", default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 or .npz of train/val/test masks (default: random)")
     p.add_argument("--normalize-features", action="store_true",
