@@ -22,8 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.reports:
         try:
             with open(path) as f:
-                tables.append(format_markdown(json.load(f)))
-        except (OSError, ValueError, KeyError, TypeError) as err:
+                report = json.load(f)
+            if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
+                raise TypeError("no list of rows")  # other JSON, e.g. a list or null
+            tables.append(format_markdown(report))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             print(f"bench_table: {path}: not a report of mggcn bench ({type(err).__name__}: {err})", file=sys.stderr)
             return 2
     text = "\n\n".join(tables)

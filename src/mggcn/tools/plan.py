@@ -431,7 +431,9 @@ def float_bytes(precision: str) -> int:
 
 
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:
-    """The table ``mggcn plan`` prints."""
+    """The table ``mggcn plan`` prints; with ``capacity`` (bytes per device, more than 0), whether it fits."""
+    if capacity is not None and capacity <= 0:  # what 0, or a size under a byte (0.1), reads as
+        raise ConfigError(f"memory must be more than 0 bytes, got {capacity}", "memory")
     lines = [f"{name}: P = {plan.nprocs}, {plan.rows:,} rows per rank, SpMM widths per epoch {plan.widths}",
              "per-rank memory:"]
     for part, size in plan.parts.items():

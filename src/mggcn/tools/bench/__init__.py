@@ -5,12 +5,14 @@
 or the ``edge_index``), from the same initial weights.
 
 The graph: a degree-corrected block model (:func:`mggcn.data.generators.community.community_generated`, blocks of
-edges drawn on every core; ``nodes · degree`` nonzeros of A), generated once in a process of its own and written as a
-prepared directory (:mod:`mggcn.data.prepared`: int32 CSR, float32 features; 4 bytes a nonzero where an int64
-edge list takes 16). ``--graph-cache DIR`` keeps it there: reused when DIR exists (refused when it holds another
-graph than the options make). mggcn's ranks open it as ``mggcn train DIR`` does, each reading its share; PyG's process
-reads its arrays whole and forms its ``edge_index`` (source = ``in_indices``, target = each entry's row) and the split
-masks. The generation's seconds and rate (nonzeros of Â per second) are logged and reported.
+edges drawn on every core; ``nodes · degree`` nonzeros of A), generated once in a process of its own and written as
+a prepared directory (:mod:`mggcn.data.prepared`: int32 CSR, float32 features; 4 bytes a nonzero where an int64 edge
+list takes 16). ``--graph-cache DIR`` keeps it there: reused when DIR exists (refused when it holds another graph
+than the options make: a prepared directory records them in its manifest, a GraphSAINT one in ``mggcn-bench.json``;
+one the bench did not write is compared by its sizes). mggcn's ranks open it as ``mggcn train DIR`` does, each
+reading its share; PyG's process reads its arrays whole and forms its ``edge_index`` (source = ``in_indices``,
+target = each entry's row) and the split masks. The generation's seconds and rate (nonzeros of Â per second) are
+logged and reported.
 
 Every configuration trains that graph with the same model, initial weights, epochs and thread count, each in fresh
 processes of its own so that peak memories do not mix. Reported per configuration: the median epoch time after a

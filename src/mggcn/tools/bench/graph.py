@@ -8,7 +8,10 @@ directory instead, prepared once for mggcn.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 import time
 
 from mggcn.data.datasets import GeneratedDataset, InMemoryDataset
@@ -17,12 +20,15 @@ from mggcn.data.graph import Graph
 from mggcn.tools.bench.memory import peak_rss
 from mggcn.tools.bench.options import BenchOptions
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.outputs import follow_umask
 from mggcn.utils.parallel import set_threads
 
 __all__ = ["bench_graph", "generate_worker", "prepare_worker", "info_worker", "cached_info", "open_dataset",
-           "read_graph", "graph_info", "GENERATED_WITH"]
+           "read_graph", "graph_info", "check_cached", "saint_made", "GENERATED_WITH", "SAINT_MADE"]
 
 GENERATED_WITH = ("nodes", "degree", "features", "classes", "seed", "ids")  # the options that make the graph
+SIZES = ("nodes", "features", "classes")  # what a cached graph the bench did not write is compared by
+SAINT_MADE = "mggcn-bench.json"  # in a GraphSAINT directory the bench wrote: its GENERATED_WITH (read_saint skips it)
 
 
 def bench_graph(opts: BenchOptions) -> GeneratedGraph:
@@ -42,11 +48,9 @@ def generate_worker(opts: BenchOptions, path: str, threads: int) -> dict:
     generated = bench_graph(opts)
     generate_s = time.perf_counter() - start
     if opts.saint_graph:
-        from mggcn.data.formats.saint import write_saint
-
         graph = generated.to_graph()
         del generated
-        write_saint(graph, path)
+        _write_saint(graph, path, opts)
         info = graph_info(graph)
     else:
         from mggcn.data.prepared.writer import write_dataset
@@ -58,6 +62,46 @@ def generate_worker(opts: BenchOptions, path: str, threads: int) -> dict:
     info.update(generate_s=generate_s, write_s=time.perf_counter() - start - generate_s, cached=False,
                 nnz_per_s=info["nnz"] / generate_s if generate_s > 0 else None)
     return info
+
+
+def _write_saint(graph: Graph, path: str, opts: BenchOptions) -> None:
+    """The GraphSAINT directory, with the options that made it (:data:`SAINT_MADE`), written in a sibling and
+    renamed at the end: a bench killed while writing leaves no directory that a later one would take for its
+    graph."""
+    from mggcn.data.formats.saint import write_saint
+
+    parent, name = os.path.split(os.path.abspath(path))
+    tmp = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
+    try:
+        write_saint(graph, tmp)
+        with open(os.path.join(tmp, SAINT_MADE), "w", encoding="utf-8") as f:
+            json.dump({key: getattr(opts, key) for key in GENERATED_WITH}, f)
+        follow_umask(tmp, directory=True)  # mkdtemp made it private; the cache gets the mode of any new directory
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def saint_made(path: str) -> dict | None:
+    """The options that made a cached GraphSAINT directory (None: not written by the bench)."""
+    try:
+        with open(os.path.join(path, SAINT_MADE), encoding="utf-8") as f:
+            made = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return made if isinstance(made, dict) else None
+
+
+def check_cached(path: str, made: dict, opts: BenchOptions) -> None:
+    """Refuse a cached graph that other options made (``made``: those options, or for a directory the bench did
+    not write, its sizes) than ``opts`` ask for."""
+    wanted = {k: getattr(opts, k) for k in made if k in GENERATED_WITH}
+    if any(made[k] != v for k, v in wanted.items()):
+        holds = ", ".join(f"{k} {made[k]}" for k in wanted)
+        asked = ", ".join(f"{k} {v}" for k, v in wanted.items())
+        raise ConfigError(f"graph_cache: {path} holds the graph of {holds}; the options ask for {asked} "
+                          "(give those options, or another graph_cache=)", "graph_cache")
 
 
 def graph_info(graph: Graph) -> dict:
@@ -82,13 +126,7 @@ def cached_info(path: str, opts: BenchOptions | None = None) -> dict:
             "classes": dataset.num_classes, "nnz": int(m["nnz_hat"]),
             "train": dataset.split_sizes["train"] / dataset.num_nodes, "name": dataset.name}
     if opts is not None:
-        made = m.get("built", {}).get("bench") or {k: info[k] for k in ("nodes", "features", "classes")}
-        wanted = {k: getattr(opts, k) for k in made if k in GENERATED_WITH}
-        if any(made[k] != v for k, v in wanted.items()):
-            holds = ", ".join(f"{k} {made[k]}" for k in wanted)
-            asked = ", ".join(f"{k} {v}" for k, v in wanted.items())
-            raise ConfigError(f"graph_cache: {path} holds the graph of {holds}; the options ask for {asked} "
-                              "(give those options, or another graph_cache=)", "graph_cache")
+        check_cached(path, m.get("built", {}).get("bench") or {k: info[k] for k in SIZES}, opts)
     return info
 
 

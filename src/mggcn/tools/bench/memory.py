@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import resource
+import warnings
 
 import torch
 
@@ -73,8 +74,10 @@ def warm_runtime(device: torch.device, torch_adam: bool = False) -> None:
     import torch.nn.functional as F
 
     dense = torch.rand(8, 8, device=device)
-    adj = dense.relu().to_sparse_csr()
-    adj = torch.sparse_csr_tensor(adj.crow_indices().int(), adj.col_indices().int(), adj.values(), adj.shape)
+    with warnings.catch_warnings():  # PyTorch's notes on its sparse CSR tensors, printed in every bench otherwise
+        warnings.filterwarnings("ignore", message="Sparse", category=UserWarning)
+        adj = dense.relu().to_sparse_csr()
+        adj = torch.sparse_csr_tensor(adj.crow_indices().int(), adj.col_indices().int(), adj.values(), adj.shape)
     weight = torch.randn(8, 4, device=device, requires_grad=True)
     loss = F.cross_entropy(torch.sparse.mm(adj, dense) @ weight, torch.zeros(8, dtype=torch.long, device=device))
     loss.backward()

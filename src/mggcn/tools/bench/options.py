@@ -101,8 +101,38 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
     if isinstance(opts.seed, bool) or not isinstance(opts.seed, int) or not 0 <= opts.seed <= seed_limit():
         raise ConfigError(f"seed must be an integer from 0 to {seed_limit()}, got {opts.seed!r}", "seed")
     check_timeout(opts.timeout_s)
+    _check_graph(opts)
+    _check_runs(opts)
     _check_caps(opts)
     return opts
+
+
+def _check_graph(opts: BenchOptions) -> None:
+    """Sizes the generator can make (it would fail, or silently make fewer nonzeros, only after the bench began)."""
+    if isinstance(opts.nodes, bool) or not isinstance(opts.nodes, int) or opts.nodes < 2:
+        raise ConfigError(f"nodes must be an integer of at least 2, got {opts.nodes!r}", "nodes")
+    if not 0 < opts.degree <= opts.nodes - 1:  # also refuses nan
+        raise ConfigError(f"degree must be more than 0 and at most nodes - 1 = {opts.nodes - 1} (nonzeros of A = "
+                          f"nodes x degree, no self loops), got {opts.degree}", "degree")
+    if opts.classes > opts.nodes:
+        raise ConfigError(f"classes {opts.classes}: more than the {opts.nodes} vertices", "classes")
+    if max(opts.nprocs) > opts.nodes:
+        raise ConfigError(f"nprocs {max(opts.nprocs)} is larger than the graph's {opts.nodes} vertices", "nprocs")
+
+
+def _check_runs(opts: BenchOptions) -> None:
+    """What every configuration would refuse on its own, one at a time, after the graph was made: the model's
+    settings, the epochs, the threads."""
+    from mggcn.training.job import check_threads
+    from mggcn.training.settings import check_config
+
+    check_config(TrainConfig(model=opts.model, hidden=opts.hidden, epochs=opts.epochs, precision=opts.precision,
+                             tile_bytes=opts.tile_bytes, **model_settings(opts)))
+    if isinstance(opts.warmup, bool) or not isinstance(opts.warmup, int) or opts.warmup < 0:
+        raise ConfigError(f"warmup must be an integer of at least 0, got {opts.warmup!r}", "warmup")
+    if opts.epochs < 1:
+        raise ConfigError(f"epochs must be at least 1 (the timed epochs), got {opts.epochs}", "epochs")
+    check_threads(opts.threads)
 
 
 def _check_caps(opts: BenchOptions) -> None:

@@ -12,7 +12,15 @@ import torch
 
 from mggcn.distributed.launch import WorkerError, run_workers
 from mggcn.nn.models import model_type
-from mggcn.tools.bench.graph import cached_info, generate_worker, info_worker, prepare_worker
+from mggcn.tools.bench.graph import (
+    SIZES,
+    cached_info,
+    check_cached,
+    generate_worker,
+    info_worker,
+    prepare_worker,
+    saint_made,
+)
 from mggcn.tools.bench.limits import check_gpu_memory, gpu_memory_worker, out_of_memory, read_notes
 from mggcn.tools.bench.options import BenchOptions, model_settings
 from mggcn.tools.bench.probes import baseline_worker, broadcast_worker, describe_host, machine_worker
@@ -21,6 +29,7 @@ from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
 from mggcn.tools.bench.table import write_report
 from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
 from mggcn.training.outputs import check_output
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.parallel import available_cores
 
 __all__ = ["run_bench", "configurations", "rounds", "run_one"]
@@ -89,12 +98,13 @@ def _graph_step(opts: BenchOptions, threads: int, tmp: str, log, report: dict) -
     if opts.graph_cache and os.path.exists(path):
         if opts.saint_graph:
             graph = run_workers(info_worker, 1, (path,), timeout_s=opts.timeout_s)[0]
+            check_cached(path, saint_made(path) or {k: graph[k] for k in SIZES}, opts)
         else:
             graph = cached_info(path, opts)
         graph.update(cached=True, generate_s=None, write_s=None, nnz_per_s=None)
         made = f"reused {path}"
     else:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # a cache under a new folder, as mkdir -p
+        _make_parent(path)
         graph = run_workers(generate_worker, 1, (opts, path, threads), timeout_s=opts.timeout_s)[0]
         made = (f"generated in {graph['generate_s']:.1f} s, {graph['nnz_per_s'] / 1e6:.1f}M nonzeros/s; written in "
                 f"{graph['write_s']:.1f} s")
@@ -102,6 +112,16 @@ def _graph_step(opts: BenchOptions, threads: int, tmp: str, log, report: dict) -
     log(f"graph: {graph['nodes']:,} vertices, {graph['nnz']:,} nonzeros of Â, {graph['features']} features, "
         f"{graph['classes']} classes ({made}; {time.perf_counter() - start:.0f} s)")
     return path
+
+
+def _make_parent(path: str) -> None:
+    """The folder a new ``--graph-cache`` goes in, made as ``mkdir -p`` would."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as err:  # a file on the way, no permission
+        raise ConfigError(f"graph_cache: {path}: cannot make its folder {parent} ({err.strerror})",
+                          "graph_cache") from None
 
 
 def _prepare_step(path: str, tmp: str, opts: BenchOptions, log, report: dict) -> str:

@@ -29,7 +29,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def _mib(value) -> float | None:
-    return value / _MIB if value else None
+    return None if value is None else value / _MIB
 
 
 def _row_line(r: dict) -> str:
@@ -108,11 +108,11 @@ def _detail_lines(report: dict, g: dict | None) -> list[str]:
     lines, rows = [], report["rows"]
     base = (g or {}).get("baseline")
     if base:
+        over = ", ".join(f"P={r['nprocs']} {r['whole_net_over_plan']:.2f}" for r in rows
+                         if r.get("whole_net_over_plan") is not None)
         lines.append(f"interpreter baseline (a process that imported torch and mggcn): {base['import'] / _MIB:.0f} MB, "
                      f"{base['warm'] / _MIB:.0f} MB once its kernels and optimizer ran (PyTorch code loaded on first "
-                     "use; whole - that, over plan: "
-                     + ", ".join(f"P={r['nprocs']} {r['whole_net_over_plan']:.2f}" for r in rows
-                                 if r.get("whole_net_over_plan") is not None) + ")")
+                     f"use{'; whole - that, over plan: ' + over if over else ''})")
     pyg = next((r for r in rows if r["kind"] == "pyg" and not r.get("oom")), None)
     if pyg:
         p = pyg["phases"]
@@ -212,6 +212,9 @@ def format_markdown(report: dict) -> str:
             cell(r.get("setup_s"), ".1f"), cell(r.get("setup_vs_pyg"), ".2f"), cell(r.get("test_acc"), ".4f"),
             cell(_mib(r.get("net")), ".0f"), cell(r.get("net_vs_pyg"), ".2f"), cell(_mib(r.get("predicted")), ".0f"),
             cell(r.get("measured_over_predicted"), ".2f")]) + " |")
+    if not configurations(report):
+        lines.append("")
+        lines.append("(no configuration finished)")
     if not report.get("complete", True):
         lines.append("")
         lines.append(f"(stopped before the end: {report.get('error') or 'the report was written midway'})")
