@@ -176,6 +176,18 @@ def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="
     return nodes
 
 
+def _node_results(tmp_path, nodes, timeout: float = 240) -> tuple[list[int], list[str]]:
+    """The exit statuses of :func:`_torchrun_nodes`' nodes (killed if still running after ``timeout``) and their
+    logs."""
+    try:
+        codes = [n.wait(timeout) for n in nodes]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+    return codes, [(tmp_path / f"node{i}.log").read_text() for i in range(len(nodes))]
+
+
 def test_killing_one_torchrun_agent_ends_both_nodes_and_leaves_no_process(tmp_path):
     env, _ = _env(tmp_path)
     metrics = tmp_path / "m.jsonl"
@@ -233,14 +245,8 @@ def test_shm_on_across_nodes_that_do_not_share_it_is_one_line_from_rank_0(tmp_pa
         d.mkdir()
     nodes = _torchrun_nodes(tmp_path, env, "synthetic:n=500,features=8", "--epochs", "3", "--quiet", "--shm", "on",
                             node_env=({"MGGCN_SHM_DIR": str(dirs[0])}, {"MGGCN_SHM_DIR": str(dirs[1])}))
-    try:
-        codes = [n.wait(240) for n in nodes]
-    finally:
-        for n in nodes:
-            if n.poll() is None:
-                n.kill()
+    codes, logs = _node_results(tmp_path, nodes)
     assert codes == [1, 1]  # torchrun's status when a worker fails
-    logs = [(tmp_path / f"node{i}.log").read_text() for i in range(2)]
     # the workers' own words: one line in each node's log (the rest of the logs is torchrun's report of a failed
     # worker; a worker's traceback would come as "[rankN]: ..." lines)
     for log in logs:

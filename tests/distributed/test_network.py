@@ -5,7 +5,7 @@ tell the other hosts an address they cannot reach."""
 import socket
 
 import pytest
-from test_launch import _env, _torchrun_nodes
+from test_launch import _env, _node_results, _torchrun_nodes
 
 from mggcn.distributed import network
 from mggcn.distributed.network import gloo_interface, interface_of, route_address
@@ -59,13 +59,7 @@ def test_a_torchrun_job_over_two_nodes_with_a_routable_rendezvous_address_trains
     env, _ = _env(tmp_path)
     nodes = _torchrun_nodes(tmp_path, env, "synthetic:n=300,features=8", "--epochs", "2", "--quiet",
                             "--timeout", "60", master_addr=own)
-    try:
-        codes = [n.wait(240) for n in nodes]
-    finally:
-        for n in nodes:
-            if n.poll() is None:
-                n.kill()
-    logs = [(tmp_path / f"node{i}.log").read_text() for i in range(2)]
+    codes, logs = _node_results(tmp_path, nodes)
     assert codes == [0, 0], logs
     said = f"gloo uses {interface_of(own)}, the interface toward MASTER_ADDR"
     loopback_name = socket.gethostbyname(socket.gethostname()).startswith("127.")
