@@ -32,9 +32,10 @@ from mggcn.config import TrainConfig
 from mggcn.data.datasets import Dataset, as_dataset
 from mggcn.data.formats.checks import check_memory
 from mggcn.data.graph import graph_from_pyg, int64_array, is_pyg
+from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import launch, refuse_unguarded_script
-from mggcn.distributed.spmm import StagedSpMM, local_adj
-from mggcn.kernels.tiled import csr_to_torch
+from mggcn.distributed.spmm import StagedSpMM
+from mggcn.kernels.tiled import TiledCSR, csr_to_torch
 from mggcn.nn.model import LayerStack
 from mggcn.nn.norm import adjacency, normalize
 from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job, share_dataset
@@ -180,7 +181,7 @@ def _read_option(option: str, value: Any) -> Any:
 
 
 def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
-                       device: torch.device | str = "cpu") -> StagedSpMM:
+                       device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> StagedSpMM:
     r"""The normalized adjacency as an operator ``H -> Â·H`` (with autograd), for :class:`~mggcn.nn.model.GCN` and
     :class:`~mggcn.nn.model.GCNLayer` in a single process.
 
@@ -199,6 +200,9 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
             :class:`~mggcn.nn.sage.GraphSAGE`) or ``"sum"`` (``A``, for :class:`~mggcn.nn.gin.GIN`): the edges as
             given, no self loop added (:func:`mggcn.nn.models.operator_for`).
         device: where Â and Âᵀ are kept (the operand of the operator must be there too).
+        dtype: of Â's values and of the rows it multiplies: ``torch.float32``, or ``torch.float64`` /
+            ``torch.bfloat16`` for a model cast with ``.double()`` / ``.bfloat16()`` (Â is normalized in float32, as
+            training does, then cast). Rows of another dtype are refused in one line.
 
     Shapes:
         ``H`` [n, d] -> ``Â·H`` [n, d]; the backward computes ``Âᵀ·G`` with a CSR of Âᵀ built here, once.
@@ -217,11 +221,45 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     except (RuntimeError, TypeError) as err:
         raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r} "
                           f"({' '.join(str(err).split())[:120]})", "device") from None
+    _check_dtype(dtype)
     # Â and Âᵀ with their self loops: row offsets, degrees and scaling per vertex, an id and a value per nonzero
     check_memory("adjacency_operator", _OPERATOR_VERTEX_BYTES * num_nodes + _OPERATOR_EDGE_BYTES * ei.shape[1],
                  f"num_nodes={num_nodes:,}: Â and Âᵀ")
     adj_hat = normalize(adjacency(ei, num_nodes), norm)
-    return local_adj(csr_to_torch(adj_hat, device), csr_to_torch(adj_hat.T.tocsr(), device))
+    blocks = [TiledCSR.from_torch(csr_to_torch(a, device).to(dtype)) for a in (adj_hat, adj_hat.T.tocsr())]
+    return _Operator(DistContext(), blocks[:1], blocks[1:])
+
+
+_OPERATOR_DTYPES = (torch.float32, torch.float64, torch.bfloat16)  # those the CPU's and GPU's sparse products take
+
+
+def _check_dtype(dtype: Any) -> None:
+    """``dtype`` one of :data:`_OPERATOR_DTYPES`, else a :class:`ConfigError` naming ``dtype``."""
+    if not isinstance(dtype, torch.dtype):
+        raise ConfigError(f"dtype must be a torch.dtype such as torch.float64, got {dtype!r}", "dtype")
+    if dtype not in _OPERATOR_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in _OPERATOR_DTYPES)
+        raise ConfigError(f"dtype must be a floating dtype mggcn's sparse products run in ({names}), got "
+                          f"{str(dtype).removeprefix('torch.')}", "dtype")
+
+
+class _Operator(StagedSpMM):
+    """:func:`adjacency_operator`'s ``H -> Â·H`` in one process: rows of another dtype than Â's values are refused
+    in one line naming the fix, where the sparse product would fail deep in torch ("expected scalar type Double but
+    found Float"). An ``accumulator`` (GAT's attention) reads Â's pattern and casts its values itself: any dtype."""
+
+    def __init__(self, ctx: DistContext, adj: list[TiledCSR], adj_t: list[TiledCSR]) -> None:
+        super().__init__(ctx, adj, adj_t)
+        self.dtype = adj[0].tiles[0].dtype
+
+    def run(self, b: torch.Tensor, transpose: bool = False, out: torch.Tensor | None = None,
+            train_columns: bool = False, accumulator: Any = None) -> torch.Tensor:
+        if b.dtype != self.dtype and accumulator is None:
+            mine, given = (str(d).removeprefix("torch.") for d in (self.dtype, b.dtype))
+            raise ValueError(f"adj multiplies {mine} rows (mggcn.adjacency_operator(..., dtype=torch.{mine})) and x "
+                             f"is {given}: for a {given} model build adj with dtype=torch.{given}, or give the model "
+                             f"and x in {mine}")
+        return super().run(b, transpose, out, train_columns, accumulator)
 
 
 _OPERATOR_VERTEX_BYTES = 64  # bytes per vertex while Â and Âᵀ are built, at most (int64 offsets, float64 degrees)

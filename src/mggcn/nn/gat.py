@@ -46,6 +46,7 @@ from mggcn.nn.functional import _TimedLinear, activate
 from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.system import outside_inference_mode
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GATLayer", "GAT"]
@@ -355,6 +356,7 @@ class GAT(LayerStack):
     def caches_input_aggregation(self) -> bool:
         return False  # every layer multiplies first
 
+    @outside_inference_mode  # what the attention's kernel threads write must be ordinary tensors
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
                 loss_on_train_rows: bool = False) -> torch.Tensor:

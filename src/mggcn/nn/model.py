@@ -35,9 +35,8 @@ The autograd functions that do this (the timed GEMM, σ in place, the fused GEMM
 :mod:`mggcn.nn.functional`; this module holds the order policy, the GCN layer and what every model shares
 (:class:`LayerStack`).
 
-Parameter names match PyG: ``convs.{l}.lin.weight`` [d_out, d_in] and ``convs.{l}.bias`` [d_out], so the
-state dict loads into ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``convs.`` dropped) or PyG's
-``torch_geometric.nn.models.GCN``.
+Parameter names match PyG: ``convs.{l}.lin.weight`` [d_out, d_in] and ``convs.{l}.bias`` [d_out], so the state
+dict loads into PyG's ``models.GCN``, or ``torch.nn.ModuleList([GCNConv(...), ...])`` (prefix ``convs.`` dropped).
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ from mggcn.nn.batch_norm import BatchNorm, batch_norm_
 from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.system import outside_inference_mode
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "glorot_", "spmm_widths", "check_order"]
@@ -198,6 +198,8 @@ class GCNLayer(nn.Module):
         GEMM writes ``∂h``, σ's backward included, over ``h``. Other input gradients go on the workspace's two
         gradient buffers (none for the first layer's input, which may be a leaf that keeps it).
         """
+        if isinstance(adj, torch.Tensor):  # PyG's conv(x, edge_index): said in one line
+            check_inputs(h, adj, self.lin.in_features, self.lin.weight.dtype)
         ws, weight, bias = workspace, self.lin.weight, self.bias
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         input_grad_ws = None if self.first else ws
@@ -216,8 +218,7 @@ class GCNLayer(nn.Module):
         given ``h_aggregated``) followed by one that multiplies first: the two GEMMs and σ a block of rows at a time
         (:class:`~mggcn.nn.functional._GemmActGemm`), then ``nxt``'s SpMM and bias. The same values, buffers and
         gradients as this layer's :meth:`forward`, ``activate(..., deferred=True)`` and ``nxt``'s :meth:`forward` with
-        ``input_activation``; ``key``, ``key_next``: the two layers' workspace keys, ``output_in_workspace``:
-        ``nxt``'s."""
+        ``input_activation``; ``key``, ``key_next``: their workspace keys; ``output_in_workspace``: ``nxt``'s."""
         if not (h_aggregated is not None or self.aggregate_first) or nxt.aggregate_first:
             raise ValueError("forward_with_next needs a layer that ends with its GEMM and one that multiplies first")
         a, a_grad = self._gemm_input(h, adj, h_aggregated, workspace, key)
@@ -274,8 +275,7 @@ class LayerStack(nn.Module):
     options: tuple[str, ...] = ()  # the TrainConfig fields only this model takes
     layer_weight = "convs.{}.lin.weight"  # layer l's weight [d_out, d_in]: a state dict's model and sizes by it
     layer_bias: str | None = None  # layer l's bias, where the model takes ``bias=`` (None: it does not)
-    # its layers take ``input_activation`` (GCNLayer.forward): those that multiply first do the backward of the σ
-    # before them
+    # GCNLayer.forward's ``input_activation``: its layers that multiply first do the backward of the σ before them
     takes_input_activation = False
 
     @classmethod
@@ -475,6 +475,7 @@ class LayerStack(nn.Module):
         let go of X. None where forward reads ``x`` beside it (:meth:`reads_input`). The GCN's is ``Â·x``."""
         return None if self.reads_input() else x_aggregated
 
+    @outside_inference_mode  # the workspace outlives the call
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
                 loss_on_train_rows: bool = False) -> torch.Tensor:

@@ -7,7 +7,8 @@ they stay only in a process mggcn owns: a worker its launcher started, or the ``
 runs inside :func:`caller_settings_kept`, which puts back the thread count and the warning filters on return; the
 allocator is left as it was there: glibc cannot report its mmap threshold, so a threshold set could not be undone.
 Signal handlers are installed for the length of a ``with`` block (:class:`StopOnSignal`, :func:`sigterm_as_interrupt`)
-and restored after it.
+and restored after it; a model's forward leaves the caller's ``torch.inference_mode`` for its own length
+(:func:`outside_inference_mode`).
 
 Importing this module loads no torch.
 """
@@ -19,9 +20,10 @@ import select
 import signal
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
 # MMAP_THRESHOLD: host allocations above this many bytes come from the system and go back to it when freed (glibc's
 # M_MMAP_THRESHOLD). glibc's own threshold starts at 128 KiB and rises to the size of every large block freed, up to
@@ -35,7 +37,7 @@ from mggcn.utils.parallel import configured_threads, set_threads
 __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
            "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
-           "start_vector_math",
+           "start_vector_math", "outside_inference_mode",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively"]
 
@@ -257,6 +259,28 @@ def torch_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+_Forward = TypeVar("_Forward", bound=Callable[..., Any])
+
+
+def outside_inference_mode(forward: _Forward) -> _Forward:
+    """``forward`` (a model's), called under ``torch.inference_mode``, runs outside it and without autograd
+    (``torch.no_grad``), to the same values. What a forward makes and keeps for the next one (the workspace's
+    buffers) must be an ordinary tensor: an inference tensor may never again be written outside inference mode, so
+    the first training forward after it would fail, and the kernels' pool threads, which do not inherit the
+    caller's inference mode, could not write it even then."""
+
+    @wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if not torch.is_inference_mode_enabled():
+            return forward(*args, **kwargs)
+        with torch.inference_mode(False), torch.no_grad():
+            return forward(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 class StopOnSignal:

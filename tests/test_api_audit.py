@@ -1,0 +1,140 @@
+"""The Python API as user code drives it in one process: the layers under torch's modes and dtypes, and
+``mggcn.train`` called again and again from the same script."""
+
+import random
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+import mggcn
+
+N, F, C = 40, 5, 3
+_MODELS = {"gcn": mggcn.GCN, "sage": mggcn.GraphSAGE, "gin": mggcn.GIN, "gat": mggcn.GAT}
+
+
+def _graph(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(N, F, generator=g), torch.randint(0, N, (2, 160), generator=g)
+
+
+def _model(kind: str, **kw) -> mggcn.GCN:
+    return _MODELS[kind]([F, 8, C], **({"heads": 2} if kind == "gat" else {}), **kw)
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert text and "\n" not in text, text
+    return text
+
+
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_a_forward_under_inference_mode_leaves_the_model_trainable(kind):
+    """``torch.inference_mode`` around an evaluation: the workspace a forward keeps must not become inference
+    tensors (the next training forward could not write them), and the kernels' threads must be able to write what
+    the forward makes."""
+    x, edge_index = _graph()
+    model = _model(kind)
+    adj = mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym"))
+    with torch.inference_mode():
+        evaluated = model(x, adj)
+    with torch.no_grad():
+        expected = _model(kind)(x, adj)
+    # the same ops in the same order on the same weights (both without autograd): equal bit for bit
+    torch.testing.assert_close(evaluated, expected, rtol=0, atol=0)
+    out = model(x, adj)  # then training goes on
+    torch.nn.functional.cross_entropy(out, torch.arange(N) % C).backward()
+    assert all(p.grad is not None for p in model.parameters())
+    with torch.inference_mode():  # and evaluation again, after the workspace exists
+        torch.testing.assert_close(model(x, adj), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
+def test_a_float64_model_runs_on_a_float64_operator(kind):
+    """``model.double()`` as with PyG's models: the operator built in float64 gives the float32 model's values to
+    float32 rounding, and gradients that ``gradcheck`` confirms."""
+    x, edge_index = _graph()
+    model = _model(kind)
+    norm = model.operator("sym")
+    single = model(x, mggcn.adjacency_operator(edge_index, N, norm=norm))
+    adj64 = mggcn.adjacency_operator(edge_index, N, norm=norm, dtype=torch.float64)
+    double = model.double()(x.double(), adj64)
+    assert double.dtype == torch.float64
+    # float32 against float64 of values of order 1 through two layers: a few float32 ulps
+    torch.testing.assert_close(double, single.double(), rtol=1e-5, atol=1e-5)
+    small = _MODELS[kind]([F, 3, 2], reuse_buffers=False).double()  # gradcheck runs many forwards per backward
+    assert torch.autograd.gradcheck(lambda h: small(h, adj64), (x.double().requires_grad_(),))
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
+def test_a_model_and_an_operator_of_other_dtypes_are_one_line(kind):
+    """A float64 model given the default float32 operator failed deep in the SpMM ("expected scalar type Double but
+    found Float"); it is said in one line naming the fix."""
+    x, edge_index = _graph()
+    model = _model(kind).double()
+    adj = mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym"))
+    with pytest.raises(ValueError, match=r"float32 .* x is float64.*dtype=torch.float64") as err:
+        model(x.double(), adj)
+    _one_line(err)
+
+
+def test_a_gat_of_any_float_dtype_takes_the_default_operator():
+    """GAT reads the operator's pattern only (its coefficients are its own): the float32 operator serves it in
+    float64 as before."""
+    x, edge_index = _graph()
+    model = _model("gat")
+    adj = mggcn.adjacency_operator(edge_index, N)
+    single = model(x, adj)
+    # float32 against float64 of values of order 1: a few float32 ulps
+    torch.testing.assert_close(model.double()(x.double(), adj), single.double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, message", [(torch.int64, "floating"), ("float64", "torch.dtype"),
+                                            (torch.float16, "float16")])
+def test_adjacency_operator_refuses_a_dtype_it_cannot_multiply_in(dtype, message):
+    _, edge_index = _graph()
+    with pytest.raises(mggcn.ConfigError, match=message) as err:
+        mggcn.adjacency_operator(edge_index, N, dtype=dtype)
+    assert err.value.option == "dtype" and _one_line(err)
+
+
+def _caller_state() -> dict:
+    return {"rng": torch.get_rng_state(), "numpy": np.random.get_state()[1].copy(), "random": random.getstate(),
+            "grad": torch.is_grad_enabled(), "dtype": torch.get_default_dtype(), "threads": torch.get_num_threads(),
+            "sigint": signal.getsignal(signal.SIGINT), "sigterm": signal.getsignal(signal.SIGTERM),
+            "deterministic": torch.are_deterministic_algorithms_enabled()}
+
+
+def test_train_again_and_again_in_one_process_is_as_fresh():
+    """A notebook's cells: each call gives what the first gave for the same seed (whatever ran in between), and
+    the caller's RNGs, grad mode, default dtype, threads and signal handlers are as they were."""
+    torch.manual_seed(7)
+    before = _caller_state()
+
+    def run(spec, seed=1):
+        return mggcn.train(spec, hidden=(6,), epochs=3, seed=seed, lr=0.05, quiet=True)
+
+    first = run("builtin:karate")
+    run("synthetic:n=120", seed=2)
+    again = run("builtin:karate")
+    assert [r["loss"] for r in again.history] == [r["loss"] for r in first.history]
+    np.testing.assert_array_equal(again.predictions, first.predictions)
+    for name, tensor in first.state_dict.items():
+        assert torch.equal(again.state_dict[name], tensor), name
+    after = _caller_state()
+    for key, value in before.items():
+        same = torch.equal(value, after[key]) if isinstance(value, torch.Tensor) else (
+            np.array_equal(value, after[key]) if isinstance(value, np.ndarray) else value == after[key])
+        assert same, key
+
+
+def test_a_gcn_layer_given_an_edge_index_is_one_line():
+    """``mggcn.GCNLayer`` alone, called as PyG's ``GCNConv(x, edge_index)``: said as the models say it (it was
+    "'Tensor' object is not callable" from inside the layer)."""
+    x, edge_index = _graph()
+    layer = mggcn.GCNLayer(F, 4)
+    with pytest.raises(TypeError, match="adjacency_operator.*an edge_index is not one") as err:
+        layer(x, edge_index)
+    _one_line(err)
+    assert layer(x, mggcn.adjacency_operator(edge_index, N)).shape == (N, 4)
