@@ -2,6 +2,7 @@
 named with the file and its problem, in one line, exit status 2 (bad input), never a peer's lost connection."""
 
 import os
+import signal
 import sys
 
 import pytest
@@ -9,7 +10,14 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "data"))
 import test_hostile_inputs as hostile  # noqa: E402  (the crafted directories and the check of their outcome)
 
-from mggcn.distributed.launch import _PEER_LOST, WorkerError, _Failure, _kind_of, _root_cause  # noqa: E402
+from mggcn.distributed.launch import (  # noqa: E402
+    _PEER_LOST,
+    WorkerError,
+    _all_interrupted,
+    _Failure,
+    _kind_of,
+    _root_cause,
+)
 
 
 def _at_two_ranks(case):
@@ -50,6 +58,19 @@ def test_bad_input_found_by_a_rank_is_the_cause_even_when_a_peer_failed_first():
         cause = _root_cause(failed)
         assert isinstance(cause, WorkerError) and cause.rank == 1 and cause.kind == "bad_input"
         assert str(cause) == "rank 1 failed: GraphError: d/labels.npy: label 17"
+
+
+def test_a_peer_that_lost_an_interrupted_rank_counts_as_interrupted():
+    """Ctrl-C that reaches one worker while the other still waits on it (the workers start): the peer fails on
+    the lost connection, and the job was stopped, not failed (exit 130, not a KeyboardInterrupt named as a
+    failure); a lost connection alone, or beside a real error, is no interrupt."""
+    ctrl_c = _Failure(1, 2.0, "failed: KeyboardInterrupt: ", kind="interrupt")
+    lost = _Failure(0, 1.0, "failed: DistBackendError: Connection reset by peer", peer_lost=True)
+    error = _Failure(0, 1.0, "failed: RuntimeError: boom")
+    assert _all_interrupted({0: lost, 1: ctrl_c}, None)
+    assert _all_interrupted({1: ctrl_c}, signal.SIGINT)
+    assert not _all_interrupted({0: lost}, signal.SIGINT)
+    assert not _all_interrupted({0: error, 1: ctrl_c}, None)
 
 
 @pytest.mark.parametrize("kind, status", [("bad_input", 2), ("error", 1)])

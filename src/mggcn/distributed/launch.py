@@ -401,7 +401,7 @@ def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None
         ready = multiprocessing.connection.wait([p.sentinel for p in running.values()],
                                                 timeout=max(0.0, settle - time.monotonic()))
         failed.update(_reap(running, ready, workdir))
-    if all(_interrupted_by(f, interrupted) for f in failed.values()):
+    if _all_interrupted(failed, interrupted):
         sig = interrupted or signal.SIGINT  # Ctrl-C reached the workers (they share the terminal) first
         raise JobInterrupted(min(failed), f"was stopped by {sig.name} before it could stop by itself")
     raise _root_cause(failed)
@@ -472,6 +472,14 @@ def _interrupted_by(failure: _Failure, sig: signal.Signals | None) -> bool:
     if failure.kind == "interrupt":
         return True
     return sig is not None and failure.message in (_describe_exit(-sig), _describe_exit(-signal.SIGTERM))
+
+
+def _all_interrupted(failed: dict[int, _Failure], sig: signal.Signals | None) -> bool:
+    """Whether the ranks that failed together were all ended by the interrupt (:func:`_interrupted_by`), a peer
+    that lost its connection to an interrupted rank counting as one: whichever of them ended first, the job was
+    stopped, not failed."""
+    stopped = [_interrupted_by(f, sig) for f in failed.values()]
+    return any(stopped) and all(s or f.peer_lost for s, f in zip(stopped, failed.values()))
 
 
 def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
