@@ -20,7 +20,8 @@ def _graph(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _model(kind: str, **kw) -> mggcn.GCN:
-    return _MODELS[kind]([F, 8, C], **({"heads": 2} if kind == "gat" else {}), **kw)
+    """The same weights at every call (seed 0)."""
+    return _MODELS[kind]([F, 8, C], **({"heads": 2} if kind == "gat" else {}), **{"seed": 0, **kw})
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:
@@ -138,3 +139,25 @@ def test_a_gcn_layer_given_an_edge_index_is_one_line():
         layer(x, edge_index)
     _one_line(err)
     assert layer(x, mggcn.adjacency_operator(edge_index, N)).shape == (N, 4)
+
+
+@pytest.mark.parametrize("cls", [mggcn.GCN, mggcn.GraphSAGE, mggcn.GIN, mggcn.GAT])
+def test_layers_without_a_seed_follow_torch_manual_seed_as_torch_nn_does(cls):
+    """A seed sweep or an ensemble written the PyTorch way (torch.manual_seed, then the model) gets other weights
+    per seed and the same weights for the same seed; seed= gives its weights whatever torch's generator holds."""
+    dims = [5, 8, 3]
+
+    def weights(model):
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    torch.manual_seed(1)
+    first = weights(cls(dims))
+    torch.manual_seed(1)
+    again = weights(cls(dims))
+    torch.manual_seed(2)
+    other = weights(cls(dims))
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    torch.manual_seed(3)
+    seeded = weights(cls(dims, seed=7))
+    torch.manual_seed(4)
+    assert torch.equal(seeded, weights(cls(dims, seed=7)))

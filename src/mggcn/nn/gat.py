@@ -139,7 +139,7 @@ class GAT(LayerStack):
         order: accepted for the common signature; a GAT layer always multiplies first.
         bias: every layer adds a learnable bias (default True).
         seed: initialization seed (Glorot weights, zero biases), and the attention masks' seed until
-            :meth:`seed_attention`.
+            :meth:`seed_attention`; None (default): torch's global generator decides it, as for torch.nn's layers.
     """
 
     kind = "gat"
@@ -328,7 +328,7 @@ class GAT(LayerStack):
 
     def __init__(self, dims: Sequence[int], heads: int = 8, attention_dropout: float = 0.0,
                  activation: str = "relu", dropout: float = 0.0, input_dropout: float = 0.0, order: str = "auto",
-                 bias: bool = True, seed: int = 0, reuse_buffers: bool = True) -> None:
+                 bias: bool = True, seed: int | None = None, reuse_buffers: bool = True) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
         check_order(order)
         if not isinstance(heads, int) or heads < 1:
@@ -338,13 +338,13 @@ class GAT(LayerStack):
                 raise ConfigError(f"every hidden width must be divisible by heads: hidden {width} with {heads} "
                                   "heads", "heads")
         self.heads, self.attention_dropout = heads, attention_dropout
-        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
+        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
         last = len(dims) - 2
         self.convs.extend(
             GATLayer(dims[i], dims[i + 1] if i == last else dims[i + 1] // heads, heads, concat=i != last,
                      attention_dropout=attention_dropout, bias=bias, index=i, generator=generator)
             for i in range(len(dims) - 1))
-        self.seed_attention(seed)
+        self.seed_attention(self.seed)
 
     def seed_attention(self, seed: int) -> None:
         """The attention-dropout masks of the following forward passes come from ``seed`` (the trainer: once per

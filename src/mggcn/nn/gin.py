@@ -264,7 +264,8 @@ class GIN(BranchedStack):
         train_eps: learn ε (default False: ε = 0 fixed).
         mlp_batch_norm: batch-normalize each MLP's hidden layer (:class:`GINLayer`), over every vertex; the last
             layer's SpMM backward then reads every column of Âᵀ (the norm's gradient reaches every row).
-        seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank.
+        seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank;
+            None (default): torch's global generator decides it, as for torch.nn's layers.
     """
 
     kind = "gin"
@@ -348,12 +349,12 @@ class GIN(BranchedStack):
             walk.take("H.W", d_out)  # Âᵀ·∂ + (1+ε)·∂, where the output's gradient is not on its buffer
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int = 0,
+                 input_dropout: float = 0.0, order: str = "auto", train_eps: bool = False, seed: int | None = None,
                  reuse_buffers: bool = True, mlp_batch_norm: bool = False, batch_norm: bool = False) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
         self.train_eps, self.mlp_batch_norm = train_eps, mlp_batch_norm
         self.reads_training_columns = self.keeps_training_columns(mlp_batch_norm)
-        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
+        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
         self.convs.extend(GINLayer(dims[i], dims[i + 1], first=(i == 0), order=order, activation=activation,
                                    train_eps=train_eps, generator=generator, mlp_batch_norm=mlp_batch_norm)
                           for i in range(len(dims) - 1))

@@ -256,8 +256,8 @@ class LayerStack(nn.Module):
             are a new tensor unless :meth:`forward` is asked otherwise; a second forward before the backward of the
             first makes that backward raise (it would read overwritten activations), so set False to run several
             forward passes into one backward.
-        seed: the initialization seed; dropout masks come from a generator seeded with it until
-            :meth:`seed_dropout` is called (the trainer calls it once per epoch and rank).
+        seed: the initialization seed (None: drawn from torch's global generator, as torch.nn's layers draw their
+            weights); dropout masks come from a generator seeded with it until :meth:`seed_dropout` is called.
         batch_norm: a batch norm after every layer but the last, before σ, its statistics over every rank's
             vertices (:mod:`mggcn.nn.batch_norm`; PyG's ``norm="batch_norm"``, under its names ``norms.{l}``).
     """
@@ -421,7 +421,7 @@ class LayerStack(nn.Module):
         return plan_input_grad(walk, i, d_in, avoid=inner)  # GEMM backward
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int = 0,
+                 input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int | None = None,
                  batch_norm: bool = False) -> None:
         super().__init__()
         if len(dims) < 2:
@@ -436,7 +436,7 @@ class LayerStack(nn.Module):
         if batch_norm:  # after each hidden layer, before σ (PyG's norms.{l}), over every rank's vertices
             self.norms = nn.ModuleList(BatchNorm(d) for d in self.dims[1:-1])
         self.workspace = Workspace() if reuse_buffers else None
-        self.seed = seed
+        self.seed = int(torch.empty((), dtype=torch.int64).random_()) if seed is None else seed  # torch.manual_seed's
         self._dropout_generator: torch.Generator | None = None
 
     def seed_dropout(self, seed: int) -> None:
@@ -569,7 +569,7 @@ class GCN(LayerStack):
     Args:
         order: the order policy, see :func:`aggregate_first`.
         bias: every layer adds a learnable bias (default True).
-        seed: initialization seed; the same seed gives the same weights on every rank.
+        seed: initialization seed, the same weights on every rank; None (default): torch's generator decides it.
     """
 
     kind = "gcn"
@@ -578,10 +578,10 @@ class GCN(LayerStack):
     layer_bias = "convs.{}.bias"
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
+                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int | None = None,
                  reuse_buffers: bool = True, batch_norm: bool = False) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
-        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
+        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
         self.convs.extend(
             GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
             for i in range(len(dims) - 1))

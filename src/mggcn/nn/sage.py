@@ -174,7 +174,8 @@ class GraphSAGE(BranchedStack):
     Args:
         order: the order policy, see :func:`~mggcn.nn.model.aggregate_first`.
         bias: every layer adds a learnable bias (default True).
-        seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank.
+        seed: initialization seed (Glorot weights, zero biases); the same seed gives the same weights on every rank;
+            None (default): torch's global generator decides it, as for torch.nn's layers.
     """
 
     kind = "sage"
@@ -195,9 +196,9 @@ class GraphSAGE(BranchedStack):
         return sum(2 * a * b + b for a, b in zip(dims[:-1], dims[1:], strict=True))  # W_l, b, W_r
 
     def __init__(self, dims: Sequence[int], activation: str = "relu", dropout: float = 0.0,
-                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int = 0,
+                 input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int | None = None,
                  reuse_buffers: bool = True, batch_norm: bool = False) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
-        generator = torch.Generator().manual_seed(seed)  # the layers draw their weights from it in turn
+        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
         self.convs.extend(SAGELayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
                           for i in range(len(dims) - 1))

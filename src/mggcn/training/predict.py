@@ -64,7 +64,7 @@ def layer_output(model: LayerStack, x: torch.Tensor, adj, layer: int | None = No
     model.eval()
     if layer == num_layers:
         return model(x, adj)
-    head = LayerStack(model.dims[: layer + 1], activation=model.activation).to(x.device).eval()
+    head = LayerStack(model.dims[: layer + 1], activation=model.activation, seed=model.seed).to(x.device).eval()
     head.convs = model.convs[:layer]
     norms = getattr(model, "norms", None)  # --batch-norm: a norm after each hidden layer, before σ
     if norms is None:
