@@ -50,3 +50,26 @@ def test_final_line_names_the_weights_and_the_best_validation_epoch():
     assert format_final(history, final) == ("mggcn: trained model (after epoch 3, eval mode): train 1.0000 val 0.6500 "
                                             "test 0.6250 | best validation 0.7000 at epoch 2 (test 0.6000)")
     assert format_final(history, final, kept_epoch=2).startswith("mggcn: trained model (weights of epoch 2, eval")
+
+
+def test_a_split_without_vertices_is_shown_as_none_not_as_accuracy_0(tmp_path):
+    """A dataset of train and test vertices only (no validation split): the last line says ``val -`` and names no
+    best validation epoch (each epoch's 0 would pick epoch 1), through the command as through format_final."""
+    import numpy as np
+
+    from cli_util import run_cli
+
+    history = [{"epoch": e, "val_acc": 0.0, "test_acc": t} for e, t in [(1, 0.4), (2, 0.6)]]
+    final = {"train_acc": 1.0, "val_acc": 0.0, "test_acc": 0.625}
+    assert format_final(history, final, empty_splits=("val",)) == (
+        "mggcn: trained model (after epoch 2, eval mode): train 1.0000 val - test 0.6250")
+    rng = np.random.default_rng(0)
+    n = 40
+    np.savetxt(tmp_path / "edges.txt", rng.integers(0, n, (160, 2)), fmt="%d")
+    np.save(tmp_path / "split.npy", np.where(np.arange(n) < 30, 0, 2))  # train and test only
+    np.save(tmp_path / "y.npy", np.arange(n) % 3)
+    done = run_cli("train", str(tmp_path / "edges.txt"), "--format", "edgelist", "--split", str(tmp_path / "split.npy"),
+                   "--labels", str(tmp_path / "y.npy"), "--epochs", "3", "--quiet")
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert " val - test " in last and "best validation" not in last, last

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +20,7 @@ import torch
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.generators.spec import physical_memory
-from mggcn.data.graph import Graph
+from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
 from mggcn.distributed.context import (
@@ -89,6 +89,7 @@ class JobResult:
     checkpoint: str | None = None
     resumed_from: str | None = None
     final: dict = field(default_factory=dict)  # accuracies of the returned weights in eval mode (TrainResult.final)
+    empty_splits: tuple[str, ...] = ()  # splits without a vertex: their accuracies are 0 and mean nothing
 
 
 def dataset_identity(dataset: Dataset, content: bool = True) -> dict:
@@ -305,16 +306,18 @@ def format_epoch(record: dict) -> str:
             f"(spmm {record['spmm']:.3f}, wait {record['comm_wait']:.3f}, gemm {record['gemm']:.3f})")
 
 
-def format_final(history: list[dict], final: dict, kept_epoch: int | None = None) -> str:
+def format_final(history: list[dict], final: dict, kept_epoch: int | None = None,
+                 empty_splits: Sequence[str] = ()) -> str:
     """The last line of a run: the accuracies of the trained model (eval mode), then the epoch of the best validation
     accuracy and that epoch's test accuracy (an epoch's record is measured before its update).
 
     ``kept_epoch``: the epoch whose weights the run keeps (``--patience``); default the weights after the last update.
+    ``empty_splits``: splits without a vertex, shown as ``-`` (no best validation epoch without a validation split).
     """
     weights = f"weights of epoch {kept_epoch}" if kept_epoch is not None else f"after epoch {len(history)}"
-    line = (f"mggcn: trained model ({weights}, eval mode): train {final['train_acc']:.4f} val {final['val_acc']:.4f} "
-            f"test {final['test_acc']:.4f}")
-    if history:
+    acc = {s: "-" if s in empty_splits else f"{final[f'{s}_acc']:.4f}" for s in SPLITS}
+    line = f"mggcn: trained model ({weights}, eval mode): train {acc['train']} val {acc['val']} test {acc['test']}"
+    if history and "val" not in empty_splits:
         best = max(history, key=lambda r: r["val_acc"])  # the first of equals
         line += f" | best validation {best['val_acc']:.4f} at epoch {best['epoch']} (test {best['test_acc']:.4f})"
     return line
@@ -349,10 +352,11 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         finally:
             log.close()
         predictions = _write_outputs(job, ctx, shard, result, identity)
+        empty = tuple(s for s in SPLITS if shard.split_sizes[s] == 0)
         if ctx.is_main and not job.quiet:
-            _report_end(result, cfg.patience)
+            _report_end(result, cfg.patience, empty)
         outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
-                            result.checkpoint, resume[1] if resume else None, result.final)
+                            result.checkpoint, resume[1] if resume else None, result.final, empty)
     except BaseException:
         shutdown(clean=False)
         raise
@@ -442,7 +446,7 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
     return predictions
 
 
-def _report_end(result: TrainResult, patience: int) -> None:
+def _report_end(result: TrainResult, patience: int, empty_splits: Sequence[str]) -> None:
     """How the run ended (a signal, early stopping) and the final accuracies."""
     if result.stopped == "interrupted":
         saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no checkpoint directory)"
@@ -450,4 +454,5 @@ def _report_end(result: TrainResult, patience: int) -> None:
     elif result.stopped == "early":
         print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
               f"{result.best_epoch}", flush=True)
-    print(format_final(result.history, result.final, result.best_epoch if patience > 0 else None), flush=True)
+    print(format_final(result.history, result.final, result.best_epoch if patience > 0 else None, empty_splits),
+          flush=True)
