@@ -313,3 +313,15 @@ def test_a_users_model_with_more_than_convolutions_is_one_line(extra, tmp_path):
     with pytest.raises(mggcn.GraphError) as err:
         predict(str(tmp_path / "user.pt"), _data(), norm="sym", activation="relu")
     assert f"{extra}.weight" in _one_line(err) and "conv1, conv2" in str(err.value)
+
+
+def test_a_gat_of_pygs_example_with_other_heads_per_layer_is_one_line_saying_so(tmp_path):
+    """PyG's GAT example: 8 heads, then 1 head for the output; mggcn's GAT has one head count for every layer."""
+    from torch_geometric.nn import GATConv
+
+    torch.save({**{f"conv1.{k}": v for k, v in GATConv(F, 4, heads=8).state_dict().items()},
+                **{f"conv2.{k}": v for k, v in GATConv(32, C, heads=1, concat=False).state_dict().items()}},
+               tmp_path / "gat.pt")
+    with pytest.raises(mggcn.GraphError, match=r"layer 1 has 1 attention head\(s\) and layer 0 8: mggcn's GAT") as err:
+        predict(str(tmp_path / "gat.pt"), _data(), norm="sym", activation="relu")
+    _one_line(err)

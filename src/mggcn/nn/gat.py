@@ -165,8 +165,11 @@ class GAT(LayerStack):
         for layer in range(len(dims) - 1):  # every layer's vectors: the heads the model is built with are layer 0's
             att = state.get(f"convs.{layer}.att_src")
             if (not isinstance(att, torch.Tensor) or att.dim() != 3 or att.shape[0] != 1
-                    or att.shape[1] * att.shape[2] != dims[layer + 1] or heads not in (None, att.shape[1])):
+                    or att.shape[1] * att.shape[2] != dims[layer + 1]):
                 raise ValueError(f"convs.{layer}.att_src is not the [1, heads, channels] of its layer's weight")
+            if heads not in (None, att.shape[1]):  # e.g. PyG's example: 8 heads, then 1 head for the output
+                raise ValueError(f"layer {layer} has {att.shape[1]} attention head(s) and layer 0 {heads}: mggcn's "
+                                 "GAT has the same heads in every layer (PyG's GAT(heads=H))")
             heads = att.shape[1]
         if heads is None:
             raise ValueError("convs.0.att_src is not the [1, heads, channels] of its layer's weight")
