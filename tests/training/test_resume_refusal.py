@@ -119,6 +119,11 @@ WRONG = {
                        "param group 0's lr inf is not a finite number >= 0"),
     "a state of no parameter": (lambda s: s["optimizer"]["state"].__setitem__(99, s["optimizer"]["state"][0]),
                                 "a state for parameter 99, which no param group holds"),
+    # the run would go on after the last record while its messages and files said the epoch
+    "a history shorter than the epoch": (lambda s: s["history"].pop(), "it is of epoch 2 but its history holds "
+                                                                       "epochs 1..1 (1 records)"),
+    "an epoch beyond the history": (lambda s: s.__setitem__("epoch", 4), "it is of epoch 4 but its history"),
+    "no history": (lambda s: s.__setitem__("history", []), "it is of epoch 2 but its history holds no epoch"),
 }
 
 

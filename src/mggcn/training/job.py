@@ -144,6 +144,10 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     check_compatible(state, path, dataset_identity(dataset), dims, cfg.model,
                      {o: getattr(cfg, o) for o in model_type(cfg.model).options}, _function(cfg))
     check_fits(state, path, make_model(cfg.model, dims, activation=cfg.activation, **model_options(cfg)))
+    epochs = [r["epoch"] for r in state["history"]]
+    if epochs != list(range(1, state["epoch"] + 1)):  # the run goes on after its last record, and says epoch N
+        shown = f"epochs {epochs[0]}..{epochs[-1]} ({len(epochs)} records)" if epochs else "no epoch"
+        raise CheckpointError(f"{path}: refused: it is of epoch {state['epoch']} but its history holds {shown}")
     if cfg.epochs < state["epoch"]:  # nothing would train, and the weights would be of more epochs than asked
         raise CheckpointError(f"epochs {cfg.epochs}: {path} is already at epoch {state['epoch']}; with resume, "
                               f"epochs is the total: give at least {state['epoch']}", "epochs")
