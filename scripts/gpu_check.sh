@@ -204,8 +204,8 @@ step imports 60 bash -c imports
 # out-of-memory row, so a smaller GPU gets half the width and both sides still run
 if [ -z "$HIDDEN" ]; then
     HIDDEN=4096
-    bytes=$(memory)
-    if [ "$DEVICE" = cuda ] && [ -n "$bytes" ] && [ "$bytes" -lt $((120 << 30)) ]; then
+    bytes=$(timeout -k 5 60 bash -c memory)  # a query that hangs must not hold the check past its budget
+    if [ "$DEVICE" = cuda ] && [[ "$bytes" =~ ^[0-9]+$ ]] && [ "$bytes" -lt $((120 << 30)) ]; then
         HIDDEN=2048
         echo "gpu_check: the GPU has $((bytes >> 30)) GiB: the bench runs hidden $HIDDEN (GPU_HIDDEN sets it)"
     fi
