@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zipfile
 import zlib
 from pathlib import Path
@@ -67,11 +68,16 @@ _MAX_COUNT = 1 << 62  # a size or count in the manifest: far beyond any graph, a
 
 
 def is_prepared(path: Any) -> bool:
-    """Whether ``path`` is a directory holding a ``manifest.json`` (a prepared dataset, or a damaged one)."""
+    """Whether ``path`` is a directory holding a ``manifest.json`` (a prepared dataset, or a damaged one); also a
+    directory whose permissions hide whether it holds one: opening it then says so."""
     try:
-        return (Path(path) / MANIFEST).is_file()
-    except (TypeError, OSError):
+        file = Path(path) / MANIFEST
+        os.stat(file)
+    except PermissionError:
+        return Path(path).is_dir()
+    except (TypeError, ValueError, OSError):
         return False
+    return file.is_file()
 
 
 def nnz_per_rank(row_nnz: np.ndarray, num_parts: int, seed: int = 0) -> np.ndarray:
@@ -93,6 +99,12 @@ def _read_manifest(path: Path) -> dict:
     file = path / MANIFEST
     if not path.is_dir():
         raise _err(path, "no such directory" if not path.exists() else "not a directory")
+    try:
+        file.stat()
+    except PermissionError as exc:  # is_file() would say False, and the error "not a prepared dataset"
+        raise _err(file, f"unreadable ({exc.strerror}): the directory's permissions keep this user out") from None
+    except OSError:
+        pass
     if not file.is_file():
         raise _err(file, "missing file: not a prepared dataset (make one with `mggcn prepare`)")
     try:
@@ -267,6 +279,8 @@ class PreparedDataset:
             raise _err(file, "missing file" if not file.exists() else "not a regular file")
         try:
             arr = np.load(file, mmap_mode="r", allow_pickle=False)
+        except PermissionError as exc:
+            raise _err(file, f"unreadable ({exc.strerror}): this user may not read it") from None
         except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise _err(file, f"truncated or corrupt .npy file ({' '.join(str(exc).split())[:100]})") from None
         if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive under any name

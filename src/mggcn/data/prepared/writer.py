@@ -47,9 +47,9 @@ from mggcn.data.prepared.edgesort import (
     EdgeSpill,
     NpyWriter,
 )
+from mggcn.data.prepared.outdir import PartialDir, output_dir
 from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import is_special
 from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
 from mggcn.utils.units import parse_bytes
@@ -209,61 +209,35 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         GraphError: bad input, naming the file and what is wrong; ``out_dir`` is then left as it was.
     """
     start = time.monotonic()
-    out = _output_dir(out_dir, source, overwrite)
+    out = output_dir(out_dir, source, overwrite)
     parent = out.parent
     budget = DEFAULT_MEMORY_LIMIT if memory_limit is None else parse_memory(memory_limit)
     chunk = max(1 << 10, min(chunk_edges, budget // CHUNK_BYTES_PER_EDGE))
     report = Progress(quiet=not progress, prefix="mggcn prepare", stream=sys.stderr)
     src = _open_source(source, fmt, read_options)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
+        partial = PartialDir(out)
     except OSError as exc:
         raise GraphError(f"{out}: cannot create it in {parent} ({exc.strerror or exc})") from None
+    for stale in partial.removed:
+        report.note(f"mggcn prepare: removed {stale}, left by a prepare that was stopped before it finished")
+    tmp = partial.path
     try:
         manifest = _write(src, tmp, undirected or src.closure, dedup or src.closure, budget, chunk, report)
         manifest["built"].update(undirected=undirected or src.closure, dedup=dedup or src.closure,
                                  memory_limit=budget, chunk_edges=chunk,
                                  seconds=round(time.monotonic() - start, 3))
-        _install(tmp, out, manifest)
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+        partial.install(source, overwrite)
     except OSError as exc:
         why = _write_failure(exc, parent)  # before the partial files are removed: a full disk looks full
-        shutil.rmtree(tmp, ignore_errors=True)
+        partial.discard()
         raise GraphError(f"{exc.filename or out}: cannot write the prepared dataset ({why})") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        partial.discard()
         raise
-    return out
-
-
-def _output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
-    """``out_dir`` as an absolute path, where the dataset may go. Replacing (``overwrite``) removes what is there, so
-    it is allowed only for what this function would write: a prepared dataset (its manifest, perhaps damaged) or an
-    empty directory; never a file, the working directory an empty path names, or a directory holding the input."""
-    if not str(out_dir).strip():
-        raise ConfigError("OUT_DIR is empty: give the path of the dataset's directory", "out_dir")
-    out = Path(out_dir).absolute()
-    if not out.parent.is_dir():
-        raise GraphError(f"{out}: the parent directory {out.parent} does not exist")
-    if is_special(out):  # --overwrite would move a device node aside and remove it
-        raise GraphError(f"{out}: is a device, FIFO or socket, not a directory; give a path for the dataset's "
-                         "directory")
-    if not (out.exists() or out.is_symlink()):
-        return out
-    if not overwrite:
-        raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
-    if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
-        real, held = out.resolve(), Path(source).resolve()
-        if real == held or real in held.parents:
-            raise ConfigError(f"{out}: holds the input {source}; write the dataset somewhere else", "overwrite")
-    if out.is_symlink() or not out.is_dir():
-        raise ConfigError(f"{out}: is not a directory; --overwrite replaces only a prepared dataset", "overwrite")
-    try:
-        empty = not any(out.iterdir())
-    except OSError:
-        empty = False
-    if not (out / MANIFEST).is_file() and not empty:
-        raise ConfigError(f"{out}: is not a prepared dataset (no {MANIFEST}); --overwrite replaces only a prepared "
-                          "dataset or an empty directory", "overwrite")
     return out
 
 
@@ -277,22 +251,6 @@ def _write_failure(exc: OSError, parent: Path) -> str:
     except OSError:
         full = False
     return os.strerror(errno.ENOSPC) if full else str(exc) or type(exc).__name__
-
-
-def _install(tmp: Path, out: Path, manifest: dict) -> None:
-    """Write ``manifest`` into the finished directory ``tmp`` and put ``tmp`` in ``out``'s place (an existing ``out``
-    is moved aside first and removed after)."""
-    with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
-    follow_umask(tmp, directory=True)  # mkdtemp made it private; the dataset gets the mode of any new directory
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, old / out.name)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 def _spill_edges(src: _Source, spill: EdgeSpill, chunk: int, report: Progress) -> None:

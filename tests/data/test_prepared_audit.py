@@ -1,0 +1,145 @@
+"""Prepared directories as users handle them: OUT_DIR written by another process while a prepare runs, a replacement
+that fails halfway, a prepare killed before it finished, and a directory this user may not read."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mggcn.data.prepared import writer
+from mggcn.data.prepared.outdir import PartialDir
+from mggcn.data.prepared.reader import PreparedDataset
+from mggcn.data.prepared.writer import prepare
+from mggcn.utils.errors import ConfigError, GraphError
+
+SOURCE = "synthetic:n=60,classes=3,features=4,degree=4"
+
+
+def _listing(folder) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+def _meanwhile(monkeypatch, action) -> None:
+    """Run ``action()`` while prepare writes, after the edges and before the vertex data."""
+    real = writer._write_vertex_data
+
+    def hooked(*args, **kwargs):
+        action()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "_write_vertex_data", hooked)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_directory_made_at_out_dir_while_preparing_is_kept(tmp_path, monkeypatch, overwrite):
+    """Another process (a user, a second prepare) fills OUT_DIR while the dataset is written: the dataset must not
+    take its place, nor remove what it holds, with or without --overwrite (which replaces only a prepared dataset)."""
+    out = tmp_path / "ds"
+
+    def user_writes():
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+
+    _meanwhile(monkeypatch, user_writes)
+    with pytest.raises(ConfigError, match=str(out)):
+        prepare(SOURCE, out, progress=False, overwrite=overwrite)
+    assert _listing(out) == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    assert _listing(tmp_path) == ["ds"]  # no partial or set-aside directory left
+
+
+def test_a_dataset_prepared_meanwhile_is_kept_without_overwrite(tmp_path, monkeypatch):
+    out = tmp_path / "ds"
+    first = prepare("builtin:karate", tmp_path / "first", progress=False)
+    _meanwhile(monkeypatch, lambda: shutil.copytree(first, out))
+    with pytest.raises(ConfigError, match="already exists"):
+        prepare(SOURCE, out, progress=False)
+    assert PreparedDataset(out).num_nodes == 34
+
+
+@pytest.mark.parametrize("failing", ["set aside", "put in place"])
+def test_a_replacement_that_fails_keeps_the_old_dataset_and_leaves_nothing(tmp_path, monkeypatch, failing):
+    """--overwrite moves the old dataset aside, puts the new one in its place, removes the old: when a move fails
+    (EBUSY: OUT_DIR is a mount point), the old dataset stays at OUT_DIR and no hidden directory is left."""
+    out = prepare("builtin:karate", tmp_path / "ds", progress=False)
+
+    def refusing(real):
+        def move(src, dst, *args, **kwargs):
+            set_aside = os.fspath(src) == os.fspath(out)
+            put_in_place = os.fspath(dst) == os.fspath(out) and ".partial-" in os.fspath(src)
+            if set_aside if failing == "set aside" else put_in_place:
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), os.fspath(src))
+            return real(src, dst, *args, **kwargs)
+        return move
+
+    monkeypatch.setattr(os, "rename", refusing(os.rename))
+    monkeypatch.setattr(os, "replace", refusing(os.replace))
+    with pytest.raises(GraphError, match="Device or resource busy"):
+        prepare(SOURCE, out, progress=False, overwrite=True)
+    monkeypatch.undo()
+    assert PreparedDataset(out, verify=True).num_nodes == 34
+    assert _listing(tmp_path) == ["ds"]
+
+
+_KILLED = textwrap.dedent("""
+    import os, signal, sys
+    from mggcn.data.prepared import writer
+
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would: no cleanup runs
+
+    writer._write_vertex_data = die
+    writer.prepare(sys.argv[1], sys.argv[2], progress=False)
+""")
+
+
+def test_a_prepare_killed_midway_leaves_a_partial_directory_the_next_one_removes(tmp_path, capsys):
+    out = tmp_path / "ds"
+    live = PartialDir(out)  # another prepare, still writing: its directory must survive
+    try:
+        proc = subprocess.run([sys.executable, "-c", _KILLED, SOURCE, str(out)], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == -9, proc.stderr
+        left = [name for name in _listing(tmp_path) if name != live.path.name]
+        assert len(left) == 1 and left[0].startswith(".ds.partial-"), left
+        prepare(SOURCE, out, progress=True)
+        assert live.path.is_dir()
+        assert _listing(tmp_path) == sorted(["ds", live.path.name])
+    finally:
+        live.discard()
+    assert f"removed {tmp_path / left[0]}, left by a prepare that was stopped" in capsys.readouterr().err
+    assert _listing(tmp_path) == ["ds"] and PreparedDataset(out, verify=True).num_nodes == 60
+
+
+def _unprivileged(argv: list[str]) -> list[str]:
+    """``argv`` run without the root's right to read what permissions forbid."""
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to drop root's file access override")
+    drop = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", "--", *argv]
+
+
+@pytest.mark.parametrize("case", ["array", "directory"])
+def test_a_dataset_this_user_may_not_read_is_named_so(tmp_path, case):
+    out = prepare("builtin:karate", tmp_path / "ds", progress=False)
+    target, mode = (out / "features.npy", 0o000) if case == "array" else (out, 0o600)
+    command = "info" if case == "array" else "train"
+    os.chmod(target, mode)
+    try:
+        proc = subprocess.run(_unprivileged([sys.executable, "-m", "mggcn", command, str(out)]),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.chmod(target, 0o644 if case == "array" else 0o755)
+    if proc.returncode != 2 and "Operation not permitted" in proc.stderr:
+        pytest.skip("setpriv may not drop capabilities here")
+    lines = proc.stderr.strip().splitlines()
+    named = target if case == "array" else out / "manifest.json"
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert str(named) in lines[0] and "unreadable (Permission denied)" in lines[0], lines[0]
