@@ -506,3 +506,17 @@ def gat_worker(cases, seed):
         grads = {name: p.grad.clone() for name, p in model.named_parameters()}
         out.append((y.detach().clone(), x.grad.clone(), grads))
     return ctx.rank, out
+
+
+def same_dataset_worker(directories):
+    """Rank r opens ``directories[r]`` and checks, with its peers, that they opened the same dataset."""
+    from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.distributed.context import shutdown
+    from mggcn.training.job import _check_same_dataset
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    try:
+        _check_same_dataset(ctx, PreparedDataset(directories[ctx.rank]))
+    finally:
+        shutdown()
+    return ctx.rank

@@ -143,3 +143,17 @@ def test_a_dataset_this_user_may_not_read_is_named_so(tmp_path, case):
     named = target if case == "array" else out / "manifest.json"
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert str(named) in lines[0] and "unreadable (Permission denied)" in lines[0], lines[0]
+
+
+def test_ranks_that_opened_different_prepared_datasets_refuse_to_train(tmp_path):
+    """A dataset replaced while a job starts (prepare --overwrite into its directory): ranks that opened the old one
+    and ranks that opened the new one would cut shards of two graphs. They compare the manifests' fingerprints."""
+    import workers
+    from mggcn.distributed.launch import WorkerError, run_workers
+
+    for name, spec in (("a", "synthetic:n=200"), ("b", "synthetic:n=200,seed=5")):
+        prepare(spec, str(tmp_path / name), progress=False)
+    same = [str(tmp_path / "a")] * 2
+    assert run_workers(workers.same_dataset_worker, 2, (same,), timeout_s=120) == [0, 1]
+    with pytest.raises(WorkerError, match="the ranks opened different datasets"):
+        run_workers(workers.same_dataset_worker, 2, ([str(tmp_path / "a"), str(tmp_path / "b")],), timeout_s=120)

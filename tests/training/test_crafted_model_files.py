@@ -57,7 +57,7 @@ CASES = {
     "a layer of no width": ("gcn", _zero_wide, ["no width"]),
     "attention vectors of one dimension": ("gat", _set("convs.0.att_src", torch.zeros(8)), ["convs.0.att_src"]),
     "attention heads that differ by layer": ("gat", _set("convs.0.att_src", torch.zeros(1, 4, 2)),
-                                             ["att_src is not the [1, heads, channels]"]),
+                                             ["has 2 attention head(s) and layer 0 4"]),
 }
 
 

@@ -25,6 +25,7 @@ from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
 from mggcn.distributed.context import (
     DistContext,
+    all_gather_objects,
     check_gpus,
     init_distributed,
     resolve_device,
@@ -42,7 +43,7 @@ from mggcn.training.outputs import check_output, save_model, save_predictions, t
 from mggcn.training.precision import check_precision_device
 from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, open_output
 from mggcn.utils.parallel import available_cores
 from mggcn.utils.progress import epoch_progress
@@ -375,6 +376,7 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     if dataset is None:  # a worker: its own start, then its dataset
         clock.mark("launch")
         dataset = open_job_dataset(job)
+        _check_same_dataset(ctx, dataset)
         clock.mark("dataset")
     cfg = job.config
     layout = ParallelLayout.of(cfg, ctx.world_size)
@@ -387,6 +389,18 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
     release_dataset(dataset)
     return shard, resume, identity
+
+
+def _check_same_dataset(ctx: DistContext, dataset: Dataset) -> None:
+    """Every rank opened the same prepared dataset: one replaced while the job started (``prepare --overwrite`` into
+    its directory) would have some ranks cut their shards of the old graph and others of the new, without a word.
+    A prepared dataset's fingerprint is its manifest's; other datasets are not compared (hashing them costs a pass)."""
+    mine = dataset.fingerprint if isinstance(dataset, PreparedDataset) else None
+    seen = all_gather_objects(ctx, mine) if ctx.world_size > 1 else [mine]
+    if len(set(seen)) > 1:
+        raise GraphError(f"{dataset.name}: the ranks opened different datasets (fingerprints "
+                         f"{', '.join(sorted({str(f) for f in seen}))}): it was replaced while the job started; run "
+                         "the job again")
 
 
 class _EpochLog:
