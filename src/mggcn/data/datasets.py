@@ -331,7 +331,12 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
 
     entry = named(spec) if fmt is None else None
     if entry is not None:
-        return PreparedDataset(named_dataset_dir(entry, undirected, dedup, read_options, progress))
+        path = named_dataset_dir(entry, undirected, dedup, read_options, progress)
+        try:
+            return PreparedDataset(path)
+        except GraphError as exc:  # "prepare it again" means, for the cache's copy, this
+            raise GraphError(f"{exc}; it is the cache's copy of {entry.name}: delete {path}, and run again to "
+                             "prepare it again", exc.option) from None
     if fmt == "prepared" or (fmt is None and is_prepared(spec)):
         if undirected or dedup or read_options:
             given = ["undirected"] * undirected + ["dedup"] * dedup + list(read_options or {})
@@ -372,8 +377,9 @@ def named_dataset_dir(entry: NamedDataset, undirected: bool = False, dedup: bool
     out = cache_dir() / "prepared" / f"{entry.name}{suffix}"
     if is_prepared(out):
         return out
-    with dataset_lock(entry):
+    with dataset_lock(entry, progress):
         if not is_prepared(out):  # another process may have prepared it while this one waited
+            _check_not_in_the_way(out)
             source = fetch(entry, progress)
             try:
                 out.parent.mkdir(parents=True, exist_ok=True)
@@ -385,6 +391,19 @@ def named_dataset_dir(entry: NamedDataset, undirected: bool = False, dedup: bool
             prepare(source, out, fmt=entry.fmt, undirected=undirected or entry.undirected, dedup=dedup,
                     progress=progress, overwrite=out.exists(), **options)
     return out
+
+
+def _check_not_in_the_way(out: Path) -> None:
+    """Raise :class:`GraphError` when something that is no prepared dataset (a file, a directory holding files) is
+    where the cache's prepared copy goes: it is not ours to replace, and ``prepare``'s own refusal would point at an
+    ``--overwrite`` that ``train NAME`` does not have."""
+    try:
+        empty = out.is_dir() and not any(out.iterdir())
+    except OSError:
+        empty = False
+    if (out.exists() or out.is_symlink()) and not empty:
+        raise GraphError(f"{out}: in the cache, but not a prepared dataset (no manifest.json); delete it, and run "
+                         "again to prepare it there")
 
 
 def cached_state(entry: NamedDataset) -> str:

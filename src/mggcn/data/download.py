@@ -14,6 +14,7 @@ placed there by hand are checked and used as downloaded ones.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import http.client
 import os
@@ -24,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -56,15 +58,22 @@ class _BadArchive(Exception):
     """An archive that is not the source's: corrupt, a member leading outside, or without the dataset."""
 
 
+# what zipfile raises for damaged bytes besides BadZipFile: a broken deflate stream (zlib.error), an "encrypted" flag
+# (RuntimeError), a member name that is no UTF-8 (ValueError), an offset before the file's start (OSError, EINVAL)
+_CORRUPT = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, zlib.error, RuntimeError,
+            ValueError, OSError)
+
+
 def raw_dir(dataset: NamedDataset) -> Path:
     """Where the reader's directory of an archived dataset is kept: ``CACHE/raw/NAME``."""
     return cache_dir() / "raw" / dataset.name
 
 
 @contextlib.contextmanager
-def dataset_lock(dataset: NamedDataset) -> Iterator[None]:
+def dataset_lock(dataset: NamedDataset, progress: bool = True) -> Iterator[None]:
     """Held while a dataset is downloaded or prepared, so that processes started together (the ranks of one host)
-    wait for the one doing it instead of writing the same ``.part``."""
+    wait for the one doing it instead of writing the same ``.part``; one waiting says so on stderr (unless not
+    ``progress``), as a download of hours would otherwise look like a hang."""
     folder = _folder(dataset)
     try:
         import fcntl
@@ -72,7 +81,13 @@ def dataset_lock(dataset: NamedDataset) -> Iterator[None]:
         yield
         return
     with open(folder / ".lock", "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress:
+                print(f"mggcn: {dataset.name}: waiting for another process that is downloading or preparing it "
+                      f"(it holds {folder / '.lock'})", file=sys.stderr, flush=True)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -169,10 +184,12 @@ def _request(url: str, start: int) -> http.client.HTTPResponse:
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and start:  # nothing after what the .part holds: the next attempt starts over
             raise _Cut("the server has nothing after the partial file's end") from None
-        raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        # urllib's reason for a redirect loop spans three lines
+        raise DownloadError(f"{url}: HTTP {exc.code} {' '.join(str(exc.reason).split())}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
-        raise DownloadError(f"{url}: cannot connect ({getattr(reason, 'strerror', None) or reason})") from None
+        why = " ".join(str(getattr(reason, "strerror", None) or reason).split())
+        raise DownloadError(f"{url}: cannot connect ({why})") from None
 
 
 def _download(url: str, part: Path, progress: bool) -> None:
@@ -236,6 +253,9 @@ def _extract(dataset: NamedDataset, archive: Path, target: Path, progress: bool)
     """Extract ``archive`` into a new directory beside ``target``, and rename the directory the reader reads (the
     one holding ``dataset.marker``) to ``target``."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() or target.is_symlink():  # not a directory (fetch saw none): os.replace would name the work
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory; delete it, and run again", str(target))
+    _remove_partials(target)
     work = Path(tempfile.mkdtemp(prefix=f".{dataset.name}.partial-", dir=target.parent))
     try:
         _unzip(archive, work, progress)
@@ -248,27 +268,56 @@ def _extract(dataset: NamedDataset, archive: Path, target: Path, progress: bool)
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _remove_partials(target: Path) -> None:
+    """Remove the ``.NAME.partial-*`` directories beside ``target`` that a run killed while extracting left: as
+    large as the dataset, and nothing else would ever remove them. Called with the dataset's lock held (every caller
+    of :func:`fetch` holds it), so no live process is writing them."""
+    try:
+        stale = [p for p in target.parent.iterdir()
+                 if p.name.startswith(f".{target.name}.partial-") and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _unzip(archive: Path, into: Path, progress: bool) -> None:
     """Every member of the zip ``archive`` under ``into``; one leading outside it, or a bad CRC, is refused."""
-    try:
-        with zipfile.ZipFile(archive) as z:
+    with open(archive, "rb") as file:  # opened here: an OSError from zipfile below is then the content's
+        try:
+            z = zipfile.ZipFile(file)
             members = z.infolist()
+        except _CORRUPT as exc:
+            raise _BadArchive(_corrupt(exc)) from None
+        for info in members:
+            _inside(info.filename)
+        with z, Progress(sum(i.file_size for i in members), f"extract {archive.name}", "B", prefix="mggcn",
+                         stream=sys.stderr, quiet=not progress, summary=True) as bar:
             for info in members:
-                _inside(info.filename)
-            with Progress(sum(i.file_size for i in members), f"extract {archive.name}", "B", prefix="mggcn",
-                          stream=sys.stderr, quiet=not progress, summary=True) as bar:
-                for info in members:
-                    dest = into.joinpath(*PurePosixPath(info.filename).parts)
-                    if info.is_dir():
-                        dest.mkdir(parents=True, exist_ok=True)
-                        continue
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    with z.open(info) as src, open(dest, "wb") as out:
-                        while block := src.read(_BLOCK):
-                            out.write(block)
-                            bar.update(len(block))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
-        raise _BadArchive(f"a corrupt zip: {exc}") from None
+                dest = into.joinpath(*PurePosixPath(info.filename).parts)
+                if info.is_dir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with open(dest, "wb") as out:
+                    for block in _member(z, info):
+                        out.write(block)
+                        bar.update(len(block))
+
+
+def _member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> Iterator[bytes]:
+    """The bytes of one member, a block at a time; damage (a bad CRC among it) raises :class:`_BadArchive`."""
+    try:
+        with z.open(info) as src:
+            while block := src.read(_BLOCK):
+                yield block
+    except _CORRUPT as exc:
+        raise _BadArchive(_corrupt(exc, info.filename)) from None
+
+
+def _corrupt(exc: BaseException, member: str | None = None) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"a corrupt zip: {member!r}: {text}" if member else f"a corrupt zip: {text}"
 
 
 def _inside(name: str) -> None:

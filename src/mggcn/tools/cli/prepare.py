@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         args.fmt = entry.fmt
     reader_options = read_options(args)
     if entry is not None:
-        with dataset_lock(entry):
+        with dataset_lock(entry, progress=not args.quiet):
             source = fetch(entry, progress=not args.quiet)
         undirected = undirected or entry.undirected
     out = prepare(source, args.out_dir, fmt=args.fmt, undirected=undirected, dedup=args.dedup,
