@@ -397,11 +397,9 @@ def _check_not_in_the_way(out: Path) -> None:
     """Raise :class:`GraphError` when something that is no prepared dataset (a file, a directory holding files) is
     where the cache's prepared copy goes: it is not ours to replace, and ``prepare``'s own refusal would point at an
     ``--overwrite`` that ``train NAME`` does not have."""
-    try:
-        empty = out.is_dir() and not any(out.iterdir())
-    except OSError:
-        empty = False
-    if (out.exists() or out.is_symlink()) and not empty:
+    from mggcn.data.prepared.outdir import replaceable
+
+    if (out.exists() or out.is_symlink()) and not replaceable(out):
         raise GraphError(f"{out}: in the cache, but not a prepared dataset (no manifest.json); delete it, and run "
                          "again to prepare it there")
 

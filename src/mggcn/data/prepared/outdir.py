@@ -23,7 +23,7 @@ from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import is_special
 from mggcn.utils.outputs import follow_umask
 
-__all__ = ["output_dir", "PartialDir"]
+__all__ = ["output_dir", "replaceable", "PartialDir"]
 
 # rename(2) onto something there: a non-empty directory, a file, a directory over a file
 _TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)
@@ -52,14 +52,21 @@ def output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
             raise ConfigError(f"{out}: holds the input {source}; write the dataset somewhere else", "overwrite")
     if out.is_symlink() or not out.is_dir():
         raise ConfigError(f"{out}: is not a directory; --overwrite replaces only a prepared dataset", "overwrite")
-    try:
-        empty = not any(out.iterdir())
-    except OSError:
-        empty = False
-    if not (out / MANIFEST).is_file() and not empty:
+    if not replaceable(out):
         raise ConfigError(f"{out}: is not a prepared dataset (no {MANIFEST}); --overwrite replaces only a prepared "
                           "dataset or an empty directory", "overwrite")
     return out
+
+
+def replaceable(out: Path) -> bool:
+    """Whether ``out`` is what a prepare may replace: a directory (not a link to one) holding a prepared dataset
+    (its manifest, perhaps damaged) or nothing."""
+    if out.is_symlink() or not out.is_dir():
+        return False
+    try:
+        return (out / MANIFEST).is_file() or not any(out.iterdir())
+    except OSError:
+        return False
 
 
 def _lock(path: Path) -> int | None:
