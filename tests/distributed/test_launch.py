@@ -1,5 +1,6 @@
 import multiprocessing as mp
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -174,6 +175,22 @@ def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="
              "-m", "mggcn", "train", *train_args], stdout=log, stderr=subprocess.STDOUT, env={**env, **node_env[i]}))
         log.close()
     return nodes
+
+
+def _signal_group(proc, sig, ready, timeout: float) -> tuple[str, str, list]:
+    """``ready()`` (it returns at the moment to signal), then ``sig`` to the process group of ``proc`` (started with
+    ``start_new_session``): its output, and the processes it had when signalled. Whatever still runs at the end, a
+    failed wait included, is killed with its group."""
+    try:
+        ready()
+        family = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return out, err, family
 
 
 def _node_results(tmp_path, nodes, timeout: float = 240) -> tuple[list[int], list[str]]:

@@ -11,7 +11,7 @@ import time
 
 import psutil
 import pytest
-from test_launch import _env
+from test_launch import _env, _signal_group
 
 from cli_util import run_cli
 from mggcn.utils.errors import ConfigError
@@ -97,19 +97,14 @@ def test_sigterm_to_the_process_group_stops_at_an_epochs_end_and_checkpoints(tmp
                              str(metrics), "--checkpoint-dir", str(ckpt)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
-    family = []
-    try:
+
+    def training() -> None:
         deadline = time.monotonic() + 180
         while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
             assert proc.poll() is None and time.monotonic() < deadline, "training did not start"
             time.sleep(0.2)
-        family = psutil.Process(proc.pid).children(recursive=True)
-        os.killpg(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+
+    out, err, family = _signal_group(proc, signal.SIGTERM, training, timeout=120)
     assert proc.returncode == 130, err
     assert err == "" and out.startswith("mggcn: trained model (after epoch "), (out, err)
     assert [p.name for p in ckpt.iterdir() if p.suffix == ".pt"], "no checkpoint saved"

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import tomllib
-from test_launch import _env
+from test_launch import _env, _signal_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,15 +69,12 @@ def test_ctrl_c_while_the_workers_start_is_one_line_and_130(tmp_path, after_s):
            "100000", "--quiet"]
     proc = subprocess.Popen(_as_from_a_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
-    try:
+
+    def started() -> None:
         _fork_server_started(proc, time.monotonic() + 240)
         time.sleep(after_s)
-        family = psutil.Process(proc.pid).children(recursive=True)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+
+    out, err, family = _signal_group(proc, signal.SIGINT, started, timeout=180)
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     # before training: "interrupted"; once it trains, the run stops at an epoch's end and says its accuracies
