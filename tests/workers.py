@@ -520,3 +520,26 @@ def same_dataset_worker(directories):
     finally:
         shutdown()
     return ctx.rank
+
+
+def two_forwards_worker(graph, cases, seed):
+    """For each (kind, model keywords, G1, G2): the model (make_model's) on this rank's rows through the staged
+    SpMM, two forwards (of X and of 2·X) before one backward of ``Σ G1·Y1 + G2·Y2``: both outputs' rows and this
+    rank's partial parameter gradients."""
+    from mggcn.nn.models import make_model
+
+    ctx = init_distributed("cpu", timeout_s=60)
+    part = make_partition(graph.num_nodes, ctx.world_size, seed)
+    out = []
+    for kind, options, g1, g2 in cases:
+        shard = build_shard(graph, part, ctx.rank, operator_for(kind))
+        op = StagedSpMM(ctx, shard.adj, shard.adj_t)
+        op.vertex_ids = torch.from_numpy(part.order[part.rows(ctx.rank)])  # as the trainer sets them
+        model = make_model(kind, **options)
+        x = rows_of(to_new_order(torch.from_numpy(graph.x), part), part, ctx.rank)
+        y1, y2 = model(x, op), model(2 * x, op)
+        g1, g2 = (rows_of(to_new_order(g, part), part, ctx.rank) for g in (g1, g2))
+        ((y1 * g1).sum() + (y2 * g2).sum()).backward()
+        out.append((y1.detach().clone(), y2.detach().clone(),
+                    {name: p.grad.clone() for name, p in model.named_parameters()}))
+    return ctx.rank, out

@@ -176,8 +176,7 @@ def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_on
     (``_GemmActGemm``; [6, 8, 3] cached: layers 0-1, Â·X given; [5, 4, 16, 3]: layers 1-2, whose input Â·H needs a
     gradient): outputs and every gradient equal the same model without a workspace, which runs layer by layer with
     whole GEMMs, to float32 rounding (a GEMM of a few rows may sum in another order: rtol 1e-5); without autograd too.
-    A second forward before the first one's backward makes that backward raise, as elsewhere; a forward hook on either
-    layer turns the fusion off."""
+    A forward hook on either layer turns the fusion off."""
     from mggcn.kernels import policy
     from mggcn.nn import functional as model_module
 
@@ -204,17 +203,13 @@ def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_on
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
-    first = model(x, adj, x_aggregated=adj(x) if cached else None)
-    model(x, adj, x_aggregated=adj(x) if cached else None)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        first.sum().backward()
     # a forward hook on a layer sees its call: hooked layers run one by one, with the same outputs
     seen = []
     handle = model.convs[int(pair) + 1].register_forward_hook(lambda _m, _i, out: seen.append(out.detach().clone()))
     with torch.no_grad():
         torch.testing.assert_close(model(x, adj, x_aggregated=x_agg), outs[1], rtol=1e-5, atol=1e-6)
     handle.remove()
-    assert len(seen) == 1 and len(fused) == 4
+    assert len(seen) == 1 and len(fused) == 2
 
 
 @pytest.mark.parametrize("rows", [3, 12, 40, 41, 47, 64])

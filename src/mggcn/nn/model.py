@@ -52,7 +52,7 @@ from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
 from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout
-from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace
+from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import outside_inference_mode
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
@@ -251,11 +251,9 @@ class LayerStack(nn.Module):
         activation: ``relu`` or ``leaky_relu`` (slope 0.01), on every layer but the last.
         dropout: dropout probability on the input of every layer but the first.
         input_dropout: dropout probability on the input features (0 lets ``Â·X`` be computed once).
-        reuse_buffers: keep hidden activations, intermediates and their gradients on a
-            :class:`~mggcn.nn.workspace.Workspace` reused by every forward and backward (default True). The logits
-            are a new tensor unless :meth:`forward` is asked otherwise; a second forward before the backward of the
-            first makes that backward raise (it would read overwritten activations), so set False to run several
-            forward passes into one backward.
+        reuse_buffers: keep activations and gradients on a :class:`~mggcn.nn.workspace.Workspace` reused by every
+            forward and backward (default True; a forward while an earlier one's graph awaits its backward takes
+            another: :class:`~mggcn.nn.workspace.WorkspaceClaims`). The logits are a new tensor unless asked.
         seed: the initialization seed (None: drawn from torch's global generator, as torch.nn's layers draw their
             weights); dropout masks come from a generator seeded with it until :meth:`seed_dropout` is called.
         batch_norm: a batch norm after every layer but the last, before σ, its statistics over every rank's
@@ -436,6 +434,7 @@ class LayerStack(nn.Module):
         if batch_norm:  # after each hidden layer, before σ (PyG's norms.{l}), over every rank's vertices
             self.norms = nn.ModuleList(BatchNorm(d) for d in self.dims[1:-1])
         self.workspace = Workspace() if reuse_buffers else None
+        self._claims = WorkspaceClaims()
         self.seed = int(torch.empty((), dtype=torch.int64).random_()) if seed is None else seed  # torch.manual_seed's
         self._dropout_generator: torch.Generator | None = None
 
@@ -494,6 +493,7 @@ class LayerStack(nn.Module):
         h = self._drop(x, self.input_dropout)
         last = len(self.convs) - 1
         deferred = False
+        ws = None if self.workspace is None else self._claims.free(self.workspace)
 
         def adj_of(i: int) -> Adj:
             return TrainRowsAdj(adj) if loss_on_train_rows and self.reads_training_columns and i == last else adj
@@ -506,20 +506,20 @@ class LayerStack(nn.Module):
             if self._runs_with_next(i, h_agg is not None):  # layers i and i + 1 in one step (the GCN says when)
                 j = i + 1
                 h = self.convs[i].forward_with_next(self.convs[j], h, adj_of(i), adj_of(j), self.activation,
-                                                    self.workspace, timer, h_agg, str(i), str(j),
+                                                    ws, timer, h_agg, str(i), str(j),
                                                     output_in_workspace=j < last or logits_in_workspace)
                 i = j
             else:
                 extra = {"input_activation": self.activation} if deferred else {}
-                h = self.convs[i](h, adj_of(i), timer, h_aggregated=h_agg, workspace=self.workspace, key=str(i),
+                h = self.convs[i](h, adj_of(i), timer, h_aggregated=h_agg, workspace=ws, key=str(i),
                                   output_in_workspace=i < last or logits_in_workspace, **extra)
             if i < last:
                 if hasattr(self, "norms"):
-                    h = batch_norm_(h, self.norms[i], adj, self.workspace, str(i))
+                    h = batch_norm_(h, self.norms[i], adj, ws, str(i))
                 deferred = self._defers_activation(i + 1)
                 h = activate(h, self.activation, deferred)
             i += 1
-        return h
+        return h if ws is None else self._claims.hold(ws, h)
 
     def _runs_with_next(self, i: int, aggregated: bool) -> bool:
         """Whether layer ``i``, σ and layer ``i + 1`` run as one step (``aggregated``: layer ``i`` is given its

@@ -8,9 +8,11 @@ that is the sum of the buffers (:mod:`mggcn.tools.plan` counts them).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-__all__ = ["Workspace", "OutSpec", "GradSpec", "grad_destination", "BufferWalk"]
+__all__ = ["Workspace", "WorkspaceClaims", "OutSpec", "GradSpec", "grad_destination", "BufferWalk"]
 
 
 class Workspace:
@@ -24,8 +26,9 @@ class Workspace:
     layer's output buffer for its gradient): see :data:`GradSpec`.
 
     Every tensor handed out shares its buffer's storage AND version counter (it is ``detach()`` of a view), so
-    when a buffer is overwritten while autograd still keeps an older tensor of it for backward (two forward passes
-    before one backward), backward raises instead of computing with overwritten values.
+    when a buffer is overwritten while autograd still keeps an older tensor of it for backward, backward raises
+    instead of computing with overwritten values. A model does not let that happen to a graph that may still be
+    backpropagated: a forward made while one is (:class:`WorkspaceClaims`) runs on a workspace of its own.
     """
 
     GRAD = ("grad a", "grad b")
@@ -54,6 +57,65 @@ class Workspace:
     def sizes(self) -> dict[str, int]:
         """Bytes of each buffer."""
         return {name: f.numel() * f.element_size() for name, f in self._flat.items()}
+
+
+class _Claim:
+    """A forward's hold on its workspace: the node its logits' graph ends in (while that graph lives) and whether
+    its backward has run."""
+
+    def __init__(self) -> None:
+        self.node: weakref.ref | None = None
+        self.backpropagated = False
+
+    @property
+    def held(self) -> bool:
+        return not self.backpropagated and self.node is not None and self.node() is not None
+
+
+class _Hold(torch.autograd.Function):
+    """The identity on the logits, whose graph node tells the logits' :class:`_Claim` that its graph lives and when
+    its backward has run (the first of the model's backward, as it is the last of its forward)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, claim: _Claim) -> torch.Tensor:  # type: ignore[override]
+        claim.node, ctx.claim = weakref.ref(ctx), claim
+        return logits.detach()  # not a view: the caller may change the logits in place, as a layer's output
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        ctx.claim.backpropagated = True
+        return grad, None
+
+
+class WorkspaceClaims:
+    """Which workspace each forward of a model writes on, so that two forward passes before one backward work as
+    they do in torch: a graph that may still be backpropagated (its logits, or a loss of them, alive, and its
+    backward not yet run) keeps its buffers, and a forward made meanwhile takes a workspace of its own, kept while
+    such a graph holds it. Training (forward, backward, then forwards without autograd) only ever uses the model's
+    own workspace, so its memory is what :mod:`mggcn.tools.plan` counts."""
+
+    def __init__(self) -> None:
+        self._claims: list[tuple[Workspace, _Claim]] = []
+
+    def free(self, own: Workspace) -> Workspace:
+        """A workspace no live graph holds: ``own`` where none does (other free ones are then let go), else a spare
+        one, made if needed."""
+        if not any(ws is own and claim.held for ws, claim in self._claims):
+            self._claims = [(ws, claim) for ws, claim in self._claims if claim.held]
+            return own
+        spare = next((ws for ws, claim in self._claims if not claim.held), None)
+        if spare is None:
+            spare = Workspace()
+            self._claims.append((spare, _Claim()))
+        return spare
+
+    def hold(self, ws: Workspace, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` (of a forward on ``ws``) with ``ws`` held while their graph may be backpropagated."""
+        if not (torch.is_grad_enabled() and logits.requires_grad):
+            return logits
+        claim = _Claim()
+        self._claims = [(w, c) for w, c in self._claims if w is not ws] + [(ws, claim)]
+        return _Hold.apply(logits, claim)
 
 
 OutSpec = tuple[Workspace, str] | None  # where a result goes: a workspace buffer, or None for a new tensor
