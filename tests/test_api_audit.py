@@ -68,6 +68,22 @@ def test_a_float64_model_runs_on_a_float64_operator(kind):
     assert torch.autograd.gradcheck(lambda h: small(h, adj64), (x.double().requires_grad_(),))
 
 
+@pytest.mark.parametrize("norm", ["sym", "mean"])
+def test_a_float64_operator_is_normalized_in_float64(norm):
+    """Â of a float64 operator in float64 throughout: ``D^-1/2 (A + I) D^-1/2`` (``sym``) or ``D^-1 (A + I)``
+    (``mean``) built densely here in float64 (edge counts summed, self loops replaced by one), to float64 rounding
+    (rtol 1e-13: a float32 step anywhere would leave ~1e-8)."""
+    _, edge_index = _graph(3)
+    a = np.zeros((N, N))
+    np.add.at(a, (edge_index[1].numpy(), edge_index[0].numpy()), 1.0)
+    np.fill_diagonal(a, 1.0)
+    deg = a.sum(axis=1)
+    want = a / np.sqrt(deg)[:, None] / np.sqrt(deg)[None, :] if norm == "sym" else a / deg[:, None]
+    adj64 = mggcn.adjacency_operator(edge_index, N, norm=norm, dtype=torch.float64)
+    got = adj64(torch.eye(N, dtype=torch.float64))
+    torch.testing.assert_close(got, torch.from_numpy(want), rtol=1e-13, atol=1e-15)
+
+
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
 def test_a_model_and_an_operator_of_other_dtypes_are_one_line(kind):
     """A float64 model given the default float32 operator failed deep in the SpMM ("expected scalar type Double but
@@ -161,3 +177,35 @@ def test_layers_without_a_seed_follow_torch_manual_seed_as_torch_nn_does(cls):
     seeded = weights(cls(dims, seed=7))
     torch.manual_seed(4)
     assert torch.equal(seeded, weights(cls(dims, seed=7)))
+
+
+class _Holder(torch.nn.Module):
+    """User code that keeps the operator beside the model, as PyG users keep ``edge_index``."""
+
+    def __init__(self, model: torch.nn.Module, adj) -> None:
+        super().__init__()
+        self.model, self.adj = model, adj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x, self.adj)
+
+
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_deepcopy_of_a_module_holding_the_operator_trains_on_its_own(kind):
+    """``copy.deepcopy`` (how user code keeps its best model) of a module holding the operator: the copy gives the
+    same logits, its weights are its own (a step of the original leaves them), and both backpropagate."""
+    import copy
+
+    x, edge_index = _graph()
+    model = _model(kind)
+    holder = _Holder(model, mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym")))
+    twin = copy.deepcopy(holder)
+    torch.testing.assert_close(twin(x), holder(x), rtol=0, atol=0)  # the same operations on the same values
+    before = [p.detach().clone() for p in twin.parameters()]
+    holder(x).sum().backward()
+    with torch.no_grad():
+        for p in holder.parameters():
+            p.sub_(0.1 * p.grad)
+    assert all(torch.equal(a, b) for a, b in zip(before, twin.parameters(), strict=True))
+    twin(x).sum().backward()
+    assert all(p.grad is not None for p in twin.parameters())

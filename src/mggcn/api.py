@@ -201,8 +201,8 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
             given, no self loop added (:func:`mggcn.nn.models.operator_for`).
         device: where Â and Âᵀ are kept (the operand of the operator must be there too).
         dtype: of Â's values and of the rows it multiplies: ``torch.float32``, or ``torch.float64`` /
-            ``torch.bfloat16`` for a model cast with ``.double()`` / ``.bfloat16()`` (Â is normalized in float32, as
-            training does, then cast). Rows of another dtype are refused in one line.
+            ``torch.bfloat16`` for a model cast with ``.double()`` / ``.bfloat16()`` (Â is normalized in float64 for
+            float64, else in float32 as training does, then cast). Rows of another dtype are refused in one line.
 
     Shapes:
         ``H`` [n, d] -> ``Â·H`` [n, d]; the backward computes ``Âᵀ·G`` with a CSR of Âᵀ built here, once.
@@ -225,8 +225,9 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     # Â and Âᵀ with their self loops: row offsets, degrees and scaling per vertex, an id and a value per nonzero
     check_memory("adjacency_operator", _OPERATOR_VERTEX_BYTES * num_nodes + _OPERATOR_EDGE_BYTES * ei.shape[1],
                  f"num_nodes={num_nodes:,}: Â and Âᵀ")
-    adj_hat = normalize(adjacency(ei, num_nodes), norm)
-    blocks = [TiledCSR.from_torch(csr_to_torch(a, device).to(dtype)) for a in (adj_hat, adj_hat.T.tocsr())]
+    double = dtype == torch.float64  # Â's values then carry no float32 rounding
+    adj_hat = normalize(adjacency(ei, num_nodes), norm, np.float64 if double else np.float32)
+    blocks = [TiledCSR.from_torch(csr_to_torch(a, device, double).to(dtype)) for a in (adj_hat, adj_hat.T.tocsr())]
     return _Operator(DistContext(), blocks[:1], blocks[1:])
 
 

@@ -24,6 +24,7 @@ Legend: m = rows per rank, d = width of B.
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -206,6 +207,13 @@ class SpMMOperator:
             count = torch.tensor([self.real_rows], dtype=torch.float64, device=self.ctx.device)
             total = self._num_vertices = int(self.sum_over_ranks(count).item())
         return total
+
+    def __deepcopy__(self, memo: dict) -> SpMMOperator:
+        """What ``copy.deepcopy`` of a module that holds the operator gets (torch cannot copy sparse CSR tensors):
+        another operator on the same Â, Âᵀ, communicator and buffers — nothing writes the matrices, and the buffers
+        hold nothing between two products — with counters of its own."""
+        memo[id(self)] = twin = copy.copy(self)
+        return twin
 
     def sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over the ranks, in place (a layer's statistics over every vertex); returns it."""

@@ -87,12 +87,13 @@ def gather_matmul(csr: torch.Tensor, b: torch.Tensor, out: torch.Tensor, accumul
     return out
 
 
-def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A scipy CSR as a torch sparse CSR tensor, with int32 indices when they fit (a bit faster in MKL)."""
+def csr_to_torch(mat: sp.csr_matrix, device: torch.device | str = "cpu", double: bool = False) -> torch.Tensor:
+    """A scipy CSR as a torch sparse CSR tensor of float32 values (``double``: float64), with int32 indices when
+    they fit (a bit faster in MKL)."""
     idx = np.int32 if index_bytes(mat.nnz, max(mat.shape)) == 4 else np.int64
     crow = torch.from_numpy(np.ascontiguousarray(mat.indptr, dtype=idx))
     col = torch.from_numpy(np.ascontiguousarray(mat.indices, dtype=idx))
-    val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float32))
+    val = torch.from_numpy(np.ascontiguousarray(mat.data, dtype=np.float64 if double else np.float32))
     with sparse_warnings_silenced():  # torch calls the CSR layout beta on every construction: it is MG-GCN's layout
         return torch.sparse_csr_tensor(crow, col, val, size=mat.shape, device=device)
 

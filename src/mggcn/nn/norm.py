@@ -62,13 +62,14 @@ def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:
     return adj
 
 
-def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
+def normalize(adj: sp.csr_matrix, norm: str = "sym", dtype: type = np.float32) -> sp.csr_matrix:
     """Return ``Â`` for the adjacency ``A`` (``A[target, source]``, entries = edge counts).
 
     Args:
         adj: ``[n, n]`` CSR, rows are targets.
         norm: the operator, one of :data:`OPERATORS` (``"sym"``, ``"mean"``, ``"gat"``: with unit self loops;
             ``"in-mean"``, ``"sum"``: the edges as given).
+        dtype: the values' (float64 for a float64 operator: its values then carry no float32 rounding).
     """
     _check(norm)
     n = adj.shape[0]
@@ -80,7 +81,7 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym") -> sp.csr_matrix:
     adj.sort_indices()
     deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # >= 1 with the self loop; in-mean: may be 0
     rows = np.repeat(np.arange(n), np.diff(adj.indptr))
-    values = entry_values(adj.data, deg[rows], deg[adj.indices] if norm == "sym" else None, norm)
+    values = entry_values(adj.data, deg[rows], deg[adj.indices] if norm == "sym" else None, norm, dtype)
     return sp.csr_matrix((values, adj.indices, adj.indptr), shape=adj.shape)
 
 
@@ -141,8 +142,9 @@ def normalized_adjacency(edge_index: np.ndarray, num_nodes: int, norm: str = "sy
 
 
 def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarray | None,
-                 norm: str = "sym") -> np.ndarray:
-    """float32 ``Â[t, s]`` of entries with multiplicity ``count`` (1 on the GCN's diagonal), given ``D`` at both ends.
+                 norm: str = "sym", dtype: type = np.float32) -> np.ndarray:
+    """``Â[t, s]`` (float32, or ``dtype``) of entries with multiplicity ``count`` (1 on the GCN's diagonal), given
+    ``D`` at both ends.
 
     ``sym``: ``D_t^-1/2 · count · D_s^-1/2``; ``mean`` and ``in-mean``: ``count / D_t`` (``deg_source`` unused;
     ``D`` counts the unit self loop for ``mean``, the in-edges as given for ``in-mean``); ``sum`` and ``gat``:
@@ -152,10 +154,10 @@ def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarr
     _check(norm)
     count = np.asarray(count).astype(np.float64)
     if norm in _COUNTS:
-        return count.astype(np.float32)
+        return count.astype(dtype)
     if norm == "sym":
         values = (1.0 / np.sqrt(np.asarray(deg_target, dtype=np.float64))) * count
         values *= 1.0 / np.sqrt(np.asarray(deg_source, dtype=np.float64))
     else:
         values = count / np.asarray(deg_target, dtype=np.float64)
-    return values.astype(np.float32)
+    return values.astype(dtype)
