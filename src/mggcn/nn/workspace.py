@@ -36,6 +36,12 @@ class Workspace:
     def __init__(self) -> None:
         self._flat: dict[str, torch.Tensor] = {}
 
+    def __getstate__(self) -> dict:
+        return {}  # scratch: a copy or a pickle of a model starts without buffers, as a new model does
+
+    def __setstate__(self, state: dict) -> None:
+        self._flat = {}
+
     def take(self, name: str, rows: int, width: int, like: torch.Tensor,
              dtype: torch.dtype | None = None) -> torch.Tensor:
         """A ``[rows, width]`` tensor on the buffer ``name``, of ``like``'s device and dtype (or ``dtype``)."""
@@ -96,6 +102,12 @@ class WorkspaceClaims:
 
     def __init__(self) -> None:
         self._claims: list[tuple[Workspace, _Claim]] = []
+
+    def __getstate__(self) -> dict:
+        return {}  # the graphs of this process's forwards: a copy or a pickle of the model has none
+
+    def __setstate__(self, state: dict) -> None:
+        self._claims = []
 
     def free(self, own: Workspace) -> Workspace:
         """A workspace no live graph holds: ``own`` where none does (other free ones are then let go), else a spare
