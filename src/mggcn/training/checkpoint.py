@@ -35,10 +35,10 @@ from collections.abc import Callable
 import torch
 
 from mggcn.config import TrainConfig
-from mggcn.utils.errors import InputError
+from mggcn.utils.errors import InputError, unpickling_reason
 from mggcn.utils.files import OutputError, write_output
 
-__all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "is_checkpoint", "unpickling_reason"]
+__all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "is_checkpoint"]
 
 _MAGIC = b"mggcn-checkpoint "
 FORMAT_VERSION = 1
@@ -320,22 +320,6 @@ def check_fits(state: dict, path: str, model: torch.nn.Module) -> None:
 def _first_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text[:200] or type(err).__name__
-
-
-def unpickling_reason(err: Exception) -> str:
-    """What torch's weights-only unpickler refused, in a few words (its message wraps that in advice to load the
-    file with ``weights_only=False``, which is exactly what must not be done with a file of unknown origin)."""
-    text = str(err)
-    found = re.search(r"GLOBAL ([\w.]+)", text)
-    if found:
-        return f"it calls {found.group(1)}"
-    found = re.search(r"Unsupported operand (\d+)", text)
-    if found:
-        return f"unsupported pickle operation {found.group(1)}"
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    if first and "weights_only" not in first.lower() and len(first) < 200:
-        return f"{type(err).__name__}: {first}"
-    return type(err).__name__
 
 
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",

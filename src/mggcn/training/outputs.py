@@ -30,8 +30,8 @@ from mggcn.data.formats.checks import check_memory
 from mggcn.data.prepared.reader import MANIFEST, is_prepared
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
-from mggcn.training.checkpoint import Checkpointer, unpickling_reason
-from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.training.checkpoint import Checkpointer
+from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
 from mggcn.utils.files import check_writable, same_file, write_output, written_in_place
 
 __all__ = ["CARD_FORMAT", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims", "model_kind",

@@ -3,7 +3,9 @@ dataset that cannot be trained on (:class:`GraphError`). The command line prints
 
 from __future__ import annotations
 
-__all__ = ["InputError", "ConfigError", "GraphError"]
+import re
+
+__all__ = ["InputError", "ConfigError", "GraphError", "unpickling_reason"]
 
 
 class InputError(ValueError):
@@ -27,3 +29,23 @@ class ConfigError(InputError):
 class GraphError(InputError):
     """A dataset that cannot be trained on; the message names the source and what is wrong, and ``option``, when
     given, the setting that would mean it otherwise (``fmt``, ``num_nodes``)."""
+
+
+def unpickling_reason(err: BaseException) -> str:
+    """What torch's weights-only unpickler refused, in a few words (its message wraps that in advice to load the
+    file with ``weights_only=False``, which is exactly what must not be done with a file of unknown origin)."""
+    text = str(err)
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it calls {found.group(1)}"
+    found = re.search(r"but got <class '([\w.]+)'>", text)
+    if found:
+        return f"it builds a {found.group(1)}"
+    found = re.search(r"Unsupported operand (\d+)", text)
+    if found:
+        return f"unsupported pickle operation {found.group(1)}"
+    text = text.split("WeightsUnpickler error:", 1)[-1]  # what the unpickler said, after torch's advice
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if first and "weights_only" not in first.lower() and len(first) < 200:
+        return f"{type(err).__name__}: {first}"
+    return type(err).__name__

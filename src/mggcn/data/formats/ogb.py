@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import pickle
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,13 +21,17 @@ from mggcn.data.formats.checks import (
     load_npz,
     mask_from_ids,
     read_table,
+    why,
 )
-from mggcn.data.graph import Graph
+from mggcn.data.graph import SPLITS, Graph
+from mggcn.utils.errors import unpickling_reason
 
 __all__ = ["read_ogb"]
 
 
 _OGB_SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test.csv.gz"}
+_OGB_SPLIT_DICT = "split_dict.pt"
+_OGB_SPLIT_KEYS = {"train": "train", "val": "valid", "test": "test"}  # the split: its key in split_dict.pt
 
 
 def read_ogb(root: PathLike, split: str | None = None) -> Graph:
@@ -34,6 +43,8 @@ def read_ogb(root: PathLike, split: str | None = None) -> Graph:
 
     ``raw/data.npz`` (+ ``raw/node-label.npz``) is used when present (OGB's binary variant, e.g. papers100M);
     otherwise the CSV files ``raw/{edge,num-node-list,node-feat,node-label}.csv.gz``. Edges are kept as stored.
+    The split is ``split/<name>/split_dict.pt`` when present (OGB's ``get_idx_split`` looks there first), else
+    ``split/<name>/{train,valid,test}.csv.gz``.
     """
     root = Path(root)
     raw = root / "raw"
@@ -47,12 +58,7 @@ def read_ogb(root: PathLike, split: str | None = None) -> Graph:
         labels_src = str(raw / "node-label.csv.gz")
 
     split_dir = _ogb_split_dir(root, split)
-    masks, sources = {}, {}
-    for key, fname in _OGB_SPLIT_FILES.items():
-        path = split_dir / fname
-        ids = read_table(path, np.int64, ncols=1)[:, 0]
-        masks[key] = mask_from_ids(ids, n, path, lambda i: f"line {i + 1}")
-        sources[key] = str(path)
+    masks, sources = _ogb_split(split_dir, n)
     check_splits(masks, y, sources, labels_src)
     return Graph(n, ei, x, y, masks, name=str(root),
                  meta={"format": "ogb", "source": str(root), "split": split_dir.name}).validate()
@@ -70,6 +76,113 @@ def _ogb_split_dir(root: Path, split: str | None) -> Path:
     if len(found) != 1:
         raise file_error(base, f"expected exactly one split scheme directory, found {found}; pass split=<name>")
     return base / found[0]
+
+
+def _ogb_split(split_dir: Path, n: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The train/val/test masks and the file each comes from: ``split_dict.pt`` when it is a file there, as in
+    OGB's ``get_idx_split``, else the three CSV files. Both go through the same checks."""
+    dict_path = split_dir / _OGB_SPLIT_DICT
+    if dict_path.is_file():
+        ids = _load_split_dict(dict_path)
+        masks = {name: mask_from_ids(ids[name], n, dict_path, lambda i, key=key: f"'{key}'[{i}]")
+                 for name, key in _OGB_SPLIT_KEYS.items()}
+        return masks, dict.fromkeys(SPLITS, str(dict_path))
+    masks, sources = {}, {}
+    for name, fname in _OGB_SPLIT_FILES.items():
+        path = split_dir / fname
+        ids = read_table(path, np.int64, ncols=1)[:, 0]
+        masks[name] = mask_from_ids(ids, n, path, lambda i: f"line {i + 1}")
+        sources[name] = str(path)
+    return masks, sources
+
+
+def _load_split_dict(path: Path) -> dict[str, np.ndarray]:
+    """The vertex ids of ``split_dict.pt`` (``torch.save`` of a dict of 1-D tensors or numpy arrays under 'train',
+    'valid', 'test'), by split, each a 1-D numpy array; :func:`mask_from_ids` checks their type and range."""
+    import torch  # here, not at the top: reading every other file (mggcn prepare, mggcn info) loads no torch
+
+    try:
+        with warnings.catch_warnings(), _numpy_arrays_allowed(torch):
+            warnings.simplefilter("ignore")  # torch's notes on the file (pickle protocol, sparse checks)
+            # weights_only: tensors, containers and the numpy names allowed above; a pickle that names any other
+            # function or class (a crafted __reduce__) is refused before anything in it runs
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise file_error(path, f"refused by torch.load(weights_only=True): not plain tensors and arrays "
+                               f"({unpickling_reason(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds on a truncated or damaged file
+        raise file_error(path, f"truncated or corrupt torch.save file ({type(exc).__name__}: {why(exc)})") from None
+    if not isinstance(obj, dict):
+        raise file_error(path, f"holds a {type(obj).__name__}, not a dict of 'train', 'valid' and 'test' vertex ids")
+    missing = [key for key in _OGB_SPLIT_KEYS.values() if key not in obj]
+    if missing:
+        found = sorted(repr(k)[:40] for k in obj)
+        raise file_error(path, f"missing key(s) {missing}; the dict has [{', '.join(found[:8])}"
+                               f"{', ...' if len(found) > 8 else ''}]")
+    return {name: _split_ids(obj[key], key, path, torch) for name, key in _OGB_SPLIT_KEYS.items()}
+
+
+def _split_ids(value: Any, key: str, path: Path, torch: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        try:
+            value = value.detach().cpu().numpy()
+        except (TypeError, RuntimeError) as exc:  # bfloat16, sparse, meta: no vertex ids numpy can hold
+            raise file_error(path, f"'{key}' is a {value.dtype} tensor that numpy cannot hold ({why(exc)}); "
+                                   "expected integer vertex ids") from None
+    if not isinstance(value, np.ndarray):
+        raise file_error(path, f"'{key}' holds a {type(value).__name__}, not a tensor or array of vertex ids")
+    if value.ndim != 1:
+        raise file_error(path, f"'{key}' must be a one-dimensional array of vertex ids, got shape "
+                               f"{list(value.shape)}")
+    # an empty split holds no id, whatever its dtype (torch.tensor([]) is float32): as the empty CSV file does
+    return value if value.size else value.astype(np.int64)
+
+
+def _numpy_reconstructor(module: str) -> Any:
+    """numpy's array rebuild function under the name ``module._reconstruct`` that a pickle may give it: numpy 1
+    writes ``numpy.core.multiarray``, numpy 2 ``numpy._core.multiarray``, and torch matches the name exactly."""
+    rebuild = np.ndarray.__reduce__(np.empty(0))[0]
+
+    def _reconstruct(*args: Any) -> np.ndarray:
+        return rebuild(*args)
+
+    _reconstruct.__module__, _reconstruct.__qualname__ = module, "_reconstruct"
+    return _reconstruct
+
+
+def _empty_bytes(*args: Any) -> bytes:
+    """``bytes()``, which pickle protocol 2 writes for the raw data of an empty array, and nothing else:
+    ``bytes(n)`` from a file would allocate n bytes."""
+    if args:
+        raise pickle.UnpicklingError("bytes() with arguments (only bytes() of an empty array is allowed)")
+    return b""
+
+
+_empty_bytes.__module__, _empty_bytes.__qualname__ = "builtins", "bytes"  # the name torch matches the pickle's by
+_empty_bytes.__name__ = "bytes"
+
+
+@contextlib.contextmanager
+def _numpy_arrays_allowed(torch: Any) -> Iterator[None]:
+    """Let torch's weights-only unpickler rebuild numpy arrays of numbers while the file loads (a split_dict.pt
+    may hold its ids as numpy arrays, as OGB's get_idx_split returns them from the CSV files): the array and dtype
+    classes, the dtypes of booleans, integers and floats, numpy's rebuild function, which sets an array from its
+    shape, dtype and raw bytes and calls nothing else, and the empty bytes of an empty array."""
+    codes = "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]
+    allowed = [_numpy_reconstructor("numpy.core.multiarray"), _numpy_reconstructor("numpy._core.multiarray"),
+               _empty_bytes, np.ndarray, np.dtype, *{type(np.dtype(c)) for c in codes}]
+    serialization = torch.serialization
+    if hasattr(serialization, "safe_globals"):  # torch >= 2.5: allowed within the block only
+        with serialization.safe_globals(allowed):
+            yield
+        return
+    before = serialization.get_safe_globals()  # torch 2.4: allow, then put back what the process had allowed
+    serialization.add_safe_globals(allowed)
+    try:
+        yield
+    finally:
+        serialization.clear_safe_globals()
+        serialization.add_safe_globals(before)
 
 
 def _read_ogb_csv(raw: Path) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
