@@ -96,7 +96,8 @@ def test_a_cut_last_line_after_records_is_skipped_with_a_note(tmp_path, capsys):
 
 @pytest.mark.parametrize("source", ["a long line", "/dev/zero"])
 def test_a_file_without_line_ends_is_refused_not_read_whole(tmp_path, capsys, monkeypatch, source):
-    """/dev/zero (or any file of one huge line) was read whole into memory: the run never ended."""
+    """A file of one huge line is refused at the line limit, not read whole into memory; /dev/zero, which never
+    ends, before anything is read (a device is no metrics file)."""
     pytest.importorskip("matplotlib")
     from mggcn.tools import report
 
@@ -104,7 +105,8 @@ def test_a_file_without_line_ends_is_refused_not_read_whole(tmp_path, capsys, mo
     long_line = b'{"epoch": 1, "x": "' + b"a" * (2 << 20)
     path = source if source.startswith("/") else _metrics(tmp_path / "m.jsonl", long_line)
     assert _status(["report", path, "--out", str(tmp_path / "plots")]) == 2
-    _one_line(capsys.readouterr().err, f"{path} line 1: longer than 1 MiB", "--metrics")
+    said = f"{path}: is a device" if source.startswith("/") else f"{path} line 1: longer than 1 MiB"
+    _one_line(capsys.readouterr().err, said, "--metrics")
     assert not (tmp_path / "plots").exists()
 
 

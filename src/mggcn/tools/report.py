@@ -21,6 +21,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -57,7 +58,7 @@ class TensorBoardMissing(ImportError):
 
 
 # A line longer than this is no epoch record (a traced epoch of hundreds of ranks is a few MiB): a file without line
-# ends (/dev/zero, a binary file) is refused instead of read whole into memory.
+# ends (a binary file) is refused instead of read whole into memory.
 _MAX_LINE = 256 << 20
 
 
@@ -94,11 +95,7 @@ def _lines(path: str) -> Iterator[tuple[int, str, bool]]:
     """``(number, text, ended)`` of each line of ``path``, split at newlines only (a JSON string may hold U+2028 and
     the other characters ``str.splitlines`` splits at); ``ended``: whether a newline ends it. A UTF-8 byte order
     mark (a file saved by a Windows editor) is skipped."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as err:
-        raise MetricsError(f"{path}: {err.strerror}") from None
-    with f:
+    with _open_regular(path) as f:
         offset = 0
         for number in itertools.count(1):
             try:
@@ -117,6 +114,25 @@ def _lines(path: str) -> Iterator[tuple[int, str, bool]]:
                                    "wrote", "metrics") from None
             offset += len(raw)
             yield number, text, raw.endswith(b"\n")
+
+
+def _open_regular(path: str):
+    """``path`` open for reading in binary: a regular file, or a pipe (``cat m.jsonl | mggcn report /dev/stdin``);
+    anything else is a :class:`MetricsError` naming it (a device such as ``/dev/zero`` never ends). Opened without
+    blocking, as a FIFO's open would wait for a writer that may never come; a pipe is then read as usual, and one
+    that no writer holds reads as empty. Checked on the descriptor, so that what is checked is what is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise MetricsError(f"{path}: {err.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode):
+        os.set_blocking(fd, True)  # wait for what a connected writer has still to write
+    elif not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise MetricsError(f"{path}: is {what}, not a file that metrics= wrote", "metrics")
+    return os.fdopen(fd, "rb")
 
 
 def _epoch_of(path: str, number: int, record: Any) -> int:
