@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -121,8 +122,10 @@ def _pyg(args: argparse.Namespace) -> dict:
         subprocess.run(cmd, check=True, capture_output=True, timeout=args.timeout * 4)
         with open(out) as f:
             rows = json.load(f)["rows"]
-    epochs = {r["kind"]: r["epoch_s"] for r in rows}
+    # the bench's JSON says null for a number not measured (an out-of-memory row): NaN here, as the ratios print it
+    epochs = {r["kind"]: math.nan if r["epoch_s"] is None else r["epoch_s"] for r in rows}
     floor = next(r["floor"]["floor_s"] for r in rows if r["kind"] == "mggcn")
+    floor = math.nan if floor is None else floor
     return {"mggcn_s": epochs["mggcn"], "pyg_s": epochs["pyg"], "ratio": epochs["mggcn"] / epochs["pyg"],
             "floor_s": floor, "floor_ratio": floor / epochs["pyg"]}
 

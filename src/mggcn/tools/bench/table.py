@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from mggcn.utils.units import format_bytes
 
@@ -114,13 +115,14 @@ def _detail_lines(report: dict, g: dict | None) -> list[str]:
                      f"{base['warm'] / _MIB:.0f} MB once its kernels and optimizer ran (PyTorch code loaded on first "
                      f"use{'; whole - that, over plan: ' + over if over else ''})")
     pyg = next((r for r in rows if r["kind"] == "pyg" and not r.get("oom")), None)
+    n = markdown_cell  # a number, or "-" for none (null in a report read back, NaN in one just measured)
     if pyg:
         p = pyg["phases"]
-        lines.append(f"PyG phases: forward {p['forward']:.3f} s, backward {p['backward']:.3f} s, optimizer "
-                     f"{p['optimizer']:.3f} s")
+        lines.append(f"PyG phases: forward {n(p.get('forward'), '.3f')} s, backward {n(p.get('backward'), '.3f')} "
+                     f"s, optimizer {n(p.get('optimizer'), '.3f')} s")
     for r in rows:
         if r.get("setup_phases"):
-            phases = ", ".join(f"{k} {v:.2f}" for k, v in r["setup_phases"].items())
+            phases = ", ".join(f"{k} {n(v, '.2f')}" for k, v in r["setup_phases"].items())
             seconds = "not finished" if r.get("setup_s") is None else f"{r['setup_s']:.2f} s"
             lines.append(f"{r['name']}: setup {seconds} ({phases})")
     for r in rows:
@@ -131,14 +133,15 @@ def _detail_lines(report: dict, g: dict | None) -> list[str]:
         lines.append(f"{f['name']}: {'out of memory' if f.get('oom') else 'FAILED'}: {f['error']}")
     if report.get("error"):
         lines.append(f"the bench stopped early: {report['error']}")
-    for n, o in report.get("overlap", {}).items():
-        pairs = o.get("speedup_rounds", [])
+    for key, o in report.get("overlap", {}).items():
+        pairs = [x for x in o.get("speedup_rounds", []) if _measured(x)]
         spread = (f", {len(pairs)} rounds: {min(pairs):.2f}x to {max(pairs):.2f}x" if len(pairs) > 1 else "")
-        lines.append(f"P={n}: overlap on {o['on_s']:.3f} s vs off {o['off_s']:.3f} s per epoch ({o['speedup']:.2f}x"
-                     f"{spread}); waiting on broadcasts {o['comm_wait_on_s']:.3f} s vs {o['comm_wait_off_s']:.3f} s")
+        lines.append(f"P={key}: overlap on {n(o['on_s'], '.3f')} s vs off {n(o['off_s'], '.3f')} s per epoch "
+                     f"({n(o['speedup'], '.2f')}x{spread}); waiting on broadcasts {n(o['comm_wait_on_s'], '.3f')} s "
+                     f"vs {n(o['comm_wait_off_s'], '.3f')} s")
     for name, p in report.get("precision", {}).items():
-        lines.append(f"{name}: {p['epoch_s']:.3f} s per epoch, {p['vs_base']:.2f}x {p['base']}'s {p['base_s']:.3f} s; "
-                     f"test accuracy {p['test_acc_change']:+.1f} points")
+        lines.append(f"{name}: {n(p['epoch_s'], '.3f')} s per epoch, {n(p['vs_base'], '.2f')}x {p['base']}'s "
+                     f"{n(p['base_s'], '.3f')} s; test accuracy {n(p['test_acc_change'], '+.1f')} points")
     comm = report.get("broadcast")
     if comm:
         busy = "" if comm["busy"] is None else f", the cores {100 * comm['busy']:.0f}% busy meanwhile"
@@ -147,10 +150,28 @@ def _detail_lines(report: dict, g: dict | None) -> list[str]:
 
 
 def write_report(report: dict, path: str) -> None:
-    """The report as JSON at ``path`` (written whole or not at all)."""
+    """The report as JSON at ``path`` (written whole or not at all): strict JSON, a number that is NaN or infinite
+    (not measured: a phase no epoch recorded, a ratio of such numbers; a loss that diverged) written as null, since
+    Python's ``NaN`` and ``Infinity`` are no JSON and jq or JavaScript refuse the file."""
     from mggcn.utils.files import write_output
 
-    write_output(path, lambda f: json.dump(report, f, indent=1), text=True)
+    strict = _finite(report)
+    write_output(path, lambda f: json.dump(strict, f, indent=1, allow_nan=False), text=True)
+
+
+def _finite(value):
+    """``value`` with every NaN or infinite float, in lists and dicts at any depth, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _measured(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def report_source(report: dict) -> str:
@@ -176,7 +197,7 @@ def report_source(report: dict) -> str:
 
 def markdown_cell(value, spec: str) -> str:
     """A number of a Markdown table, "-" for one not measured (None or NaN)."""
-    return "-" if value is None or (isinstance(value, float) and value != value) else format(value, spec)
+    return format(value, spec) if _measured(value) else "-"
 
 
 def configurations(report: dict) -> list[dict]:
