@@ -15,17 +15,8 @@ from mggcn.tools.bench import run as bench_run
 from mggcn.tools.bench.table import format_markdown, format_table
 from mggcn.tools.cli import main
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.parallel import available_cores, configured_threads, set_threads
+from mggcn.utils.parallel import available_cores
 from script_modules import load_script
-
-
-@pytest.fixture
-def in_process(monkeypatch):
-    """The bench's workers run in this process (the graph step's, not a configuration's)."""
-    threads = configured_threads()
-    monkeypatch.setattr(bench_run, "run_workers", lambda fn, n, args=(), timeout_s=None: [fn(*args)])
-    yield
-    set_threads(threads)  # generate_worker sets this process's threads
 
 
 def _saint(cache, **overrides):

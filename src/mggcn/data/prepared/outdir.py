@@ -23,7 +23,7 @@ from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import is_special
 from mggcn.utils.outputs import follow_umask
 
-__all__ = ["output_dir", "replaceable", "PartialDir"]
+__all__ = ["output_dir", "replaceable", "remove_stale", "PartialDir"]
 
 # rename(2) onto something there: a non-empty directory, a file, a directory over a file
 _TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)
@@ -84,7 +84,7 @@ def _lock(path: Path) -> int | None:
     return fd
 
 
-def _remove_stale(out: Path) -> list[Path]:
+def remove_stale(out: Path) -> list[Path]:
     """Remove the partial directories of ``out`` that no live process holds: those of a prepare that was killed."""
     removed = []
     try:
@@ -112,7 +112,7 @@ class PartialDir:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.removed = _remove_stale(out)
+        self.removed = remove_stale(out)
         # made under a name the stale check skips, and renamed once locked: no moment where another prepare could
         # take it for stale
         fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))

@@ -9,7 +9,9 @@ edges drawn on every core; ``nodes · degree`` nonzeros of A), generated once in
 a prepared directory (:mod:`mggcn.data.prepared`: int32 CSR, float32 features; 4 bytes a nonzero where an int64 edge
 list takes 16). ``--graph-cache DIR`` keeps it there: reused when DIR exists (refused when it holds another graph
 than the options make: a prepared directory records them in its manifest, a GraphSAINT one in ``mggcn-bench.json``;
-one the bench did not write is compared by its sizes). mggcn's ranks open it as ``mggcn train DIR`` does, each
+one the bench did not write is compared by its sizes). It is written in a partial directory beside DIR, locked while
+its writer lives, and renamed into place: the partial directory of a bench that was killed is removed by the next
+bench using DIR, never that of a bench still writing. mggcn's ranks open it as ``mggcn train DIR`` does, each
 reading its share; PyG's process reads its arrays whole and forms its ``edge_index`` (source = ``in_indices``,
 target = each entry's row) and the split masks. The generation's seconds and rate (nonzeros of Â per second) are
 logged and reported.
@@ -81,7 +83,8 @@ The report (``--out``, JSON): ``options``; ``graph`` (``nodes``, ``edges``, ``nn
 number), for mggcn ``predicted`` and its ratios; an out-of-memory row has ``oom: true``, ``error`` (the error line),
 ``round``, ``oom_during`` (``setup``, ``training``, or null when the process left no word) and null numbers; ``failed``
 (other failures: ``name``, ``error``); ``overlap``; ``broadcast``; ``load_average``; ``complete``; ``error`` when the
-bench stopped early.
+bench stopped early. It is strict JSON: a number not measured (NaN or infinite: a phase no epoch recorded, a ratio of
+such numbers, a loss that diverged) is null.
 
 Modules: :mod:`.options` (every option and its default), :mod:`.memory` (RSS probes), :mod:`.limits` (caps, out of
 memory), :mod:`.graph`, :mod:`.probes` (baseline, machine, broadcast), :mod:`.workers` (an mggcn rank),

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from mggcn.data.datasets import GeneratedDataset, InMemoryDataset
 from mggcn.data.generators.common import GeneratedGraph
 from mggcn.data.graph import Graph
+from mggcn.data.prepared.outdir import PartialDir, remove_stale
 from mggcn.tools.bench.memory import peak_rss
 from mggcn.tools.bench.options import BenchOptions
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.outputs import follow_umask
 from mggcn.utils.parallel import set_threads
 
 __all__ = ["bench_graph", "generate_worker", "prepare_worker", "info_worker", "cached_info", "open_dataset",
-           "read_graph", "graph_info", "check_cached", "saint_made", "GENERATED_WITH", "SAINT_MADE"]
+           "read_graph", "graph_info", "check_cached", "saint_made", "remove_stale_partials", "GENERATED_WITH",
+           "SAINT_MADE"]
 
 GENERATED_WITH = ("nodes", "degree", "features", "classes", "seed", "ids")  # the options that make the graph
 SIZES = ("nodes", "features", "classes")  # what a cached graph the bench did not write is compared by
@@ -50,13 +51,13 @@ def generate_worker(opts: BenchOptions, path: str, threads: int) -> dict:
     if opts.saint_graph:
         graph = generated.to_graph()
         del generated
-        _write_saint(graph, path, opts)
+        _write_cache(path, lambda out: _write_saint(graph, out, opts))
         info = graph_info(graph)
     else:
         from mggcn.data.prepared.writer import write_dataset
 
         built = {"bench": {key: getattr(opts, key) for key in GENERATED_WITH}}
-        write_dataset(GeneratedDataset(generated), path, checksums=False, built=built)
+        _write_cache(path, lambda out: write_dataset(GeneratedDataset(generated), out, checksums=False, built=built))
         del generated
         info = cached_info(path)
     info.update(generate_s=generate_s, write_s=time.perf_counter() - start - generate_s, cached=False,
@@ -64,23 +65,34 @@ def generate_worker(opts: BenchOptions, path: str, threads: int) -> dict:
     return info
 
 
+def _write_cache(path: str, write: Callable[[str], object]) -> None:
+    """The graph written at ``path`` by ``write(directory)``, which makes that directory: inside a partial directory
+    beside ``path``, then renamed into place. A bench killed while writing leaves no directory that a later one
+    would take for its graph; the partial one it leaves is locked only while its writer lives
+    (:class:`~mggcn.data.prepared.outdir.PartialDir`), so that the next bench using ``path`` removes it
+    (:func:`remove_stale_partials`) and never one that another bench is still writing."""
+    partial = PartialDir(Path(os.path.abspath(path)))
+    try:
+        inner = os.path.join(partial.path, "graph")  # under the lock, with the mode of any new directory
+        write(inner)
+        os.rename(inner, path)
+    finally:
+        partial.discard()
+
+
+def remove_stale_partials(path: str) -> list[Path]:
+    """Remove the partial directories beside the graph cache ``path`` that no live process holds (those of a bench
+    killed while writing it); the paths removed."""
+    return remove_stale(Path(os.path.abspath(path)))
+
+
 def _write_saint(graph: Graph, path: str, opts: BenchOptions) -> None:
-    """The GraphSAINT directory, with the options that made it (:data:`SAINT_MADE`), written in a sibling and
-    renamed at the end: a bench killed while writing leaves no directory that a later one would take for its
-    graph."""
+    """The GraphSAINT directory ``path`` (made), with the options that made it (:data:`SAINT_MADE`)."""
     from mggcn.data.formats.saint import write_saint
 
-    parent, name = os.path.split(os.path.abspath(path))
-    tmp = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
-    try:
-        write_saint(graph, tmp)
-        with open(os.path.join(tmp, SAINT_MADE), "w", encoding="utf-8") as f:
-            json.dump({key: getattr(opts, key) for key in GENERATED_WITH}, f)
-        follow_umask(tmp, directory=True)  # mkdtemp made it private; the cache gets the mode of any new directory
-        os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_saint(graph, path)
+    with open(os.path.join(path, SAINT_MADE), "w", encoding="utf-8") as f:
+        json.dump({key: getattr(opts, key) for key in GENERATED_WITH}, f)
 
 
 def saint_made(path: str) -> dict | None:

@@ -19,6 +19,7 @@ from mggcn.tools.bench.graph import (
     generate_worker,
     info_worker,
     prepare_worker,
+    remove_stale_partials,
     saint_made,
 )
 from mggcn.tools.bench.limits import check_gpu_memory, gpu_memory_worker, out_of_memory, read_notes
@@ -95,6 +96,8 @@ def _graph_step(opts: BenchOptions, threads: int, tmp: str, log, report: dict) -
     """Generate the graph (or reuse ``--graph-cache``); its path."""
     path = opts.graph_cache or os.path.join(tmp, "saint" if opts.saint_graph else "graph")
     start = time.perf_counter()
+    for stale in remove_stale_partials(path) if opts.graph_cache else ():
+        log(f"graph cache: removed {stale}, left by a bench that was stopped before it finished writing the graph")
     if opts.graph_cache and os.path.exists(path):
         if opts.saint_graph:
             graph = run_workers(info_worker, 1, (path,), timeout_s=opts.timeout_s)[0]
