@@ -34,8 +34,9 @@ from mggcn.data.generators.spec import generate_spec, is_generated
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import ConfigError, GraphError
 
-__all__ = ["ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset", "cached_state", "check_not_named",
-           "content_hash", "graph_arrays", "load_graph", "named_dataset_dir", "open_dataset", "split_codes"]
+__all__ = ["ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset", "cache_copy_error", "cached_state",
+           "check_not_named", "content_hash", "graph_arrays", "load_graph", "named_dataset_dir", "open_dataset",
+           "split_codes"]
 
 # The arrays a dataset holds (n vertices, E edges, F features; original ids), the layout of a prepared directory:
 ROW_ARRAYS = {
@@ -316,6 +317,13 @@ def _not_a_dataset(spec: str) -> GraphError:
     return GraphError(f"{spec}: a file: give its layout with fmt= ({', '.join(FORMATS)})", "fmt")
 
 
+def cache_copy_error(exc: GraphError, name: str, path: str) -> GraphError:
+    """``exc``, raised on the cache's prepared copy of the named dataset ``name`` at ``path``, with what "prepare it
+    again" means for that copy: delete it, and run again."""
+    return GraphError(f"{exc}; it is the cache's copy of {name}: delete {path}, and run again to prepare it again",
+                      exc.option)
+
+
 def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, undirected: bool = False,
                  dedup: bool = False, read_options: dict[str, Any] | None = None, progress: bool = True) -> Dataset:
     """The :class:`Dataset` behind ``spec`` (a spec string, a path, or a :class:`Graph` already in memory).
@@ -334,9 +342,8 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
         path = named_dataset_dir(entry, undirected, dedup, read_options, progress)
         try:
             return PreparedDataset(path)
-        except GraphError as exc:  # "prepare it again" means, for the cache's copy, this
-            raise GraphError(f"{exc}; it is the cache's copy of {entry.name}: delete {path}, and run again to "
-                             "prepare it again", exc.option) from None
+        except GraphError as exc:
+            raise cache_copy_error(exc, entry.name, path) from None
     if fmt == "prepared" or (fmt is None and is_prepared(spec)):
         if undirected or dedup or read_options:
             given = ["undirected"] * undirected + ["dedup"] * dedup + list(read_options or {})

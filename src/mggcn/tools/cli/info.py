@@ -19,13 +19,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mggcn.data.catalog import named
-    from mggcn.data.datasets import named_dataset_dir
+    from mggcn.data.datasets import cache_copy_error, named_dataset_dir
     from mggcn.data.prepared.reader import PreparedDataset, describe
+    from mggcn.utils.errors import GraphError
 
     entry = named(args.dir)
     path = named_dataset_dir(entry) if entry is not None else args.dir
-    dataset = PreparedDataset(path, verify=args.verify)
-    print(describe(dataset))
+    try:
+        dataset = PreparedDataset(path, verify=args.verify)
+        summary = describe(dataset)
+    except GraphError as exc:
+        if entry is None:
+            raise
+        raise cache_copy_error(exc, entry.name, path) from None  # as `mggcn train NAME` says it
+    print(summary)
     if args.verify:  # it raised on the first problem: reaching here is the answer
         arrays = dataset.manifest["arrays"]
         names = set(arrays) & set(dataset.arrays)  # the files (a symmetric dataset's out_* are its in_*)
