@@ -84,3 +84,31 @@ def test_predict_refuses_a_model_description_that_is_a_fifo(model, tmp_path):
     os.mkfifo(f"{copy}.json")
     done = run_cli("predict", str(copy), "builtin:karate", "--out", str(tmp_path / "p.csv"), timeout=TIMEOUT_S)
     _refused(done, f"{copy}.json", "a device, FIFO or socket, not a model description")
+
+
+def test_predict_from_python_refuses_a_model_or_description_that_is_a_fifo(model, tmp_path):
+    """``mggcn.predict`` (the library, not the command) checks the same, in the process that calls it."""
+    import threading
+
+    import mggcn
+    from mggcn.utils.errors import GraphError
+
+    fifo = str(tmp_path / "fifo.pt")
+    os.mkfifo(fifo)
+    copy = tmp_path / "m.pt"
+    copy.write_bytes(open(model, "rb").read())
+    os.mkfifo(f"{copy}.json")
+    for path, what in ((fifo, "a model file"), (str(copy), "a model description")):
+        caught = []
+
+        def call(path=path):
+            try:
+                mggcn.predict(path, "builtin:karate")
+            except GraphError as err:
+                caught.append(str(err))
+
+        worker = threading.Thread(target=call, daemon=True)  # a wait in the open fails the test, not hangs it
+        worker.start()
+        worker.join(TIMEOUT_S)
+        assert not worker.is_alive(), f"mggcn.predict waited on {path}"
+        assert len(caught) == 1 and f"is a device, FIFO or socket, not {what}" in caught[0], caught

@@ -152,7 +152,10 @@ def _verified_payload(path: str) -> bytes:
 
 
 def is_checkpoint(path: str) -> bool:
-    """Whether ``path`` starts as a checkpoint file does (its header line), intact or not."""
+    """Whether ``path`` is a regular file that starts as a checkpoint file does (its header line), intact or not
+    (a FIFO's open would wait for a writer)."""
+    if not os.path.isfile(path):
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(len(_MAGIC)) == _MAGIC

@@ -32,7 +32,7 @@ from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
 from mggcn.training.checkpoint import Checkpointer
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
-from mggcn.utils.files import check_writable, same_file, write_output, written_in_place
+from mggcn.utils.files import check_writable, is_special, same_file, write_output, written_in_place
 
 __all__ = ["CARD_FORMAT", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims", "model_kind",
            "read_inputs", "save_model", "save_output", "save_predictions", "sidecar_path", "table_format"]
@@ -263,6 +263,8 @@ def _read_card(path: str) -> dict | None:
     card_path = sidecar_path(path)
     if not os.path.exists(card_path):
         return None
+    if is_special(card_path):  # a FIFO's open would wait for a writer, a device's read never end
+        raise GraphError(f"{card_path}: is a device, FIFO or socket, not a model description")
     try:
         with open(card_path, encoding="utf-8") as f:
             card = json.load(f)

@@ -13,7 +13,6 @@ from mggcn.tools.cli.common import (
     rank_zero,
     read_options,
 )
-from mggcn.utils.errors import GraphError
 
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
@@ -51,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.training.job import share_dataset
     from mggcn.training.predict import PredictJob, check_predict, run_predict_job
 
-    _check_model_files(args.model)
     reader_options = read_options(args)
     output = "proba" if args.proba else "embeddings" if args.embeddings else "classes"
     job = PredictJob(model=args.model, dataset=args.dataset, out=args.out, output=output, layer=args.embeddings,
@@ -72,17 +70,6 @@ def run(args: argparse.Namespace) -> int:
     if rank_zero():  # under torchrun, rank 0 says it
         _say_written(args, sizes["num_nodes"])
     return 0
-
-
-def _check_model_files(model: str) -> None:
-    """Refuse a model file, or its description ``MODEL.json``, that is a FIFO, a device or a socket: reading one
-    would wait for a writer that may never come, or never end."""
-    from mggcn.training.outputs import sidecar_path
-    from mggcn.utils.files import is_special
-
-    for path, what in ((model, "a model file"), (sidecar_path(model), "a model description")):
-        if is_special(path):
-            raise GraphError(f"{path}: is a device, FIFO or socket, not {what}")
 
 
 def _say_written(args: argparse.Namespace, num_nodes: int) -> None:
