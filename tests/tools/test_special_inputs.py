@@ -101,7 +101,7 @@ def test_predict_from_python_refuses_a_model_or_description_that_is_a_fifo(model
     for path, what in ((fifo, "a model file"), (str(copy), "a model description")):
         caught = []
 
-        def call(path=path):
+        def call(path=path, caught=caught):
             try:
                 mggcn.predict(path, "builtin:karate")
             except GraphError as err:
