@@ -16,7 +16,7 @@ import numpy as np
 from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_arrays", "graph_from_pyg", "int64_array", "is_pyg",
-           "label_array", "split_mask", "tensor_array"]
+           "label_array", "multilabel_array", "split_mask", "tensor_array"]
 
 SPLITS = ("train", "val", "test")
 
@@ -49,6 +49,23 @@ def label_array(values: np.ndarray, name: str) -> np.ndarray:
     return int64_array(values, "label", name)
 
 
+def multilabel_array(values: np.ndarray, name: str) -> np.ndarray:
+    """Multi-label labels ``[n, C]`` (bool, or numbers that are all 0 or 1: vertex ``v`` has label ``c`` where
+    ``[v, c]`` is 1) as uint8, refused in one line otherwise: a cast would read 2 or 0.5 as a label, and a NaN (an
+    unknown label) has no meaning in the loss."""
+    values = np.asarray(values)
+    if values.dtype.kind == "b":
+        return np.ascontiguousarray(values, dtype=np.uint8)
+    if values.dtype.kind not in "iuf":
+        raise GraphError(f"{name}: multi-label labels [n, C] must be 0/1 or bool, got dtype {values.dtype}")
+    other = ~np.isin(values, (0, 1))  # NaN is in neither
+    if other.any():
+        row, col = np.unravel_index(int(np.argmax(other)), values.shape)
+        raise GraphError(f"{name}: multi-label labels [n, C] must be 0 or 1, but vertex {row} has "
+                         f"{values[row, col].item()!r} for label {col}")
+    return np.ascontiguousarray(values, dtype=np.uint8)
+
+
 @dataclass
 class Graph:
     """A node-classification dataset held in memory.
@@ -58,6 +75,8 @@ class Graph:
         edge_index: ``int64 [2, E]`` array, row 0 source, row 1 target, ids in ``[0, n)``.
         x: ``float32 [n, F]`` features.
         y: ``int64 [n]`` labels in ``[0, C)``; ``-1`` marks an unlabeled vertex (allowed only outside the splits).
+            Multi-label: ``uint8 [n, C]`` (given as bool or 0/1 numbers, ``C`` ≥ 2 columns), 1 where the vertex has
+            that label; every vertex is labelled.
         masks: ``{"train", "val", "test"} -> bool [n]``; disjoint; train must be non-empty.
         num_classes: ``C``; inferred as ``max(y) + 1`` when not given.
         name: where the graph came from, used in error messages.
@@ -79,10 +98,11 @@ class Graph:
             raise GraphError(f"{self.name}: the features must be real numbers, got dtype {x.dtype}")
         with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf: validate refuses it
             self.x = np.ascontiguousarray(x, dtype=np.float32)
-        self.y = label_array(self.y, self.name)
+        multilabel = np.ndim(self.y) == 2 and np.shape(self.y)[1] >= 2
+        self.y = multilabel_array(self.y, self.name) if multilabel else label_array(self.y, self.name)
         self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
         if self.num_classes < 0:
-            self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+            self.num_classes = self.y.shape[1] if multilabel else int(self.y.max()) + 1 if self.y.size else 0
 
     def _mask(self, split: str, values: np.ndarray) -> np.ndarray:
         """A mask as bool, refused unless bool or 0/1: a cast would read split codes, vertex ids or NaN as True."""
@@ -99,6 +119,11 @@ class Graph:
         return int64_array(values, what, self.name)
 
     @property
+    def multilabel(self) -> bool:
+        """Whether each vertex has a set of labels (``y`` [n, C] of 0/1) rather than one class (``y`` [n])."""
+        return self.y.ndim == 2
+
+    @property
     def num_edges(self) -> int:
         """The number of directed edges (columns of ``edge_index``)."""
         return int(self.edge_index.shape[1])
@@ -112,9 +137,9 @@ class Graph:
         """Arrays of the wrong rank, said as such (their row count alone would read "30 rows for 30 vertices")."""
         if self.x.ndim != 2:
             raise GraphError(f"{self.name}: the feature matrix x must be [n, F], got shape {list(self.x.shape)}")
-        if self.y.ndim != 1:
-            raise GraphError(f"{self.name}: the labels y must be one class id per vertex ([n]), got shape "
-                             f"{list(self.y.shape)}")
+        if self.y.ndim not in (1, 2):
+            raise GraphError(f"{self.name}: the labels y must be one class id per vertex ([n]) or a 0/1 matrix of "
+                             f"labels ([n, C]), got shape {list(self.y.shape)}")
         for split, mask in self.masks.items():
             if mask.ndim != 1:
                 raise GraphError(f"{self.name}: the '{split}' mask must be [n], got shape {list(mask.shape)}")
@@ -128,13 +153,15 @@ class Graph:
             mask = self.masks[split]
             if mask.shape != (n,):
                 raise GraphError(f"{name}: the '{split}' mask has {mask.shape[0]} entries for {n} vertices")
+            if self.multilabel:
+                continue  # every vertex has its (possibly empty) set of labels
             bad = mask & ((self.y < 0) | (self.y >= c))
             if bad.any():
                 v = int(np.argmax(bad))
                 why = "; -1 and NaN mean unlabelled, which no split may hold" if self.y[v] < 0 else ""
                 raise GraphError(f"{name}: label {int(self.y[v])} of a '{split}' vertex is out of range [0, {c}) "
                                  f"(vertex {v}{why})")
-        bad = (self.y < -1) | (self.y >= c)
+        bad = np.zeros(0, dtype=bool) if self.multilabel else (self.y < -1) | (self.y >= c)
         if bad.any():
             v = int(np.argmax(bad))
             raise GraphError(f"{name}: label {int(self.y[v])} of vertex {v} is out of range [0, {c}) (-1 = unlabelled)")
@@ -161,11 +188,14 @@ class Graph:
         if not finite.all():
             raise GraphError(f"{name}: the features contain NaN or inf (first in row {int(np.argmin(finite))}; a value "
                              "beyond float32's range reads as inf)")
-        if self.y.shape != (n,):
+        if self.y.shape[:1] != (n,):
             raise GraphError(f"{name}: {self.y.shape[0] if self.y.ndim else 0} labels for {n} vertices")
+        if self.multilabel and self.num_classes != self.y.shape[1]:
+            raise GraphError(f"{name}: num_classes is {self.num_classes} but the multi-label labels have "
+                             f"{self.y.shape[1]} columns")
         if self.num_classes < 1:
             raise GraphError(f"{name}: no labelled vertex, so no classes")
-        if self.num_classes > n:  # one stray label must not size the output layer
+        if self.num_classes > n and not self.multilabel:  # one stray label must not size the output layer
             raise GraphError(f"{name}: {self.num_classes} classes for {n} vertices (largest label "
                              f"{int(self.y.max()) if self.y.size else -1}): more classes than vertices is refused")
         self._check_split_labels()

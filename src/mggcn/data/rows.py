@@ -32,6 +32,13 @@ def check_vertex_rows(dataset: Dataset, ids: np.ndarray, degree: np.ndarray, y: 
     """The vertex data of the rows a rank loads, checked (together, the ranks check every row once): labels in
     range, split codes, a label for every vertex in a split, stored degrees of at least 1. (The features:
     :func:`check_features`.)"""
+    if y.ndim == 2:  # multi-label: a 0/1 per label, and every vertex labelled
+        bad = y > 1
+        if bad.any():
+            row, col = np.unravel_index(int(np.argmax(bad)), y.shape)
+            raise dataset_error(dataset, "labels", f"vertex {int(ids[row])} has {int(y[row, col])} for label {col}; "
+                                                   "multi-label labels are 0 or 1")
+        y = np.zeros(y.shape[0], dtype=np.int64)
     bad = (y < -1) | (y >= dataset.num_classes)
     if bad.any():
         raise dataset_error(dataset, "labels", f"label {int(y[np.argmax(bad)])} of vertex {int(ids[np.argmax(bad)])} "

@@ -507,7 +507,8 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
     degree = np.zeros(m, dtype=np.int64)  # of this rank's rows; padding rows have none
     degree[local] = _degree(dataset, ids, norm)
     counted["bytes"] += 8 * ids.size
-    y = np.full(m, -1, dtype=np.int64)
+    labels = arrays["labels"]  # int64 [n] (-1: none), or multi-label uint8 [n, C] (padding rows: no label)
+    y = np.zeros((m, labels.shape[1]), dtype=np.uint8) if labels.ndim == 2 else np.full(m, -1, dtype=np.int64)
     codes = np.full(m, -1, dtype=np.int8)
     copy_rows(dataset, "labels", ids, local, y, counted)
     copy_rows(dataset, "split", ids, local, codes, counted)
