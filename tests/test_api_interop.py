@@ -87,7 +87,8 @@ _BAD_DATA = {
     "hetero": (lambda d: HeteroData(), "to_homogeneous"),
     "meta x": (lambda d: _data(x=torch.empty(N, F, device="meta")), "'meta' device"),
     "sparse x": (lambda d: _data(x=d.x.to_sparse()), "sparse tensor"),
-    "one-hot y": (lambda d: _data(y=torch.nn.functional.one_hot(d.y).float()), r"y must be .* shape \[24, 3\]"),
+    "y [n, 2, 3]": (lambda d: _data(y=torch.zeros(N, 2, 3)), r"y must be .* shape \[24, 2, 3\]"),
+    "y of 2": (lambda d: _data(y=2 * torch.nn.functional.one_hot(d.y)), "vertex 0 has 2 for label"),
     "1-D x": (lambda d: _data(x=d.x[:, 0]), r"x must be \[n, F\], got shape \[24\]"),
     "[n, 2] mask": (lambda d: _data(test_mask=torch.ones(N, 2, 2, dtype=torch.bool)), r"test_mask must be"),
     "no x": (lambda d: Data(edge_index=d.edge_index, y=d.y, num_nodes=N), "has no x, train_mask"),
@@ -112,6 +113,9 @@ def test_pyg_data_as_pyg_datasets_store_it():
                 edge_index=data.edge_index.t().contiguous().t())
     assert not odd.edge_index.is_contiguous()
     assert _numbers(_train(odd)) == _numbers(_train(data))
+    # y one-hot [n, C] (float or bool): the class of each row, as F.cross_entropy reads a one-hot target
+    for one_hot in (torch.nn.functional.one_hot(data.y).float(), torch.nn.functional.one_hot(data.y).bool()):
+        assert _numbers(_train(_data(y=one_hot))) == _numbers(_train(data))
 
 
 def test_state_dict_is_called_as_torch_spells_it(tmp_path):

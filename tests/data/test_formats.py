@@ -238,7 +238,7 @@ def test_saint(tmp_path, src):
 def test_saint_bad_input(tmp_path, src):
     root = write_saint(tmp_path / "s", src)
     cm = root / "class_map.json"
-    cm.write_text(json.dumps({str(v): [1, 0, 0] for v in range(N)}))
+    cm.write_text(json.dumps({"0": [1, 0, 0], "1": 2}))  # lists (multi-label) and classes mixed
     with raises_naming(cm, "multi-label"):
         read_saint(root)
     cm.write_text('{"0": 1,\n "1": }')

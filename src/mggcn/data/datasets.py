@@ -46,7 +46,7 @@ ROW_ARRAYS = {
     "out_indices": "int32|int64 [E]: the targets of each source's out-edges",
     "degree": "int64 [n]: in-edges other than self loops plus one, the row sums of A + I",
     "features": "float32 [n, F]",
-    "labels": "int64 [n]: -1 = unlabelled",
+    "labels": "int64 [n]: -1 = unlabelled; multi-label: uint8 [n, C] of 0/1, every vertex labelled",
     "split": "int8 [n]: 0 train, 1 val, 2 test, -1 none",
 }
 
@@ -56,7 +56,8 @@ class Dataset(Protocol):
 
     ``arrays`` maps each name of :data:`ROW_ARRAYS` to an array (or a read-only memory map) indexed by original
     vertex id; ``symmetric`` says that A = Aᵀ (the ``out_`` arrays are then the ``in_`` arrays); ``split_sizes``
-    counts the vertices of each split in the whole graph.
+    counts the vertices of each split in the whole graph; ``multilabel`` says that the labels are a 0/1 matrix
+    ``[n, C]`` (``num_classes`` = C), not one class per vertex.
     """
 
     name: str
@@ -64,6 +65,7 @@ class Dataset(Protocol):
     num_edges: int
     num_features: int
     num_classes: int
+    multilabel: bool
     symmetric: bool
     split_sizes: dict[str, int]
     arrays: dict[str, np.ndarray]
@@ -154,6 +156,7 @@ class GeneratedDataset:
     nothing is sorted again."""
 
     symmetric = True
+    multilabel = False  # the generators label each vertex with one class
 
     def __init__(self, generated: GeneratedGraph) -> None:
         g = generated
@@ -208,6 +211,7 @@ class InMemoryDataset:
         self.graph: Graph | None = graph
         self.name, self.num_nodes, self.num_edges = graph.name, graph.num_nodes, graph.num_edges
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
+        self.multilabel = graph.multilabel
         self.split_sizes = {s: int(graph.masks[s].sum()) for s in SPLITS}
         self._owned = owned
         self._arrays: tuple[dict[str, np.ndarray], bool] | None = None

@@ -16,7 +16,7 @@ import numpy as np
 from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_arrays", "graph_from_pyg", "int64_array", "is_pyg",
-           "label_array", "multilabel_array", "split_mask", "tensor_array"]
+           "label_array", "multilabel_array", "one_hot_classes", "split_mask", "tensor_array"]
 
 SPLITS = ("train", "val", "test")
 
@@ -52,18 +52,29 @@ def label_array(values: np.ndarray, name: str) -> np.ndarray:
 def multilabel_array(values: np.ndarray, name: str) -> np.ndarray:
     """Multi-label labels ``[n, C]`` (bool, or numbers that are all 0 or 1: vertex ``v`` has label ``c`` where
     ``[v, c]`` is 1) as uint8, refused in one line otherwise: a cast would read 2 or 0.5 as a label, and a NaN (an
-    unknown label) has no meaning in the loss."""
+    unknown label) has no meaning where every vertex has its set of labels."""
     values = np.asarray(values)
     if values.dtype.kind == "b":
         return np.ascontiguousarray(values, dtype=np.uint8)
     if values.dtype.kind not in "iuf":
-        raise GraphError(f"{name}: multi-label labels [n, C] must be 0/1 or bool, got dtype {values.dtype}")
-    other = ~np.isin(values, (0, 1))  # NaN is in neither
+        raise GraphError(f"{name}: multi-label labels [n, C] must be 0/1 numbers or bools, got dtype {values.dtype}")
+    other = (values != 0) & (values != 1)  # NaN is neither
     if other.any():
         row, col = np.unravel_index(int(np.argmax(other)), values.shape)
-        raise GraphError(f"{name}: multi-label labels [n, C] must be 0 or 1, but vertex {row} has "
-                         f"{values[row, col].item()!r} for label {col}")
+        value = values[row, col].item()
+        why = "; NaN (no label) has no meaning here: every vertex has its set of labels" if value != value else ""
+        raise GraphError(f"{name}: vertex {row} has {value!r} for label {col}: multi-label labels [n, C] are 0 or "
+                         f"1{why}")
     return np.ascontiguousarray(values, dtype=np.uint8)
+
+
+def one_hot_classes(y: np.ndarray) -> np.ndarray:
+    """The labels a 0/1 matrix ``y`` [n, C] (uint8) means: one class per vertex (int64 [n]) where every row holds
+    exactly one 1 — a one-hot encoding (``torch.nn.functional.one_hot(y)``), which ``F.cross_entropy`` reads as the
+    class it marks — else ``y`` itself, multi-label."""
+    if y.shape[0] and bool((y.sum(axis=1) == 1).all()):
+        return y.argmax(axis=1).astype(np.int64)
+    return y
 
 
 @dataclass
@@ -76,7 +87,8 @@ class Graph:
         x: ``float32 [n, F]`` features.
         y: ``int64 [n]`` labels in ``[0, C)``; ``-1`` marks an unlabeled vertex (allowed only outside the splits).
             Multi-label: ``uint8 [n, C]`` (given as bool or 0/1 numbers, ``C`` ≥ 2 columns), 1 where the vertex has
-            that label; every vertex is labelled.
+            that label; every vertex is labelled. A matrix with exactly one 1 in every row is one-hot: one class
+            per vertex (:func:`one_hot_classes`).
         masks: ``{"train", "val", "test"} -> bool [n]``; disjoint; train must be non-empty.
         num_classes: ``C``; inferred as ``max(y) + 1`` when not given.
         name: where the graph came from, used in error messages.
@@ -98,11 +110,11 @@ class Graph:
             raise GraphError(f"{self.name}: the features must be real numbers, got dtype {x.dtype}")
         with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf: validate refuses it
             self.x = np.ascontiguousarray(x, dtype=np.float32)
-        multilabel = np.ndim(self.y) == 2 and np.shape(self.y)[1] >= 2
-        self.y = multilabel_array(self.y, self.name) if multilabel else label_array(self.y, self.name)
+        width = np.shape(self.y)[1] if np.ndim(self.y) == 2 and np.shape(self.y)[1] >= 2 else 0  # a label matrix
+        self.y = one_hot_classes(multilabel_array(self.y, self.name)) if width else label_array(self.y, self.name)
         self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
         if self.num_classes < 0:
-            self.num_classes = self.y.shape[1] if multilabel else int(self.y.max()) + 1 if self.y.size else 0
+            self.num_classes = width or (int(self.y.max()) + 1 if self.y.size else 0)
 
     def _mask(self, split: str, values: np.ndarray) -> np.ndarray:
         """A mask as bool, refused unless bool or 0/1: a cast would read split codes, vertex ids or NaN as True."""

@@ -11,9 +11,11 @@ Formats (``read(source, fmt)`` dispatches on ``fmt``) and their edge direction. 
 ``ogb``         OGB node-property directory (``raw/`` + ``split/<name>/``), CSV (``raw/edge.csv.gz`` ...) or binary
                 (``raw/data.npz`` + ``raw/node-label.npz``). A line ``src,dst`` / column ``edge_index[:, e]`` is the
                 edge ``src -> dst``, kept as stored (ogbn-arxiv is directed; :func:`transform` symmetrizes). A NaN label
-                marks an unlabelled vertex, which must be in no split.
+                marks an unlabelled vertex, which must be in no split; labels of several 0/1 columns (ogbn-proteins)
+                are multi-label.
 ``saint``       GraphSAINT: ``adj_full.npz`` (scipy CSR), ``feats.npy``, ``class_map.json``, ``role.json``. A nonzero
-                ``adj[i, j]`` is the edge ``i -> j`` (the matrix is symmetric anyway). Multi-label is refused.
+                ``adj[i, j]`` is the edge ``i -> j`` (the matrix is symmetric anyway). A class map of 0/1 lists
+                (PPI, Yelp, Amazon) is multi-label.
 ``dgl-reddit``  DGL's ``reddit_data.npz`` + ``reddit_graph.npz`` (scipy COO). A nonzero ``A[i, j]`` is ``i -> j``
                 (DGL's ``from_scipy``: row = source). ``node_types`` 1/2/3 = train/val/test.
 ``mtx``         Matrix Market ``coordinate`` file (1-based, ``symmetric`` expands to both directions). A nonzero
@@ -25,7 +27,8 @@ Formats (``read(source, fmt)`` dispatches on ``fmt``) and their edge direction. 
 ==============  =====================================================================================================
 
 One module per format (``ogb``, ``saint``, ``dgl_reddit``, ``mtx``, ``edgelist``, ``mggcn_bin``, ``planetoid``),
-graphs from tensors in ``memory``, and the checks every reader shares in ``checks``.
+graphs from tensors in ``memory``, the checks every reader shares in ``checks``, and those of labels (one class per
+vertex, or a 0/1 matrix of labels) in ``labels``. The ``labels`` file of ``mtx`` and ``edgelist`` may be either.
 """
 
 from __future__ import annotations

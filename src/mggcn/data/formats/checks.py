@@ -9,8 +9,9 @@ Legend: n = vertices, E = edges, F = feature dimension.
 ``mtx`` and ``edgelist`` take their vertex data from optional files; what is absent is synthesized from ``seed``:
 
 * ``features``: ``.npy`` ``float [n, F]``; absent: standard normal ``[n, num_features]``.
-* ``labels``: ``.npy`` integer ``[n]`` (``-1`` = unlabelled, as is NaN in float labels); absent: uniform in
-  ``[0, num_classes or 2)``.
+* ``labels``: ``.npy`` integer ``[n]`` (``-1`` = unlabelled, as is NaN in float labels), or a 0/1 matrix ``[n, C]``
+  of ``C`` ≥ 2 columns for multi-label (:mod:`mggcn.data.formats.labels`); absent: uniform in ``[0, num_classes or
+  2)``.
 * ``split``: ``.npy`` integer ``[n]`` with 0 = train, 1 = val, 2 = test, -1 = none (the ``sets.bin`` code), or
   ``.npz`` with bool ``train``/``val``/``test`` arrays of length n; absent: a random 50/25/25 split of the labelled
   vertices.
@@ -30,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mggcn.data.formats.compressed import DECOMPRESS_ERRORS, open_text
+from mggcn.data.formats.labels import check_label_range, read_labels
 from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.messages import one_line
@@ -366,62 +368,6 @@ def check_features(x: np.ndarray, path: PathLike, n: int, n_from: str) -> np.nda
     return x
 
 
-def check_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_unlabelled: bool) -> np.ndarray:
-    """Return int64 ``[n]`` labels with -1 = unlabelled.
-
-    Formats that mark "unlabelled" with NaN (OGB) have no -1 sentinel, so there every negative label is an error;
-    elsewhere -1 means unlabelled and anything below it is an error, and a NaN of float labels is unlabelled as well
-    (labels saved from PyG's ogbn-papers100M hold NaN so; no format gives NaN another meaning).
-    """
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1:
-        raise file_error(path, f"labels must be a vector [n] (multi-label is not supported), got shape {list(y.shape)}")
-    if y.shape[0] != n:
-        raise file_error(path, f"{y.shape[0]} labels for {n} vertices ({n_from})")
-    if np.issubdtype(y.dtype, np.floating):
-        nan = np.isnan(y)
-        values = np.where(nan, 0.0, y)
-        bad = ~np.isfinite(values) | (values != np.round(values))
-        if bad.any():
-            v = int(np.argmax(bad))
-            raise file_error(path, f"label {float(y[v])!r} of vertex {v} is not an integer")
-    elif y.dtype.kind in "biu":  # bool: two classes, as int64_array reads a tensor's
-        nan, values = np.zeros(n, dtype=bool), y
-    else:
-        raise file_error(path, f"labels must be integers, got dtype {y.dtype}")
-    # checked as read, before the cast to int64, which would wrap a value beyond it (2^64 - 1 would read as -1)
-    negative = values < (0 if nan_is_unlabelled else -1)
-    if negative.any():
-        v = int(np.argmax(negative))
-        raise file_error(path, f"label {int(values[v])} of vertex {v} is negative")
-    check_class_count(values, path)
-    labels = values.astype(np.int64)
-    labels[nan] = -1
-    return labels
-
-
-def check_class_count(y: np.ndarray, path: PathLike) -> None:
-    """The class count a label implies (largest + 1) may not exceed the vertex count: one stray label must not
-    resize the model (a label of 10^9 would make a 10^9-wide output layer)."""
-    n = y.shape[0]
-    too_big = y >= n
-    if too_big.any():
-        v = int(np.argmax(too_big))
-        raise file_error(path, f"label {int(y[v])} of vertex {v} would make {int(y[v]) + 1} classes, more than "
-                               f"the {n} vertices")
-
-
-def check_label_range(y: np.ndarray, num_classes: int | None, path: PathLike) -> int:
-    if num_classes is None:
-        return int(y.max()) + 1 if y.size else 0
-    too_big = y >= num_classes
-    if too_big.any():
-        v = int(np.argmax(too_big))
-        raise file_error(path, f"label {int(y[v])} of vertex {v} is out of range [0, {num_classes})")
-    return num_classes
-
-
 def mask_from_ids(ids: np.ndarray, n: int, path: PathLike, where: Callable[[int], str]) -> np.ndarray:
     ids = np.asarray(ids).reshape(-1)
     if ids.size and not np.issubdtype(ids.dtype, np.integer):
@@ -436,7 +382,8 @@ def mask_from_ids(ids: np.ndarray, n: int, path: PathLike, where: Callable[[int]
 
 
 def check_splits(masks: dict[str, np.ndarray], y: np.ndarray, sources: dict[str, str], labels_src: str) -> None:
-    """Overlap, empty train, unlabelled split vertices, each named by the file(s) that define them."""
+    """Overlap, empty train, unlabelled split vertices, each named by the file(s) that define them (multi-label
+    ``y`` [n, C] labels every vertex)."""
     for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
         both = masks[a] & masks[b]
         if both.any():
@@ -444,7 +391,7 @@ def check_splits(masks: dict[str, np.ndarray], y: np.ndarray, sources: dict[str,
             raise GraphError(f"{files}: the '{a}' and '{b}' splits overlap (vertex {int(np.argmax(both))})")
     if not masks["train"].any():
         raise GraphError(f"{sources['train']}: the training split is empty")
-    for split in SPLITS:
+    for split in SPLITS if y.ndim == 1 else ():
         unlabelled = masks[split] & (y < 0)
         if unlabelled.any():
             raise GraphError(f"{sources[split]}: vertex {int(np.argmax(unlabelled))} is in the '{split}' split but "
@@ -521,7 +468,7 @@ def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labe
         x = rng_x.standard_normal((n, num_features), dtype=np.float32)
 
     if labels is not None:
-        y = check_labels(load_npy(labels), labels, n, n_from, nan_is_unlabelled=False)
+        y = read_labels(load_npy(labels), labels, n, n_from, nan_is_unlabelled=False)
         num_classes = check_label_range(y, num_classes, labels)
         labels_src = str(labels)
     else:
@@ -530,7 +477,7 @@ def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labe
         labels_src = "the synthetic labels"
 
     if split is None:
-        labelled = rng_split.permutation(np.flatnonzero(y >= 0))
+        labelled = rng_split.permutation(np.flatnonzero(y >= 0) if y.ndim == 1 else np.arange(n))
         k = labelled.size
         cut = (max(1, k // 2), max(1, k // 2) + k // 4) if k else (0, 0)
         masks = {}

@@ -7,12 +7,12 @@ from pathlib import Path
 from mggcn.data.formats.checks import (
     PathLike,
     check_features,
-    check_labels,
     check_splits,
     file_error,
     load_npz,
     load_sparse,
 )
+from mggcn.data.formats.labels import check_labels
 from mggcn.data.graph import SPLITS, Graph
 
 __all__ = ["read_dgl_reddit"]

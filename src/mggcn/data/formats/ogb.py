@@ -15,7 +15,6 @@ from mggcn.data.formats.checks import (
     PathLike,
     check_edges,
     check_features,
-    check_labels,
     check_splits,
     file_error,
     load_npz,
@@ -23,6 +22,7 @@ from mggcn.data.formats.checks import (
     read_table,
     why,
 )
+from mggcn.data.formats.labels import read_labels
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import unpickling_reason
 
@@ -43,6 +43,8 @@ def read_ogb(root: PathLike, split: str | None = None) -> Graph:
 
     ``raw/data.npz`` (+ ``raw/node-label.npz``) is used when present (OGB's binary variant, e.g. papers100M);
     otherwise the CSV files ``raw/{edge,num-node-list,node-feat,node-label}.csv.gz``. Edges are kept as stored.
+    Labels of one column are a class per vertex (NaN: unlabelled); of several, 0/1 per label (multi-label, as
+    ogbn-proteins' 112 columns), every vertex labelled.
     The split is ``split/<name>/split_dict.pt`` when present (OGB's ``get_idx_split`` looks there first), else
     ``split/<name>/{train,valid,test}.csv.gz``.
     """
@@ -203,8 +205,9 @@ def _read_ogb_csv(raw: Path) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     x = check_features(read_table(feat_path, np.float32, ncols=None), feat_path, n, n_from)
 
     label_path = raw / "node-label.csv.gz"
-    y = check_labels(read_table(label_path, np.float64, ncols=1)[:, 0], label_path, n, n_from,
-                     nan_is_unlabelled=True)
+    table = read_table(label_path, np.float64, ncols=None)  # one column, or one per label (ogbn-proteins: 112)
+    y = read_labels(table if table.shape[1] > 1 else table.reshape(-1), label_path, n, n_from,
+                    nan_is_unlabelled=True)
     return ei, x, n, y
 
 
@@ -230,5 +233,5 @@ def _read_ogb_binary(raw: Path) -> tuple[np.ndarray, np.ndarray, int, np.ndarray
     x = check_features(data["node_feat"], data_path, n, f"num_nodes_list says {n}")
     label_path = raw / "node-label.npz"
     y = load_npz(label_path, ["node_label"])["node_label"]
-    y = check_labels(y, label_path, n, f"{data_path.name} says {n}", nan_is_unlabelled=True)
+    y = read_labels(y, label_path, n, f"{data_path.name} says {n}", nan_is_unlabelled=True)
     return ei, x, n, y

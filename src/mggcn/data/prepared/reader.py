@@ -17,7 +17,8 @@ out_indices.npy   int32|int64 [E]    is symmetric (``"symmetric": true``): the i
 degree.npy        int64 [n]          in-edges of v other than self loops, parallel edges counted, plus one: the row
                                      sums of A + I that :func:`mggcn.nn.norm.normalize` divides by
 features.npy      float32 [n, F]
-labels.npy        int64 [n]          ``-1`` = unlabelled
+labels.npy        int64 [n]          ``-1`` = unlabelled; multi-label (``"multilabel": true``): uint8 [n, C] of 0/1,
+                                     1 where the vertex has that label, every vertex labelled
 split.npy         int8 [n]           0 train, 1 val, 2 test, -1 none
 ================  =================  ================================================================================
 
@@ -150,7 +151,11 @@ def _check_manifest(file: Path, m: dict) -> None:
         if not _is_int(m.get(key)) or not low <= m[key] < _MAX_COUNT:
             raise _err(file, f"{key} {m.get(key)!r} is not an integer in [{low}, 2^62)")
     n = m["num_nodes"]
-    if m["num_classes"] > n:
+    if "multilabel" in m and not isinstance(m["multilabel"], bool):
+        raise _err(file, f"multilabel {m['multilabel']!r} is not a JSON boolean")
+    if m.get("multilabel") and m["num_classes"] < 2:
+        raise _err(file, f"num_classes {m['num_classes']} of a multi-label dataset is below 2 (a column per label)")
+    if m["num_classes"] > n and not m.get("multilabel"):  # a label matrix may have more columns than rows
         raise _err(file, f"num_classes {m['num_classes']} exceeds the {n} vertices")
     for key in ("self_loops", "nnz_hat", "num_labelled"):
         if key in m and (not _is_int(m[key]) or not 0 <= m[key] < _MAX_COUNT):
@@ -222,12 +227,14 @@ class PreparedDataset:
         self.name = str(m.get("name") or self.path)
         self.num_nodes, self.num_edges = m["num_nodes"], m["num_edges"]
         self.num_features, self.num_classes = m["num_features"], m["num_classes"]
+        self.multilabel = m.get("multilabel", False)  # labels uint8 [n, C] of 0/1, not int64 [n]
         self.symmetric = m.get("symmetric", False)
         self.split_sizes = {s: m["split_sizes"][s] for s in SPLITS}
         n, e, f = self.num_nodes, self.num_edges, self.num_features
         ids = index_dtype(n)
+        labels = (np.uint8, (n, self.num_classes)) if self.multilabel else (np.int64, (n,))
         expected = {"in_indptr": (np.int64, (n + 1,)), "in_indices": (ids, (e,)), "degree": (np.int64, (n,)),
-                    "features": (np.float32, (n, f)), "labels": (np.int64, (n,)), "split": (np.int8, (n,))}
+                    "features": (np.float32, (n, f)), "labels": labels, "split": (np.int8, (n,))}
         if not self.symmetric:
             expected.update(out_indptr=(np.int64, (n + 1,)), out_indices=(ids, (e,)))
         self.arrays = {name: self._open(name, np.dtype(dt), shape) for name, (dt, shape) in expected.items()}
@@ -286,6 +293,11 @@ class PreparedDataset:
         if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive under any name
             arr.close()
             raise _err(file, "an .npz archive, not an .npy array (the prepared arrays are .npy files)")
+        if name == "labels" and arr.ndim != len(shape):
+            says, holds = ("multi-label", "one class per vertex") if self.multilabel else ("one class per vertex",
+                                                                                            "a matrix of labels")
+            raise _err(file, f"holds {arr.dtype} {list(arr.shape)}, {holds}, but {MANIFEST} says {says} (expected "
+                             f"{dtype} {list(shape)}): the directory is damaged, prepare it again")
         if arr.dtype != dtype or arr.shape != shape:
             raise _err(file, f"holds {arr.dtype} {list(arr.shape)}, expected {dtype} {list(shape)} for the "
                              f"{self.num_nodes} vertices and {self.num_edges} edges of {MANIFEST}")
@@ -316,9 +328,7 @@ class PreparedDataset:
             rows = slice(b, b + step)
             if not np.isfinite(self.arrays["features"][rows]).all():
                 raise _err(self._file("features"), "features contain NaN or inf")
-            y, codes = self.arrays["labels"][rows], self.arrays["split"][rows]
-            if y.size and (int(y.min()) < -1 or int(y.max()) >= self.num_classes):
-                raise _err(self._file("labels"), f"a label is out of range [-1, {self.num_classes})")
+            y, codes = self._verified_labels(rows), self.arrays["split"][rows]
             if not np.isin(codes, (-1, 0, 1, 2)).all():
                 raise _err(self._file("split"), "a split code is not one of 0, 1, 2, -1")
             if ((codes >= 0) & (y < 0)).any():
@@ -327,6 +337,20 @@ class PreparedDataset:
                 raise _err(self._file("degree"), "a degree below 1 (the self loop counts one)")
         if self.symmetric:
             self._verify_symmetric()
+
+    def _verified_labels(self, rows: slice) -> np.ndarray:
+        """The labels of ``rows`` checked (one class in [-1, C) each, or 0/1 per label), as a class per vertex for
+        the checks that follow (0 for a vertex of a label matrix: every vertex is labelled)."""
+        y = np.asarray(self.arrays["labels"][rows])
+        if self.multilabel:
+            if y.size and int(y.max()) > 1:
+                row, col = np.unravel_index(int(np.argmax(y > 1)), y.shape)
+                raise _err(self._file("labels"), f"vertex {rows.start + int(row)} has {int(y[row, col])} for label "
+                                                 f"{int(col)}; multi-label labels are 0 or 1")
+            return np.zeros(y.shape[0], dtype=np.int64)
+        if y.size and (int(y.min()) < -1 or int(y.max()) >= self.num_classes):
+            raise _err(self._file("labels"), f"a label is out of range [-1, {self.num_classes})")
+        return y
 
     def _verify_symmetric(self) -> None:
         """A ``"symmetric": true`` claim, checked over every edge: the multiset of pairs ``(t, s)`` equals that of
@@ -403,7 +427,8 @@ def describe(dataset: PreparedDataset) -> str:
         f"edges       {dataset.num_edges:,}" + (" (symmetric)" if dataset.symmetric else "")
         + f", {m.get('self_loops', 0):,} self loops; nonzeros of Â {m.get('nnz_hat', 0):,}",
         f"features    {dataset.num_features:,}",
-        f"classes     {dataset.num_classes:,}",
+        f"classes     multi-label, {dataset.num_classes:,} labels" if dataset.multilabel
+        else f"classes     {dataset.num_classes:,}",
         _degree_line("in-degree", dataset, "in"),
         _degree_line("out-degree", dataset, "out"),
         "splits      " + "  ".join(f"{s} {dataset.split_sizes[s]:,}" for s in SPLITS)

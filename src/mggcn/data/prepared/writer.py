@@ -77,7 +77,7 @@ def parse_memory(text: str | int) -> int:
 
 @dataclass
 class _VertexData:
-    y: np.ndarray  # int64 [n]
+    y: np.ndarray  # int64 [n], or multi-label uint8 [n, C]
     masks: dict[str, np.ndarray]
     num_classes: int
     num_features: int
@@ -311,7 +311,7 @@ def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, 
     return {
         "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "name": src.name,
         "num_nodes": n, "num_edges": csr.num_edges, "num_features": vd.num_features, "num_classes": vd.num_classes,
-        "split_sizes": split_sizes, "num_labelled": int(np.count_nonzero(vd.y >= 0)),
+        "split_sizes": split_sizes, **_label_fields(vd.y),
         "symmetric": symmetric, "self_loops": csr.self_loops, "nnz_hat": int(csr.hat_nnz_in.sum()),
         "balance": balance,
         "built": dict(src.built, mggcn_version=_mggcn_version(),
@@ -349,8 +349,16 @@ def _check_ids(ei: np.ndarray, n: int, name: str) -> None:
         raise GraphError(f"{name}: edge endpoint {bad} is out of range for {n} vertices")
 
 
+def _label_fields(labels: np.ndarray) -> dict[str, Any]:
+    """What the manifest says of the labels: ``num_labelled``, and ``"multilabel": true`` for a label matrix
+    ``[n, C]`` (every vertex labelled), absent for one class per vertex, so that such a manifest reads as before."""
+    if labels.ndim == 2:
+        return {"num_labelled": int(labels.shape[0]), "multilabel": True}
+    return {"num_labelled": int(np.count_nonzero(np.asarray(labels) >= 0))}
+
+
 def _write_vertex_data(vd: _VertexData, n: int, tmp: Path, report: Progress) -> dict[str, dict]:
-    if vd.y.shape != (n,):
+    if vd.y.shape[:1] != (n,):
         raise GraphError(f"{len(vd.y)} labels for {n} vertices")
     arrays = {}
     x = NpyWriter(tmp / "features.npy", np.float32, (vd.num_features,))
@@ -372,8 +380,9 @@ def _write_vertex_data(vd: _VertexData, n: int, tmp: Path, report: Progress) -> 
     codes = np.full(n, -1, dtype=np.int8)
     for k, s in enumerate(SPLITS):
         codes[vd.masks[s]] = k
-    for name, arr in (("labels", vd.y.astype(np.int64, copy=False)), ("split", codes)):
-        w = NpyWriter(tmp / f"{name}.npy", arr.dtype)
+    labels = vd.y.astype(np.uint8 if vd.y.ndim == 2 else np.int64, copy=False)
+    for name, arr in (("labels", labels), ("split", codes)):
+        w = NpyWriter(tmp / f"{name}.npy", arr.dtype, arr.shape[1:])
         w.write(arr)
         arrays[name] = w.close()
     return arrays
@@ -440,7 +449,7 @@ def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dic
             "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "name": dataset.name,
             "num_nodes": n, "num_edges": dataset.num_edges, "num_features": dataset.num_features,
             "num_classes": dataset.num_classes, "split_sizes": dict(dataset.split_sizes),
-            "num_labelled": int(np.count_nonzero(np.asarray(arrays["labels"]) >= 0)),
+            **_label_fields(arrays["labels"]),
             "symmetric": bool(dataset.symmetric), "self_loops": int(loops.sum()), "nnz_hat": int(hat_in.sum()),
             "balance": balance, "arrays": records,
             "built": dict(built or {}, mggcn_version=_mggcn_version(), source=dataset.name, format="memory",
