@@ -82,8 +82,9 @@ def pyg_model_losses(graph: Graph, kind: str, state: dict[str, torch.Tensor], hi
                      batch_norm: bool = False) -> list[float]:
     """Training losses of PyG's own ``GCN`` (``kind="gcn"``), ``GraphSAGE`` (``"sage"``) or ``GIN`` (``"gin"``) in
     float64, one process, started from ``state`` (mggcn's initial weights under PyG's names), Adam on every
-    parameter. ``batch_norm``: the model's ``norm="batch_norm"`` (after each hidden layer); ``mlp_batch_norm``: each
-    GINConv's MLP is PyG's ``MLP(..., norm="batch_norm")``; ``final``: filled with the state dict after training."""
+    parameter, cross-entropy (for a multi-label graph ``BCEWithLogitsLoss``). ``batch_norm``: the model's
+    ``norm="batch_norm"`` (after each hidden layer); ``mlp_batch_norm``: each GINConv's MLP is PyG's
+    ``MLP(..., norm="batch_norm")``; ``final``: filled with the state dict after training."""
     from torch_geometric.nn.models import GCN, GIN, MLP, GraphSAGE
 
     norm = "batch_norm" if batch_norm else None
@@ -108,7 +109,10 @@ def pyg_model_losses(graph: Graph, kind: str, state: dict[str, torch.Tensor], hi
     losses = []
     for _ in range(epochs):
         opt.zero_grad()
-        loss = F.cross_entropy(model(x, ei)[train], y[train])
+        out = model(x, ei)[train]
+        # a multi-label graph (y [n, C] of 0/1) trains as PyG's PPI example does
+        loss = (F.binary_cross_entropy_with_logits(out, y[train].double()) if graph.multilabel
+                else F.cross_entropy(out, y[train]))
         loss.backward()
         opt.step()
         losses.append(loss.item())

@@ -7,6 +7,7 @@ Train (one process, or P local worker processes; the same job as ``mggcn train``
     result.model            # a mggcn.GCN (GraphSAGE, GIN with model="sage", "gin") on CPU with the trained weights
     result.history[-1]      # the last epoch's record (loss, accuracies, per-phase seconds)
     result.predictions      # int64 [n]: the class of every vertex, in the original vertex ids
+                            # (a multi-label dataset, labels [n, C] of 0/1: uint8 [n, C], logit > 0)
     result.save("model.pt") # for `mggcn predict` (writes model.pt and model.pt.json)
 
 The layers in one process, as with PyG's ``GCNConv``::
@@ -70,14 +71,16 @@ class TrainedModel:
     Attributes:
         model: the trained :class:`~mggcn.nn.model.GCN` (:class:`~mggcn.nn.sage.GraphSAGE`,
             :class:`~mggcn.nn.gin.GIN`), on CPU, in eval mode (with patience: the best epoch's weights).
-        history: one record per epoch (keys as in ``--metrics``).
-        predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids.
+        history: one record per epoch (keys as in ``--metrics``; for a multi-label dataset the ``*_acc`` keys hold
+            micro-F1).
+        predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids; for a multi-label
+            dataset (labels [n, C] of 0/1) uint8 [n, C], 1 where the logit is above 0.
         config: the :class:`~mggcn.config.TrainConfig` it was trained with.
         dataset: the identity of the dataset (name, sizes).
         stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
         best_epoch: with patience, the epoch whose weights were kept.
         final: ``train_acc``, ``val_acc``, ``test_acc`` of ``model`` in eval mode (an epoch's record in ``history``
-            is measured before that epoch's update).
+            is measured before that epoch's update); micro-F1 (threshold logit > 0) for a multi-label dataset.
     """
 
     model: LayerStack
@@ -90,13 +93,19 @@ class TrainedModel:
     final: dict = dataclasses.field(default_factory=dict)
 
     @property
+    def multilabel(self) -> bool:
+        """Whether the model was trained multi-label (binary cross-entropy; read its logits with σ, not softmax)."""
+        return bool(self.dataset.get("multilabel", False))
+
+    @property
     def state_dict(self) -> _StateDict:
         """The weights under PyG's names (load into ``torch_geometric.nn.models.GCN``, ``GraphSAGE``, ``GIN`` or
         ``GAT(..., heads=H)``); ``state_dict()`` gives the same, as torch spells it."""
         return _StateDict(self.model.pyg_state_dict())
 
     def save(self, path: str) -> None:
-        """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``), for ``mggcn predict``."""
+        """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``, which records a
+        multi-label model as such), for ``mggcn predict``."""
         save_model(path, self.model.pyg_state_dict(), self.config, self.dataset, epochs=len(self.history),
                    best_epoch=self.best_epoch)
 
@@ -108,10 +117,10 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
 
     Args:
         dataset: a spec (``"synthetic:n=10000"``, ``"builtin:karate"``), a path (with ``fmt=``), a
-            :class:`~mggcn.Graph`, or a PyG ``Data`` with ``x``, ``y`` ([n] or [n, 1]; -1: unlabelled, outside the
-            splits) and ``train/val/test_mask``: bool masks, vertex ids (integer tensors, as torch indexing reads
-            them), or ``[n, k]`` masks (WikiCS, geom-gcn) with ``split=`` the column to use. ``edge_weight`` other
-            than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored, as by PyG's models.
+            :class:`~mggcn.Graph` (``y`` [n, C] of 0/1: multi-label), or a PyG ``Data`` with ``x``, ``y`` ([n] or
+            [n, 1]; -1: unlabelled, outside the splits) and ``train/val/test_mask``: bool masks, vertex ids (integer
+            tensors, as torch indexing reads them), or ``[n, k]`` masks (WikiCS, geom-gcn) with ``split=`` the column
+            to use. ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored.
         nprocs: worker processes (1: in this process; more: spawned, like ``--nprocs``).
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).

@@ -11,7 +11,12 @@ each epoch. The row maxima it needs for a stable ``logsumexp`` come with what th
 row's argmax is its label (:func:`label_hits`), from one pass over the logits (torch's ``max`` with indices takes four
 times as long as ``amax``).
 
-Legend: m = rows of this rank, C = classes, t = this rank's training rows.
+Multi-label (``y`` a 0/1 matrix [m, C], the loss of PPI, Yelp, ogbn-proteins): :class:`MaskedBinaryCrossEntropy`,
+binary cross-entropy with logits averaged over the GLOBAL training rows × C labels, with the same design (the
+gradient computed in the forward, over the logits' buffer), and micro-F1's per-row counts (:func:`f1_counts`) in
+place of the hits.
+
+Legend: m = rows of this rank, C = classes (labels), t = this rank's training rows.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from torch.autograd.function import once_differentiable
 
 from mggcn.nn.workspace import Workspace
 
-__all__ = ["MaskedCrossEntropy", "label_hits", "label_index"]
+__all__ = ["MaskedBinaryCrossEntropy", "MaskedCrossEntropy", "f1_counts", "label_hits", "label_index"]
 
 
 class MaskedCrossEntropy:
@@ -150,6 +155,118 @@ class _MaskedCrossEntropyFunction(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor, _grad_hits):  # type: ignore[override]
         (grad,) = ctx.saved_tensors
         if grad_loss is None:  # the loss took no part in what backward differentiates
+            return None, None
+        if not bool(grad_loss == 1):
+            grad = grad.mul_(grad_loss)
+        return grad, None
+
+
+class MaskedBinaryCrossEntropy:
+    """``loss, counts = MaskedBinaryCrossEntropy(...)(logits)``: multi-label binary cross-entropy with logits.
+
+    ``loss = Σ_{r ∈ train} Σ_c ℓ_rc / (N · C)``, ``ℓ = softplus(q)`` with ``q = z`` where ``y = 0`` and ``q = -z``
+    where ``y = 1`` (``softplus(q) = softplus(z) - y·z``, torch's ``BCEWithLogitsLoss`` term, taken by
+    ``logaddexp(q, 0)``, which never exponentiates a large positive number); ``N`` the training rows of all ranks, so
+    that the all-reduced sum of the ranks' losses is torch's ``BCEWithLogitsLoss(reduction="mean")`` over the training
+    rows of the whole graph and the all-reduced gradients are its gradients. Its gradient, ``(σ(z) - y) / (N · C)``
+    on training rows and 0 elsewhere, is computed in the forward pass from ``ℓ`` itself, in the same buffer:
+    ``σ(q) = 1 - exp(-ℓ) = -expm1(-ℓ)``, and ``σ(z) - y`` is ``σ(q)`` where ``y = 0`` and ``-σ(q)`` where ``y = 1``
+    (as accurate as σ: expm1 keeps the small gradients of confident rows, and a confidently wrong logit's ``ℓ``,
+    about ``|z|``, gives ±1). So the one ``m × C`` buffer is the logits' own with ``in_place`` (as
+    :class:`MaskedCrossEntropy`), a gradient buffer of the workspace otherwise: no other ``m × C`` float tensor. An
+    infinite logit makes the loss NaN (never finite: the trainer stops).
+
+    Args:
+        y: labels uint8 [m, C] of 0 and 1 (padding rows 0).
+        train, num_train, workspace, in_place: as :class:`MaskedCrossEntropy`.
+
+    Shapes: ``logits`` [m, C] -> ``loss`` [] (float32, this rank's share), ``counts`` int64 [2, m] (micro-F1's
+    per-row numerators and denominators, as :func:`f1_counts`).
+    """
+
+    def __init__(self, y: torch.Tensor, train: torch.Tensor, num_train: int,
+                 workspace: Workspace | None = None, in_place: bool = False) -> None:
+        self.y = y
+        self.rows = train.nonzero().squeeze(1)
+        self.outside = ~train
+        self.scale = 1.0 / (max(1, num_train) * max(1, y.shape[1]))
+        self.labels = y.view(torch.bool).sum(dim=1)  # |y_r|, the labels of each row
+        self.factor = torch.empty(0)  # -scale on training rows, 0 elsewhere, made at the first call (the logits' dtype)
+        self.workspace = workspace if workspace is not None else Workspace()
+        self.in_place = in_place
+
+    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _MaskedBinaryCrossEntropyFunction.apply(logits, self)
+
+    def hits(self, logits: torch.Tensor) -> torch.Tensor:
+        """int64 [2, m]: micro-F1's per-row counts (:func:`f1_counts`) on the workspace (the trainer's accuracies of an
+        epoch with dropout, taken in eval mode before the training pass)."""
+        return self.scores(logits.detach())
+
+    def scores(self, z: torch.Tensor) -> torch.Tensor:
+        """:func:`f1_counts` of ``z`` through two buffers of the workspace (its predictions, bool [m, C], and the
+        counts), each row's label count |y_r| computed once."""
+        ws = self.workspace
+        predicted = ws.take("predicted labels", z.shape[0], z.shape[1], like=z, dtype=torch.bool)
+        counts = ws.take("label counts", 2, z.shape[0], like=z, dtype=torch.int64)
+        return _f1_counts(z, self.y, self.labels, predicted, counts)
+
+
+def f1_counts(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """int64 [2, m]: for each row, micro-F1's numerator ``2 · |pred_r ∧ y_r|`` and denominator ``|pred_r| + |y_r|``,
+    with ``pred = logits > 0`` (σ > 1/2; a NaN logit predicts nothing) and ``y`` uint8 [m, C] of 0/1. A split's
+    micro-F1 is the sum of its rows' numerators over the sum of their denominators."""
+    z = logits.detach()
+    predicted = torch.empty(z.shape, dtype=torch.bool, device=z.device)
+    counts = torch.empty((2, z.shape[0]), dtype=torch.int64, device=z.device)
+    return _f1_counts(z, y, y.view(torch.bool).sum(dim=1), predicted, counts)
+
+
+def _f1_counts(z: torch.Tensor, y: torch.Tensor, labels: torch.Tensor, predicted: torch.Tensor,
+               counts: torch.Tensor) -> torch.Tensor:
+    """Into ``counts`` [2, m], through ``predicted`` (bool [m, C]): :func:`f1_counts`, ``labels`` being ``|y_r|``."""
+    torch.gt(z, 0, out=predicted)
+    torch.sum(predicted, dim=1, out=counts[1])
+    counts[1].add_(labels)
+    predicted.logical_and_(y.view(torch.bool))  # 0/1 bytes read as bool: no copy
+    torch.sum(predicted, dim=1, out=counts[0])
+    counts[0].mul_(2)
+    return counts
+
+
+class _MaskedBinaryCrossEntropyFunction(torch.autograd.Function):
+    """Forward computes the loss and its gradient; backward hands the gradient out (scaled when not by 1)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, spec: MaskedBinaryCrossEntropy):  # type: ignore[override]
+        z = logits.detach()
+        counts = spec.scores(z)  # before the gradient overwrites the logits
+        m, classes = z.shape
+        grad = z if spec.in_place else spec.workspace.take_grad(m, classes, like=z, avoid=z)
+        # q = z · (1 - 2y), then ℓ = softplus(q), each element's term of the loss, in place
+        torch.addcmul(z, z, spec.y, value=-2, out=grad)
+        torch.logaddexp(grad, grad.new_zeros(()), out=grad)
+        per_row = grad.sum(dim=1)
+        loss = per_row[spec.rows].sum() * spec.scale
+        if spec.factor.shape[0] != m or spec.factor.dtype != z.dtype or spec.factor.device != z.device:
+            spec.factor = torch.full((m,), -spec.scale, dtype=z.dtype, device=z.device).masked_fill_(spec.outside, 0.0)
+        # expm1(-ℓ) = -σ(q), times (1 - 2y): y - σ(z); the factor's -scale makes it (σ(z) - y) · scale
+        grad.neg_().expm1_()
+        torch.addcmul(grad, grad, spec.y, value=-2, out=grad)
+        grad.mul_(spec.factor.unsqueeze(1))
+        unread = spec.outside & ~torch.isfinite(per_row)  # 0 · NaN: a row outside with a NaN logit
+        if bool(unread.any()):
+            grad[unread] = 0.0
+        ctx.save_for_backward(grad)
+        ctx.mark_non_differentiable(counts)
+        ctx.set_materialize_grads(False)
+        return loss, counts
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_loss: torch.Tensor, _grad_counts):  # type: ignore[override]
+        (grad,) = ctx.saved_tensors
+        if grad_loss is None:
             return None, None
         if not bool(grad_loss == 1):
             grad = grad.mul_(grad_loss)

@@ -16,6 +16,8 @@ values and activations (4 B), ``d_0 = F`` features, ``d_L = C`` classes, ``W`` p
                  ``activations`` (below)
     labels       y (int64), three split masks (bool), the loss's label positions (int64), its training rows and
                  their label positions (int64):                                               m · (19 + 16 · t)
+                 multi-label (``multilabel``: y uint8 [m, C] of 0/1): y, three masks, each row's label count
+                 (int64) and loss factor (float32), the training rows (int64):        m · (C + 15 + 8 · t)
     optimizer    weights, gradients, Adam's two moments, the flat all-reduce buffer:            5 · 4 · W
     kernel indices  GAT: its attention kernels' row ids, 4 bytes per nonzero of Â's and Âᵀ's blocks
     buffers      P > 1: the two broadcast buffers (gloo) or this rank's two shared-memory outboxes (distributed.shm),
@@ -29,16 +31,17 @@ the SpMMs' :func:`~mggcn.nn.model.spmm_widths`, which the order policy decides; 
 Activations are the buffers of the model's :class:`~mggcn.nn.workspace.Workspace`, allocated in the first epoch and
 reused by every later one: every layer's output (the logits too), the ``H·Wᵀ`` an SpMM reads, the ``Â·H`` an
 aggregate-first layer's GEMM keeps, and the loss's row maxima and labels' logits (float32) and hits (bool); at the loss,
-two float32 vectors of row sums besides. A gradient overwrites the buffer of what it is the gradient of wherever
-backward no longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits, an SpMM's over its ``H·Wᵀ``, a GEMM's
-over its ``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over that output, a block of
-rows at a time through one block buffer of about :data:`~mggcn.kernels.policy.MASK_CHUNK` elements on a CPU,
-:data:`~mggcn.kernels.policy.MASK_CHUNK_GPU` on a GPU (``sigma block``). Other gradients (an aggregate-first layer's
-SpMM, dropout's, GraphSAGE's and GIN's where they do not go over their input) go to two shared gradient buffers used
-in turn. :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C with Â·X cached
-(whenever there is no input dropout) and h ≥ C it is ``4 · m · (h + 2C) + 17 · m`` plus the block buffer (≤ 2 MiB
-on a CPU): ``out 0`` (h, then its gradient), ``H·W`` and the logits (C each, then theirs), 9 bytes per row for the
-loss and 8 for its row sums.
+two float32 vectors of row sums besides (multi-label: the predicted labels, 1 byte per label, and two int64 counts per
+row on the workspace, and one float32 vector of row losses). A gradient overwrites the buffer of what it is the
+gradient of wherever backward no longer reads it (:mod:`mggcn.nn.model`): the loss's over the logits, an SpMM's over
+its ``H·Wᵀ``, a GEMM's over its ``Â·H``, and a GCN layer that multiplies first writes the gradient of σ's output over
+that output, a block of rows at a time through one block buffer of about :data:`~mggcn.kernels.policy.MASK_CHUNK`
+elements on a CPU, :data:`~mggcn.kernels.policy.MASK_CHUNK_GPU` on a GPU (``sigma block``). Other gradients (an
+aggregate-first layer's SpMM, dropout's, GraphSAGE's and GIN's where they do not go over their input) go to two shared
+gradient buffers used in turn. :func:`activation_peak` walks an epoch tensor by tensor. For a 2-layer GCN F → h → C
+with Â·X cached (whenever there is no input dropout) and h ≥ C it is ``4 · m · (h + 2C) + 17 · m`` plus the block
+buffer (≤ 2 MiB on a CPU): ``out 0`` (h, then its gradient), ``H·W`` and the logits (C each, then theirs), 9 bytes per
+row for the loss and 8 for its row sums.
 Before the first epoch, while Â·X is computed, the rank holds X instead of the activations, and at P > 1 the two
 temporaries of ``4 · m · F`` that receive Â·X's broadcasts: the activations part is the larger of the two peaks,
 ``max(epoch peak, 4 · m · F · (1 + 2 · [P > 1]))``.
@@ -142,7 +145,8 @@ PRESETS = {
 def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", caches_input: bool = True,
                     train_rows: int = 0, dropout: float = 0.0, input_dropout: float = 0.0, model: str = "gcn",
                     train_eps: bool = False, device: str = "cpu", precision: str = "fp32", block_edges: int = 0,
-                    columns: int | None = None, nprocs: int = 1, **options) -> tuple[int, dict]:
+                    columns: int | None = None, nprocs: int = 1, multilabel: bool = False,
+                    **options) -> tuple[int, dict]:
     """Peak bytes of the tensors a training epoch holds on one rank beyond the shard and the weights.
 
     Walks the forward and backward passes of :class:`mggcn.nn.model.GCN` (``model="sage"``:
@@ -154,7 +158,8 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
     layer's backward, and the gradient of the dropped input. ``train_rows`` (this rank's training rows) only sizes
     vectors of the loss, below the resolution that matters here, and is kept for callers. ``device`` (``cpu`` or
     ``cuda``) sizes σ's block buffer. ``precision``: the activations' element size (bf16: 2 bytes; the loss then
-    reads a float32 copy of the logits).
+    reads a float32 copy of the logits). ``multilabel``: the loss is binary cross-entropy with logits
+    (:class:`~mggcn.nn.loss.MaskedBinaryCrossEntropy`).
 
     A model whose layers the plan walks whole (``plans_whole_layers``: GAT, :meth:`~mggcn.nn.gat.GAT.plan_layer`)
     is also given ``block_edges`` and ``columns`` (the nonzeros and columns of one block of Â, a tile's on a CPU;
@@ -169,7 +174,7 @@ def activation_peak(rows: int, dims: Sequence[int], *, order: str = "auto", cach
         walk = BufferWalk(rows, ws, device, float_bytes(precision))
         logits = _plan_forward(walk, dims, kind, order, caches_input, dropout, input_dropout, train_eps, layers,
                                options)
-        grad = _plan_loss(walk, logits, dims[-1])
+        grad = _plan_loss(walk, logits, dims[-1], multilabel)
         _plan_backward(walk, dims, kind, order, caches_input, train_eps, grad, layers)
         walk.free(*list(walk.live))
         return walk.peak, walk.alive
@@ -218,14 +223,25 @@ def _plan_forward(walk: BufferWalk, dims: Sequence[int], kind: type[LayerStack],
     return logits
 
 
-def _plan_loss(walk: BufferWalk, logits: str, classes: int) -> str:
+def _plan_loss(walk: BufferWalk, logits: str, classes: int, multilabel: bool = False) -> str:
     """The loss: row maxima, the labels' logits and hits, the gradient (computed in the forward, over the
-    ``logits``), two vectors of row sums. Returns the name of what holds the gradient of the logits. Logits of lower
+    ``logits``), two vectors of row sums (multi-label: the predicted labels and micro-F1's two counts per row, the
+    gradient, one vector of row losses). Returns the name of what holds the gradient of the logits. Logits of lower
     precision are read as a float32 copy, whose gradient the cast's backward turns into a new tensor of the logits'
     type."""
     low = walk.float_bytes < FLOAT
     if low:
         walk.alloc("logits float32", classes, FLOAT)
+    if multilabel:
+        walk.take("predicted labels", classes, BOOL)
+        walk.take("label counts", 2, INT64)
+        walk.alloc("row losses", 1, FLOAT)
+        walk.free("row losses")
+        if low:
+            grad = walk.alloc("grad logits", classes)
+            walk.free("logits float32")
+            return grad
+        return logits
     walk.take("row max", 1, FLOAT)
     walk.take("label logit", 1, FLOAT)
     walk.take("label hits", 1, BOOL)
@@ -289,7 +305,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                 symmetric: bool = False, tile_cols: int | None = None, model: str = "gcn",
                 train_eps: bool = False, rank_nnz_train_t: int | None = None,
                 train_columns: str = "auto", gather: bool = False, device: str = "cpu",
-                precision: str = "fp32", **options) -> MemoryPlan:
+                precision: str = "fp32", multilabel: bool = False, **options) -> MemoryPlan:
     """Per-rank memory of training ``[features, *hidden, classes]`` on a graph of ``num_nodes`` vertices and
     ``edges`` nonzeros (self loops are added: ``nnz = edges + num_nodes``), at ``nprocs`` ranks.
 
@@ -299,8 +315,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
             ``rank_nnz_train_t`` those of Âᵀ's training columns (default ``⌈train · nnz / P⌉``), kept when
             :func:`~mggcn.distributed.spmm.keeps_training_columns` says so for ``train_columns`` (its ``mode``).
         symmetric: Â = Âᵀ (an undirected graph with the ``sym`` norm): the shard shares its blocks of Â as Âᵀ's.
-        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.kernels.policy.tile_columns`; None: untiled, as on
-            GPUs).
+        tile_cols: columns per CSR tile on a CPU (:func:`mggcn.kernels.policy.tile_columns`; None: untiled: GPUs).
         model: ``gcn``, ``sage``, ``gin`` (``train_eps``: GIN's learnable ε) or ``gat``: its parameters, exchanges
             and activations (:func:`activation_peak`); GraphSAGE's and GIN's Â adds no self loops (``nnz = edges``).
         gather: the CPU's gather kernel runs (:func:`~mggcn.kernels.policy.gather_kernel`: float32, FBGEMM); it
@@ -310,6 +325,7 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         precision: one of :data:`~mggcn.config.PRECISIONS`: bf16 stores the features, Â's values, the activations
             and the exchanged rows in 2 bytes, and keeps a bfloat16 copy of the weights and of their gradients
             beside the float32 ones (:mod:`mggcn.training.precision`).
+        multilabel: the labels are a 0/1 matrix [n, ``classes``] (binary cross-entropy), its bytes and buffers.
         options: the model's own settings (its class's ``options``: GAT's ``heads``, ``attention_dropout``).
     """
     if nprocs < 1 or num_nodes < nprocs:
@@ -333,15 +349,15 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
         nnz_train = math.ceil(train * nnz_rank_t) if rank_nnz_train_t is None else rank_nnz_train_t
     plan.parts.update(_adjacency_parts(m, nprocs, tile_cols, nnz_rank, None if symmetric else nnz_rank_t, nnz_train,
                                        plan.item))
-    _add_dense_parts(plan, features, cached, ntrain, params)
+    _add_dense_parts(plan, features, cached, ntrain, params, classes if multilabel else 0)
     _add_kernel_parts(plan, kind, features, gather and tile_cols is None, nnz_rank, 0 if symmetric else nnz_rank_t)
     peak, detail = activation_peak(m, dims, order=order, caches_input=cached, train_rows=ntrain,
                                    dropout=dropout, input_dropout=input_dropout, model=model, train_eps=train_eps,
                                    device=device, precision=precision, **_block_shape(m, nprocs, nnz_rank, tile_cols),
-                                   **options)
+                                   multilabel=multilabel, **options)
     plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind, train_eps))
     plan.activation_detail = detail
-    _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options))
+    _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options), 5 + 12 * multilabel)
     return plan
 
 
@@ -373,14 +389,18 @@ def _block_shape(m: int, nprocs: int, nnz: int, tile_cols: int | None) -> dict[s
     return {"nprocs": nprocs, "columns": columns, "block_edges": -(-nnz * columns // (nprocs * m))}
 
 
-def _add_dense_parts(plan: MemoryPlan, features: int, cached: bool, ntrain: int, params: int) -> None:
+def _add_dense_parts(plan: MemoryPlan, features: int, cached: bool, ntrain: int, params: int,
+                     labels: int = 0) -> None:
     """The rank's dense arrays: features (or Â·X when ``cached``), labels and splits of its rows (``ntrain`` of
-    them training), the optimizer's state for ``params`` weights, and the broadcast buffers."""
+    them training; ``labels``: the columns of multi-label labels, 0 for one class per row), the optimizer's state
+    for ``params`` weights, and the broadcast buffers."""
     m, item = plan.rows, plan.item
     plan.parts["features X"] = item * m * features
     plan.parts["A.X (cached)"] = item * m * features if cached else 0
-    # y, 3 masks; the loss's label positions (every row's, the training rows') and training rows
-    plan.parts["labels, splits"] = m * (2 * INT64 + 3) + 2 * INT64 * ntrain
+    # y, 3 masks; the loss's label positions (every row's, the training rows') and training rows; multi-label, y
+    # [m, C] of bytes, 3 masks, each row's label count and loss factor, the training rows
+    plan.parts["labels, splits"] = (m * (2 * INT64 + 3) + 2 * INT64 * ntrain if not labels else
+                                    m * (labels + 3 + INT64 + FLOAT) + INT64 * ntrain)
     # weights, gradients, Adam's two moments, the flat all-reduce buffer; a lower precision's copies of the first two
     plan.parts["optimizer"] = 5 * FLOAT * params + (2 * item * params if item < FLOAT else 0)
     plan.parts["broadcast buffers"] = 2 * item * m * max(plan.widths or [features]) if plan.nprocs > 1 else 0
@@ -403,13 +423,13 @@ def _adjacency_parts(m: int, nprocs: int, tile_cols: int | None, nnz: int, nnz_t
 
 
 def _add_communication(plan: MemoryPlan, features: int, params: int, cached: bool,
-                       allreduces: Sequence[int] = ()) -> None:
+                       allreduces: Sequence[int] = (), stats: int = 5) -> None:
     """What a rank receives: per epoch, the broadcasts of every SpMM and the gradient all-reduce (``params`` and the
-    epoch's 5 numbers), and the layers' ring all-reduces of ``P·m`` rows of the widths ``allreduces``
-    (``2 · (P − 1) / P`` of their bytes); once, Â·X's broadcasts when it is ``cached``."""
+    epoch's ``stats`` numbers: 5, multi-label 17), and the layers' ring all-reduces of ``P·m`` rows of the widths
+    ``allreduces`` (``2 · (P − 1) / P`` of their bytes); once, Â·X's broadcasts when it is ``cached``."""
     nprocs, m = plan.nprocs, plan.rows
     plan.comm_spmm = sum((nprocs - 1) * m * w * plan.item for w in plan.widths)
-    plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + 5))
+    plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + stats))
     plan.comm_layers = sum(2 * (nprocs - 1) * m * w * plan.item for w in allreduces)
     plan.comm_once = (nprocs - 1) * m * features * plan.item if cached else 0
 

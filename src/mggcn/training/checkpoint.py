@@ -325,6 +325,13 @@ def _first_line(err: BaseException) -> str:
     return text[:200] or type(err).__name__
 
 
+def _check_same_labels(theirs: bool, ours: bool, path: str) -> None:
+    if theirs != ours:
+        kinds = {True: "multi-label (binary cross-entropy)", False: "single-label (cross-entropy)"}
+        raise CheckpointError(f"{path}: the checkpoint is of a {kinds[theirs]} model, this dataset is "
+                              f"{kinds[ours].split(' (')[0]}; give another checkpoint_dir, or train from epoch 1")
+
+
 def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], model: str = "gcn",
                      options: dict | None = None, function: dict | None = None) -> None:
     """Refuse to resume against another dataset, another model (``model``; a checkpoint without one is a GCN's),
@@ -332,8 +339,10 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
     e.g. ``gin_train_eps``), another of the settings in ``function`` that decide what the weights compute (``norm``,
     ``activation``: a checkpoint without them has TrainConfig's defaults), or another model shape. Datasets are
     compared by content where both identities carry a ``fingerprint`` (sizes and a hash of the arrays), by name and
-    sizes otherwise."""
+    sizes otherwise. A checkpoint of a single-label run (its dataset without ``multilabel``) does not resume on a
+    multi-label dataset, nor the reverse: the same weights would be trained under another loss."""
     theirs = state.get("dataset", {})
+    _check_same_labels(bool(theirs.get("multilabel", False)), bool(dataset.get("multilabel", False)), path)
     by_content = "fingerprint" in theirs and "fingerprint" in dataset
     for key, value in dataset.items():
         if key == "name" and by_content:

@@ -10,7 +10,9 @@ The model file is what ``mggcn train --save-model FILE`` writes: a state dict un
 [d_out, d_in], ...), from whose names the model follows and from whose shapes the layer sizes, and a sidecar
 ``FILE.json`` with the model (``gcn``, ``sage``, ``gin``), what the shapes do not tell (activation, normalization)
 and the dataset it was trained on. Without the sidecar (e.g. weights from PyG), ``norm`` and ``activation`` must be
-given or default to the trainer's defaults.
+given or default to the trainer's defaults. A model trained on a multi-label dataset says so in its sidecar
+(``"multilabel": true``): its predictions are then a 0/1 per label (logit > 0) and its probabilities σ per label; a
+file without that entry (or without a sidecar) is single-label (argmax, softmax).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
 from mggcn.utils.files import check_writable, is_special, same_file, write_output, written_in_place
 
 __all__ = ["CARD_FORMAT", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims", "model_kind",
-           "read_inputs", "save_model", "save_output", "save_predictions", "sidecar_path", "table_format"]
+           "model_multilabel", "read_inputs", "save_model", "save_output", "save_predictions", "sidecar_path",
+           "table_format"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 1
@@ -141,7 +144,12 @@ def table_format(option: str, path: str) -> str:
 
 
 def save_predictions(path: str, predictions: np.ndarray) -> None:
-    """``.npy``: an int64 array indexed by original vertex id; otherwise CSV ``vertex,prediction`` lines."""
+    """``.npy``: the array indexed by original vertex id (int64 [n]; multi-label uint8 [n, C]); otherwise CSV
+    ``vertex,prediction`` lines, or multi-label ``vertex,label0,label1,...`` lines of a 0/1 per label (the layout of
+    the probabilities, :func:`save_output`)."""
+    if predictions.ndim == 2:
+        save_output(path, predictions, "label", "save_predictions")
+        return
     if table_format("save_predictions", path) == "npy":
         write_output(path, lambda f: np.save(f, predictions))
         return
@@ -153,20 +161,20 @@ def save_predictions(path: str, predictions: np.ndarray) -> None:
     write_output(path, write_csv, text=True)
 
 
-def save_output(path: str, values: np.ndarray, column: str = "h") -> None:
+def save_output(path: str, values: np.ndarray, column: str = "h", option: str = "out") -> None:
     """``.npy`` as is; otherwise CSV with a ``vertex`` column: ``vertex,prediction`` for classes,
-    ``vertex,{column}0,{column}1,...`` for a matrix."""
+    ``vertex,{column}0,{column}1,...`` for a matrix (integers as such: a multi-label prediction's 0/1)."""
     if values.ndim == 1:
         save_predictions(path, values)
         return
-    if table_format("out", path) == "npy":
+    if table_format(option, path) == "npy":
         write_output(path, lambda f: np.save(f, values))
         return
 
     def write_csv(f) -> None:
         header = ",".join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
         table = np.concatenate([np.arange(values.shape[0])[:, None], values], axis=1)
-        fmt = ["%d"] + ["%.7g"] * values.shape[1]
+        fmt = ["%d"] + ["%d" if values.dtype.kind in "iub" else "%.7g"] * values.shape[1]
         np.savetxt(f, table, fmt=fmt, delimiter=",", header=header, comments="")
 
     write_output(path, write_csv, text=True)
@@ -248,6 +256,8 @@ def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConf
     card = {"format": CARD_FORMAT, "version": CARD_VERSION, "model": config.model,
             "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
             "dataset": dataset, **extra}
+    if dataset.get("multilabel"):  # its outputs are read per label (σ, logit > 0); absent: single-label
+        card["multilabel"] = True
     write_output(path, lambda f: torch.save(state_dict, f))
     if written_in_place(path):  # weights streamed to a device or a pipe: no file beside it to describe them
         return
@@ -281,7 +291,16 @@ def _read_card(path: str) -> dict | None:
     if version > CARD_VERSION:
         raise GraphError(f"{card_path}: written by a newer mggcn (model description version {version}, this one "
                          f"reads up to {CARD_VERSION}); upgrade mggcn")
+    if not isinstance(card.get("multilabel", False), bool):
+        raise GraphError(f"{card_path}: multilabel {card['multilabel']!r} is not true or false")
     return card
+
+
+def model_multilabel(path: str) -> bool:
+    """Whether the model file ``path`` was trained multi-label (its sidecar says ``"multilabel": true``); a file
+    without a sidecar is single-label."""
+    card = _read_card(path)
+    return card is not None and card.get("multilabel", False)
 
 
 def load_model(path: str, norm: str | None = None, activation: str | None = None,

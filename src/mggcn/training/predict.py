@@ -2,7 +2,8 @@
 ORIGINAL vertex ids, on one process or on P ranks with the trainer's partition and staged SpMM.
 
 The model file is what ``mggcn train --save-model FILE`` writes, a GCN, GraphSAGE or GIN (:mod:`mggcn.training.outputs`,
-which reads it back with :func:`~mggcn.training.outputs.load_model`).
+which reads it back with :func:`~mggcn.training.outputs.load_model`). A multi-label model (its sidecar says
+``"multilabel": true``) predicts a 0/1 per label (logit > 0) and gives σ per label as its probabilities.
 
 Launch::
 
@@ -84,8 +85,9 @@ def _check_layer(layer: int | None, num_layers: int) -> int:
 class PredictJob:
     """What to predict with which model, for which vertices, and where the result goes.
 
-    ``output``: ``classes`` (int64 [n]), ``proba`` (softmax, float32 [n, C]) or ``embeddings`` (float32
-    [n, d_layer] of layer ``layer``). ``out``: a ``.npy`` file, or CSV for any other name but another format's
+    ``output``: ``classes`` (int64 [n]; multi-label uint8 [n, C] of 0/1, 1 where the logit is above 0), ``proba``
+    (softmax, float32 [n, C]; multi-label σ of each logit) or ``embeddings`` (float32 [n, d_layer] of layer
+    ``layer``). ``out``: a ``.npy`` file, or CSV for any other name but another format's
     (``.npz``, ``.gz``: refused); ``None``: return it.
     """
 
@@ -152,12 +154,19 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     if job.output == "embeddings":
         rows = layer_output(model, shard.x, adj, job.layer)
     else:
-        logits = layer_output(model, shard.x, adj)
-        rows = logits.softmax(dim=1) if job.output == "proba" else logits.argmax(dim=1)
+        rows = _read_logits(layer_output(model, shard.x, adj), job.output, card.get("multilabel", False))
     out = ParallelLayout.gather_original(ctx, shard.partition, rows)
     if ctx.is_main and job.out is not None:
-        save_output(job.out, out, "p" if job.output == "proba" else "h")
+        save_output(job.out, out, {"proba": "p", "classes": "label"}.get(job.output, "h"))
     return out
+
+
+def _read_logits(logits: torch.Tensor, output: str, multilabel: bool) -> torch.Tensor:
+    """Probabilities (``output`` ``proba``) or predictions: softmax and argmax, or for a ``multilabel`` model σ and
+    logit > 0 per label."""
+    if multilabel:
+        return logits.sigmoid() if output == "proba" else logits.gt(0).to(torch.uint8)
+    return logits.softmax(dim=1) if output == "proba" else logits.argmax(dim=1)
 
 
 def run_predict_job(job: PredictJob, dataset: Dataset | None = None) -> np.ndarray | None:
@@ -184,7 +193,9 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
         dataset: a dataset spec or path (with ``fmt=``), a :class:`~mggcn.Graph`, or a PyG ``Data`` (its
             ``edge_index`` and ``x``; labels and masks are not needed).
         nprocs: local worker processes (the graph is partitioned as for training).
-        output: ``classes`` -> int64 [n]; ``proba`` -> float32 [n, C]; ``embeddings`` -> float32 [n, d_layer].
+        output: ``classes`` -> int64 [n]; ``proba`` -> float32 [n, C]; ``embeddings`` -> float32 [n, d_layer]. A
+            multi-label model (trained on labels [n, C]): ``classes`` -> uint8 [n, C] of 0/1 (logit > 0),
+            ``proba`` -> σ per label.
         layer: for ``embeddings``, the layer 1..L whose output is returned.
         options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``kind``, ``device``,
             ``read_options``, ...).

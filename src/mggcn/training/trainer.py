@@ -7,7 +7,14 @@ sizes, from whether each row's argmax is its label, which the loss finds anyway 
 Padding rows belong to no split.
 The gradient all-reduce also carries the epoch's loss and correct counts: one collective per epoch for all of them.
 
-Legend: m = rows of this rank, C = classes.
+Multi-label (``shard.y`` a 0/1 matrix [m, C]): binary cross-entropy with logits averaged over the global training
+rows × C labels (:class:`mggcn.nn.loss.MaskedBinaryCrossEntropy`), and in place of each accuracy the split's micro-F1
+with threshold logit > 0 (what the GraphSAINT papers report for PPI, Yelp, Amazon), exact across ranks: the ranks'
+per-row numerators ``2 · |pred_r ∧ y_r|`` and denominators ``|pred_r| + |y_r|`` (:func:`mggcn.nn.loss.f1_counts`)
+summed over the split's rows of every rank, then divided (0 where no row predicts or has a label). The records keep
+the keys ``train_acc``, ``val_acc``, ``test_acc``; early stopping watches the validation micro-F1.
+
+Legend: m = rows of this rank, C = classes (labels).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard
 from mggcn.distributed.spmm import SpMMOperator, StagedSpMM, keeps_training_columns
 from mggcn.nn.adam import Adam
-from mggcn.nn.loss import MaskedCrossEntropy, label_hits
+from mggcn.nn.loss import MaskedBinaryCrossEntropy, MaskedCrossEntropy, f1_counts, label_hits
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import make_model, model_options, model_type, operator_for
 from mggcn.training.precision import MasterWeights, compute_dtype, precision_scope
@@ -111,16 +118,51 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
 
 
 class _Stats:
-    """Indices of the per-epoch numbers summed across ranks along with the gradients."""
+    """Indices of the per-epoch numbers summed across ranks along with the gradients. Multi-label, micro-F1's sums
+    follow: each split's numerators, then its denominators (:func:`_split_counts`), each count in two parts
+    (:func:`_pack`)."""
 
     LOSS, CORRECT, STOP = 0, slice(1, 4), 4
     SIZE = 5
+    F1 = slice(5, 17)
+    F1_SIZE = 17
+
+
+# The gradients' all-reduce sums float32, exact for integers below 2^24, which a multi-label count (up to 2 · n · C,
+# 1.4e8 on Yelp) passes: each count goes as its remainder and quotient by _BASE, summed exactly over up to 4096 ranks
+# for graphs of n · C < 2^35.
+_BASE = 4096.0
+
+
+def _pack(counts: torch.Tensor) -> torch.Tensor:
+    """float64 [k] of integers -> [2k]: their remainders by :data:`_BASE`, then their quotients."""
+    return torch.cat([torch.remainder(counts, _BASE), torch.floor(counts / _BASE)])
+
+
+def _unpack(packed: torch.Tensor) -> torch.Tensor:
+    """The counts of :func:`_pack` (or of a sum of packs) back, in float64."""
+    k = packed.shape[0] // 2
+    return packed[:k] + packed[k:] * _BASE
+
+
+def _f1(counts: torch.Tensor) -> list[float]:
+    """Micro-F1 of each split from its summed numerators and denominators ([6], :func:`_split_counts`); 0 where the
+    denominator is 0 (no row of the split predicts or has a label: the numerator is 0 too)."""
+    return (counts[:3] / counts[3:].clamp(min=1.0)).tolist()
+
+
+def _accuracies(stats: torch.Tensor, split_sizes: torch.Tensor) -> list[float]:
+    """The splits' accuracies from an epoch's summed :class:`_Stats`: correct / split size, or, multi-label (the
+    longer stats), micro-F1."""
+    if stats.shape[0] == _Stats.SIZE:
+        return (stats[_Stats.CORRECT] / split_sizes).tolist()
+    return _f1(_unpack(stats[_Stats.F1]))
 
 
 @dataclass
 class _BestWeights:
-    """Early stopping (``cfg.patience``): the best validation accuracy so far, the weights that had it, its epoch,
-    and the epochs since. Accuracies are those of the weights before an epoch's update."""
+    """Early stopping (``cfg.patience``): the best validation accuracy (multi-label: micro-F1) so far, the weights
+    that had it, its epoch, and the epochs since. Accuracies are those of the weights before an epoch's update."""
 
     patience: int
     val_acc: float = -1.0
@@ -183,7 +225,7 @@ class _Run:
     y: torch.Tensor
     split_masks: list[torch.Tensor]
     split_sizes: torch.Tensor
-    criterion: MaskedCrossEntropy
+    criterion: MaskedCrossEntropy | MaskedBinaryCrossEntropy
     params: list[torch.Tensor]
     stochastic: bool  # the model evaluates differently: accuracies come from an eval forward of their own
     weights: LayerStack | MasterWeights  # what the optimizer updates and checkpoints hold: float32 (precision.py)
@@ -235,8 +277,9 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     split_masks = [shard.masks[s] for s in SPLITS]
     split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
     # the gradient of the logits overwrites them (the model returns them on its workspace; nothing reads them after)
-    criterion = MaskedCrossEntropy(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
-                                   in_place=model.workspace is not None)
+    loss = MaskedBinaryCrossEntropy if y.ndim == 2 else MaskedCrossEntropy
+    criterion = loss(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
+                     in_place=model.workspace is not None)
     return _Run(ctx, cfg, timer, model, adj, balance, optimizer, result, best, x, x_agg, y, split_masks, split_sizes,
                 criterion, list(weights.parameters()), model.evaluates_differently, weights)
 
@@ -249,7 +292,7 @@ def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, chec
         with torch.no_grad():
             model.eval()
             logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
-            correct = _correct_counts(run.criterion.hits(logits.float()), run.split_masks)
+            counts = _split_counts(run.criterion.hits(logits.float()), run.split_masks)
             model.train()
     run.optimizer.zero_grad(set_to_none=False)
     logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
@@ -259,17 +302,21 @@ def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, chec
     if run.weights is not model:
         run.weights.gradients_from_model()
     if not run.stochastic:
-        correct = _correct_counts(hits, run.split_masks)
+        counts = _split_counts(hits, run.split_masks)
     with timer("allreduce"):
-        stats = torch.zeros(_Stats.SIZE, dtype=torch.float64, device=run.ctx.device)
+        single = counts.shape[0] == 3
+        stats = torch.zeros(_Stats.SIZE if single else _Stats.F1_SIZE, dtype=torch.float64, device=run.ctx.device)
         stats[_Stats.LOSS] = loss.detach()
-        stats[_Stats.CORRECT] = correct
+        if single:
+            stats[_Stats.CORRECT] = counts
+        else:
+            stats[_Stats.F1] = _pack(counts)
         stats[_Stats.STOP] = float(bool(stop_requested and stop_requested()))
         stats = _reduce_gradients(run.ctx, run.params, stats)
     if not math.isfinite(float(stats[_Stats.LOSS])):
         raise NonFiniteLoss(_non_finite_message(run.ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
                                                 checkpointer))
-    run.best.update(epoch, float(stats[_Stats.CORRECT][1] / run.split_sizes[1]), run.weights)
+    run.best.update(epoch, _accuracies(stats, run.split_sizes)[1], run.weights)
     with timer("optimizer"):
         run.optimizer.step()
         if run.weights is not model:
@@ -366,7 +413,7 @@ def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTime
     most = all_reduce_max(ctx, most).cpu().tolist()
     phases, (most_sent, most_recv) = most[:-2], most[-2:]
     total = all_reduce_sum(ctx, torch.tensor([recv], dtype=torch.float64, device=device)).item()
-    acc = (stats[_Stats.CORRECT] / split_sizes).tolist()
+    acc = _accuracies(stats, split_sizes)
     record = {"epoch": epoch, "loss": float(stats[_Stats.LOSS]), "train_acc": acc[0], "val_acc": acc[1],
               "test_acc": acc[2], "epoch_s": phases[0]}
     record.update({p: s for p, s in zip(PHASES, phases[1:])})
@@ -423,14 +470,25 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
 @torch.no_grad()
 def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor | None, x_agg: torch.Tensor | None,
                      y: torch.Tensor, split_masks: list[torch.Tensor], split_sizes: torch.Tensor) -> dict:
-    """Global train/val/test accuracies of the model as it stands, in eval mode (one forward, one all-reduce)."""
+    """Global train/val/test accuracies (multi-label, ``y`` [m, C]: micro-F1) of the model as it stands, in eval mode
+    (one forward, one all-reduce in float64: the counts stay exact)."""
     model.eval()
     with torch.no_grad():  # no graph kept; the logits on the workspace (no new m × C tensor at the end of training)
         logits = model(x, adj, x_aggregated=x_agg, logits_in_workspace=True)
-    correct = _correct_counts(label_hits(logits, y), split_masks).to(y.device)
-    correct = all_reduce_sum(ctx, correct).cpu()
-    acc = (correct / split_sizes).tolist()
+    multilabel = y.ndim == 2
+    scores = f1_counts(logits, y) if multilabel else label_hits(logits, y)
+    counts = all_reduce_sum(ctx, _split_counts(scores, split_masks).to(y.device)).cpu()
+    acc = _f1(counts) if multilabel else (counts / split_sizes).tolist()
     return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
+
+
+def _split_counts(scores: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
+    """float64: single-label (``scores`` bool [m], :func:`~mggcn.nn.loss.label_hits`), the correct rows of each
+    split [3]; multi-label (int64 [2, m], :func:`~mggcn.nn.loss.f1_counts`), each split's sum of micro-F1's
+    numerators, then of its denominators [6]."""
+    if scores.dtype == torch.bool:
+        return _correct_counts(scores, split_masks)
+    return torch.stack([scores[:, mask].sum(dim=1) for mask in split_masks], dim=1).reshape(-1).to(torch.float64)
 
 
 def _correct_counts(hits: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
@@ -442,6 +500,9 @@ def _correct_counts(hits: torch.Tensor, split_masks: list[torch.Tensor]) -> torc
 @torch.no_grad()
 def predict_shard(ctx: DistContext, shard: Shard, model: LayerStack, adj: StagedSpMM,
                   x_agg: torch.Tensor | None = None) -> np.ndarray | None:
-    """Class predictions for every vertex in ORIGINAL vertex order (on rank 0; ``None`` elsewhere)."""
+    """Class predictions for every vertex in ORIGINAL vertex order (on rank 0; ``None`` elsewhere): int64 [n], or for
+    a multi-label shard (``y`` [m, C]) uint8 [n, C], 1 where the logit is above 0."""
     model.eval()
-    return ParallelLayout.gather_original(ctx, shard.partition, model(shard.x, adj, x_aggregated=x_agg).argmax(dim=1))
+    logits = model(shard.x, adj, x_aggregated=x_agg)
+    predicted = logits.gt(0).to(torch.uint8) if shard.y.ndim == 2 else logits.argmax(dim=1)
+    return ParallelLayout.gather_original(ctx, shard.partition, predicted)

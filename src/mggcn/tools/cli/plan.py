@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="nonzeros of A: both directions of an undirected edge, no self loops")
     p.add_argument("--features", type=positive_int, help="input features per vertex")
     p.add_argument("--classes", type=positive_int, help="classes (the width of the last layer)")
+    p.add_argument("--multilabel", action="store_true",
+                   help="the labels are a 0/1 matrix of --classes labels per vertex (PPI, Yelp, ogbn-proteins): "
+                        "binary cross-entropy; its labels and loss buffers are counted")
     p.add_argument("--model", choices=MODELS, default=DEFAULTS.model,
                    help="gcn, sage, gin or gat: its parameters, buffers and Â (GraphSAGE and GIN add no self loops)")
     p.add_argument("--gin-train-eps", action="store_true", help="--model gin with a learnable ε")
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                            symmetric=not args.directed and operator_for(args.model) in SYMMETRIC_OPERATORS,
                            tile_cols=tiles, model=args.model, train_eps=train_eps, train_columns=args.train_columns,
                            gather=gather_kernel(args.device), device=args.device, precision=args.precision,
-                           **options)
+                           multilabel=args.multilabel, **options)
         precision = "" if args.precision == "fp32" else f", {args.precision}"
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}{precision}", args.memory))
     return 0

@@ -17,7 +17,9 @@ from mggcn.tools.cli.common import (
 HELP = "predict every vertex with a saved model"
 DESCRIPTION = ("Class predictions (or probabilities, or a layer's embeddings) for every vertex, in the ORIGINAL "
                "vertex ids, on one process or --nprocs workers. MODEL is a file written by `mggcn train "
-               "--save-model`; its sidecar MODEL.json gives the normalization and activation.\n\nexamples:\n"
+               "--save-model`; its sidecar MODEL.json gives the normalization and activation, and says whether the "
+               "model is multi-label (then a 0/1 per label, logit > 0, and σ per label with --proba)."
+               "\n\nexamples:\n"
                "  mggcn predict model.pt mygraph --out predictions.csv --nprocs 2\n"
                "  mggcn predict model.pt mygraph --out proba.npy --proba")
 
@@ -26,10 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=path_arg, help="a file written by `mggcn train --save-model`")
     p.add_argument("dataset", help="as for `mggcn train`: a spec, a prepared directory, or a path with --format")
     p.add_argument("--out", type=path_arg, required=True,
-                   help=".npy, or CSV for any other name ('vertex,prediction' or 'vertex,p0,p1,...') but another "
-                        "format's (.npz, .parquet, .gz, ... are refused)")
+                   help=".npy, or CSV for any other name ('vertex,prediction', multi-label 'vertex,label0,label1,...', "
+                        "or 'vertex,p0,p1,...') but another format's (.npz, .parquet, .gz, ... are refused)")
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--proba", action="store_true", help="class probabilities (softmax) instead of classes")
+    what.add_argument("--proba", action="store_true",
+                      help="class probabilities (softmax; a multi-label model: σ per label) instead of classes")
     what.add_argument("--embeddings", type=positive_int, default=None, metavar="LAYER",
                 help="the output of layer LAYER (1..L, after its activation) instead of classes")
     add_dataset_options(p)
@@ -73,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _say_written(args: argparse.Namespace, num_nodes: int) -> None:
-    what = ("the class probabilities" if args.proba else f"layer {args.embeddings}'s output" if args.embeddings
-            else "the predicted class")
+    from mggcn.training.outputs import model_multilabel
+
+    multilabel = not args.embeddings and model_multilabel(args.model)
+    what = (f"layer {args.embeddings}'s output" if args.embeddings else
+            ("the label probabilities" if multilabel else "the class probabilities") if args.proba else
+            "the predicted labels" if multilabel else "the predicted class")
     print(f"mggcn: wrote {what} of each of {num_nodes} vertices to {args.out}", flush=True)

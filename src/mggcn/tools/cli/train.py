@@ -217,7 +217,7 @@ def _finish_train(args: argparse.Namespace, result) -> int:
 def run(args: argparse.Namespace) -> int:
     from mggcn.distributed.launch import WorkerError, launch, under_torchrun
     from mggcn.distributed.shm import ShmUnavailable
-    from mggcn.training.job import TrainJob, check_job, run_train_job, share_dataset
+    from mggcn.training.job import TrainJob, check_job, format_labels, run_train_job, share_dataset
     from mggcn.training.outputs import check_distinct, read_inputs
     from mggcn.training.settings import train_outputs
     from mggcn.utils.timing import SetupClock, process_start
@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     def announce(dataset, nprocs: int) -> None:
         if not (torchrun or args.quiet):
             print(f"mggcn: {dataset.name}: {dataset.num_nodes} vertices, {dataset.num_edges} edges, "
-                  f"{dataset.num_features} features, {dataset.num_classes} classes; {nprocs} worker(s) on "
+                  f"{dataset.num_features} features, {format_labels(dataset)}; {nprocs} worker(s) on "
                   f"{args.device}", flush=True)
 
     try:
