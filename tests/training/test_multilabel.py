@@ -233,7 +233,8 @@ def test_a_single_label_run_records_nothing_new(tmp_path):
     result = mggcn.train(single, hidden=(8,), epochs=2, quiet=True)
     assert not result.multilabel and "multilabel" not in result.dataset
     result.save(str(tmp_path / "m.pt"))
-    assert "multilabel" not in json.loads((tmp_path / "m.pt.json").read_text())
+    single = json.loads((tmp_path / "m.pt.json").read_text())
+    assert "multilabel" not in single and single["version"] == 1  # as before: any mggcn reads it
     assert result.predictions.dtype == np.int64 and result.predictions.shape == (graph.num_nodes,)
 
 
@@ -259,7 +260,8 @@ def test_the_command_line_trains_and_predicts_multi_label(tmp_path):
     table = np.loadtxt(tmp_path / "pred.csv", delimiter=",", skiprows=1, dtype=np.int64)
     assert (tmp_path / "pred.csv").read_text().splitlines()[0] == "vertex,label0,label1,label2,label3,label4"
     assert np.array_equal(table[:, 0], np.arange(40)) and set(np.unique(table[:, 1:])) <= {0, 1}
-    assert json.loads((tmp_path / "m.pt.json").read_text())["multilabel"] is True
+    card = json.loads((tmp_path / "m.pt.json").read_text())
+    assert card["multilabel"] is True and card["version"] == 2  # an mggcn reading version 1 alone refuses it
     for flags, header in (([], "label"), (["--proba"], "p")):
         out = run_cli("predict", "m.pt", "graph.txt", *read, "--out", f"out{header}.csv", *flags, cwd=str(tmp_path))
         assert out.returncode == 0, out.stderr

@@ -120,7 +120,7 @@ def test_predict_with_a_checkpoint_says_so_in_one_line(checkpointed):
     assert "\n" not in message and "save_model=" in message
 
 
-@pytest.mark.parametrize("version,why", [(2, "written by a newer mggcn"), ("2", "is not a model description's")])
+@pytest.mark.parametrize("version,why", [(3, "written by a newer mggcn"), ("2", "is not a model description's")])
 def test_predict_refuses_a_model_description_it_cannot_read(batch_normed, tmp_path, version, why):
     graph, paths = batch_normed
     path = tmp_path / "model.pt"
