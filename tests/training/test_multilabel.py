@@ -195,6 +195,22 @@ def test_with_dropout_or_a_batch_norm_the_accuracies_come_from_eval_mode(options
         assert history[0][key] == pytest.approx(value, abs=1e-12), key
 
 
+def test_the_records_say_they_hold_micro_f1_and_the_plot_says_so(tmp_path):
+    """A multi-label run's epoch records carry ``metric: micro-F1`` (a single-label run's none), which ``mggcn
+    report`` puts on its accuracy plot."""
+    pytest.importorskip("matplotlib")
+    from mggcn.tools.report import plot_curves
+    from reference import random_graph
+
+    cfg = TrainConfig(hidden=(8,), epochs=2, seed=1)
+    multi = workers.train_worker(multilabel_graph(n=40, e=160, seed=3), cfg)[1]
+    single = workers.train_worker(random_graph(40, 160, seed=3), cfg)[1]
+    assert all(r["metric"] == "micro-F1" for r in multi) and not any("metric" in r for r in single)
+    for records, label in ((multi, "micro-F1"), (single, "accuracy")):
+        fig, _ = plot_curves(records)
+        assert fig.axes[1].get_ylabel() == label
+
+
 def test_the_workspace_holds_what_the_plan_walks():
     graph = multilabel_graph(n=300, e=1500, features=24, labels=9, seed=2)
     cfg = TrainConfig(hidden=(16,), epochs=3, trace_epoch=0)

@@ -193,7 +193,8 @@ def _column(records: Iterable[dict], key: str) -> list[float]:
 
 
 def plot_curves(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
-    """Loss (left) and train/val/test accuracy (right) per epoch; the best validation epoch marked."""
+    """Loss (left) and train/val/test accuracy (right; a multi-label run's records say they hold micro-F1) per
+    epoch; the best validation epoch marked."""
     series = {"epoch": [int(r["epoch"]) for r in records]}
     for key in ("loss", "train_acc", "val_acc", "test_acc"):
         series[key] = _column(records, key)
@@ -208,7 +209,8 @@ def plot_curves(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
     best = max(range(len(records)), key=lambda i: series["val_acc"][i])
     acc_ax.axvline(series["epoch"][best], color="gray", linestyle=":",
                    label=f"best val {series['val_acc'][best]:.3f} (epoch {series['epoch'][best]})")
-    acc_ax.set(xlabel="epoch", ylabel="accuracy", title="Accuracy", ylim=(0, 1.02))
+    metric = next((str(r["metric"]) for r in records if "metric" in r), "accuracy")
+    acc_ax.set(xlabel="epoch", ylabel=metric, title=metric[:1].upper() + metric[1:], ylim=(0, 1.02))
     acc_ax.grid(alpha=0.3)
     acc_ax.legend(loc="lower right", fontsize="small")
     return fig, series

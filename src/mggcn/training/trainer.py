@@ -416,6 +416,8 @@ def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTime
     acc = _accuracies(stats, split_sizes)
     record = {"epoch": epoch, "loss": float(stats[_Stats.LOSS]), "train_acc": acc[0], "val_acc": acc[1],
               "test_acc": acc[2], "epoch_s": phases[0]}
+    if stats.shape[0] != _Stats.SIZE:  # what the *_acc keys hold, for the plots (mggcn report)
+        record["metric"] = "micro-F1"
     record.update({p: s for p, s in zip(PHASES, phases[1:])})
     record["other"] = max(0.0, phases[0] - sum(phases[1:]))
     record.update(sent_bytes=int(most_sent), recv_bytes=int(most_recv), total_bytes=int(total))
