@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mggcn.data import download
@@ -34,6 +35,7 @@ from planetoid_files import make_planetoid, write_planetoid
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
 from test_formats import write_ogb_csv, write_ogb_npz, write_reddit, write_saint  # noqa: E402
+from test_ogb_proteins import write_ogb_proteins  # noqa: E402
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -110,7 +112,7 @@ def zip_tree(root: Path, top: str | None) -> bytes:
 _PLANETOID_SIZES = {"cora": (14, 60, 90, 7, 30, 0), "citeseer": (12, 40, 80, 6, 25, 9),
                     "pubmed": (9, 30, 70, 3, 20, 0)}
 _OGB_LAYOUT = {"ogbn-arxiv": ("arxiv", "time"), "ogbn-products": ("products", "sales_ranking"),
-               "ogbn-papers100M": ("papers100M-bin", None)}
+               "ogbn-proteins": ("proteins", "species"), "ogbn-papers100M": ("papers100M-bin", None)}
 
 
 def source_tree(name: str, root: Path) -> Path:
@@ -121,6 +123,12 @@ def source_tree(name: str, root: Path) -> Path:
                                isolated=isolated)
         return write_planetoid(root, name, parts) / f"ind.{name}"
     graph = small_graph()
+    if name == "ogbn-proteins":  # multi-label, and only edge features
+        rng = np.random.default_rng(0)
+        labels = (rng.random((graph.num_nodes, 4)) < 0.4).astype(np.uint8)
+        labels[0, :2] = 1  # two labels on a vertex: not one-hot
+        return write_ogb_proteins(root / "proteins", graph, labels,
+                                  rng.standard_normal((graph.num_edges, 8)).astype(np.float32))
     if name in _OGB_LAYOUT:
         top, split = _OGB_LAYOUT[name]
         return write_ogb_csv(root / top, graph, split) if split else write_ogb_npz(root / top, graph)

@@ -130,6 +130,8 @@ CATALOG: dict[str, NamedDataset] = {d.name: d for d in (
     _zipped("ogbn-arxiv", "ogb", "OGB", _OGB + "arxiv.zip", (169343, 1166243, 128, 40), 81 * _MB, "raw"),
     _zipped("ogbn-products", "ogb", "OGB", _OGB + "products.zip", (2449029, 123718280, 100, 47), 1380 * _MB,
             "raw", undirected=True),
+    _zipped("ogbn-proteins", "ogb", "OGB", _OGB + "proteins.zip", (132534, 79122504, 8, 112), 216 * _MB, "raw",
+            undirected=True),
     _zipped("ogbn-papers100M", "ogb", "OGB", _OGB + "papers100M-bin.zip", (111059956, 1615685872, 128, 172),
             56170 * _MB, "raw"),
     _zipped("reddit", "dgl-reddit", "DGL's RedditDataset", _DGL + "reddit.zip", (232965, 114615892, 602, 41), None,

@@ -43,6 +43,8 @@ def read_ogb(root: PathLike, split: str | None = None) -> Graph:
 
     ``raw/data.npz`` (+ ``raw/node-label.npz``) is used when present (OGB's binary variant, e.g. papers100M);
     otherwise the CSV files ``raw/{edge,num-node-list,node-feat,node-label}.csv.gz``. Edges are kept as stored.
+    Without ``node-feat.csv.gz`` but with ``edge-feat.csv.gz`` (ogbn-proteins), a vertex's features are the mean of
+    its edges' (:func:`_edge_mean`).
     Labels of one column are a class per vertex (NaN: unlabelled); of several, 0/1 per label (multi-label, as
     ogbn-proteins' 112 columns), every vertex labelled.
     The split is ``split/<name>/split_dict.pt`` when present (OGB's ``get_idx_split`` looks there first), else
@@ -201,14 +203,36 @@ def _read_ogb_csv(raw: Path) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     ei = read_table(edge_path, np.int64, ncols=2).T
     ei = check_edges(ei, n, edge_path, lambda e: f"line {e + 1}")
 
-    feat_path = raw / "node-feat.csv.gz"
-    x = check_features(read_table(feat_path, np.float32, ncols=None), feat_path, n, n_from)
+    feat_path, edge_feat_path = raw / "node-feat.csv.gz", raw / "edge-feat.csv.gz"
+    if not feat_path.exists() and edge_feat_path.exists():  # ogbn-proteins
+        x = _edge_mean(read_table(edge_feat_path, np.float32, ncols=None), ei, n, edge_feat_path)
+    else:
+        x = check_features(read_table(feat_path, np.float32, ncols=None), feat_path, n, n_from)
 
     label_path = raw / "node-label.csv.gz"
     table = read_table(label_path, np.float64, ncols=None)  # one column, or one per label (ogbn-proteins: 112)
     y = read_labels(table if table.shape[1] > 1 else table.reshape(-1), label_path, n, n_from,
                     nan_is_unlabelled=True)
     return ei, x, n, y
+
+
+def _edge_mean(edge_feat: np.ndarray, ei: np.ndarray, n: int, path: Path) -> np.ndarray:
+    """Vertex features for a dataset that has only edge features (ogbn-proteins): each vertex's mean of the
+    features of the edges it is an end of, 0 for a vertex without edges — OGB's example for ogbn-proteins, which
+    takes the mean of each vertex's in-edges once its loader has added the reverse of every stored edge."""
+    e = ei.shape[1]
+    if edge_feat.ndim != 2 or edge_feat.shape[0] != e or edge_feat.shape[1] == 0:
+        raise file_error(path, f"edge features of shape {list(edge_feat.shape)} for {e} edges: expected [{e}, F] "
+                               "(the vertex features are their mean over each vertex's edges)")
+    feat = check_features(edge_feat, path, e, f"{e} edges")
+    src, dst = ei  # each edge counts once at its source and once at its target
+    count = np.maximum(np.bincount(src, minlength=n) + np.bincount(dst, minlength=n), 1).astype(np.float64)
+    x = np.empty((n, feat.shape[1]), dtype=np.float32)
+    for j in range(feat.shape[1]):  # a weighted count per column: one E-sized float64 column at a time
+        column = feat[:, j]
+        total = np.bincount(src, weights=column, minlength=n) + np.bincount(dst, weights=column, minlength=n)
+        x[:, j] = total / count
+    return x
 
 
 def _read_ogb_binary(raw: Path) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
