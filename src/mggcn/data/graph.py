@@ -16,7 +16,7 @@ import numpy as np
 from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_arrays", "graph_from_pyg", "int64_array", "is_pyg",
-           "label_array", "multilabel_array", "one_hot_classes", "split_mask", "tensor_array"]
+           "is_label_matrix", "label_array", "multilabel_array", "one_hot_classes", "split_mask", "tensor_array"]
 
 SPLITS = ("train", "val", "test")
 
@@ -47,6 +47,11 @@ def label_array(values: np.ndarray, name: str) -> np.ndarray:
         if nan.any():
             values = np.where(nan, -1.0, values)
     return int64_array(values, "label", name)
+
+
+def is_label_matrix(y: np.ndarray) -> bool:
+    """Whether ``y`` holds labels as a matrix ``[n, C]`` of several columns (multi-label), not one class each."""
+    return np.ndim(y) == 2 and np.shape(y)[1] >= 2
 
 
 def multilabel_array(values: np.ndarray, name: str) -> np.ndarray:
@@ -110,7 +115,7 @@ class Graph:
             raise GraphError(f"{self.name}: the features must be real numbers, got dtype {x.dtype}")
         with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf: validate refuses it
             self.x = np.ascontiguousarray(x, dtype=np.float32)
-        width = np.shape(self.y)[1] if np.ndim(self.y) == 2 and np.shape(self.y)[1] >= 2 else 0  # a label matrix
+        width = np.shape(self.y)[1] if is_label_matrix(self.y) else 0
         self.y = one_hot_classes(multilabel_array(self.y, self.name)) if width else label_array(self.y, self.name)
         self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
         if self.num_classes < 0:

@@ -26,7 +26,7 @@ from torch.autograd.function import once_differentiable
 
 from mggcn.nn.workspace import Workspace
 
-__all__ = ["MaskedBinaryCrossEntropy", "MaskedCrossEntropy", "f1_counts", "label_hits", "label_index"]
+__all__ = ["MaskedBinaryCrossEntropy", "MaskedCrossEntropy", "f1_counts", "label_hits", "label_index", "predictions"]
 
 
 class MaskedCrossEntropy:
@@ -210,6 +210,12 @@ class MaskedBinaryCrossEntropy:
         predicted = ws.take("predicted labels", z.shape[0], z.shape[1], like=z, dtype=torch.bool)
         counts = ws.take("label counts", 2, z.shape[0], like=z, dtype=torch.int64)
         return _f1_counts(z, self.y, self.labels, predicted, counts)
+
+
+def predictions(logits: torch.Tensor, multilabel: bool) -> torch.Tensor:
+    """What the metrics count as predicted: each row's argmax (int64 [m]), or for a ``multilabel`` model a 0/1 per
+    label, 1 where the logit is above 0 (uint8 [m, C], as :func:`f1_counts` thresholds)."""
+    return logits.gt(0).to(torch.uint8) if multilabel else logits.argmax(dim=1)
 
 
 def f1_counts(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

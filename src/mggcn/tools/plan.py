@@ -237,20 +237,16 @@ def _plan_loss(walk: BufferWalk, logits: str, classes: int, multilabel: bool = F
         walk.take("label counts", 2, INT64)
         walk.alloc("row losses", 1, FLOAT)
         walk.free("row losses")
-        if low:
-            grad = walk.alloc("grad logits", classes)
-            walk.free("logits float32")
-            return grad
-        return logits
-    walk.take("row max", 1, FLOAT)
-    walk.take("label logit", 1, FLOAT)
-    walk.take("label hits", 1, BOOL)
-    walk.alloc("label comparisons", 1, 2 * BOOL)
-    walk.free("label comparisons")
+    else:
+        walk.take("row max", 1, FLOAT)
+        walk.take("label logit", 1, FLOAT)
+        walk.take("label hits", 1, BOOL)
+        walk.alloc("label comparisons", 1, 2 * BOOL)
+        walk.free("label comparisons")
+        walk.alloc("row sums", 1, FLOAT)
+        walk.alloc("row sums / scale", 1, FLOAT)
+        walk.free("row sums", "row sums / scale")
     grad = logits
-    walk.alloc("row sums", 1, FLOAT)
-    walk.alloc("row sums / scale", 1, FLOAT)
-    walk.free("row sums", "row sums / scale")
     if low:
         grad = walk.alloc("grad logits", classes)
         walk.free("logits float32")

@@ -51,7 +51,7 @@ from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainJob", "JobResult", "check_job", "check_job_fields", "open_job_dataset", "run_train_job",
-           "format_epoch", "format_final", "format_labels", "format_setup", "is_multilabel", "share_dataset"]
+           "format_epoch", "format_final", "format_labels", "format_setup", "share_dataset"]
 
 
 @dataclass(frozen=True)
@@ -93,15 +93,9 @@ class JobResult:
     empty_splits: tuple[str, ...] = ()  # splits without a vertex: their accuracies are 0 and mean nothing
 
 
-def is_multilabel(dataset: Dataset) -> bool:
-    """Whether each vertex of ``dataset`` has a set of labels (labels [n, C] of 0/1, trained with binary
-    cross-entropy and measured by micro-F1) rather than one class."""
-    return bool(getattr(dataset, "multilabel", False))
-
-
 def format_labels(dataset: Dataset) -> str:
     """What the run's first line says of the labels: ``C classes``, or that the accuracies will be micro-F1."""
-    if is_multilabel(dataset):
+    if dataset.multilabel:
         return f"multi-label ({dataset.num_classes} labels; accuracies are micro-F1)"
     return f"{dataset.num_classes} classes"
 
@@ -113,7 +107,7 @@ def dataset_identity(dataset: Dataset, content: bool = True) -> dict:
     its model's outputs are read by σ, not softmax); a single-label one's has no such entry."""
     identity = {"name": str(dataset.name), "num_nodes": dataset.num_nodes, "num_edges": dataset.num_edges,
                 "num_features": dataset.num_features, "num_classes": dataset.num_classes}
-    if is_multilabel(dataset):
+    if dataset.multilabel:
         identity["multilabel"] = True
     fingerprint = getattr(dataset, "fingerprint", None) if content else None
     if fingerprint:

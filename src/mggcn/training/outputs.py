@@ -253,11 +253,11 @@ def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConf
                **extra: Any) -> None:
     """Write the weights to ``path`` and the sidecar ``path.json`` (model, dims, activation, norm, dataset
     identity); none when ``path`` is a special file (``/dev/null``, a FIFO)."""
-    card = {"format": CARD_FORMAT, "version": 2 if dataset.get("multilabel") else 1, "model": config.model,
+    card = {"format": CARD_FORMAT, "version": 1, "model": config.model,
             "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
             "dataset": dataset, **extra}
     if dataset.get("multilabel"):  # its outputs are read per label (σ, logit > 0), which an mggcn reading version 1
-        card["multilabel"] = True  # alone would take for classes: it refuses version 2
+        card.update(version=2, multilabel=True)  # alone would take for classes: it refuses version 2
     write_output(path, lambda f: torch.save(state_dict, f))
     if written_in_place(path):  # weights streamed to a device or a pipe: no file beside it to describe them
         return

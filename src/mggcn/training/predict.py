@@ -32,6 +32,7 @@ from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import StagedSpMM
 from mggcn.nn.batch_norm import batch_norm_
 from mggcn.nn.functional import activate
+from mggcn.nn.loss import predictions
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import operator_for
 from mggcn.training.checkpoint import is_checkpoint
@@ -164,9 +165,9 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
 def _read_logits(logits: torch.Tensor, output: str, multilabel: bool) -> torch.Tensor:
     """Probabilities (``output`` ``proba``) or predictions: softmax and argmax, or for a ``multilabel`` model σ and
     logit > 0 per label."""
-    if multilabel:
-        return logits.sigmoid() if output == "proba" else logits.gt(0).to(torch.uint8)
-    return logits.softmax(dim=1) if output == "proba" else logits.argmax(dim=1)
+    if output != "proba":
+        return predictions(logits, multilabel)
+    return logits.sigmoid() if multilabel else logits.softmax(dim=1)
 
 
 def run_predict_job(job: PredictJob, dataset: Dataset | None = None) -> np.ndarray | None:

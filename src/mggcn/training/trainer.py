@@ -40,7 +40,7 @@ from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard
 from mggcn.distributed.spmm import SpMMOperator, StagedSpMM, keeps_training_columns
 from mggcn.nn.adam import Adam
-from mggcn.nn.loss import MaskedBinaryCrossEntropy, MaskedCrossEntropy, f1_counts, label_hits
+from mggcn.nn.loss import MaskedBinaryCrossEntropy, MaskedCrossEntropy, f1_counts, label_hits, predictions
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import make_model, model_options, model_type, operator_for
 from mggcn.training.precision import MasterWeights, compute_dtype, precision_scope
@@ -505,6 +505,5 @@ def predict_shard(ctx: DistContext, shard: Shard, model: LayerStack, adj: Staged
     """Class predictions for every vertex in ORIGINAL vertex order (on rank 0; ``None`` elsewhere): int64 [n], or for
     a multi-label shard (``y`` [m, C]) uint8 [n, C], 1 where the logit is above 0."""
     model.eval()
-    logits = model(shard.x, adj, x_aggregated=x_agg)
-    predicted = logits.gt(0).to(torch.uint8) if shard.y.ndim == 2 else logits.argmax(dim=1)
+    predicted = predictions(model(shard.x, adj, x_aggregated=x_agg), shard.y.ndim == 2)
     return ParallelLayout.gather_original(ctx, shard.partition, predicted)

@@ -17,23 +17,17 @@ import os
 
 import numpy as np
 
-from mggcn.data.graph import multilabel_array, one_hot_classes
+from mggcn.data.graph import is_label_matrix, multilabel_array, one_hot_classes
 from mggcn.data.messages import one_line
 from mggcn.utils.errors import GraphError
 
-__all__ = ["check_class_count", "check_label_matrix", "check_label_range", "check_labels", "is_label_matrix",
-           "read_labels"]
+__all__ = ["check_class_count", "check_label_matrix", "check_label_range", "check_labels", "read_labels"]
 
 PathLike = str | os.PathLike
 
 
 def _error(path: PathLike, msg: str) -> GraphError:
     return GraphError(one_line(path, msg))
-
-
-def is_label_matrix(y: np.ndarray) -> bool:
-    """Whether ``y`` holds labels as a matrix ``[n, C]`` of several columns (multi-label), not one class each."""
-    return y.ndim == 2 and y.shape[1] >= 2
 
 
 def read_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_unlabelled: bool) -> np.ndarray:
