@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from mggcn.data.formats.compressed import DECOMPRESS_ERRORS, open_text
+from mggcn.data.formats.compressed import DECOMPRESS_ERRORS, numpy_opens, open_text, present_prefixes
 from mggcn.data.formats.labels import check_label_range, read_labels
 from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph
@@ -116,10 +116,8 @@ def read_table(path: Path, dtype: type, *, ncols: int | None, exact: bool = True
     path = require_file(path)
     usecols = None if exact or ncols is None else tuple(range(ncols))
     try:
-        with open_text(path) as f, warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "input contained no data": callers judge emptiness
-            table = np.loadtxt(f, dtype=dtype, delimiter=delimiter, comments=list(comments) or None,
-                               skiprows=skiprows, usecols=usecols, ndmin=2)
+        table = _loadtxt(path, dtype=dtype, delimiter=delimiter, comments=comments, skiprows=skiprows,
+                         usecols=usecols)
     except GraphError:  # a file that is no text table at all (a zip archive)
         raise
     except ValueError as exc:
@@ -134,6 +132,23 @@ def read_table(path: Path, dtype: type, *, ncols: int | None, exact: bool = True
         raise file_error(path, locate_bad_line(path, dtype, ncols, exact, delimiter, comments, skiprows) or
                          f"expected {ncols} value(s) per line, found {table.shape[1]}")
     return table
+
+
+def _loadtxt(path: Path, comments: Sequence[str], **options: Any) -> np.ndarray:
+    """``np.loadtxt`` of ``path`` with ``options``, given the path itself where numpy opens it as mggcn does (it
+    reads a path in blocks, an open file line by line) and only the comment marks the file holds. A file that fails
+    that way is read again as :func:`~mggcn.data.formats.compressed.open_text` opens it (undecodable bytes
+    replaced), whose error the caller explains."""
+    comments = present_prefixes(path, comments) or None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "input contained no data": callers judge emptiness
+        if numpy_opens(path):
+            try:
+                return np.loadtxt(str(path), comments=comments, encoding="utf-8-sig", ndmin=2, **options)
+            except (ValueError, *DECOMPRESS_ERRORS):  # UnicodeDecodeError is a ValueError
+                pass
+        with open_text(path) as f:
+            return np.loadtxt(f, comments=comments, ndmin=2, **options)
 
 
 def line_of_row(path: Path, row: int, comments: Sequence[str] = (), skiprows: int = 0) -> int:
