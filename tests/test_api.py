@@ -63,7 +63,8 @@ def test_train_on_two_workers_equals_the_cli(tmp_path):
     np.testing.assert_array_equal(result.predictions, np.load(preds))
     # a saved API model is what --save-model writes, sidecar included
     result.save(str(tmp_path / "api.pt"))
-    for path in (model, tmp_path / "api.pt"):
+    result.save(tmp_path / "path.pt")  # a pathlib.Path, as torch.save takes one: the sidecar too
+    for path in (model, tmp_path / "api.pt", tmp_path / "path.pt"):
         loaded, card = load_model(str(path))
         assert card["dims"] == [34, 8, 2] and card["norm"] == "sym" and card["dataset"]["num_nodes"] == 34
 

@@ -96,12 +96,12 @@ def test_a_model_and_an_operator_of_other_dtypes_are_one_line(kind):
     _one_line(err)
 
 
-def test_a_gat_of_any_float_dtype_takes_the_default_operator():
-    """GAT reads the operator's pattern only (its coefficients are its own): the float32 operator serves it in
-    float64 as before."""
+def test_a_gat_of_any_float_dtype_takes_the_float32_operator():
+    """GAT reads the operator's pattern and edge counts only (its coefficients are its own): the float32 operator
+    serves it in float64 as before."""
     x, edge_index = _graph()
     model = _model("gat")
-    adj = mggcn.adjacency_operator(edge_index, N)
+    adj = mggcn.adjacency_operator(edge_index, N, norm="gat")
     single = model(x, adj)
     # float32 against float64 of values of order 1: a few float32 ulps
     torch.testing.assert_close(model.double()(x.double(), adj), single.double(), rtol=1e-5, atol=1e-5)
@@ -209,3 +209,24 @@ def test_deepcopy_of_a_module_holding_the_operator_trains_on_its_own(kind):
     assert all(torch.equal(a, b) for a, b in zip(before, twin.parameters(), strict=True))
     twin(x).sum().backward()
     assert all(p.grad is not None for p in twin.parameters())
+
+
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_a_model_refuses_the_operator_of_another_norm(kind):
+    """A model given an operator built for another model (the README's GCN operator handed to a GraphSAGE) ran on
+    the wrong Â; it is refused in one line naming the norm to build. The GCN takes both of its norms."""
+    x, edge_index = _graph()
+    model = _model(kind)
+    own = [model.operator(norm) for norm in ("sym", "mean")]
+    for norm in ("sym", "mean", "in-mean", "sum", "gat"):
+        adj = mggcn.adjacency_operator(edge_index, N, norm=norm)
+        if norm in own:
+            assert model(x, adj).shape == (N, C)
+            continue
+        with pytest.raises(ValueError, match=rf"aggregates with the operator of norm='{own[0]}', not '{norm}': "
+                                             rf"give mggcn.adjacency_operator\(edge_index, num_nodes, "
+                                             rf"norm='{own[0]}'\)") as err:
+            model(x, adj)
+        _one_line(err)
+    with pytest.raises(ValueError, match="norm must be one of sym, mean, in-mean, sum, gat, got 'gatt'"):
+        mggcn.adjacency_operator(edge_index, N, norm="gatt")

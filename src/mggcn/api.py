@@ -103,10 +103,10 @@ class TrainedModel:
         ``GAT(..., heads=H)``); ``state_dict()`` gives the same, as torch spells it."""
         return _StateDict(self.model.pyg_state_dict())
 
-    def save(self, path: str) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``, which records a
         multi-label model as such), for ``mggcn predict``."""
-        save_model(path, self.model.pyg_state_dict(), self.config, self.dataset, epochs=len(self.history),
+        save_model(os.fspath(path), self.model.pyg_state_dict(), self.config, self.dataset, epochs=len(self.history),
                    best_epoch=self.best_epoch)
 
 
@@ -207,7 +207,9 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
         num_nodes: ``n``.
         norm: ``"sym"`` (default) or ``"mean"``; ``"in-mean"`` (``D_in^-1 A``, for
             :class:`~mggcn.nn.sage.GraphSAGE`) or ``"sum"`` (``A``, for :class:`~mggcn.nn.gin.GIN`): the edges as
-            given, no self loop added (:func:`mggcn.nn.models.operator_for`).
+            given, no self loop added; ``"gat"`` (``A + I``, edge counts, for :class:`~mggcn.nn.gat.GAT`, whose
+            attention weighs them). A model refuses the operator of another's norm
+            (:func:`mggcn.nn.models.operator_for` names each model's).
         device: where Â and Âᵀ are kept (the operand of the operator must be there too).
         dtype: of Â's values and of the rows it multiplies: ``torch.float32``, or ``torch.float64`` /
             ``torch.bfloat16`` for a model cast with ``.double()`` / ``.bfloat16()`` (Â is normalized in float64 for
@@ -237,7 +239,9 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     double = dtype == torch.float64  # Â's values then carry no float32 rounding
     adj_hat = normalize(adjacency(ei, num_nodes), norm, np.float64 if double else np.float32)
     blocks = [TiledCSR.from_torch(csr_to_torch(a, device, double).to(dtype)) for a in (adj_hat, adj_hat.T.tocsr())]
-    return _Operator(DistContext(), blocks[:1], blocks[1:])
+    op = _Operator(DistContext(), blocks[:1], blocks[1:])
+    op.norm = norm
+    return op
 
 
 _OPERATOR_DTYPES = (torch.float32, torch.float64, torch.bfloat16)  # those the CPU's and GPU's sparse products take

@@ -10,6 +10,7 @@ from torch_geometric.nn.models import GIN as PygGIN
 from torch_geometric.nn.models import MLP
 from torch_geometric.nn.models import GraphSAGE as PygGraphSAGE
 
+import mggcn
 import workers
 from mggcn.config import MODELS
 from mggcn.distributed.launch import run_workers
@@ -321,3 +322,39 @@ def test_a_saved_batch_norm_model_is_rebuilt_from_its_state_dict(kind, options, 
             theirs = (PygGCN if pyg == "GCN" else pyg)(5, 8, 3, 4, norm="batch_norm")
             theirs.load_state_dict(model.pyg_state_dict(), strict=True)
             torch.testing.assert_close(theirs.eval()(x, torch.from_numpy(graph.edge_index)), out, **TOL)
+
+
+@pytest.mark.parametrize("kind,options", [("gcn", {"batch_norm": True}), ("gin", {"mlp_batch_norm": True})])
+def test_a_float64_model_normalizes_in_float64(kind, options):
+    """A model cast with ``.double()`` computes its batch statistics in float64: with hidden features far from 0
+    (an offset of 1000, as an unnormalized input makes them), float32 sums would be off by about 1e-4 in the
+    outputs (PyG's float32 model against its float64 one) and the running means by about 1e-5; in float64 the
+    outputs, gradients and running statistics equal PyG's float64 model's up to summation order (1e-9 relative)."""
+    from torch_geometric.nn.models import GCN as PygGCN
+
+    graph = random_graph(37, 150, features=5, classes=3)
+    adj = mggcn.adjacency_operator(graph.edge_index, graph.num_nodes, operator_for(kind), dtype=torch.float64)
+    ei = torch.from_numpy(graph.edge_index)
+    model = make_model(kind, [5, 8, 3], seed=1, **options).double()
+    pyg = (PygGCN(5, 8, 2, 3, norm="batch_norm") if kind == "gcn" else
+           PygGIN(5, 8, 2, 3, norm=None, train_eps=False)).double()
+    with torch.no_grad():
+        model.convs[0].bias.add_(1000.0) if kind == "gcn" else model.convs[0].nn.lins[0].bias.add_(1000.0)
+    if kind == "gin":  # PyG's GIN has no batch norm in its MLPs unless asked: the layers' own MLPs carry it
+        pyg.convs[0] = GINConv(MLP([5, 8, 8], norm="batch_norm")).double()
+        pyg.convs[1] = GINConv(MLP([8, 3, 3], norm="batch_norm")).double()
+    pyg.load_state_dict(model.pyg_state_dict(), strict=True)
+    x = torch.from_numpy(graph.x).double().requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    out, ref = model.train()(x, adj), pyg.train()(x_ref, ei)
+    tol = dict(rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(out, ref, **tol)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, **tol)
+    for (name, p), q in zip(model.named_parameters(), pyg.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+    for name, buf in model.named_buffers():
+        if "running" in name:
+            torch.testing.assert_close(buf, dict(pyg.named_buffers())[name], **tol, msg=name)

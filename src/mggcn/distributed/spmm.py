@@ -162,6 +162,9 @@ class SpMMOperator:
     # partition's order are the original ids (one process, no renumbering). GAT's attention dropout hashes them.
     vertex_ids: torch.Tensor | None = None
     adj_t_train: list[TiledCSR] | None = None  # Âᵀ's training columns, once use_training_columns kept them
+    # which Â it applies (mggcn.config.OPERATORS), where it says so (mggcn.adjacency_operator's): a model refuses
+    # another than its own; None: not said
+    norm: str | None = None
 
     @property
     def has_training_columns(self) -> bool:

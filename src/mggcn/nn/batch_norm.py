@@ -59,6 +59,8 @@ def column_sums(a: torch.Tensor, rows: int, ws: Workspace | None = None, *, time
     def add(out: torch.Tensor, block: torch.Tensor) -> None:
         if block.dtype == torch.float32:
             out += torch.mv(block.t(), ones[: block.shape[0]])
+        elif block.dtype == torch.float64:  # a float64 model's statistics carry no float32 rounding
+            out += block.sum(0)
         else:  # a bfloat16 product's result would be rounded to bfloat16
             out += block.sum(0, dtype=torch.float32)
 
@@ -99,12 +101,17 @@ def normalize_(u: torch.Tensor, bn: nn.BatchNorm1d, adj, keep: bool, ws: Workspa
         if not (keep or bn.training):  # y = u·(γ/σ) + (β − μ·γ/σ), in place
             scale = gamma.to(torch.float64) * invstd
             torch.addcmul((beta - mean * scale).to(u.dtype), u, scale.to(u.dtype), out=u)
-            return None, invstd.to(torch.float32)
+            return None, invstd.to(_stats_dtype(u))
         shift = (-mean * invstd).to(u.dtype)
         xhat_out = ws.take(name, u.shape[0], u.shape[1], u) if ws is not None else torch.empty_like(u)
         xhat = torch.addcmul(shift, u, invstd.to(u.dtype), out=xhat_out)
         torch.addcmul(beta.to(u.dtype), xhat, gamma.to(u.dtype), out=u)
-    return xhat, invstd.to(torch.float32)
+    return xhat, invstd.to(_stats_dtype(u))
+
+
+def _stats_dtype(u: torch.Tensor) -> torch.dtype:
+    """What ``1/σ`` is kept in for backward: float64 for a float64 model, else float32 (bfloat16 layers too)."""
+    return torch.float64 if u.dtype == torch.float64 else torch.float32
 
 
 def _update_running(bn: nn.BatchNorm1d, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:

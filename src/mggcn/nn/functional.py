@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from mggcn.config import NORMS
 from mggcn.kernels.policy import chain_rows, cpu_kernels, mask_chunk_rows, shared_threads, weight_grad_parts
 from mggcn.kernels.shared import run_items
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
@@ -282,9 +283,12 @@ class _GemmActGemm(torch.autograd.Function):
         return grad_a, grad_w1, grad_b1, grad_w2, None, None, None, None, None
 
 
-def check_inputs(x: torch.Tensor, adj: Callable[..., torch.Tensor], features: int, dtype: torch.dtype) -> None:
+def check_inputs(x: torch.Tensor, adj: Callable[..., torch.Tensor], features: int, dtype: torch.dtype,
+                 model: type | None = None) -> None:
     """One line for what a PyG user gives first: ``model(x, edge_index)`` (a tensor is no operator), rows that are
-    not the operator's (the SpMM would read only its own), features of another width or dtype."""
+    not the operator's (the SpMM would read only its own), features of another width or dtype, and an operator
+    that says it applies another Â (its ``norm``) than the ``model`` class aggregates with (a GraphSAGE given the
+    GCN's Â would run, on the wrong numbers)."""
     if isinstance(adj, torch.Tensor) or not callable(adj):
         raise TypeError(f"adj must be an operator, e.g. mggcn.adjacency_operator(edge_index, num_nodes), not a "
                         f"{type(adj).__name__}" + (" (an edge_index is not one)" if isinstance(adj, torch.Tensor)
@@ -298,3 +302,7 @@ def check_inputs(x: torch.Tensor, adj: Callable[..., torch.Tensor], features: in
     if x.dtype != dtype:
         raise ValueError(f"x must be {str(dtype).removeprefix('torch.')} (the model's dtype), got "
                          f"{str(x.dtype).removeprefix('torch.')}; give x.to({dtype})")
+    norm = getattr(adj, "norm", None)
+    if model is not None and isinstance(norm, str) and norm not in (wanted := [model.operator(n) for n in NORMS]):
+        raise ValueError(f"{model.__name__} aggregates with the operator of norm={wanted[0]!r}, not {norm!r}: give "
+                         f"mggcn.adjacency_operator(edge_index, num_nodes, norm={wanted[0]!r})")

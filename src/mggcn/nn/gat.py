@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
-from mggcn.nn.functional import _TimedLinear, activate
+from mggcn.nn.functional import _TimedLinear, activate, check_inputs
 from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
@@ -367,6 +367,7 @@ class GAT(LayerStack):
         tensor whatever ``logits_in_workspace`` says, and ``loss_on_train_rows`` changes nothing)."""
         if x_aggregated is not None:
             raise ValueError("x_aggregated cannot be used with a GAT (its layers multiply first)")
+        check_inputs(x, adj, self.dims[0], next(self.parameters()).dtype, type(self))
         h = self._drop(x, self.input_dropout)
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):

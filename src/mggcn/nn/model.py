@@ -489,7 +489,7 @@ class LayerStack(nn.Module):
         if x_aggregated is not None and not self.caches_input_aggregation:
             raise ValueError("x_aggregated cannot be used with input dropout")
         if x_aggregated is None:  # (the trainer gives Â·X cached, and no X where the model does not read it)
-            check_inputs(x, adj, self.dims[0], next(self.parameters()).dtype)
+            check_inputs(x, adj, self.dims[0], next(self.parameters()).dtype, type(self))
         h = self._drop(x, self.input_dropout)
         last = len(self.convs) - 1
         deferred = False

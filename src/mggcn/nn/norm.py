@@ -50,7 +50,7 @@ def adds_self_loops(operator: str) -> bool:
 
 def _check(operator: str) -> None:
     if operator not in OPERATORS:
-        raise ConfigError(f"norm must be one of {', '.join(NORMS)}, got '{operator}'", "norm")
+        raise ConfigError(f"norm must be one of {', '.join(OPERATORS)}, got '{operator}'", "norm")
 
 
 def adjacency(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matrix:

@@ -180,8 +180,8 @@ def save_output(path: str, values: np.ndarray, column: str = "h", option: str = 
     write_output(path, write_csv, text=True)
 
 
-def sidecar_path(path: str) -> str:
-    return path + ".json"
+def sidecar_path(path: str | os.PathLike) -> str:
+    return os.fspath(path) + ".json"
 
 
 def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> str:
