@@ -163,8 +163,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="127.0.0.1"):
-    """Two torchrun "nodes" of one process each on this host (node 0 holds the rendezvous store)."""
+def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="127.0.0.1", cwds=(None, None)):
+    """Two torchrun "nodes" of one process each on this host (node 0 holds the rendezvous store), in the working
+    directories ``cwds`` (each node's own files; None: this process's)."""
     port = _free_port()
     nodes = []
     for i in range(2):
@@ -172,7 +173,8 @@ def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="
         nodes.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(i),
              "--nproc-per-node", "1", "--master-addr", master_addr, "--master-port", str(port),
-             "-m", "mggcn", "train", *train_args], stdout=log, stderr=subprocess.STDOUT, env={**env, **node_env[i]}))
+             "-m", "mggcn", "train", *train_args], stdout=log, stderr=subprocess.STDOUT, env={**env, **node_env[i]},
+            cwd=cwds[i]))
         log.close()
     return nodes
 

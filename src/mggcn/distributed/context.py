@@ -13,6 +13,8 @@ world of size 1 needs no process group: every collective below is then the ident
 from __future__ import annotations
 
 import os
+import pickle
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -190,6 +192,42 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
                        local_rank=local_rank, local_world_size=local_world)
 
 
+def refuse_together(job: Any, failure: Exception | None) -> None:
+    """Join torchrun's group once this rank has checked the ``job`` (``failure``: what its check raised, None if it
+    passed) and learn every rank's outcome. Each rank checks on its own node (its files, its memory), before it
+    joins: a rank whose check failed would end alone while the others waited out ``job.timeout_s`` to join it and
+    then blamed a lost peer. Here the rank that failed returns, for its caller to raise its own error, once the
+    others know it; they raise that error too (after a line naming the rank and its host), so that every node's log
+    says why the job ended, at once. Returns when every rank's check passed."""
+    if rank_environment()[1] == 1:
+        return
+    try:
+        ctx = init_distributed(job.device, job.timeout_s, job.threads,
+                               getattr(job, "mmap_threshold", MMAP_THRESHOLD))
+    except Exception:
+        if failure is None:
+            raise
+        return  # this rank cannot join either: its own error is the one to tell
+    error = None if failure is None else _sendable(failure)
+    outcomes = all_gather_objects(ctx, None if error is None else (socket.gethostname(), error))
+    refused = [(rank, outcome) for rank, outcome in enumerate(outcomes) if outcome is not None]
+    if failure is not None or not refused:
+        return
+    rank, (host, error) = refused[0]
+    if ctx.local_rank == 0:
+        print(f"mggcn: rank {rank} (on {host}) refused the job; its reason:", file=sys.stderr, flush=True)
+    raise error
+
+
+def _sendable(error: Exception) -> Exception:
+    """``error`` as another rank can raise it: itself where it pickles and unpickles (mggcn's errors keep the option
+    they name), else a RuntimeError with its words."""
+    try:
+        return pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - an exception class whose arguments do not round-trip
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
 def _bind_gloo_off_loopback(local_rank: int) -> None:
     """A job over several hosts whose host name resolves to a loopback address: gloo bound there would tell the
     other hosts an address they cannot reach, and the job would wait out its timeout. Bind it to the interface
@@ -239,6 +277,15 @@ def all_gather_objects(ctx: DistContext, obj: Any) -> list[Any]:
     out: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(out, obj, group=ctx.group)
     return out
+
+
+def broadcast_object(ctx: DistContext, obj: Any) -> Any:
+    """Rank 0's ``obj`` (picklable) on every rank; the other ranks' ``obj`` is not read."""
+    if ctx.world_size == 1:
+        return obj
+    box = [obj if ctx.is_main else None]
+    dist.broadcast_object_list(box, src=0, group=ctx.group)
+    return box[0]
 
 
 def all_gather_rows(ctx: DistContext, local: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mggcn.distributed.context import rank_environment, shutdown
+from mggcn.distributed.context import rank_environment, refuse_together, shutdown
 from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import atomic_write
@@ -507,8 +507,9 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
 
     * under torchrun (``torchrun=True``): this process is one rank; it dies with its agent
       (:func:`~mggcn.utils.system.die_with_parent`: a killed agent must not leave its workers training on, unnoticed
-      by the other nodes), then ``fn(job, dataset)`` with the dataset it checked, P torchrun's world size
-      (``nprocs``, when given, must agree);
+      by the other nodes), checks the job, joins the others with its check's outcome (a refusal on one node ends
+      every rank with it: :func:`~mggcn.distributed.context.refuse_together`), then ``fn(job, dataset)`` with the
+      dataset it checked, P torchrun's world size (``nprocs``, when given, must agree);
     * ``nprocs`` 1 (or None): ``fn(job, dataset)`` in this process, reusing the checked dataset;
     * ``nprocs`` P > 1: ``fn(job)`` on P spawned workers (:func:`run_workers`), where ``share(job, dataset,
       directory)``, when given, may hand the checked dataset over through the job's private directory and return
@@ -524,14 +525,7 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
     """
     world = rank_environment()[1]  # a stray or broken RANK or WORLD_SIZE: one line, before anything reads it
     if torchrun and under_torchrun():
-        if nprocs is not None and nprocs != world:
-            raise ConfigError(f"nprocs {nprocs} disagrees with torchrun's world size {world}; leave it out",
-                              "nprocs")
-        die_with_parent()
-        dataset = _checked_as_a_rank(check, job, world)
-        if on_checked is not None:
-            on_checked(dataset, world)
-        return fn(job, dataset)  # the dataset checked, not read a second time
+        return _as_torchrun_rank(fn, job, check, world, nprocs, on_checked)
     nprocs = 1 if nprocs is None else nprocs
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ConfigError(f"nprocs must be an integer of at least 1, got {nprocs!r}", "nprocs")
@@ -553,6 +547,24 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
         return (share(job, held.pop(), directory),)
 
     return run_workers(fn, nprocs, (job,), grace_s=grace_s, handoff=handoff)[0]
+
+
+def _as_torchrun_rank(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], world: int,
+                      nprocs: int | None, on_checked: Callable[[Any, int], None] | None) -> Any:
+    """:func:`launch` in a rank torchrun started: the job checked here, every rank told of the others' checks,
+    then ``fn(job, dataset)`` with the dataset checked, not read a second time."""
+    if nprocs is not None and nprocs != world:
+        raise ConfigError(f"nprocs {nprocs} disagrees with torchrun's world size {world}; leave it out", "nprocs")
+    die_with_parent()
+    try:
+        dataset = _checked_as_a_rank(check, job, world)
+    except Exception as failure:
+        refuse_together(job, failure)
+        raise
+    refuse_together(job, None)
+    if on_checked is not None:
+        on_checked(dataset, world)
+    return fn(job, dataset)
 
 
 def _checked_as_a_rank(check: Callable[[Any, int], Any], job: Any, world: int) -> Any:

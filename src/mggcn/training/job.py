@@ -26,8 +26,10 @@ from mggcn.data.prepared.writer import write_dataset
 from mggcn.distributed.context import (
     DistContext,
     all_gather_objects,
+    broadcast_object,
     check_gpus,
     init_distributed,
+    rank_environment,
     resolve_device,
     shutdown,
 )
@@ -156,7 +158,8 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
                      {o: getattr(cfg, o) for o in model_type(cfg.model).options}, _function(cfg))
     check_fits(state, path, make_model(cfg.model, dims, activation=cfg.activation, **model_options(cfg)))
     epochs = [r["epoch"] for r in state["history"]]
-    if epochs != list(range(1, state["epoch"] + 1)):  # the run goes on after its last record, and says epoch N
+    # the run goes on after its last record, and says epoch N (counted first: a crafted N may be huge)
+    if len(epochs) != state["epoch"] or epochs != list(range(1, len(epochs) + 1)):
         shown = f"epochs {epochs[0]}..{epochs[-1]} ({len(epochs)} records)" if epochs else "no epoch"
         raise CheckpointError(f"{path}: refused: it is of epoch {state['epoch']} but its history holds {shown}")
     if cfg.epochs < state["epoch"]:  # nothing would train, and the weights would be of more epochs than asked
@@ -262,7 +265,8 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         raise ConfigError(f"patience {cfg.patience}: the dataset's validation split is empty, so early stopping has "
                           "nothing to watch; leave patience out", "patience")
     check_model_size(cfg, dataset.num_features, dataset.num_classes, dataset.num_nodes, nprocs)
-    find_resume(job, dataset, report=_silent)  # raises for another dataset or model; rank 0 says what it skips
+    if rank_environment()[0] == 0:  # rank 0 alone resumes: it sends the checkpoint to the others
+        find_resume(job, dataset, report=_silent)  # raises for another dataset or model; says what it skips later
     return dataset
 
 
@@ -386,8 +390,8 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     if dataset is None:  # a worker: its own start, then its dataset
         clock.mark("launch")
         dataset = open_job_dataset(job)
-        _check_same_dataset(ctx, dataset)
         clock.mark("dataset")
+    _check_same_dataset(ctx, dataset)  # torchrun's ranks too, which opened theirs on their own nodes
     cfg = job.config
     layout = ParallelLayout.of(cfg, ctx.world_size)
     part = layout.partition(dataset)
@@ -395,22 +399,31 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     shard = layout.shard(dataset, ctx, operator_for(cfg.model, cfg.norm),
                          epoch_width(cfg, dataset.num_features, dataset.num_classes), part)
     clock.mark("shard")
-    resume = find_resume(job, dataset, report=_print_err if ctx.is_main else _silent)
+    # rank 0 finds the checkpoint and sends it: on other nodes the directory may hold other files, or none
+    resume = broadcast_object(ctx, find_resume(job, dataset) if ctx.is_main else None)
     identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
     release_dataset(dataset)
     return shard, resume, identity
 
 
 def _check_same_dataset(ctx: DistContext, dataset: Dataset) -> None:
-    """Every rank opened the same prepared dataset: one replaced while the job started (``prepare --overwrite`` into
-    its directory) would have some ranks cut their shards of the old graph and others of the new, without a word.
-    A prepared dataset's fingerprint is its manifest's; other datasets are not compared (hashing them costs a pass)."""
-    mine = dataset.fingerprint if isinstance(dataset, PreparedDataset) else None
-    seen = all_gather_objects(ctx, mine) if ctx.world_size > 1 else [mine]
+    """Every rank opened the same dataset: one replaced while the job started (``prepare --overwrite`` into its
+    directory), or torchrun's nodes each reading their own copy of different data, would have the ranks cut their
+    shards of different graphs, without a word or with a collective of mismatched sizes. Compared: the sizes, and a
+    prepared dataset's fingerprint (its manifest's; other datasets are not hashed for this, which costs a pass)."""
+    mine = (dataset.fingerprint if isinstance(dataset, PreparedDataset) else None, dataset.num_nodes,
+            dataset.num_edges, dataset.num_features, dataset.num_classes, dataset.multilabel)
+    seen = all_gather_objects(ctx, mine)
     if len(set(seen)) > 1:
-        raise GraphError(f"{dataset.name}: the ranks opened different datasets (fingerprints "
-                         f"{', '.join(sorted({str(f) for f in seen}))}): it was replaced while the job started; run "
-                         "the job again")
+        shown = "; ".join(f"rank {r}: {_identity_text(s)}" for r, s in enumerate(seen) if s != seen[0] or r == 0)
+        raise GraphError(f"{dataset.name}: the ranks opened different datasets ({shown}): each node must read the "
+                         "same data; one replaced while the job started: run the job again")
+
+
+def _identity_text(identity: tuple) -> str:
+    fingerprint, n, e, f, c, multilabel = identity
+    sizes = f"{n} vertices, {e} edges, {f} features, {c} {'labels' if multilabel else 'classes'}"
+    return sizes + (f", fingerprint {fingerprint}" if fingerprint else "")
 
 
 class _EpochLog:

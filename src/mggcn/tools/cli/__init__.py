@@ -106,7 +106,7 @@ def _main(argv: list[str]) -> int:
         print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
-        if "TORCHELASTIC_RUN_ID" not in os.environ:
+        if not ("TORCHELASTIC_RUN_ID" in os.environ or {"RANK", "WORLD_SIZE"} <= os.environ.keys()):
             raise
         print(f"mggcn {args.command}: error: {_rank_failure(err)}", file=sys.stderr, flush=True)
         return 1
@@ -118,6 +118,10 @@ def _rank_failure(err: Exception) -> str:
     rank = os.environ.get("RANK", "?")
     text = " ".join(f"{type(err).__name__}: {err}".split())
     launch = sys.modules.get("mggcn.distributed.launch")  # loaded by any job that got as far as a collective
+    dist = sys.modules.get("torch.distributed")
+    if type(err).__name__ == "DistStoreError" and dist is not None and not dist.is_initialized():
+        return f"rank {rank} gave up waiting for the other ranks to join the job: one of them failed or was " \
+               f"stopped before it joined, or was never started (its node's log says why): {text[:200]}"
     if launch is not None and launch.peer_lost(text):
         return f"rank {rank} lost its connection to the other ranks (one of them, or its node, failed or was " \
                f"stopped; its log says why): {text[:300]}"

@@ -1,0 +1,111 @@
+"""torchrun's nodes each read their own files: a refusal on one node ends every node at once with its reason,
+the ranks refuse to train on different data, and a resumed run continues from rank 0's checkpoint on every rank,
+whatever the other nodes' checkpoint directories hold (two torchrun "nodes" on this host, each in a working
+directory of its own)."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+from test_launch import _env, _node_results, _torchrun_nodes
+
+GRAPH = "synthetic:n=400,features=8,classes=3"
+COMMON = ("--hidden", "8", "--threads", "1", "--quiet")  # one thread per rank, as --nprocs 2 gives on 2 cores
+
+
+def _prepare(path, env, spec=GRAPH):
+    subprocess.run([sys.executable, "-m", "mggcn", "prepare", spec, str(path)], check=True, env=env,
+                   capture_output=True, timeout=300)
+
+
+def _nodes(tmp_path):
+    dirs = [tmp_path / "node0", tmp_path / "node1"]
+    for d in dirs:
+        d.mkdir()
+    return dirs
+
+
+def _ours(log: str) -> list[str]:
+    """The workers' own lines of a node's log (a traceback would come as "[rankN]: ..." lines)."""
+    return [line for line in log.splitlines() if line.startswith(("mggcn train", "mggcn:", "[rank"))]
+
+
+def test_a_dataset_missing_on_one_node_ends_every_node_with_that_reason(tmp_path):
+    """Node 1 lacks the dataset: it refuses at once, and node 0, which would have waited out --timeout to join it
+    and then blamed a lost peer, ends as soon as both have checked, with node 1's reason."""
+    env, _ = _env(tmp_path)
+    dirs = _nodes(tmp_path)
+    _prepare(dirs[0] / "g", env)
+    nodes = _torchrun_nodes(tmp_path, env, "g", "--epochs", "2", "--timeout", "900", *COMMON, cwds=dirs)
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)  # well inside --timeout: no node waited it out
+    assert codes == [1, 1], logs  # torchrun's status when a worker fails
+    for i, log in enumerate(logs):
+        assert "exitcode  : 2" in log, log  # bad input, on both nodes
+        ours = _ours(log)
+        assert ours[-1].startswith("mggcn train: error: g: "), log
+        assert len(ours) == (2 if i == 0 else 1), log
+    assert _ours(logs[0])[0].startswith("mggcn: rank 1 (on "), logs[0]
+
+
+def test_nodes_with_different_data_refuse_to_train(tmp_path):
+    """The nodes' copies differ (same sizes, other edges and labels): every rank refuses, naming both."""
+    env, _ = _env(tmp_path)
+    dirs = _nodes(tmp_path)
+    _prepare(dirs[0] / "g", env)
+    _prepare(dirs[1] / "g", env, GRAPH + ",seed=5")
+    nodes = _torchrun_nodes(tmp_path, env, "g", "--epochs", "2", *COMMON, cwds=dirs)
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)
+    assert codes == [1, 1], logs
+    for log in logs:
+        ours = _ours(log)
+        assert len(ours) == 1 and "the ranks opened different datasets (rank 0: 400 vertices" in ours[0], log
+        assert "rank 1: 400 vertices" in ours[0] and "exitcode  : 2" in log, log
+
+
+def test_a_run_resumes_from_rank_0s_checkpoint_on_every_node(tmp_path):
+    """Only node 0 holds the checkpoints (no shared file system), node 1 holds another run's: the resumed run
+    equals the uninterrupted one at P = 2, epoch by epoch, and node 1's files are left as they were."""
+    env, _ = _env(tmp_path)
+    dirs = _nodes(tmp_path)
+    for d in dirs:
+        _prepare(d / "g", env)
+
+    def run(cwd, *args):
+        subprocess.run([sys.executable, "-m", "mggcn", "train", "g", "--nprocs", "2", *COMMON, *args], cwd=cwd,
+                       env=env, check=True, capture_output=True, timeout=300)
+
+    run(dirs[0], "--epochs", "5", "--metrics", str(tmp_path / "whole.jsonl"))
+    run(dirs[0], "--epochs", "3", "--checkpoint-dir", "ck", "--checkpoint-every", "1")
+    run(dirs[1], "--epochs", "2", "--checkpoint-dir", "ck", "--checkpoint-every", "1", "--seed", "7")
+    theirs = sorted(p.name for p in (dirs[1] / "ck").iterdir())
+    nodes = _torchrun_nodes(tmp_path, env, "g", "--epochs", "5", "--checkpoint-dir", "ck", "--checkpoint-every", "1",
+                            "--resume", "--metrics", str(tmp_path / "resumed.jsonl"), *COMMON, cwds=dirs)
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)
+    assert codes == [0, 0], logs
+    whole = [json.loads(line) for line in (tmp_path / "whole.jsonl").read_text().splitlines()]
+    resumed = [json.loads(line) for line in (tmp_path / "resumed.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in resumed] == [1, 2, 3, 4, 5]
+    # the same arithmetic at the same P and threads: bitwise the same losses and accuracies
+    for a, b in zip(whole, resumed, strict=True):
+        assert [a[k] for k in ("loss", "train_acc", "val_acc", "test_acc")] == \
+               [b[k] for k in ("loss", "train_acc", "val_acc", "test_acc")], (a, b)
+    assert sorted(p.name for p in (dirs[1] / "ck").iterdir()) == theirs
+    shutil.rmtree(dirs[1] / "ck")
+
+
+def test_a_rank_that_gave_up_waiting_to_join_says_so(monkeypatch):
+    """A rank whose peers never joined (one died while it started) ends on the store's wait timeout: it says that
+    it gave up waiting, not that it failed, nor gloo's words alone."""
+    import torch.distributed as dist
+
+    from mggcn.tools.cli import _rank_failure
+
+    monkeypatch.setenv("RANK", "0")
+    err = dist.DistStoreError("wait timeout after 60000ms, keys: /default_pg/0//cpu//0/1")
+    assert not dist.is_initialized()
+    line = _rank_failure(err)
+    assert line.startswith("rank 0 gave up waiting for the other ranks to join the job: one of them failed or was "
+                           "stopped before it joined"), line
+    assert line.endswith("DistStoreError: wait timeout after 60000ms, keys: /default_pg/0//cpu//0/1"), line
+    assert _rank_failure(RuntimeError("boom")) == "rank 0 failed: RuntimeError: boom"
