@@ -226,6 +226,22 @@ def test_edgelist_bad_labels_file(tmp_path, ml):
             read_edgelist(tmp_path / "graph.txt", **files)
 
 
+def test_a_one_hot_class_beyond_the_vertices_is_refused_by_prepare_too(tmp_path, ml):
+    """A one-hot matrix is one class per vertex: a class id of n or more is refused naming the labels file, by
+    prepare (which wrote a directory training then refused) as by the reader."""
+    one_hot = np.zeros((N, 3 * N), dtype=np.uint8)
+    one_hot[np.arange(N), np.arange(N) % 3] = 1
+    one_hot[5] = 0
+    one_hot[5, 2 * N] = 1
+    files = write_edgelist_files(tmp_path, ml, labels=one_hot)
+    words = (f"label {2 * N} of vertex 5 would make {2 * N + 1} classes", f"the {N} vertices")
+    with raises_naming(files["labels"], *words):
+        read_edgelist(tmp_path / "graph.txt", **files)
+    with raises_naming(files["labels"], *words):
+        prepare(tmp_path / "graph.txt", tmp_path / "out", fmt="edgelist", progress=False, **files)
+    assert not (tmp_path / "out").exists()
+
+
 def test_pyg_data_and_tensors_with_a_label_matrix(ml):
     masks = {f"{s}_mask": torch.from_numpy(ml.masks[s]) for s in SPLITS}
     data = Data(edge_index=torch.from_numpy(ml.edge_index), x=torch.from_numpy(ml.x),

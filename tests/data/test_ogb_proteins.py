@@ -84,3 +84,13 @@ def test_without_vertex_or_edge_features_the_vertex_file_is_named(tmp_path):
     (root / "raw" / "edge-feat.csv.gz").unlink()
     with raises_naming(root / "raw" / "node-feat.csv.gz"):
         read_ogb(root)
+
+
+def test_a_vertex_count_beyond_memory_is_one_line_before_any_array(tmp_path):
+    """The mean of the edge features makes arrays of n rows: a crafted count is refused, naming its file, before
+    they are allocated (numpy's MemoryError, or the kernel's out-of-memory kill for a count near the memory)."""
+    g, y, attr = proteins_like()
+    root = write_ogb_proteins(tmp_path / "o", g, y, attr)
+    gz_lines(root / "raw" / "num-node-list.csv.gz", ["100000000000000"])
+    with raises_naming(root / "raw" / "num-node-list.csv.gz", "100,000,000,000,000 vertices"):
+        read_ogb(root)

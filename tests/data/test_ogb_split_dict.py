@@ -172,6 +172,19 @@ def test_bad_split_dict(tmp_path, src, make, words):  # noqa: F811
         read_ogb(root)
 
 
+def test_a_nested_tensor_is_one_line_without_torchs_warning(tmp_path, src, recwarn):  # noqa: F811
+    """torch warns of a nested tensor's prototype API when numpy is asked for its values: the refusal alone shows."""
+    root = write_ogb_csv(tmp_path / "d", src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the same warning, while the test builds one
+        nested = torch.nested.nested_tensor([torch.arange(3), torch.arange(2)])
+    path = as_split_dict(root, _ids(train=nested)(src))
+    recwarn.clear()
+    with raises_naming(path, "'train'", "numpy cannot hold"):
+        read_ogb(root)
+    assert [str(w.message) for w in recwarn] == []
+
+
 def test_an_empty_split_of_any_dtype_is_empty(tmp_path, src):  # noqa: F811
     root = write_ogb_csv(tmp_path / "d", src)
     ids = split_ids(src)

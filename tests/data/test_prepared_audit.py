@@ -157,3 +157,38 @@ def test_ranks_that_opened_different_prepared_datasets_refuse_to_train(tmp_path)
     assert run_workers(workers.same_dataset_worker, 2, (same,), timeout_s=120) == [0, 1]
     with pytest.raises(WorkerError, match="the ranks opened different datasets"):
         run_workers(workers.same_dataset_worker, 2, ([str(tmp_path / "a"), str(tmp_path / "b")],), timeout_s=120)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_verify_checks_every_rows_order_and_degree_as_a_shard_would(tmp_path, directed):
+    """A directory whose checksums were stripped (a hand edit) with a degree off, or a row's ids out of order:
+    ``info --verify`` passed it ("every value is in range") while training refused the degree; verify now checks
+    every row as building a shard checks a rank's, naming the file and the row."""
+    import json
+
+    import numpy as np
+
+    from reference import random_graph
+    from test_formats import raises_naming
+
+    g = random_graph(30, 120, features=4, classes=3, directed=directed, seed=2)
+    out = prepare(g, tmp_path / "ds", progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for record in manifest["arrays"].values():
+        record.pop("sha256", None)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert PreparedDataset(out, verify=True).num_nodes == 30
+    degree = np.load(out / "degree.npy")
+    np.save(out / "degree.npy", degree + (np.arange(30) == 7) * 3)
+    with raises_naming(out / "degree.npy", f"degree {degree[7] + 3} of vertex 7", "expected that plus one"):
+        PreparedDataset(out, verify=True)
+    np.save(out / "degree.npy", degree)
+    view = "in" if not directed else "out"
+    indptr, indices = np.load(out / f"{view}_indptr.npy"), np.load(out / f"{view}_indices.npy")
+    row = int(np.argmax(np.diff(indptr) >= 2))  # a row of two distinct ids or more, reversed
+    lo, hi = indptr[row], indptr[row + 1]
+    assert indices[lo] != indices[hi - 1]
+    indices[lo:hi] = indices[lo:hi][::-1].copy()
+    np.save(out / f"{view}_indices.npy", indices)
+    with raises_naming(out / f"{view}_indices.npy", f"the ids of row {row} are not sorted"):
+        PreparedDataset(out, verify=True)

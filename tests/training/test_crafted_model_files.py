@@ -55,6 +55,9 @@ CASES = {
     "a layer larger than memory": ("gcn", _huge, ["GiB", "more than this machine's"]),
     "a bias of another length": ("gcn", _set("convs.0.bias", torch.zeros(5)), ["convs.0.bias"]),
     "a layer of no width": ("gcn", _zero_wide, ["no width"]),
+    # torch would copy them into the real model with a warning, dropping the imaginary parts
+    "complex weights": ("gcn", _set("convs.0.bias", torch.zeros(8, dtype=torch.complex64)),
+                        ["convs.0.bias holds complex numbers"]),
     "attention vectors of one dimension": ("gat", _set("convs.0.att_src", torch.zeros(8)), ["convs.0.att_src"]),
     "attention heads that differ by layer": ("gat", _set("convs.0.att_src", torch.zeros(1, 4, 2)),
                                              ["has 2 attention head(s) and layer 0 4"]),

@@ -124,6 +124,14 @@ WRONG = {
                                                                        "epochs 1..1 (1 records)"),
     "an epoch beyond the history": (lambda s: s.__setitem__("epoch", 4), "it is of epoch 4 but its history"),
     "no history": (lambda s: s.__setitem__("history", []), "it is of epoch 2 but its history holds no epoch"),
+    # counted before it is compared: a list of 10^18 epochs would exhaust the memory
+    "an epoch of 10^18": (lambda s: s.__setitem__("epoch", 10**18), "it is of epoch 1000000000000000000 but its"),
+    # torch would copy them into the real parameters with a warning, dropping the imaginary parts
+    "complex weights": (lambda s: s["model"].update({k: v.to(torch.complex64) for k, v in s["model"].items()}),
+                        "its model entry convs.0.bias holds complex numbers"),
+    "a complex moment": (lambda s: s["optimizer"]["state"][1].__setitem__(
+        "exp_avg", s["optimizer"]["state"][1]["exp_avg"].to(torch.complex64)),
+        "its optimizer entry state.1.exp_avg holds complex numbers"),
 }
 
 

@@ -31,6 +31,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -296,9 +297,24 @@ def _check_types(state: dict, path: str) -> None:
             raise CheckpointError(f"{path}: refused: its {key!r} is {wrong}")
 
 
+def complex_entry(value: Any, name: str = "") -> str | None:
+    """The name of the first complex tensor in ``value`` (dicts and lists searched), None if there is none: torch
+    copies a complex tensor into a real parameter or moment with a warning, dropping its imaginary part."""
+    if isinstance(value, torch.Tensor):
+        return name if value.is_complex() else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    return next((found for key, item in items if (found := complex_entry(item, f"{name}.{key}" if name else
+                                                                           str(key))) is not None), None)
+
+
 def check_fits(state: dict, path: str, model: torch.nn.Module) -> None:
     """Refuse a checkpoint whose weights (and best weights) or optimizer state do not fit ``model``, a fresh model
-    of this run (its names and shapes; the layer sizes a checkpoint claims may not be those it holds)."""
+    of this run (its names and shapes; the layer sizes a checkpoint claims may not be those it holds), or hold
+    complex numbers."""
+    for key in ("model", "best", "optimizer"):
+        found = complex_entry(state.get(key))
+        if found is not None:
+            raise CheckpointError(f"{path}: refused: its {key} entry {found} holds complex numbers, not real ones")
     for key, weights in (("weights", state["model"]), ("best weights", (state.get("best") or {}).get("model"))):
         if weights is None:
             continue

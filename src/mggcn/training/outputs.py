@@ -32,7 +32,7 @@ from mggcn.data.formats.checks import check_memory
 from mggcn.data.prepared.reader import MANIFEST, is_prepared
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
-from mggcn.training.checkpoint import Checkpointer
+from mggcn.training.checkpoint import Checkpointer, complex_entry
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
 from mggcn.utils.files import check_writable, is_special, same_file, write_output, written_in_place
 
@@ -327,6 +327,9 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
                                                    for k, v in state_dict.items()):
         raise GraphError(f"{path}: not a state dict (names and tensors); give a file written by save_model=",
                          "save_model")
+    complex_name = complex_entry(state_dict)
+    if complex_name is not None:
+        raise GraphError(f"{path}: {complex_name} holds complex numbers; a model's weights are real")
     state_dict = layers_as_convs(state_dict, path)
     found = model_kind(state_dict, path)
     dims = model_dims(state_dict, path)

@@ -16,6 +16,7 @@ from mggcn.data.formats.checks import (
     check_edges,
     check_features,
     check_splits,
+    check_vertex_memory,
     file_error,
     load_npz,
     mask_from_ids,
@@ -129,8 +130,10 @@ def _load_split_dict(path: Path) -> dict[str, np.ndarray]:
 def _split_ids(value: Any, key: str, path: Path, torch: Any) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         try:
-            value = value.detach().cpu().numpy()
-        except (TypeError, RuntimeError) as exc:  # bfloat16, sparse, meta: no vertex ids numpy can hold
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's notes on what it holds (a nested tensor's "prototype")
+                value = value.detach().cpu().numpy()
+        except (TypeError, RuntimeError) as exc:  # bfloat16, sparse, meta, nested: no vertex ids numpy can hold
             raise file_error(path, f"'{key}' is a {value.dtype} tensor that numpy cannot hold ({why(exc)}); "
                                    "expected integer vertex ids") from None
     if not isinstance(value, np.ndarray):
@@ -198,6 +201,7 @@ def _read_ogb_csv(raw: Path) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     if n <= 0:
         raise file_error(nn_path, f"line 1: the vertex count {n} is not positive")
     n_from = f"{nn_path.name} says {n}"
+    check_vertex_memory(nn_path, n, n_from)  # before any array of n rows (the mean of edge features makes some)
 
     edge_path = raw / "edge.csv.gz"
     ei = read_table(edge_path, np.int64, ncols=2).T

@@ -335,8 +335,32 @@ class PreparedDataset:
                 raise _err(self._file("split"), "a vertex in a split has no label")
             if (self.arrays["degree"][rows] < 1).any():
                 raise _err(self._file("degree"), "a degree below 1 (the self loop counts one)")
+        self._verify_rows()
         if self.symmetric:
             self._verify_symmetric()
+
+    def _verify_rows(self) -> None:
+        """Each row of the CSRs sorted (parallel edges are runs of equal ids), and ``degree`` each vertex's in-edges
+        other than self loops, plus one: what building a shard checks of a rank's rows, over every row."""
+        n, step, degree = self.num_nodes, _VERIFY_ROWS, self.arrays["degree"]
+        for view in ("in",) if self.symmetric else ("in", "out"):
+            indptr, indices = self.arrays[f"{view}_indptr"], self.arrays[f"{view}_indices"]
+            for b in range(0, n, step):
+                ptr = np.asarray(indptr[b:b + step + 1])
+                counts = np.diff(ptr)
+                rows = np.repeat(np.arange(b, b + counts.shape[0]), counts)
+                ids = np.asarray(indices[int(ptr[0]):int(ptr[-1])])
+                down = np.flatnonzero((ids[1:] < ids[:-1]) & (rows[1:] == rows[:-1]))
+                if down.size:
+                    raise _err(self._file(f"{view}_indices"), f"the ids of row {int(rows[down[0]])} are not sorted")
+                if view == "in":
+                    kept = counts - np.bincount(rows[ids == rows] - b, minlength=counts.shape[0])
+                    wrong = np.flatnonzero(kept + 1 != np.asarray(degree[b:b + step]))
+                    if wrong.size:
+                        v = b + int(wrong[0])
+                        raise _err(self._file("degree"), f"degree {int(degree[v])} of vertex {v}, which has "
+                                                         f"{int(kept[wrong[0]])} in-edges besides self loops "
+                                                         "(expected that plus one)")
 
     def _verified_labels(self, rows: slice) -> np.ndarray:
         """The labels of ``rows`` checked (one class in [-1, C) each, or 0/1 per label), as a class per vertex for
