@@ -21,7 +21,7 @@ def _graph(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _model(kind: str, **kw) -> mggcn.GCN:
     """The same weights at every call (seed 0)."""
-    return _MODELS[kind]([F, 8, C], **({"heads": 2} if kind == "gat" else {}), **{"seed": 0, **kw})
+    return _MODELS[kind](kw.pop("dims", [F, 8, C]), **({"heads": 2} if kind == "gat" else {}), **{"seed": 0, **kw})
 
 
 def _one_line(err: pytest.ExceptionInfo) -> str:
@@ -230,3 +230,96 @@ def test_a_model_refuses_the_operator_of_another_norm(kind):
         _one_line(err)
     with pytest.raises(ValueError, match="norm must be one of sym, mean, in-mean, sum, gat, got 'gatt'"):
         mggcn.adjacency_operator(edge_index, N, norm="gatt")
+
+
+def test_undirected_and_dedup_apply_to_a_graph_in_memory_and_reader_options_are_refused():
+    """``undirected``/``dedup`` were ignored for a Graph or a PyG Data (the same losses as without); they now make
+    the graph a file would make, and the options that read files are refused instead of ignored."""
+    from mggcn.data.formats import transform
+    from reference import random_graph
+
+    graph = random_graph(60, 240, features=5, classes=3, directed=True, seed=3)
+    graph.edge_index = np.concatenate([graph.edge_index, graph.edge_index[:, :20]], axis=1)  # duplicate edges
+    options = dict(hidden=(8,), epochs=3, seed=1, quiet=True)
+    for flags in ({"undirected": True}, {"dedup": True}, {"undirected": True, "dedup": True}):
+        given = mggcn.train(graph, **flags, **options).history
+        made = mggcn.train(transform(graph, **flags), **options).history
+        assert [r["loss"] for r in given] == [r["loss"] for r in made], flags
+        assert [r["loss"] for r in given] != [r["loss"] for r in mggcn.train(graph, **options).history], flags
+    for bad in ({"fmt": "edgelist"}, {"normalize_features": True}, {"labels": "y.npy"}):
+        with pytest.raises(mggcn.ConfigError, match=f"{next(iter(bad))}.*a graph in memory is read from no file") \
+                as err:
+            mggcn.train(graph, **bad, **options)
+        _one_line(err)
+
+
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_a_second_derivative_is_refused_not_silently_wrong(kind):
+    """Under create_graph=True a GCN's or GAT's input gradient came back detached from the weights (a gradient
+    penalty's weight gradient a third of PyG's, without a word); every model now refuses in one line, and a plain
+    backward is as before."""
+    from mggcn.utils.autograd import SECOND_ORDER
+
+    x, edge_index = _graph()
+    model = _model(kind, reuse_buffers=False)
+    adj = mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym"))
+    x = x.requires_grad_()
+    with pytest.raises(RuntimeError) as err:
+        torch.autograd.grad(model(x, adj).square().sum(), x, create_graph=True)
+    assert str(err.value) == SECOND_ORDER
+    (grad,) = torch.autograd.grad(model(x, adj).square().sum(), x)
+    assert grad.shape == x.shape and not grad.requires_grad
+
+
+@pytest.mark.parametrize("kind", list(_MODELS))
+@pytest.mark.parametrize("grad", [False, True])
+def test_what_a_forward_hook_keeps_stays_as_the_layer_gave_it(kind, grad):
+    """A hook that keeps a layer's output (the usual way to take embeddings) kept a tensor that σ then changed in
+    place and that the next forward overwrote; it now keeps the layer's own output, as in torch and PyG, while the
+    model's outputs and gradients are those of the model without the hook."""
+    x, edge_index = _graph()
+    model, plain = _model(kind, dims=[F, 8, 8, C]), _model(kind, dims=[F, 8, 8, C])
+    adj = mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym"))
+    kept = []
+    for conv in model.convs[:2]:
+        conv.register_forward_hook(lambda _m, _i, out: kept.append((out, out.detach().clone())))
+    with torch.set_grad_enabled(grad):
+        for _ in range(2):
+            out, ref = model(x, adj), plain(x, adj)
+            torch.testing.assert_close(out, ref, rtol=0, atol=0)
+            if grad:
+                out.square().sum().backward()
+                ref.square().sum().backward()
+    assert len(kept) == 4
+    for tensor, copy in kept:
+        torch.testing.assert_close(tensor.detach(), copy, rtol=0, atol=0)
+    assert bool((kept[0][1] < 0).any())  # the output before σ
+    if grad:
+        for p, q in zip(model.parameters(), plain.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_a_second_backward_of_one_forward_says_what_to_do(kind):
+    """``retain_graph=True`` then a second backward of the same forward failed with torch's "modified by an
+    inplace operation" (the backward writes over the forward's buffers); it is said in one line naming
+    reuse_buffers=False, with which both backward passes give PyTorch's sums."""
+    from mggcn.nn.workspace import BACKPROPAGATED_ONCE
+
+    x, edge_index = _graph()
+    adj = mggcn.adjacency_operator(edge_index, N, norm=_model(kind).operator("sym"))
+    model = _model(kind)
+    out = model(x, adj)
+    out.sum().backward(retain_graph=True)
+    if kind != "gat":  # GAT's layers keep their own tensors: a second backward works as in torch
+        with pytest.raises(RuntimeError) as err:
+            out.square().sum().backward()
+        assert str(err.value) == BACKPROPAGATED_ONCE
+    plain = _model(kind, reuse_buffers=False)
+    out = plain(x, adj)
+    out.sum().backward(retain_graph=True)
+    out.square().sum().backward()
+    once = _model(kind, reuse_buffers=False)
+    (once(x, adj).sum() + once(x, adj).square().sum()).backward()
+    for p, q in zip(plain.parameters(), once.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)

@@ -338,7 +338,7 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
     on stderr unless ``progress`` is False.
     """
     if isinstance(spec, Graph):
-        return InMemoryDataset(spec.validate())
+        return InMemoryDataset(_in_memory(spec, fmt, undirected, dedup, read_options))
     from mggcn.data.prepared.reader import PreparedDataset, is_prepared
 
     entry = named(spec) if fmt is None else None
@@ -357,6 +357,22 @@ def open_dataset(spec: str | Graph = DEFAULT_DATASET, fmt: str | None = None, un
     if fmt is None and is_generated(spec) and not read_options:
         return GeneratedDataset(generate_spec(spec))  # symmetric and simple: undirected and dedup change nothing
     return InMemoryDataset(load_graph(spec, fmt, undirected, dedup, read_options), owned=True)
+
+
+def _in_memory(graph: Graph, fmt: str | None, undirected: bool, dedup: bool,
+               read_options: dict[str, Any] | None) -> Graph:
+    """A graph given in memory, with ``undirected`` and ``dedup`` applied as to one read from a file; the options
+    that read files (``fmt``, ``features``, ``normalize_features``, ...) are refused rather than ignored."""
+    given = ([f"fmt={fmt}"] if fmt is not None else []) + list(read_options or {})
+    if given:
+        raise ConfigError(f"{', '.join(given)}: a graph in memory is read from no file; give its data on the graph "
+                          "itself (x, y, the masks)", "fmt" if fmt is not None else given[0])
+    graph = graph.validate()
+    if undirected or dedup:
+        from mggcn.data.formats import transform
+
+        graph = transform(graph, undirected=undirected, dedup=dedup).validate()
+    return graph
 
 
 def _named_options(entry: NamedDataset, read_options: dict[str, Any] | None) -> dict[str, bool]:

@@ -71,13 +71,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from mggcn.kernels import attention as kernels
 from mggcn.kernels.attention import AttentionSpec, Chunk
 from mggcn.kernels.policy import shared_threads
 from mggcn.kernels.shared import run_items
 from mggcn.kernels.tiled import TiledCSR
+from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 # the SpMM operator (mggcn.distributed.spmm.SpMMOperator) whose exchange moves the rows; that module calls this one

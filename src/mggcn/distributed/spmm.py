@@ -29,7 +29,6 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 
 from mggcn.config import TRAIN_COLUMNS
 from mggcn.distributed.attention import attention_rows
@@ -38,6 +37,7 @@ from mggcn.distributed.shm import SharedOutboxes
 from mggcn.kernels.attention import AttentionSpec
 from mggcn.kernels.tiled import TiledCSR
 from mggcn.nn.workspace import GradSpec, OutSpec, grad_destination
+from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 

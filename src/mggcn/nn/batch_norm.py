@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.workspace import Workspace
+from mggcn.utils.autograd import once_differentiable
 
 __all__ = ["BatchNorm", "batch_norm_", "normalize_", "normalize_backward_"]
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from mggcn.config import NORMS
 from mggcn.kernels.policy import chain_rows, cpu_kernels, mask_chunk_rows, shared_threads, weight_grad_parts
 from mggcn.kernels.shared import run_items
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
+from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.timing import PhaseTimer
 
 __all__ = ["dropout", "weight_grad", "activate", "check_inputs"]
@@ -228,6 +228,14 @@ class _InplaceActivation(torch.autograd.Function):
         (out,) = ctx.saved_tensors
         grad = grad.contiguous()
         return _activation_backward(grad, out, ctx.slope, grad), None, None
+
+
+def hooked_module(module: torch.nn.Module) -> bool:
+    """Whether a forward hook (the module's own or a global one) would see ``module``'s calls: its output is then
+    kept by user code, so a model gives it a tensor of its own and runs σ on a copy."""
+    hooks = torch.nn.modules.module
+    return bool(module._forward_hooks or module._forward_pre_hooks or hooks._global_forward_hooks
+                or hooks._global_forward_pre_hooks)
 
 
 def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.Tensor:

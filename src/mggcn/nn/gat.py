@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
-from mggcn.nn.functional import _TimedLinear, activate, check_inputs
+from mggcn.nn.functional import _TimedLinear, activate, check_inputs, hooked_module
 from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
@@ -374,6 +374,6 @@ class GAT(LayerStack):
             if i > 0:
                 h = self._drop(h, self.dropout)
             h = conv(h, adj, timer)
-            if i < last:
-                h = activate(h, self.activation)
+            if i < last:  # σ in place: on a copy of what a hook on the layer keeps
+                h = activate(h.clone() if hooked_module(conv) else h, self.activation)
         return h

@@ -42,7 +42,6 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.batch_norm import BatchNorm, normalize_, normalize_backward_
@@ -50,6 +49,7 @@ from mggcn.nn.branched import BranchedStack, check_operator
 from mggcn.nn.functional import _linear, _slope, input_grad, masked_grad, weight_grad
 from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear, input_slope
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
+from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GINLayer", "GIN"]

@@ -22,9 +22,9 @@ Legend: m = rows of this rank, C = classes (labels), t = this rank's training ro
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from mggcn.nn.workspace import Workspace
+from mggcn.utils.autograd import once_differentiable
 
 __all__ = ["MaskedBinaryCrossEntropy", "MaskedCrossEntropy", "f1_counts", "label_hits", "label_index", "predictions"]
 

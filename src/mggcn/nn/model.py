@@ -51,7 +51,7 @@ from torch import nn
 from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
-from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout
+from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout, hooked_module
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import outside_inference_mode
@@ -253,7 +253,9 @@ class LayerStack(nn.Module):
         input_dropout: dropout probability on the input features (0 lets ``Â·X`` be computed once).
         reuse_buffers: keep activations and gradients on a :class:`~mggcn.nn.workspace.Workspace` reused by every
             forward and backward (default True; a forward while an earlier one's graph awaits its backward takes
-            another: :class:`~mggcn.nn.workspace.WorkspaceClaims`). The logits are a new tensor unless asked.
+            another: :class:`~mggcn.nn.workspace.WorkspaceClaims`). The logits are a new tensor unless asked; a
+            forward then backpropagates once (False for ``retain_graph`` and more). Gradients are first order only
+            (``create_graph=True`` is refused); a layer with a forward hook gives it an output of its own.
         seed: the initialization seed (None: drawn from torch's global generator, as torch.nn's layers draw their
             weights); dropout masks come from a generator seeded with it until :meth:`seed_dropout` is called.
         batch_norm: a batch norm after every layer but the last, before σ, its statistics over every rank's
@@ -509,10 +511,12 @@ class LayerStack(nn.Module):
                                                     ws, timer, h_agg, str(i), str(j),
                                                     output_in_workspace=j < last or logits_in_workspace)
                 i = j
-            else:
+            else:  # a hooked layer's output is a tensor of its own, which nothing changes after the hook has it
                 extra = {"input_activation": self.activation} if deferred else {}
+                hooked = hooked_module(self.convs[i])
                 h = self.convs[i](h, adj_of(i), timer, h_aggregated=h_agg, workspace=ws, key=str(i),
-                                  output_in_workspace=i < last or logits_in_workspace, **extra)
+                                  output_in_workspace=(i < last or logits_in_workspace) and not hooked, **extra)
+                h = h.clone() if hooked and i < last else h
             if i < last:
                 if hasattr(self, "norms"):
                     h = batch_norm_(h, self.norms[i], adj, ws, str(i))
@@ -554,11 +558,6 @@ def plan_input_grad(walk: BufferWalk, i: int, d_in: int, avoid: str) -> str:
     return f"ws:out {i - 1}"
 
 
-def _hooked(module: nn.Module) -> bool:
-    """Whether a forward hook (the module's own or a global one) would see ``module``'s calls."""
-    hooks = nn.modules.module
-    return bool(module._forward_hooks or module._forward_pre_hooks or hooks._global_forward_hooks
-                or hooks._global_forward_pre_hooks)
 
 
 class GCN(LayerStack):
@@ -593,7 +592,7 @@ class GCN(LayerStack):
         # forward hooks run one by one, so that every hook sees its layer's call.
         return (i + 1 < len(self.convs) and (aggregated or self.convs[i].aggregate_first)
                 and not hasattr(self, "norms")
-                and self._gemm_reads_activation(i + 1) and not any(_hooked(c) for c in self.convs[i:i + 2]))
+                and self._gemm_reads_activation(i + 1) and not any(hooked_module(c) for c in self.convs[i:i + 2]))
 
     def gcnconv_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights under PyG's names (``convs.{l}.lin.weight``, ``convs.{l}.bias``), detached, on CPU."""

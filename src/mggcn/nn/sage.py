@@ -34,12 +34,12 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from mggcn.nn.branched import BranchedStack, check_operator
 from mggcn.nn.functional import _linear, input_grad, weight_grad
 from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear, input_slope
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
+from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["SAGELayer", "GraphSAGE"]

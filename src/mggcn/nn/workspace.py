@@ -89,8 +89,15 @@ class _Hold(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        if ctx.claim.backpropagated:  # retain_graph=True, then another backward of the same forward
+            raise RuntimeError(BACKPROPAGATED_ONCE)
         ctx.claim.backpropagated = True
         return grad, None
+
+
+BACKPROPAGATED_ONCE = ("this forward's graph was backpropagated already: the model's backward writes gradients over "
+                       "its forward's buffers, so a forward backpropagates once, retain_graph or not; for several "
+                       "backward passes of one forward, build the model with reuse_buffers=False")
 
 
 class WorkspaceClaims:
