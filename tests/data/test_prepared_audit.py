@@ -4,19 +4,23 @@ that fails halfway, a prepare killed before it finished, and a directory this us
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
+from test_formats import raises_naming
 
 from mggcn.data.prepared import writer
 from mggcn.data.prepared.outdir import PartialDir
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import prepare
 from mggcn.utils.errors import ConfigError, GraphError
+from reference import random_graph
 
 SOURCE = "synthetic:n=60,classes=3,features=4,degree=4"
 
@@ -164,13 +168,6 @@ def test_verify_checks_every_rows_order_and_degree_as_a_shard_would(tmp_path, di
     """A directory whose checksums were stripped (a hand edit) with a degree off, or a row's ids out of order:
     ``info --verify`` passed it ("every value is in range") while training refused the degree; verify now checks
     every row as building a shard checks a rank's, naming the file and the row."""
-    import json
-
-    import numpy as np
-
-    from reference import random_graph
-    from test_formats import raises_naming
-
     g = random_graph(30, 120, features=4, classes=3, directed=directed, seed=2)
     out = prepare(g, tmp_path / "ds", progress=False)
     manifest = json.loads((out / "manifest.json").read_text())
