@@ -16,7 +16,7 @@ import mggcn
 import workers
 from cli_util import run_cli
 from mggcn.config import TrainConfig
-from mggcn.data.graph import Graph
+from mggcn.data.graph import SPLITS, Graph
 from mggcn.distributed.context import DistContext
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
@@ -27,6 +27,7 @@ from mggcn.nn.workspace import Workspace
 from mggcn.tools.plan import activation_peak, plan_memory
 from mggcn.training import trainer
 from mggcn.training.checkpoint import CheckpointError
+from mggcn.training.job import format_final
 from mggcn.training.trainer import build_model, train_shard
 from reference import pyg_model_losses
 
@@ -232,7 +233,9 @@ def test_train_returns_micro_f1_and_label_matrices(tmp_path):
                          save_predictions=str(tmp_path / "pred.npy"))
     assert result.multilabel and result.dataset["multilabel"] is True
     logits = _logits(result.model, graph)
-    assert result.final == pytest.approx(_split_f1(logits, graph), abs=1e-12)
+    f1 = {k: v for k, v in result.final.items() if k.endswith("_acc")}
+    assert f1 == pytest.approx(_split_f1(logits, graph), abs=1e-12)
+    assert set(result.final) == set(f1) | {f"{s}_rocauc" for s in SPLITS}  # each split's ROC-AUC besides
     assert result.predictions.dtype == np.uint8 and result.predictions.shape == (60, 5)
     assert np.array_equal(result.predictions, (logits > 0).numpy())
     assert np.array_equal(np.load(tmp_path / "pred.npy"), result.predictions)
@@ -324,3 +327,40 @@ def test_resuming_a_checkpoint_of_the_other_kind_is_refused(tmp_path, first):
         mggcn.train(after, epochs=4, resume=True, **options)
     assert len(mggcn.train(before, epochs=4, resume=True, **options).history) == 4  # its own kind resumes
 
+
+
+def test_roc_auc_is_ogbs_mean_over_labels_with_both_classes():
+    """The mean of scikit-learn's roc_auc_score over the labels that have a positive and a negative row, as OGB's
+    evaluator computes ogbn-proteins' metric; tied scores count one half, as scikit-learn's."""
+    from sklearn.metrics import roc_auc_score
+
+    from mggcn.nn.loss import roc_auc
+
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randn(80, 6, generator=g)
+    scores[:, 2] = torch.randint(0, 3, (80,), generator=g).float()  # many ties
+    y = (torch.rand(80, 6, generator=g) < 0.3).to(torch.uint8)
+    y[:, 4] = 1  # no negative: left out
+    y[:, 5] = 0  # no positive: left out
+    want = np.mean([roc_auc_score(y[:, c].numpy(), scores[:, c].numpy()) for c in range(4)])
+    assert abs(roc_auc(scores, y) - want) < 1e-12
+    assert roc_auc(scores[:, 4:], y[:, 4:]) is None
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_the_trained_model_reports_each_splits_roc_auc(nprocs):
+    """run.final holds each split's ROC-AUC over every rank's rows, equal to scikit-learn's on the trained model's
+    logits in one process (float32 logits from another summation order: 1e-6), and the last line says it."""
+    from sklearn.metrics import roc_auc_score
+
+    graph = multilabel_graph(n=61, labels=4, seed=2)
+    run = mggcn.train(graph, nprocs=nprocs, hidden=(8,), epochs=5, seed=1, quiet=True)
+    logits = _logits(run.model, graph).detach().numpy()
+    for s in SPLITS:
+        rows = graph.masks[s]
+        cols = [c for c in range(graph.y.shape[1]) if 0 < graph.y[rows, c].sum() < rows.sum()]
+        want = np.mean([roc_auc_score(graph.y[rows, c], logits[rows, c]) for c in cols])
+        assert abs(run.final[f"{s}_rocauc"] - want) < 1e-6, s
+    line = format_final(run.history, run.final)
+    assert line.endswith(f"| ROC-AUC train {run.final['train_rocauc']:.4f} val {run.final['val_rocauc']:.4f} "
+                         f"test {run.final['test_rocauc']:.4f}")

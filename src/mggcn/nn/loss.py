@@ -26,7 +26,8 @@ import torch
 from mggcn.nn.workspace import Workspace
 from mggcn.utils.autograd import once_differentiable
 
-__all__ = ["MaskedBinaryCrossEntropy", "MaskedCrossEntropy", "f1_counts", "label_hits", "label_index", "predictions"]
+__all__ = ["MaskedBinaryCrossEntropy", "MaskedCrossEntropy", "f1_counts", "label_hits", "label_index", "predictions",
+           "roc_auc"]
 
 
 class MaskedCrossEntropy:
@@ -216,6 +217,27 @@ def predictions(logits: torch.Tensor, multilabel: bool) -> torch.Tensor:
     """What the metrics count as predicted: each row's argmax (int64 [m]), or for a ``multilabel`` model a 0/1 per
     label, 1 where the logit is above 0 (uint8 [m, C], as :func:`f1_counts` thresholds)."""
     return logits.gt(0).to(torch.uint8) if multilabel else logits.argmax(dim=1)
+
+
+def roc_auc(scores: torch.Tensor, y: torch.Tensor) -> float | None:
+    """The mean over labels of each label's ROC-AUC, as OGB's evaluator computes ogbn-proteins' metric: ``scores``
+    [k, C] (logits, or any increasing function of them), ``y`` [k, C] of 0/1; the labels without both a positive and
+    a negative row are left out (None when none has both). Exact: a label's AUC is the Mann-Whitney statistic, the
+    positives' rank sum with tied scores given their mean rank, computed in float64."""
+    aucs = []
+    for c in range(scores.shape[1]):
+        s, positive = scores[:, c].double(), y[:, c].bool()
+        pos = int(positive.sum())
+        neg = positive.numel() - pos
+        if pos == 0 or neg == 0:
+            continue
+        ordered, order = torch.sort(s)
+        _, group, counts = torch.unique_consecutive(ordered, return_inverse=True, return_counts=True)
+        mean_rank = torch.cumsum(counts, 0).double() - (counts.double() - 1) / 2  # 1-based, ties averaged
+        ranks = torch.empty_like(s)
+        ranks[order] = mean_rank[group]
+        aucs.append((float(ranks[positive].sum()) - pos * (pos + 1) / 2) / (pos * neg))
+    return sum(aucs) / len(aucs) if aucs else None
 
 
 def f1_counts(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -332,6 +332,8 @@ def format_final(history: list[dict], final: dict, kept_epoch: int | None = None
 
     ``kept_epoch``: the epoch whose weights the run keeps (``--patience``); default the weights after the last update.
     ``empty_splits``: splits without a vertex, shown as ``-`` (no best validation epoch without a validation split).
+    A multi-label run's line ends with each split's ROC-AUC (``-`` where no label has both a positive and a negative
+    vertex in the split).
     """
     weights = f"weights of epoch {kept_epoch}" if kept_epoch is not None else f"after epoch {len(history)}"
     acc = {s: "-" if s in empty_splits else f"{final[f'{s}_acc']:.4f}" for s in SPLITS}
@@ -339,6 +341,9 @@ def format_final(history: list[dict], final: dict, kept_epoch: int | None = None
     if history and "val" not in empty_splits:
         best = max(history, key=lambda r: r["val_acc"])  # the first of equals
         line += f" | best validation {best['val_acc']:.4f} at epoch {best['epoch']} (test {best['test_acc']:.4f})"
+    if "train_rocauc" in final:  # multi-label: OGB's metric for ogbn-proteins too
+        auc = {s: "-" if final[f"{s}_rocauc"] is None else f"{final[f'{s}_rocauc']:.4f}" for s in SPLITS}
+        line += f" | ROC-AUC train {auc['train']} val {auc['val']} test {auc['test']}"
     return line
 
 

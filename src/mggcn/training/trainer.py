@@ -40,7 +40,14 @@ from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard
 from mggcn.distributed.spmm import SpMMOperator, StagedSpMM, keeps_training_columns
 from mggcn.nn.adam import Adam
-from mggcn.nn.loss import MaskedBinaryCrossEntropy, MaskedCrossEntropy, f1_counts, label_hits, predictions
+from mggcn.nn.loss import (
+    MaskedBinaryCrossEntropy,
+    MaskedCrossEntropy,
+    f1_counts,
+    label_hits,
+    predictions,
+    roc_auc,
+)
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import make_model, model_options, model_type, operator_for
 from mggcn.training.precision import MasterWeights, compute_dtype, precision_scope
@@ -481,7 +488,17 @@ def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor |
     scores = f1_counts(logits, y) if multilabel else label_hits(logits, y)
     counts = all_reduce_sum(ctx, _split_counts(scores, split_masks).to(y.device)).cpu()
     acc = _f1(counts) if multilabel else (counts / split_sizes).tolist()
-    return {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
+    final = {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
+    if multilabel:
+        final.update({f"{s}_rocauc": _split_roc_auc(ctx, logits, y, mask) for s, mask in zip(SPLITS, split_masks)})
+    return final
+
+
+def _split_roc_auc(ctx: DistContext, logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float | None:
+    """A split's ROC-AUC (:func:`~mggcn.nn.loss.roc_auc`) over every rank's rows of it: a ranking, which no sum of
+    per-rank numbers gives, so each rank's scores and labels of the split are gathered (once, after training)."""
+    parts = all_gather_objects(ctx, (logits[mask].float().cpu(), y[mask].cpu()))
+    return roc_auc(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
 
 
 def _split_counts(scores: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
