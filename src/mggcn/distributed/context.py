@@ -279,6 +279,15 @@ def all_gather_objects(ctx: DistContext, obj: Any) -> list[Any]:
     return out
 
 
+def gather_objects(ctx: DistContext, obj: Any) -> list[Any] | None:
+    """Every rank's ``obj`` (picklable), in rank order, on rank 0; None on the others."""
+    if ctx.world_size == 1:
+        return [obj]
+    out: list[Any] | None = [None] * ctx.world_size if ctx.is_main else None
+    dist.gather_object(obj, out, dst=0, group=ctx.group)
+    return out
+
+
 def broadcast_object(ctx: DistContext, obj: Any) -> Any:
     """Rank 0's ``obj`` (picklable) on every rank; the other ranks' ``obj`` is not read."""
     if ctx.world_size == 1:

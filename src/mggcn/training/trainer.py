@@ -35,6 +35,8 @@ from mggcn.distributed.context import (
     all_reduce_max,
     all_reduce_min,
     all_reduce_sum,
+    broadcast_object,
+    gather_objects,
 )
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard
@@ -496,9 +498,11 @@ def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor |
 
 def _split_roc_auc(ctx: DistContext, logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float | None:
     """A split's ROC-AUC (:func:`~mggcn.nn.loss.roc_auc`) over every rank's rows of it: a ranking, which no sum of
-    per-rank numbers gives, so each rank's scores and labels of the split are gathered (once, after training)."""
-    parts = all_gather_objects(ctx, (logits[mask].float().cpu(), y[mask].cpu()))
-    return roc_auc(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
+    per-rank numbers gives, so each rank's scores and labels of the split go to rank 0 (once, after training), which
+    sends the result back."""
+    parts = gather_objects(ctx, (logits[mask].float().cpu(), y[mask].cpu()))
+    auc = roc_auc(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])) if parts else None
+    return broadcast_object(ctx, auc)
 
 
 def _split_counts(scores: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
