@@ -123,17 +123,17 @@ def _zipped(name: str, fmt: str, source: str, url: str, stats: tuple[int, int, i
                         archive=True, marker=marker, undirected=undirected)
 
 
-_GB, _MB = 10**9, 10**6
+_GIB, _MIB = 2**30, 2**20  # OGB gives its archives' sizes in GiB (its "GB": size / 2**30)
 
 CATALOG: dict[str, NamedDataset] = {d.name: d for d in (
     _planetoid("cora"), _planetoid("citeseer"), _planetoid("pubmed"),
-    _zipped("ogbn-arxiv", "ogb", "OGB", _OGB + "arxiv.zip", (169343, 1166243, 128, 40), 81 * _MB, "raw"),
-    _zipped("ogbn-products", "ogb", "OGB", _OGB + "products.zip", (2449029, 123718280, 100, 47), 1380 * _MB,
+    _zipped("ogbn-arxiv", "ogb", "OGB", _OGB + "arxiv.zip", (169343, 1166243, 128, 40), 81 * _MIB, "raw"),
+    _zipped("ogbn-products", "ogb", "OGB", _OGB + "products.zip", (2449029, 123718280, 100, 47), int(1.38 * _GIB),
             "raw", undirected=True),
-    _zipped("ogbn-proteins", "ogb", "OGB", _OGB + "proteins.zip", (132534, 79122504, 8, 112), 216 * _MB, "raw",
+    _zipped("ogbn-proteins", "ogb", "OGB", _OGB + "proteins.zip", (132534, 79122504, 8, 112), int(0.21 * _GIB), "raw",
             undirected=True),
     _zipped("ogbn-papers100M", "ogb", "OGB", _OGB + "papers100M-bin.zip", (111059956, 1615685872, 128, 172),
-            56170 * _MB, "raw"),
+            int(56.17 * _GIB), "raw"),
     _zipped("reddit", "dgl-reddit", "DGL's RedditDataset", _DGL + "reddit.zip", (232965, 114615892, 602, 41), None,
             "reddit_data.npz"),
     _zipped("flickr", "saint", "GraphSAINT's files (DGL's zip)", _DGL + "flickr.zip",
