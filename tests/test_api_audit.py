@@ -271,14 +271,15 @@ def test_a_second_derivative_is_refused_not_silently_wrong(kind):
     assert grad.shape == x.shape and not grad.requires_grad
 
 
-@pytest.mark.parametrize("kind", list(_MODELS))
+@pytest.mark.parametrize("kind, options", [(k, {}) for k in _MODELS] + [(k, {"batch_norm": True})
+                                                                        for k in ("gcn", "sage", "gin")])
 @pytest.mark.parametrize("grad", [False, True])
-def test_what_a_forward_hook_keeps_stays_as_the_layer_gave_it(kind, grad):
+def test_what_a_forward_hook_keeps_stays_as_the_layer_gave_it(kind, options, grad):
     """A hook that keeps a layer's output (the usual way to take embeddings) kept a tensor that σ then changed in
     place and that the next forward overwrote; it now keeps the layer's own output, as in torch and PyG, while the
     model's outputs and gradients are those of the model without the hook."""
     x, edge_index = _graph()
-    model, plain = _model(kind, dims=[F, 8, 8, C]), _model(kind, dims=[F, 8, 8, C])
+    model, plain = _model(kind, dims=[F, 8, 8, C], **options), _model(kind, dims=[F, 8, 8, C], **options)
     adj = mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym"))
     kept = []
     for conv in model.convs[:2]:

@@ -558,8 +558,6 @@ def plan_input_grad(walk: BufferWalk, i: int, d_in: int, avoid: str) -> str:
     return f"ws:out {i - 1}"
 
 
-
-
 class GCN(LayerStack):
     """A stack of :class:`GCNLayer`, σ between layers, logits out.
 
