@@ -386,6 +386,9 @@ def _train(ctx: DistContext, shard: Shard, cfg: TrainConfig, on_epoch: Callable[
     clock = clock or SetupClock()
     run = _setup(ctx, shard, cfg, clock, resume)
     result, adj = run.result, run.adj
+    if run.best.exhausted:  # resumed from the epoch that stopped the run early: it has ended
+        result.stopped = "early"
+        return _finish(run)
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
         run.model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
         run.model.seed_attention(epoch_seed(cfg.seed, epoch, 0))  # the same on every rank: any P, the same masks
