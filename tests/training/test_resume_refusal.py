@@ -172,3 +172,56 @@ def test_the_command_line_refuses_and_starts_afresh_as_asked(tmp_path):
 def test_resume_takes_true_false_or_auto():
     with pytest.raises(ConfigError, match="resume must be True, False or 'auto', got 'yes'"):
         check_job(TrainJob(KARATE, checkpoint_dir="ck", resume="yes"), 1)
+
+
+def test_resuming_a_run_that_stopped_early_trains_no_more(tmp_path):
+    """The checkpoint of the epoch that ended a run by patience: resuming it (a finished job restarted with
+    --resume-or-start) trained one epoch more, and each restart another; it now ends at once, as the run did, with
+    its weights, its history and no new checkpoint. A larger --patience resumes training."""
+    ck = tmp_path / "ck"
+
+    def job(patience, resume=False):
+        config = TrainConfig(hidden=(8,), epochs=200, seed=1, trace_epoch=0, patience=patience, lr=0.05)
+        return TrainJob(dataset=KARATE, config=config, quiet=True, checkpoint_dir=str(ck), checkpoint_every=1,
+                        resume=resume)
+
+    whole = run_train_job(job(3))
+    assert whole.stopped == "early" and len(whole.history) < 200
+    files = sorted(os.listdir(ck))
+    again = run_train_job(job(3, resume="auto"))
+    assert again.stopped == "early" and again.history == whole.history and again.best_epoch == whole.best_epoch
+    assert all(torch.equal(again.state_dict[k], v) for k, v in whole.state_dict.items())
+    assert sorted(os.listdir(ck)) == files
+    longer = run_train_job(job(50, resume=True))
+    assert len(longer.history) > len(whole.history)
+
+
+def test_a_checkpoint_resumes_on_the_prepared_directory_of_its_dataset_and_back(tmp_path):
+    """A dataset is known by its content: a run checkpointed on an edge list resumes on the directory mggcn prepare
+    made of it, and the other way round, to the losses of the uninterrupted run (a graph in memory and a prepared
+    directory had fingerprints of different definitions, and each refused the other's checkpoints)."""
+    import numpy as np
+
+    from mggcn.data.prepared.writer import prepare
+    from reference import random_graph
+
+    g = random_graph(60, 240, features=5, classes=3, directed=True, seed=4)
+    np.savetxt(tmp_path / "g.txt", g.edge_index.T, fmt="%d")
+    np.save(tmp_path / "x.npy", g.x)
+    np.save(tmp_path / "y.npy", g.y)
+    files = {"features": str(tmp_path / "x.npy"), "labels": str(tmp_path / "y.npy")}
+    prepared = prepare(str(tmp_path / "g.txt"), tmp_path / "p", fmt="edgelist", progress=False, **files)
+
+    def job(source, ck, epochs, resume=False):
+        config = TrainConfig(hidden=(8,), epochs=epochs, seed=1, trace_epoch=0)
+        options = {"fmt": "edgelist", "read_options": files} if source.endswith(".txt") else {}
+        return TrainJob(dataset=source, config=config, quiet=True, checkpoint_dir=str(ck), checkpoint_every=2,
+                        resume=resume, **options)
+
+    whole = [r["loss"] for r in run_train_job(job(str(prepared), tmp_path / "w", 6)).history]
+    for first, then in ((str(tmp_path / "g.txt"), str(prepared)), (str(prepared), str(tmp_path / "g.txt"))):
+        ck = tmp_path / f"ck-{len(first)}"
+        run_train_job(job(first, ck, 4))
+        resumed = run_train_job(job(then, ck, 6, resume=True))
+        assert resumed.resumed_from is not None
+        assert [r["loss"] for r in resumed.history] == whole

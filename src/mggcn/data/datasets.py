@@ -35,7 +35,7 @@ from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset", "cache_copy_error", "cached_state",
-           "check_not_named", "content_hash", "graph_arrays", "load_graph", "named_dataset_dir", "open_dataset",
+           "check_not_named", "graph_arrays", "layout_fingerprint", "load_graph", "named_dataset_dir", "open_dataset",
            "split_codes"]
 
 # The arrays a dataset holds (n vertices, E edges, F features; original ids), the layout of a prepared directory:
@@ -140,14 +140,15 @@ def _narrow(ids: np.ndarray, num_nodes: int) -> np.ndarray:
     return ids.astype(np.int32) if num_nodes < 2**31 else ids
 
 
-def content_hash(named: list[tuple[str, np.ndarray]]) -> str:
-    """A short sha256 of named arrays: their names, dtypes, shapes and bytes."""
-    digest = hashlib.sha256()
-    for name, array in named:
-        array = np.ascontiguousarray(array)
-        digest.update(f"{name} {array.dtype.str} {array.shape}\n".encode())
-        digest.update(array.reshape(-1).view(np.uint8))  # the bytes in C order; an empty array (no edges) too
-    return digest.hexdigest()[:16]
+def layout_fingerprint(dataset: Dataset) -> str:
+    """The fingerprint of a dataset in memory: that of its prepared directory
+    (:func:`~mggcn.data.prepared.reader.arrays_fingerprint` of the sha256 of each array it would write, in the layout
+    it writes them), so that a checkpoint knows a graph read from its files and its prepared directory as one."""
+    from mggcn.data.prepared.reader import arrays_fingerprint, layout_arrays
+
+    return arrays_fingerprint({name: hashlib.sha256(np.ascontiguousarray(dataset.arrays[name]).reshape(-1)
+                                                    .view(np.uint8)).hexdigest()  # C order; empty arrays too
+                               for name in layout_arrays(dataset.symmetric)})
 
 
 class GeneratedDataset:
@@ -180,10 +181,9 @@ class GeneratedDataset:
 
     @property
     def fingerprint(self) -> str:
-        """As :attr:`InMemoryDataset.fingerprint`, over the CSR and vertex arrays."""
+        """As :attr:`InMemoryDataset.fingerprint` (:func:`layout_fingerprint`)."""
         if self._fingerprint is None:
-            self._fingerprint = content_hash([(k, self.arrays[k]) for k in ("in_indptr", "in_indices", "features",
-                                                                           "labels", "split")])
+            self._fingerprint = layout_fingerprint(self)
         return self._fingerprint
 
     def to_graph(self) -> Graph:
@@ -203,8 +203,8 @@ class InMemoryDataset:
 
     ``owned``: nothing else holds ``graph`` (:func:`open_dataset` read it): building the arrays then lets go of the
     graph, its int64 edges narrowed to int32 first and dropped before the CSRs are sorted, so that the process holds
-    the arrays a rank reads its shard from, not the graph besides. The fingerprint is taken just before (it hashes
-    the edges as given; about 1 GB/s, a fraction of reading them).
+    the arrays a rank reads its shard from, not the graph besides. The fingerprint hashes those arrays when asked
+    (about 1 GB/s, a fraction of reading them).
     """
 
     def __init__(self, graph: Graph, owned: bool = False) -> None:
@@ -220,11 +220,10 @@ class InMemoryDataset:
     @property
     def fingerprint(self) -> str:
         """Identifies the content (edges, features, labels, splits; not where they were read from): a checkpoint
-        refuses another dataset, and accepts this one however its path is spelled. Hashed once, when asked."""
+        refuses another dataset, and accepts this one however its path is spelled, and its prepared directory
+        (:func:`layout_fingerprint`). Hashed once, when asked."""
         if self._fingerprint is None:
-            g = self._graph()
-            self._fingerprint = content_hash([("edge_index", g.edge_index), ("x", g.x), ("y", g.y),
-                                              *sorted((f"mask:{k}", v) for k, v in g.masks.items())])
+            self._fingerprint = layout_fingerprint(self)
         return self._fingerprint
 
     def _graph(self) -> Graph:
@@ -237,7 +236,6 @@ class InMemoryDataset:
             if not self._owned:
                 self._arrays = graph_arrays(self._graph())
             else:
-                self.fingerprint  # noqa: B018  (taken while the edges are here)
                 graph, self.graph = self._graph(), None
                 vertex, n = vertex_arrays(graph), graph.num_nodes
                 src, dst = _narrow(graph.edge_index[0], n), _narrow(graph.edge_index[1], n)

@@ -401,12 +401,24 @@ class PreparedDataset:
         for its workers without checksums): a checkpoint refuses another dataset."""
         if isinstance(self.manifest.get("fingerprint"), str):
             return self.manifest["fingerprint"]
-        sums = sorted((k, str(r.get("sha256"))) for k, r in self.manifest["arrays"].items() if isinstance(r, dict))
-        return hashlib.sha256(json.dumps(sums).encode()).hexdigest()[:16]
+        return arrays_fingerprint({k: str(r.get("sha256")) for k, r in self.manifest["arrays"].items()
+                                   if isinstance(r, dict)})
 
     def __repr__(self) -> str:
         return (f"PreparedDataset({str(self.path)!r}: {self.num_nodes} vertices, {self.num_edges} edges, "
                 f"{self.num_features} features, {self.num_classes} classes)")
+
+
+def layout_arrays(symmetric: bool) -> list[str]:
+    """The arrays of a prepared directory, in the order they are written (the out_ CSR only where Â ≠ Âᵀ)."""
+    return ["in_indptr", "in_indices", "degree", "features", "labels", "split"] if symmetric else \
+        ["in_indptr", "in_indices", "out_indptr", "out_indices", "degree", "features", "labels", "split"]
+
+
+def arrays_fingerprint(sums: dict[str, str]) -> str:
+    """A dataset's fingerprint from the sha256 of each of its arrays (as a manifest lists them): the same content
+    has the same fingerprint, prepared or in memory, wherever it was read from."""
+    return hashlib.sha256(json.dumps(sorted(sums.items())).encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------------------ mggcn info

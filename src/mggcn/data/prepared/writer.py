@@ -48,7 +48,14 @@ from mggcn.data.prepared.edgesort import (
     NpyWriter,
 )
 from mggcn.data.prepared.outdir import PartialDir, output_dir
-from mggcn.data.prepared.reader import BALANCE_PARTS, FORMAT_NAME, FORMAT_VERSION, MANIFEST, nnz_per_rank
+from mggcn.data.prepared.reader import (
+    BALANCE_PARTS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    layout_arrays,
+    nnz_per_rank,
+)
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
@@ -426,11 +433,8 @@ def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dic
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
         arrays, n = dataset.arrays, dataset.num_nodes
-        names = ["in_indptr", "in_indices", "degree", "features", "labels", "split"]
-        if not dataset.symmetric:
-            names[2:2] = ["out_indptr", "out_indices"]
         records = {}
-        for name in names:
+        for name in layout_arrays(dataset.symmetric):
             array = np.asarray(arrays[name])
             writer = NpyWriter(tmp / f"{name}.npy", array.dtype, array.shape[1:], checksum=checksums)
             for begin in range(0, max(1, array.shape[0]), _WRITE_ROWS):
