@@ -144,3 +144,25 @@ def test_a_rank_starts_the_vector_math_on_one_thread_before_its_threads_are_set(
     grain = 2048  # torch's per-thread grain of these ops: fewer elements run on the calling thread alone
     assert all(numel < grain and threads == 1 for _, _, numel, threads in calls)
     assert {"exp", "log", "sqrt"} <= set(system._VECTOR_MATH)  # the loss's and Adam's
+
+
+_SIGNAL_AFTER_THE_COMMAND = """
+import os, signal, sys, time
+from mggcn.utils.system import hold_signals, signals_end_process
+hold_signals()
+os.kill(os.getpid(), signal.SIG{name})  # held: arrives while the command finishes
+print("still here", flush=True)
+signals_end_process()  # the held signal ends the process now, with 130
+time.sleep(5)
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize("name", ["INT", "TERM"])
+def test_a_signal_after_the_command_ends_it_with_130_and_no_traceback(name):
+    """Ctrl-C or SIGTERM in a command's last moments (after its outputs, in the interpreter's teardown) killed it by
+    the signal (status -15) or printed a KeyboardInterrupt traceback; held, then delivered, it ends the process with
+    the status of an interrupted command, 130, and nothing on stderr."""
+    out = subprocess.run([sys.executable, "-c", _SIGNAL_AFTER_THE_COMMAND.format(name=name)], capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (130, "still here\n", "")

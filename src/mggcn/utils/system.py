@@ -39,7 +39,7 @@ __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
            "start_vector_math", "outside_inference_mode",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
-           "children_wait_passively"]
+           "children_wait_passively", "hold_signals", "signals_end_process"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -309,6 +309,27 @@ class StopOnSignal:
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, under :func:`sigterm_as_interrupt`: a KeyboardInterrupt that says which signal it was."""
+
+
+_STOPPING = {signal.SIGINT, signal.SIGTERM}
+
+
+def hold_signals() -> None:
+    """Ctrl-C and SIGTERM wait (blocked) until :func:`signals_end_process`: a command past its own handling of them."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+
+
+def signals_end_process(status: int = 130) -> None:
+    """From here on Ctrl-C or SIGTERM (one held by :func:`hold_signals` too) ends this process at once with
+    ``status``: for a command that has done its work and written its outputs, so that a signal in its last moments
+    (the interpreter's teardown) is no traceback and no death by the signal, but the status an interrupted command
+    has."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+        for sig in _STOPPING:
+            signal.signal(sig, lambda signum, frame: os._exit(status))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
 
 
 @contextmanager

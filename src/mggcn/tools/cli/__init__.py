@@ -21,7 +21,7 @@ from mggcn.tools.cli import bench, datasets, info, plan, predict, prepare, repor
 from mggcn.tools.cli.common import HelpFormatter, flag_message
 from mggcn.utils.errors import GraphError
 from mggcn.utils.files import OutputError
-from mggcn.utils.system import own_process, sigterm_as_interrupt
+from mggcn.utils.system import hold_signals, own_process, signals_end_process, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_BROKEN_PIPE"]
 
@@ -73,10 +73,18 @@ def main(argv: list[str] | None = None) -> int:
         return _main(list(argv))
     own_process()
     try:
-        status = _main(sys.argv[1:])
-        sys.stdout.flush()  # a closed pipe shows here at the latest, not in the interpreter's teardown
+        with sigterm_as_interrupt():  # to the end: a signal after the command's own handling is still Ctrl-C's
+            status = _main(sys.argv[1:])
+            sys.stdout.flush()  # a closed pipe shows here at the latest, not in the interpreter's teardown
+            hold_signals()  # the command is done: a signal from here ends it with 130 (signals_end_process)
     except BrokenPipeError:
-        return _stdout_gone()
+        hold_signals()
+        status = _stdout_gone()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM once the command had handled its own (a second, a third)
+        hold_signals()
+        print("mggcn: interrupted", file=sys.stderr, flush=True)
+        status = 130
+    signals_end_process()  # and in the interpreter's teardown
     return status
 
 
