@@ -192,8 +192,11 @@ def test_an_interrupt_before_the_first_epoch_exits_130_with_a_plain_message(tmp_
             proc.kill()
     assert not metrics.exists()  # it was before the first epoch
     assert proc.returncode == 130, err
+    # the workers asked to stop, or (a signal while they start, which a loaded machine makes longer) the command
+    # itself: one line either way
     assert err.strip().splitlines() == ["mggcn: interrupted: rank 0 was stopped by SIGTERM before it could stop "
-                                        "by itself"] or err.strip().startswith("mggcn: interrupted"), err
+                                        "by itself"] or err.strip().startswith("mggcn: interrupted") \
+        or err.strip() == "mggcn train: interrupted", err
     assert "Traceback" not in err and "killed by signal" not in err
 
 
