@@ -159,3 +159,18 @@ def test_the_cache_line_says_where_the_cache_comes_from_and_warns_of_a_file(tmp_
     assert main(["datasets"]) == 0
     assert capsys.readouterr().err == (f"mggcn datasets: warning: the cache {tmp_path / 'cache'} is not a directory; "
                                        "set MGGCN_DATA to one\n")
+
+
+def test_train_a_planetoid_name_with_normalized_features(served, capsys):
+    """``mggcn train cora --normalize-features`` was refused with a pointer to ``--format planetoid``, which a name
+    refuses; it trains on the cache's variant with row-normalized features, as ``mggcn prepare`` and the API do."""
+    assert main(["train", "cora", "--normalize-features", "--epochs", "1", "--quiet"]) == 0
+    assert main(["train", "cora", "--epochs", "1", "--quiet"]) == 0
+    plain = np.asarray(PreparedDataset(cache_dir() / "prepared" / "cora").arrays["features"])
+    variant = np.asarray(PreparedDataset(cache_dir() / "prepared" / "cora+normalize_features").arrays["features"])
+    # PyG's NormalizeFeatures: each row over its sum, a sum below 1 taken as 1
+    np.testing.assert_allclose(variant, plain / np.maximum(plain.sum(axis=1, keepdims=True), 1.0), rtol=1e-6)
+    assert not np.array_equal(variant, plain)
+    assert main(["train", "karate", "--normalize-features", "--epochs", "1", "--quiet"]) == 2
+    assert "--normalize-features is for --format planetoid and the Planetoid datasets by name" in \
+        capsys.readouterr().err

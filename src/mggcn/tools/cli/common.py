@@ -10,6 +10,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from mggcn.config import MMAP_THRESHOLD_MAX, ORDERINGS, PRECISIONS
+from mggcn.data.catalog import named
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.units import parse_bytes
 
@@ -207,8 +208,9 @@ def read_options(args: argparse.Namespace) -> dict:
     if "num_nodes" in options and args.fmt != "edgelist":
         raise GraphError("--num-nodes is for --format edgelist (a Matrix Market header gives n)")
     if getattr(args, "normalize_features", False):
-        if args.fmt != "planetoid":
-            raise GraphError("--normalize-features is for --format planetoid")
+        entry = named(getattr(args, "dataset", None)) if args.fmt is None else None  # cora, citeseer, pubmed
+        if (entry.fmt if entry is not None else args.fmt) != "planetoid":
+            raise GraphError("--normalize-features is for --format planetoid and the Planetoid datasets by name")
         options["normalize_features"] = True
     return options
 
