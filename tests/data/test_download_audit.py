@@ -4,7 +4,10 @@ in the way in the cache, and a process that waits for another one's download."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -196,3 +199,109 @@ def test_a_process_waiting_for_another_ones_download_says_so(served, capsys):
     waiter.join(timeout=60)
     assert "citeseer: waiting for another process" in said and str(folder / ".lock") in said
     assert results == [cache_dir() / "prepared" / "citeseer"]
+
+
+def test_a_failed_download_ends_the_processes_that_waited_for_it_at_once(served, monkeypatch):
+    """The ranks of one host wait for the one that downloads: when its download failed, each took the lock in turn
+    and tried again for as long (a minute each against a server that never answers); they now end with its error,
+    and a later run tries afresh."""
+    entry = CATALOG["citeseer"]
+    ready, attempts, errors = threading.Event(), [], []
+
+    def first():
+        try:
+            with download.dataset_lock(entry, progress=False):
+                attempts.append("first")
+                ready.set()
+                time.sleep(0.5)
+                raise DownloadError("citeseer: http://x/ind.citeseer.x: cannot connect (timed out)")
+        except DownloadError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=first, daemon=True)
+    thread.start()
+    ready.wait(30)
+    with pytest.raises(DownloadError) as err, download.dataset_lock(entry, progress=False):
+        attempts.append("second")  # not reached: the failure it waited for is its own
+    thread.join(30)
+    assert attempts == ["first"] and errors
+    text = one_line(err)
+    assert text.startswith(errors[0]) and "waited for" in text
+    with download.dataset_lock(entry, progress=False):  # did not wait: tries afresh
+        attempts.append("later")
+    assert attempts == ["first", "later"]
+    assert named_dataset_dir(entry, progress=False).is_dir()
+
+
+def test_a_full_disk_during_a_download_is_said_as_such_and_not_retried(served, monkeypatch):
+    """A write that fails (a full disk, a quota) was taken for a broken connection: retried with backoff, then said
+    as 'the connection broke'; it is the disk's error, at once."""
+    real_open, tries = open, []
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, block):
+            tries.append(len(block))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.f.name)
+
+    def opening(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return Full(f) if str(path).endswith(".part") and "b" in mode and "+" not in mode else f
+
+    monkeypatch.setattr(download, "open", opening, raising=False)
+    with pytest.raises(GraphError) as err:
+        open_dataset("cora", progress=False)
+    text = one_line(err)
+    assert "cannot write the download (No space left on device)" in text and "connection" not in text
+    assert len(tries) == 1
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EIO])
+def test_a_cache_whose_lock_cannot_be_written(served, monkeypatch, code):
+    """A read-only cache (errno EROFS, or one this user may not write) has no writer to wait for: a dataset it holds
+    is read without the lock (it was a traceback); another failure to open the lock is one line naming it."""
+    named_dataset_dir(CATALOG["cora"], progress=False)
+    prepared = cache_dir() / "prepared"
+    shutil.rmtree(prepared)  # the cache holds the downloads only: reading it again prepares, under the lock
+    real_open = open
+
+    def opening(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(download, "open", opening, raising=False)
+    if code == errno.EROFS:
+        assert open_dataset("cora", progress=False).num_nodes > 0
+        assert (prepared / "cora").is_dir()
+    else:
+        with pytest.raises(GraphError) as err:
+            open_dataset("cora", progress=False)
+        assert one_line(err).endswith("cora/.lock: cannot lock the dataset cache (Input/output error)")
+
+
+def test_an_archive_a_stopped_run_left_beside_its_tree_is_removed(served):
+    """A run stopped between extracting an archive and removing it left the archive (56 GiB for papers100M) for
+    good: later runs skip the extraction. The next run that fetches the dataset removes it."""
+    entry = CATALOG["flickr"]
+    download.fetch(entry, progress=False)
+    archive = download_dir(entry) / entry.files[0].name
+    archive.write_bytes(b"left by a stopped run")
+    download.fetch(entry, progress=False)
+    assert not archive.exists() and raw_dir(entry).is_dir()
+
+
+def test_a_mirror_that_is_no_url_is_one_line_naming_the_variable(served, monkeypatch):
+    monkeypatch.setenv("MGGCN_DATA_URL", "http://[::1")
+    with pytest.raises(DownloadError) as err:
+        open_dataset("cora", progress=False)
+    text = one_line(err)
+    assert "http://[::1/cora/" in text and "(from MGGCN_DATA_URL): not a URL that can be fetched" in text

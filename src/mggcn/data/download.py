@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from mggcn.config import __version__
-from mggcn.data.catalog import NamedDataset, RemoteFile, cache_dir, download_dir
+from mggcn.data.catalog import MIRROR_ENV, NamedDataset, RemoteFile, cache_dir, download_dir
 from mggcn.utils.errors import GraphError
 from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
@@ -80,18 +80,55 @@ def dataset_lock(dataset: NamedDataset, progress: bool = True) -> Iterator[None]
     except ImportError:  # no advisory locks here: processes must not fetch the same dataset at once
         yield
         return
-    with open(folder / ".lock", "a+b") as handle:
+    try:
+        handle = open(folder / ".lock", "a+b")
+    except OSError as exc:  # a cache no one can write (read-only): nothing to wait for; a write will say why
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise GraphError(f"{folder / '.lock'}: cannot lock the dataset cache ({exc.strerror or exc})") from None
+        yield
+        return
+    with handle:
+        waited_since = None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if progress:
                 print(f"mggcn: {dataset.name}: waiting for another process that is downloading or preparing it "
                       f"(it holds {folder / '.lock'})", file=sys.stderr, flush=True)
+            waited_since = time.time()
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            _raise_failure_meanwhile(folder, waited_since)
+            try:
+                yield
+            except DownloadError as exc:
+                _note_failure(folder, str(exc))
+                raise
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+# the message of a download that failed, kept for the processes that waited for it (the ranks of one host): they end
+# with it at once instead of each trying again, one after the other, for as long again
+_FAILED = ".failed"
+
+
+def _note_failure(folder: Path, message: str) -> None:
+    with contextlib.suppress(OSError):
+        (folder / _FAILED).write_text(message + "\n", encoding="utf-8")
+
+
+def _raise_failure_meanwhile(folder: Path, waited_since: float | None) -> None:
+    """Raise the :class:`DownloadError` of a download that failed while this process waited for it; a process that
+    did not wait tries afresh."""
+    failed = folder / _FAILED
+    try:
+        if waited_since is not None and failed.stat().st_mtime >= waited_since - 1.0:
+            message = failed.read_text(encoding="utf-8").strip()
+            raise DownloadError(f"{message} (the download this process waited for, by another process)")
+        failed.unlink(missing_ok=True)
+    except (OSError, UnicodeDecodeError):
+        pass
 
 
 def _folder(dataset: NamedDataset) -> Path:
@@ -111,7 +148,11 @@ def fetch(dataset: NamedDataset, progress: bool = True) -> Path:
         fetch_files(dataset, progress)
         return download_dir(dataset) / dataset.reader_path
     target = raw_dir(dataset)
-    if not target.is_dir():
+    if target.is_dir():  # extracted; an archive still here is one a stopped run had not removed yet
+        for file in dataset.files:
+            with contextlib.suppress(OSError):  # a cache this process may not change keeps it
+                (download_dir(dataset) / file.name).unlink(missing_ok=True)
+    else:
         placed = all((download_dir(dataset) / f.name).is_file() for f in dataset.files)
         (archive,) = fetch_files(dataset, progress)
         try:
@@ -165,8 +206,9 @@ def _fetch_file(dataset: NamedDataset, file: RemoteFile, dest: Path, progress: b
             break
         except _Cut as cut:
             if attempt == ATTEMPTS - 1:
-                raise DownloadError(f"{url}: {cut} ({ATTEMPTS} tries; {part} holds what came, and "
-                                    "the next run continues from it)") from None
+                kept = (f"{part} holds what came, and the next run continues from it" if part.is_file() else
+                        "the next run starts over")
+                raise DownloadError(f"{url}: {cut} ({ATTEMPTS} tries; {kept})") from None
             time.sleep(BACKOFF_S * 2**attempt)
     problem = _problem(file, part)
     if problem:
@@ -181,6 +223,9 @@ def _request(url: str, start: int) -> http.client.HTTPResponse:
         headers["Range"] = f"bytes={start}-"
     try:
         return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
+    except ValueError as exc:  # no URL urllib can fetch ("http://[::1": an invalid IPv6 host)
+        mirror = f" (from {MIRROR_ENV})" if os.environ.get(MIRROR_ENV, "").strip() else ""
+        raise DownloadError(f"{url}{mirror}: not a URL that can be fetched ({' '.join(str(exc).split())})") from None
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and start:  # nothing after what the .part holds: the next attempt starts over
             raise _Cut("the server has nothing after the partial file's end") from None
@@ -211,15 +256,20 @@ def _download(url: str, part: Path, progress: bool) -> None:
         with open(part, "ab" if resumed else "wb") as out, \
                 Progress(total, f"download {part.name[:-5]}", "B", done=start, prefix="mggcn", stream=sys.stderr,
                          quiet=not progress, summary=True) as bar:
-            try:
-                while block := response.read(_BLOCK):
-                    out.write(block)
-                    done += len(block)
-                    bar.update(len(block))
-            except (OSError, http.client.HTTPException) as exc:
-                raise _Cut(f"the connection broke after {done:,} bytes ({exc.__class__.__name__})") from None
+            while block := _read(response, done):
+                out.write(block)  # an error here is the disk's (full, quota): fetch_files says so, not a retry
+                done += len(block)
+                bar.update(len(block))
     if total is not None and done != total:
         raise _Cut(f"the connection ended after {done:,} of {total:,} bytes")
+
+
+def _read(response: http.client.HTTPResponse, done: int) -> bytes:
+    """The next block of ``response`` (empty at its end); :class:`_Cut` when the connection breaks."""
+    try:
+        return response.read(_BLOCK)
+    except (OSError, http.client.HTTPException) as exc:
+        raise _Cut(f"the connection broke after {done:,} bytes ({exc.__class__.__name__})") from None
 
 
 def _range_start(response: http.client.HTTPResponse) -> int | None:
