@@ -262,8 +262,9 @@ def _f1_counts(z: torch.Tensor, y: torch.Tensor, labels: torch.Tensor, predicted
     return counts
 
 
-class _MaskedBinaryCrossEntropyFunction(torch.autograd.Function):
-    """Forward computes the loss and its gradient; backward hands the gradient out (scaled when not by 1)."""
+class _MaskedBinaryCrossEntropyFunction(_MaskedCrossEntropyFunction):
+    """Forward computes the loss and its gradient; backward, the cross-entropy's, hands the gradient out (scaled when
+    not by 1)."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, spec: MaskedBinaryCrossEntropy):  # type: ignore[override]
@@ -289,13 +290,3 @@ class _MaskedBinaryCrossEntropyFunction(torch.autograd.Function):
         ctx.mark_non_differentiable(counts)
         ctx.set_materialize_grads(False)
         return loss, counts
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_loss: torch.Tensor, _grad_counts):  # type: ignore[override]
-        (grad,) = ctx.saved_tensors
-        if grad_loss is None:
-            return None, None
-        if not bool(grad_loss == 1):
-            grad = grad.mul_(grad_loss)
-        return grad, None

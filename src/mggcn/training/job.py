@@ -416,19 +416,21 @@ def _check_same_dataset(ctx: DistContext, dataset: Dataset) -> None:
     directory), or torchrun's nodes each reading their own copy of different data, would have the ranks cut their
     shards of different graphs, without a word or with a collective of mismatched sizes. Compared: the sizes, and a
     prepared dataset's fingerprint (its manifest's; other datasets are not hashed for this, which costs a pass)."""
-    mine = (dataset.fingerprint if isinstance(dataset, PreparedDataset) else None, dataset.num_nodes,
-            dataset.num_edges, dataset.num_features, dataset.num_classes, dataset.multilabel)
+    mine = dataset_identity(dataset, content=isinstance(dataset, PreparedDataset))  # the manifest's fingerprint
+    mine.pop("name")  # each node may read it from its own path
     seen = all_gather_objects(ctx, mine)
-    if len(set(seen)) > 1:
+    if any(s != seen[0] for s in seen):
         shown = "; ".join(f"rank {r}: {_identity_text(s)}" for r, s in enumerate(seen) if s != seen[0] or r == 0)
         raise GraphError(f"{dataset.name}: the ranks opened different datasets ({shown}): each node must read the "
                          "same data; one replaced while the job started: run the job again")
 
 
-def _identity_text(identity: tuple) -> str:
-    fingerprint, n, e, f, c, multilabel = identity
-    sizes = f"{n} vertices, {e} edges, {f} features, {c} {'labels' if multilabel else 'classes'}"
-    return sizes + (f", fingerprint {fingerprint}" if fingerprint else "")
+def _identity_text(identity: dict) -> str:
+    """A dataset's identity (:func:`dataset_identity`) as the refusal of different datasets says it."""
+    kind = "labels" if identity.get("multilabel") else "classes"
+    sizes = (f"{identity['num_nodes']} vertices, {identity['num_edges']} edges, {identity['num_features']} features, "
+             f"{identity['num_classes']} {kind}")
+    return sizes + (f", fingerprint {identity['fingerprint']}" if "fingerprint" in identity else "")
 
 
 class _EpochLog:

@@ -495,17 +495,20 @@ def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor |
     acc = _f1(counts) if multilabel else (counts / split_sizes).tolist()
     final = {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
     if multilabel:
-        final.update({f"{s}_rocauc": _split_roc_auc(ctx, logits, y, mask) for s, mask in zip(SPLITS, split_masks)})
+        final.update(_split_roc_auc(ctx, logits, y, split_masks))
     return final
 
 
-def _split_roc_auc(ctx: DistContext, logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float | None:
-    """A split's ROC-AUC (:func:`~mggcn.nn.loss.roc_auc`) over every rank's rows of it: a ranking, which no sum of
-    per-rank numbers gives, so each rank's scores and labels of the split go to rank 0 (once, after training), which
-    sends the result back."""
-    parts = gather_objects(ctx, (logits[mask].float().cpu(), y[mask].cpu()))
-    auc = roc_auc(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])) if parts else None
-    return broadcast_object(ctx, auc)
+def _split_roc_auc(ctx: DistContext, logits: torch.Tensor, y: torch.Tensor,
+                   split_masks: list[torch.Tensor]) -> dict[str, float | None]:
+    """Each split's ROC-AUC (:func:`~mggcn.nn.loss.roc_auc`) over every rank's rows of it, ``{split}_rocauc``: a
+    ranking, which no sum of per-rank numbers gives, so each rank's scores and labels of the splits go to rank 0 in
+    one gather (once, after training), which sends the results back."""
+    parts = gather_objects(ctx, [(logits[mask].float().cpu(), y[mask].cpu()) for mask in split_masks])
+    aucs = None if parts is None else {
+        f"{s}_rocauc": roc_auc(torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts]))
+        for k, s in enumerate(SPLITS)}
+    return broadcast_object(ctx, aucs)
 
 
 def _split_counts(scores: torch.Tensor, split_masks: list[torch.Tensor]) -> torch.Tensor:
