@@ -80,7 +80,8 @@ class TrainedModel:
         stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
         best_epoch: with patience, the epoch whose weights were kept.
         final: ``train_acc``, ``val_acc``, ``test_acc`` of ``model`` in eval mode (an epoch's record in ``history``
-            is measured before that epoch's update); micro-F1 (threshold logit > 0) for a multi-label dataset.
+            is measured before that epoch's update); micro-F1 (threshold logit > 0) for a multi-label dataset; None
+            for a split without a vertex (in ``history`` too).
     """
 
     model: LayerStack

@@ -56,6 +56,20 @@ def test_curves_plot_the_loss_and_accuracies_of_the_metrics():
     assert acc_ax.lines[3].get_xdata()[0] == 2  # the best validation epoch is marked
 
 
+def test_a_split_without_vertices_has_no_curve_and_no_best_epoch(tmp_path):
+    """Records of a dataset without validation vertices hold null there: no validation curve (a flat 0 would read
+    as a model that gets every vertex wrong), no best-validation mark; the file still makes a report."""
+    records = [{**r, "val_acc": None} for r in _records()]
+    fig, series = plot_curves(records)
+    acc_ax = fig.axes[1]
+    assert "val_acc" not in series and [line.get_label() for line in acc_ax.lines] == ["train", "test"]
+    assert read_metrics(str(_write(tmp_path / "m.jsonl", records)))[0]["val_acc"] is None
+    assert main(["report", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "out")]) == 0
+    partial = [{**r, "val_acc": None if r["epoch"] == 2 else r["val_acc"]} for r in _records()]
+    fig, series = plot_curves(partial)
+    assert np.isnan(series["val_acc"][1]) and fig.axes[1].lines[3].get_xdata()[0] == 4  # best of those measured
+
+
 def test_phase_bars_stack_the_phases_of_each_epoch():
     records = _records()
     fig, series = plot_phases(records)

@@ -52,24 +52,35 @@ def test_final_line_names_the_weights_and_the_best_validation_epoch():
     assert format_final(history, final, kept_epoch=2).startswith("mggcn: trained model (weights of epoch 2, eval")
 
 
-def test_a_split_without_vertices_is_shown_as_none_not_as_accuracy_0(tmp_path):
-    """A dataset of train and test vertices only (no validation split): the last line says ``val -`` and names no
-    best validation epoch (each epoch's 0 would pick epoch 1), through the command as through format_final."""
+def test_a_split_without_vertices_is_none_not_accuracy_0(tmp_path):
+    """A dataset without validation vertices, and one without test vertices: nothing is measured there, so the
+    records, the final accuracies and the metrics file hold None (null), and every line shows ``-``: the epoch lines,
+    the last line (no best validation epoch without a validation split; its test part ``-`` without a test split)."""
+    import json
+
     import numpy as np
 
     from cli_util import run_cli
 
-    history = [{"epoch": e, "val_acc": 0.0, "test_acc": t} for e, t in [(1, 0.4), (2, 0.6)]]
-    final = {"train_acc": 1.0, "val_acc": 0.0, "test_acc": 0.625}
-    assert format_final(history, final, empty_splits=("val",)) == (
-        "mggcn: trained model (after epoch 2, eval mode): train 1.0000 val - test 0.6250")
+    history = [{"epoch": e, "val_acc": 0.5 + e / 10, "test_acc": None} for e in (1, 2)]
+    final = {"train_acc": 1.0, "val_acc": 0.75, "test_acc": None}
+    assert format_final(history, final) == ("mggcn: trained model (after epoch 2, eval mode): train 1.0000 val 0.7500 "
+                                            "test - | best validation 0.7000 at epoch 2 (test -)")
     rng = np.random.default_rng(0)
     n = 40
     np.savetxt(tmp_path / "edges.txt", rng.integers(0, n, (160, 2)), fmt="%d")
-    np.save(tmp_path / "split.npy", np.where(np.arange(n) < 30, 0, 2))  # train and test only
     np.save(tmp_path / "y.npy", np.arange(n) % 3)
-    done = run_cli("train", str(tmp_path / "edges.txt"), "--format", "edgelist", "--split", str(tmp_path / "split.npy"),
-                   "--labels", str(tmp_path / "y.npy"), "--epochs", "3", "--quiet")
-    assert done.returncode == 0, done.stderr
-    last = done.stdout.strip().splitlines()[-1]
-    assert " val - test " in last and "best validation" not in last, last
+    for empty, split in (("val", np.where(np.arange(n) < 30, 0, 2)), ("test", np.where(np.arange(n) < 30, 0, 1))):
+        np.save(tmp_path / "split.npy", split)
+        metrics = tmp_path / f"no-{empty}.jsonl"
+        done = run_cli("train", str(tmp_path / "edges.txt"), "--format", "edgelist", "--split",
+                       str(tmp_path / "split.npy"), "--labels", str(tmp_path / "y.npy"), "--epochs", "3",
+                       "--metrics", str(metrics), "--log-every", "1")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.strip().splitlines()
+        assert all(f" {empty} - " in line for line in lines if line.startswith("epoch ")), lines
+        assert f" {empty} - " in lines[-1] + " " and "0.0000" not in lines[-1], lines[-1]
+        assert ("best validation" in lines[-1]) == (empty == "test"), lines[-1]
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        assert len(records) == 3 and all(r[f"{empty}_acc"] is None for r in records)
+        assert all(isinstance(r["train_acc"], float) for r in records)

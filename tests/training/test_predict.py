@@ -141,6 +141,28 @@ def test_kept_weights_have_the_best_validation_accuracy(tmp_path):
     assert (pred[val] == graph.y[val]).mean() == pytest.approx(result.history[result.best_epoch - 1]["val_acc"])
 
 
+@pytest.mark.parametrize("model,options", [("gcn", {"batch_norm": True}), ("gin", {"gin_mlp_batch_norm": True})])
+def test_kept_batch_norm_weights_are_those_the_best_epoch_measured(tmp_path, model, options):
+    """Early stopping keeps the weights as the best epoch measured them, running statistics included: the training
+    forward of that epoch moves them after they were measured. The kept model equals, bitwise, a run of one epoch
+    fewer without patience (whose weights the best epoch measured), and predicts the best epoch's accuracy."""
+    kept, plain = str(tmp_path / "kept.pt"), str(tmp_path / "plain.pt")
+    base = {"model": model, "hidden": (16,), "lr": 0.05, "trace_epoch": 0, **options}
+    result = run_train_job(TrainJob(dataset="builtin:karate", quiet=True, save_model=kept,
+                                    config=TrainConfig(epochs=200, patience=5, **base)))
+    assert result.stopped == "early" and result.best_epoch > 1
+    run_train_job(TrainJob(dataset="builtin:karate", quiet=True, save_model=plain,
+                           config=TrainConfig(epochs=result.best_epoch - 1, **base)))
+    kept_state, plain_state = torch.load(kept), torch.load(plain)
+    assert any("running_mean" in k for k in kept_state)
+    assert kept_state.keys() == plain_state.keys()
+    for k in kept_state:
+        torch.testing.assert_close(kept_state[k], plain_state[k], rtol=0, atol=0, msg=k)
+    graph = parse_spec("builtin:karate")
+    pred, val = predict(kept, "builtin:karate"), graph.masks["val"]
+    assert (pred[val] == graph.y[val]).mean() == pytest.approx(result.history[result.best_epoch - 1]["val_acc"])
+
+
 @pytest.mark.parametrize("kind,nprocs", [("sage", 3), ("gin", 2)])
 def test_sage_and_gin_saved_models_load_into_pyg_and_predict_the_same(tmp_path, kind, nprocs):
     """The saved weights load strictly into PyG's GraphSAGE / GIN, which predicts what the training run and

@@ -196,6 +196,23 @@ def test_resuming_a_run_that_stopped_early_trains_no_more(tmp_path):
     assert len(longer.history) > len(whole.history)
 
 
+def test_patience_added_on_resume_says_where_it_starts_watching(tmp_path, capsys):
+    """A run without patience keeps no best weights: resumed with patience, early stopping can only watch the
+    epochs it trains, and says so (the final line's best validation may then be an epoch before the resume)."""
+    ck = tmp_path / "ck"
+
+    def job(patience, epochs, resume=False):
+        config = TrainConfig(hidden=(8,), epochs=epochs, seed=1, trace_epoch=0, patience=patience, lr=0.05)
+        return TrainJob(dataset=KARATE, config=config, quiet=True, checkpoint_dir=str(ck), checkpoint_every=1,
+                        resume=resume)
+
+    run_train_job(job(0, 4))
+    capsys.readouterr()
+    resumed = run_train_job(job(3, 200, resume=True))
+    assert "early stopping watches from epoch 5 on" in capsys.readouterr().err
+    assert resumed.stopped == "early" and resumed.best_epoch >= 5
+
+
 def test_a_checkpoint_resumes_on_the_prepared_directory_of_its_dataset_and_back(tmp_path):
     """A dataset is known by its content: a run checkpointed on an edge list resumes on the directory mggcn prepare
     made of it, and the other way round, to the losses of the uninterrupted run (a graph in memory and a prepared

@@ -46,7 +46,8 @@ _COMM = ("broadcast", "allreduce")  # the upper lines
 # pixels high)
 _MAX_HEIGHT = 60.0
 # the numbers of a record the plots read (each optional: an older record may lack a phase)
-_NUMBERS = ("train_acc", "val_acc", "test_acc", "epoch_s", *STACKED, *_FOLDED)
+_SCORES = ("train_acc", "val_acc", "test_acc")
+_NUMBERS = (*_SCORES, "epoch_s", *STACKED, *_FOLDED)
 
 
 class MetricsError(InputError):
@@ -65,8 +66,9 @@ _MAX_LINE = 256 << 20
 def read_metrics(path: str) -> list[dict]:
     """The records of a ``--metrics`` file, one per epoch, in epoch order.
 
-    A resumed run appends to the file of the run it continues, which may have gone past its last checkpoint: the
-    last record of an epoch wins. A final line cut short (a killed run: no newline ends it) is skipped.
+    A resumed run writes the file again, its checkpoint's records first; a file that holds an epoch twice (one
+    appended to by hand, or the same run's records concatenated) keeps the last record of it. A final line cut short
+    (a killed run: no newline ends it) is skipped.
     """
     by_epoch: dict[int, dict] = {}
     cut = None
@@ -139,7 +141,8 @@ def _epoch_of(path: str, number: int, record: Any) -> int:
     """The epoch of line ``number``'s ``record``, or :class:`MetricsError` for a record that is not one."""
     if not isinstance(record, dict) or "epoch" not in record or "loss" not in record:
         raise MetricsError(f"{path} line {number}: not an epoch record (no 'epoch' and 'loss')")
-    bad = [k for k in ("epoch", "loss", *_NUMBERS) if k in record and not _is_number(record[k])]
+    bad = [k for k in ("epoch", "loss", *_NUMBERS) if k in record and not _is_number(record[k])
+           and not (k in _SCORES and record[k] is None)]  # None: a split without a vertex
     if bad or not math.isfinite(record["epoch"]) or record["epoch"] != int(record["epoch"]):
         raise MetricsError(f"{path} line {number}: '{(bad or ['epoch'])[0]}' is not a number of an epoch record")
     problem = _timeline_problem(record.get("timeline"))
@@ -194,25 +197,31 @@ def _column(records: Iterable[dict], key: str) -> list[float]:
 
 def plot_curves(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
     """Loss (left) and train/val/test accuracy (right; a multi-label run's records say they hold micro-F1) per
-    epoch; the best validation epoch marked."""
-    series = {"epoch": [int(r["epoch"]) for r in records]}
-    for key in ("loss", "train_acc", "val_acc", "test_acc"):
-        series[key] = _column(records, key)
+    epoch; the best validation epoch marked. A split without a vertex (its accuracies None) has no curve, and
+    without a validation split no epoch is marked."""
+    series = {"epoch": [int(r["epoch"]) for r in records], "loss": _column(records, "loss")}
+    for key in _SCORES:
+        if any(r.get(key) is not None for r in records):
+            series[key] = [math.nan if r.get(key) is None else float(r[key]) for r in records]
     fig, (loss_ax, acc_ax) = _figure(10, 3.6, 1, 2)
     loss_ax.plot(series["epoch"], series["loss"], color="black", label="training loss")
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
     if min(series["loss"]) > 0 and max(series["loss"]) > 30 * min(series["loss"]):
         loss_ax.set_yscale("log")
     loss_ax.grid(alpha=0.3)
-    for key, color in (("train_acc", "#1f77b4"), ("val_acc", "#ff7f0e"), ("test_acc", "#2ca02c")):
-        acc_ax.plot(series["epoch"], series[key], color=color, label=key.split("_")[0])
-    best = max(range(len(records)), key=lambda i: series["val_acc"][i])
-    acc_ax.axvline(series["epoch"][best], color="gray", linestyle=":",
-                   label=f"best val {series['val_acc'][best]:.3f} (epoch {series['epoch'][best]})")
+    for key, color in zip(_SCORES, ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=True):
+        if key in series:
+            acc_ax.plot(series["epoch"], series[key], color=color, label=key.split("_")[0])
+    if "val_acc" in series:
+        val = series["val_acc"]
+        best = max((i for i in range(len(records)) if not math.isnan(val[i])), key=lambda i: val[i])
+        acc_ax.axvline(series["epoch"][best], color="gray", linestyle=":",
+                       label=f"best val {val[best]:.3f} (epoch {series['epoch'][best]})")
     metric = next((str(r["metric"]) for r in records if "metric" in r), "accuracy")
     acc_ax.set(xlabel="epoch", ylabel=metric, title=metric[:1].upper() + metric[1:], ylim=(0, 1.02))
     acc_ax.grid(alpha=0.3)
-    acc_ax.legend(loc="lower right", fontsize="small")
+    if acc_ax.lines:
+        acc_ax.legend(loc="lower right", fontsize="small")
     return fig, series
 
 
@@ -377,7 +386,8 @@ def write_tensorboard(records: list[dict], logdir: str) -> None:
                 step = int(r["epoch"])
                 writer.add_scalar("loss", r["loss"], step)
                 for split in ("train", "val", "test"):
-                    writer.add_scalar(f"accuracy/{split}", r[f"{split}_acc"], step)
+                    if r[f"{split}_acc"] is not None:  # a split without a vertex has no scalars
+                        writer.add_scalar(f"accuracy/{split}", r[f"{split}_acc"], step)
                 for key in ("epoch_s", *STACKED, *_FOLDED):
                     if key in r:
                         writer.add_scalar(f"time/{key}", r[key], step)

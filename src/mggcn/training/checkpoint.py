@@ -220,8 +220,9 @@ def _history(value: object) -> str | None:
     for i, r in enumerate(value):
         if not (isinstance(r, dict) and _is_int(r.get("epoch"))):
             return f"not a list of epoch records (record {i} has no integer epoch)"
-        bad = next((k for k in ("loss", "train_acc", "val_acc", "test_acc") if not _is_number(r.get(k))), None)
-        if bad is not None:
+        bad = next((k for k in ("loss", "train_acc", "val_acc", "test_acc")
+                    if not (_is_number(r.get(k)) or (k != "loss" and k in r and r[k] is None))), None)
+        if bad is not None:  # an accuracy is None for a split without a vertex
             return f"not a list of epoch records (record {i}'s {bad} is not a number)"
     return None
 

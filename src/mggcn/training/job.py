@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,7 +92,7 @@ class JobResult:
     checkpoint: str | None = None
     resumed_from: str | None = None
     final: dict = field(default_factory=dict)  # accuracies of the returned weights in eval mode (TrainResult.final)
-    empty_splits: tuple[str, ...] = ()  # splits without a vertex: their accuracies are 0 and mean nothing
+    empty_splits: tuple[str, ...] = ()  # splits without a vertex: their accuracies are None
 
 
 def format_labels(dataset: Dataset) -> str:
@@ -168,6 +168,9 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     if cfg.patience <= 0 and state.get("best") is not None:
         # the best weights of a run with patience: this run keeps its last weights, as it would uninterrupted
         return {**state, "best": None}, path
+    if cfg.patience > 0 and state.get("best") is None:
+        report(f"patience {cfg.patience}: {path} was saved by a run without patience, which kept no best "
+               f"weights: early stopping watches from epoch {state['epoch'] + 1} on")
     return found
 
 
@@ -320,29 +323,34 @@ def format_setup(setup: dict) -> str:
 
 
 def format_epoch(record: dict) -> str:
-    return (f"epoch {record['epoch']:4d} | loss {record['loss']:.4f} | train {record['train_acc']:.4f} "
-            f"val {record['val_acc']:.4f} test {record['test_acc']:.4f} | {record['epoch_s']:.3f} s "
+    return (f"epoch {record['epoch']:4d} | loss {record['loss']:.4f} | train {_score(record['train_acc'])} "
+            f"val {_score(record['val_acc'])} test {_score(record['test_acc'])} | {record['epoch_s']:.3f} s "
             f"(spmm {record['spmm']:.3f}, wait {record['comm_wait']:.3f}, gemm {record['gemm']:.3f})")
 
 
-def format_final(history: list[dict], final: dict, kept_epoch: int | None = None,
-                 empty_splits: Sequence[str] = ()) -> str:
+def _score(value: float | None) -> str:
+    """An accuracy, or ``-`` for a split without a vertex (None)."""
+    return "-" if value is None else f"{value:.4f}"
+
+
+def format_final(history: list[dict], final: dict, kept_epoch: int | None = None) -> str:
     """The last line of a run: the accuracies of the trained model (eval mode), then the epoch of the best validation
     accuracy and that epoch's test accuracy (an epoch's record is measured before its update).
 
     ``kept_epoch``: the epoch whose weights the run keeps (``--patience``); default the weights after the last update.
-    ``empty_splits``: splits without a vertex, shown as ``-`` (no best validation epoch without a validation split).
+    A split without a vertex (None) is shown as ``-``; without a validation split there is no best validation epoch.
     A multi-label run's line ends with each split's ROC-AUC (``-`` where no label has both a positive and a negative
     vertex in the split).
     """
     weights = f"weights of epoch {kept_epoch}" if kept_epoch is not None else f"after epoch {len(history)}"
-    acc = {s: "-" if s in empty_splits else f"{final[f'{s}_acc']:.4f}" for s in SPLITS}
+    acc = {s: _score(final[f"{s}_acc"]) for s in SPLITS}
     line = f"mggcn: trained model ({weights}, eval mode): train {acc['train']} val {acc['val']} test {acc['test']}"
-    if history and "val" not in empty_splits:
+    if history and final["val_acc"] is not None:
         best = max(history, key=lambda r: r["val_acc"])  # the first of equals
-        line += f" | best validation {best['val_acc']:.4f} at epoch {best['epoch']} (test {best['test_acc']:.4f})"
+        line += (f" | best validation {_score(best['val_acc'])} at epoch {best['epoch']} "
+                 f"(test {_score(best['test_acc'])})")
     if "train_rocauc" in final:  # multi-label: OGB's metric for ogbn-proteins too
-        auc = {s: "-" if final[f"{s}_rocauc"] is None else f"{final[f'{s}_rocauc']:.4f}" for s in SPLITS}
+        auc = {s: _score(final[f"{s}_rocauc"]) for s in SPLITS}
         line += f" | ROC-AUC train {auc['train']} val {auc['val']} test {auc['test']}"
     return line
 
@@ -378,7 +386,7 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         predictions = _write_outputs(job, ctx, shard, result, identity)
         empty = tuple(s for s in SPLITS if shard.split_sizes[s] == 0)
         if ctx.is_main and not job.quiet:
-            _report_end(result, cfg.patience, empty)
+            _report_end(result, cfg.patience)
         outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
                             result.checkpoint, resume[1] if resume else None, result.final, empty)
     except BaseException:
@@ -494,7 +502,7 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
     return predictions
 
 
-def _report_end(result: TrainResult, patience: int, empty_splits: Sequence[str]) -> None:
+def _report_end(result: TrainResult, patience: int) -> None:
     """How the run ended (a signal, early stopping) and the final accuracies."""
     if result.stopped == "interrupted":
         saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no checkpoint directory)"
@@ -502,5 +510,4 @@ def _report_end(result: TrainResult, patience: int, empty_splits: Sequence[str])
     elif result.stopped == "early":
         print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
               f"{result.best_epoch}", flush=True)
-    print(format_final(result.history, result.final, result.best_epoch if patience > 0 else None, empty_splits),
-          flush=True)
+    print(format_final(result.history, result.final, result.best_epoch if patience > 0 else None), flush=True)

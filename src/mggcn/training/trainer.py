@@ -67,7 +67,8 @@ class TrainResult:
     With patience, the model holds the weights of ``best_epoch``.
     ``final``: ``train_acc``, ``val_acc``, ``test_acc`` of the weights the run ends with (after the last update, or
     with patience those of ``best_epoch``), in eval mode (no dropout). An epoch's record holds the accuracies of the
-    weights at the START of that epoch, so none of them is this.
+    weights at the START of that epoch, so none of them is this. A split without a vertex has None, in the records
+    too.
     """
 
     history: list[dict] = field(default_factory=list)
@@ -160,12 +161,18 @@ def _f1(counts: torch.Tensor) -> list[float]:
     return (counts[:3] / counts[3:].clamp(min=1.0)).tolist()
 
 
-def _accuracies(stats: torch.Tensor, split_sizes: torch.Tensor) -> list[float]:
+def _accuracies(stats: torch.Tensor, split_sizes: torch.Tensor) -> list[float | None]:
     """The splits' accuracies from an epoch's summed :class:`_Stats`: correct / split size, or, multi-label (the
-    longer stats), micro-F1."""
+    longer stats), micro-F1; None for a split without a vertex."""
     if stats.shape[0] == _Stats.SIZE:
-        return (stats[_Stats.CORRECT] / split_sizes).tolist()
-    return _f1(_unpack(stats[_Stats.F1]))
+        return _measured((stats[_Stats.CORRECT] / split_sizes.clamp(min=1)).tolist(), split_sizes)
+    return _measured(_f1(_unpack(stats[_Stats.F1])), split_sizes)
+
+
+def _measured(acc: list[float], split_sizes: torch.Tensor) -> list[float | None]:
+    """``acc`` with None for each split without a vertex: nothing was measured there (a 0 would read as a model that
+    gets every vertex wrong, and be plotted and compared as one)."""
+    return [None if size == 0 else a for a, size in zip(acc, split_sizes.tolist(), strict=True)]
 
 
 @dataclass
@@ -178,6 +185,7 @@ class _BestWeights:
     state: dict[str, torch.Tensor] | None = None
     epoch: int | None = None
     since: int = 0
+    buffers: dict[str, torch.Tensor] | None = None  # the buffers at the start of the epoch (:meth:`before_step`)
 
     @classmethod
     def resumed(cls, patience: int, best: dict | None) -> _BestWeights:
@@ -190,12 +198,21 @@ class _BestWeights:
         return None if self.state is None else {"val_acc": self.val_acc, "since": self.since, "model": self.state,
                                                 "epoch": self.epoch}
 
-    def update(self, epoch: int, val_acc: float, model: LayerStack | MasterWeights) -> None:
+    def before_step(self, model: LayerStack, weights: LayerStack | MasterWeights) -> None:
+        """Keep the buffers that the step's training forward moves (batch norms' running statistics): the weights
+        :meth:`update` keeps must be those the epoch measured, as they were before that forward."""
+        if self.patience > 0:
+            names = {name for name, _ in model.named_buffers()}
+            self.buffers = {k: v.detach().clone() for k, v in weights.state_dict().items() if k in names}
+
+    def update(self, epoch: int, val_acc: float | None, weights: LayerStack | MasterWeights) -> None:
+        """After the step's backward, before its update: the parameters are still those the epoch measured."""
         if self.patience <= 0:
             return
-        if val_acc > self.val_acc:
+        if val_acc is not None and val_acc > self.val_acc:
             self.val_acc, self.since, self.epoch = val_acc, 0, epoch
-            self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            self.state = {k: v.detach().clone() for k, v in weights.state_dict().items()}
+            self.state.update(self.buffers or {})
         else:
             self.since += 1
 
@@ -284,7 +301,7 @@ def _setup(ctx: DistContext, shard: Shard, cfg: TrainConfig, clock: SetupClock, 
     if keep and model.reads_training_columns:
         adj.use_training_columns(shard.masks["train"])  # the last layer's backward reads only these columns
     split_masks = [shard.masks[s] for s in SPLITS]
-    split_sizes = torch.tensor([max(shard.split_sizes[s], 1) for s in SPLITS], dtype=torch.float64)
+    split_sizes = torch.tensor([shard.split_sizes[s] for s in SPLITS], dtype=torch.float64)
     # the gradient of the logits overwrites them (the model returns them on its workspace; nothing reads them after)
     loss = MaskedBinaryCrossEntropy if y.ndim == 2 else MaskedCrossEntropy
     criterion = loss(y, shard.masks["train"], shard.split_sizes["train"], model.workspace,
@@ -303,6 +320,7 @@ def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, chec
             logits = model(x, adj, timer, x_agg, logits_in_workspace=True)
             counts = _split_counts(run.criterion.hits(logits.float()), run.split_masks)
             model.train()
+    run.best.before_step(model, run.weights)
     run.optimizer.zero_grad(set_to_none=False)
     logits = model(x, adj, timer, x_agg, logits_in_workspace=True, loss_on_train_rows=True)
     with timer("criterion"):
@@ -492,7 +510,7 @@ def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor |
     multilabel = y.ndim == 2
     scores = f1_counts(logits, y) if multilabel else label_hits(logits, y)
     counts = all_reduce_sum(ctx, _split_counts(scores, split_masks).to(y.device)).cpu()
-    acc = _f1(counts) if multilabel else (counts / split_sizes).tolist()
+    acc = _measured(_f1(counts) if multilabel else (counts / split_sizes.clamp(min=1)).tolist(), split_sizes)
     final = {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
     if multilabel:
         final.update(_split_roc_auc(ctx, logits, y, split_masks))

@@ -129,7 +129,9 @@ class Progress:
 
 
 def _epoch_postfix(record: dict) -> dict[str, str]:
-    return {"loss": f"{record['loss']:.4f}", "train": f"{record['train_acc']:.3f}", "val": f"{record['val_acc']:.3f}"}
+    """The bar's latest loss and accuracies (``-`` for a split without a vertex)."""
+    return {"loss": f"{record['loss']:.4f}",
+            **{s: "-" if record[f"{s}_acc"] is None else f"{record[f'{s}_acc']:.3f}" for s in ("train", "val")}}
 
 
 def epoch_progress(epochs: int, line: Callable[[dict], str], done: int = 0, quiet: bool = False, log_every: int = 1,

@@ -179,7 +179,7 @@ def _train(convs, optimizer, x, y, adj, rows: dict, opts: BenchOptions, dev: tor
         sync()
         t3 = time.perf_counter()
         pred = h.detach().argmax(1)
-        acc = {s: float((pred[r] == y[r]).float().mean()) if r.numel() else 0.0 for s, r in rows.items()}
+        acc = {s: float((pred[r] == y[r]).float().mean()) if r.numel() else None for s, r in rows.items()}
         history.append({"epoch": epoch, "loss": float(loss.detach()), "train_acc": acc["train"], "val_acc": acc["val"],
                         "test_acc": acc["test"], "epoch_s": t3 - t0, "forward": t1 - t0, "backward": t2 - t1,
                         "optimizer": t3 - t2})

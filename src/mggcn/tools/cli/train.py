@@ -202,8 +202,8 @@ def _finish_train(args: argparse.Namespace, result) -> int:
     if args.quiet and int(os.environ.get("RANK", "0")) == 0 and result.history:
         from mggcn.training.job import format_final
 
-        print(format_final(result.history, result.final, result.best_epoch if args.patience > 0 else None,
-                           result.empty_splits), flush=True)
+        print(format_final(result.history, result.final, result.best_epoch if args.patience > 0 else None),
+              flush=True)
     if args.tensorboard and int(os.environ.get("RANK", "0")) == 0:
         from mggcn.tools.report import TensorBoardMissing, write_tensorboard
 
