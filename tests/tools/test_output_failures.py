@@ -115,13 +115,13 @@ def test_prepare_never_moves_a_special_file_aside(tmp_path):
 
 
 def test_a_short_write_on_a_full_disk_is_said_as_no_space(tmp_path, monkeypatch):
-    from mggcn.data.prepared import writer
+    from mggcn.utils import files
 
     short = OSError("800000 requested and 16384 written")  # numpy's tofile: no errno
-    assert writer._write_failure(short, tmp_path) == "800000 requested and 16384 written"
-    monkeypatch.setattr(writer.os, "statvfs", lambda _: os.statvfs_result((4096,) * 3 + (0,) * 7))
-    assert writer._write_failure(short, tmp_path) == "No space left on device"
-    assert writer._write_failure(OSError(5, "Input/output error"), tmp_path) == "Input/output error"
+    assert files.write_failure(short, tmp_path) == "800000 requested and 16384 written"
+    monkeypatch.setattr(files.os, "statvfs", lambda _: os.statvfs_result((4096,) * 3 + (0,) * 7))
+    assert files.write_failure(short, tmp_path) == "No space left on device"
+    assert files.write_failure(OSError(5, "Input/output error"), tmp_path) == "Input/output error"
 
 
 @pytest.mark.parametrize(("model", "said"), [("/dev/null", "is a device, FIFO or socket, not a model file"),

@@ -53,6 +53,9 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
         return
     if not path:  # the working directory's name, to the calls that take a path: no file
         raise ConfigError(f"{option} '': an empty path names no file", option)
+    if path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):  # open() would write the file without it
+        raise ConfigError(f"{option} {path}: ends in '{path[-1]}', the name of a directory; give the file's name",
+                          option)
     for target in (path, sidecar_path(path)) if sidecar and not written_in_place(path) else (path,):
         if written_in_place(target):
             continue

@@ -42,8 +42,19 @@ class OutputError(OSError):
 def _failed(path: str, err: OSError, doing: str = "cannot write") -> OutputError:
     if isinstance(err, OutputError):
         return err
-    reason = err.strerror or str(err) or type(err).__name__
-    return OutputError(path, f"{doing}: {reason}", err.errno)
+    return OutputError(path, f"{doing}: {write_failure(err, os.path.dirname(os.path.abspath(path)))}", err.errno)
+
+
+def write_failure(err: OSError, directory: str | os.PathLike) -> str:
+    """Why a write into ``directory`` failed, in the system's words: numpy's ``tofile`` reports a short write without
+    an errno ("800000 requested and 16384 written"), which on a file system with no space left is that."""
+    if err.strerror:
+        return err.strerror
+    try:
+        full = os.statvfs(directory).f_bavail == 0
+    except OSError:
+        full = False
+    return os.strerror(errno.ENOSPC) if full else str(err) or type(err).__name__
 
 
 def is_special(path: str | os.PathLike) -> bool:
@@ -118,8 +129,10 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         _check_reader(path)
         try:
             write(path)
-        except OSError as err:
-            raise _failed(path, err) from None
+        except Exception as err:
+            if _os_error(err) is None:
+                raise
+            raise _failed(path, _os_error(err)) from None
         return
     target = os.path.realpath(path)  # a link stays a link: the file it points to is replaced
     parent = os.path.dirname(target)
@@ -138,9 +151,18 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
     except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(err, OSError):
-            raise _failed(path, err) from None
+        if isinstance(err, Exception) and _os_error(err) is not None:
+            raise _failed(path, _os_error(err)) from None
         raise
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The OSError behind ``err``, if any: ``torch.save`` reports a write that failed (a full disk) as a RuntimeError
+    of its own, raised while handling the OSError."""
+    seen: BaseException | None = err
+    while seen is not None and not isinstance(seen, OSError):
+        seen = seen.__cause__ or seen.__context__
+    return seen
 
 
 def write_output(path: str, write: Callable[[IO[Any]], None], text: bool = False, sync: bool = False) -> None:
@@ -181,12 +203,17 @@ class _OutputStream:
             self._file = open(path, "w")  # noqa: SIM115 - closed by close()
         except OSError as err:
             raise _failed(path, err) from None
+        # a regular file is cut back to what the last flush wrote whole when a write fails (a full disk): it never
+        # ends in part of a line; a pipe or a device cannot be cut
+        self._whole = 0
+        self._fd = os.dup(self._file.fileno()) if stat.S_ISREG(os.fstat(self._file.fileno()).st_mode) else None
 
     def _do(self, action: Callable[[], Any]) -> Any:
         try:
             return action()
         except OSError as err:
             self._broken = True
+            self._cut()
             raise _failed(self.path, err) from None
 
     def write(self, text: str) -> None:
@@ -196,18 +223,36 @@ class _OutputStream:
         self._do(lambda: self._file.writelines(lines))
 
     def flush(self) -> None:
+        """Write out what was written so far: a whole number of lines, which a later failure does not cut into."""
         self._do(self._file.flush)
+        if self._fd is not None:
+            self._whole = os.lseek(self._fd, 0, os.SEEK_CUR)
+
+    def _cut(self) -> None:
+        """After a failed write: close (what the buffer still holds may land in part), then cut the file back to the
+        last flush."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, self._whole)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
 
     def close(self) -> None:
         """Close, raising a failure to write what is left; after a failure already raised, quietly (the error is
         said once, and what was not written is lost either way)."""
         if not self._broken:
             self._do(self._file.close)
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
             return
-        try:
-            self._file.close()
-        except OSError:
-            pass
+        self._cut()
 
 
 def open_output(path: str) -> _OutputStream:

@@ -22,7 +22,6 @@ This module never imports torch (a process preparing a big graph under a tight m
 from __future__ import annotations
 
 import datetime
-import errno
 import importlib.metadata
 import json
 import os
@@ -57,6 +56,7 @@ from mggcn.data.prepared.reader import (
     nnz_per_rank,
 )
 from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.files import write_failure
 from mggcn.utils.outputs import follow_umask
 from mggcn.utils.progress import Progress
 from mggcn.utils.units import parse_bytes
@@ -239,25 +239,13 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
             f.write("\n")
         partial.install(source, overwrite)
     except OSError as exc:
-        why = _write_failure(exc, parent)  # before the partial files are removed: a full disk looks full
+        why = write_failure(exc, parent)  # before the partial files are removed: a full disk looks full
         partial.discard()
         raise GraphError(f"{exc.filename or out}: cannot write the prepared dataset ({why})") from None
     except BaseException:
         partial.discard()
         raise
     return out
-
-
-def _write_failure(exc: OSError, parent: Path) -> str:
-    """Why a write failed, in the system's words: numpy's ``tofile`` reports a short write without an errno
-    ("800000 requested and 16384 written"), which on a file system with no space left is that."""
-    if exc.strerror:
-        return exc.strerror
-    try:
-        full = os.statvfs(parent).f_bavail == 0
-    except OSError:
-        full = False
-    return os.strerror(errno.ENOSPC) if full else str(exc) or type(exc).__name__
 
 
 def _spill_edges(src: _Source, spill: EdgeSpill, chunk: int, report: Progress) -> None:

@@ -1,0 +1,83 @@
+"""Outputs that a write fails in the middle of (a full disk, simulated by a file size limit: RLIMIT_FSIZE makes a
+write past it fail with EFBIG as a full disk fails with ENOSPC): one line naming the file, nothing half-written left;
+and output paths that name a directory ("out/") refused before anything runs."""
+
+import json
+import resource
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cli_util import run_cli
+
+TRAIN = ["train", "builtin:karate", "--quiet", "--trace-epoch", "0", "--threads", "1"]
+
+
+def _limited(limit: int, *args: str, cwd) -> subprocess.CompletedProcess:
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "mggcn", *args], preexec_fn=limit_file_size, capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def _one_error_line(out, *words: str) -> None:
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+def test_a_model_file_that_does_not_fit_is_one_line_and_no_file(tmp_path):
+    """torch.save reports the failed write as a RuntimeError of its own (the OSError behind it): still one line."""
+    out = _limited(1500, *TRAIN, "--epochs", "2", "--save-model", "m.pt", cwd=tmp_path)
+    assert out.returncode == 1
+    _one_error_line(out, "m.pt: cannot write: File too large")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_write_that_torch_reports_as_its_own_error_is_said_as_the_disk_s(tmp_path):
+    """torch.save into a file object on a full disk raises a RuntimeError of its writer ("unexpected pos") while
+    handling the OSError of the write: the output's error says the OSError."""
+    from mggcn.utils.files import OutputError, write_output
+
+    def torch_like(f) -> None:
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1536 vs 1488") from None
+
+    with pytest.raises(OutputError, match="m.pt: cannot write: No space left on device"):
+        write_output(str(tmp_path / "m.pt"), torch_like)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="not a write"):  # an error with no OSError behind it stays itself
+        write_output(str(tmp_path / "m.pt"), lambda f: (_ for _ in ()).throw(RuntimeError("not a write")))
+
+
+def test_a_metrics_file_that_fills_the_disk_keeps_whole_records(tmp_path):
+    out = _limited(3000, *TRAIN, "--epochs", "30", "--metrics", "m.jsonl", cwd=tmp_path)
+    assert out.returncode == 1
+    _one_error_line(out, "m.jsonl: cannot write: File too large")
+    text = (tmp_path / "m.jsonl").read_text()
+    assert text and text.endswith("\n") and len(text) <= 3000
+    records = [json.loads(line) for line in text.splitlines()]
+    assert [r["epoch"] for r in records] == list(range(1, len(records) + 1))
+
+
+@pytest.mark.parametrize("option", ["--save-predictions", "--metrics", "--save-model"])
+def test_an_output_path_ending_in_a_separator_is_refused_before_training(tmp_path, option):
+    out = run_cli(*TRAIN, "--epochs", "1", option, str(tmp_path / "out") + "/")
+    assert out.returncode == 2
+    _one_error_line(out, option, "the name of a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_out_ending_in_a_separator_is_refused(tmp_path):
+    model = tmp_path / "m.pt"
+    assert run_cli(*TRAIN, "--epochs", "1", "--save-model", str(model)).returncode == 0
+    out = run_cli("predict", str(model), "builtin:karate", "--out", str(tmp_path / "p") + "/")
+    assert out.returncode == 2
+    _one_error_line(out, "the name of a directory")
+    assert not (tmp_path / "p").exists()
