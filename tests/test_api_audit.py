@@ -324,3 +324,54 @@ def test_a_second_backward_of_one_forward_says_what_to_do(kind):
     (once(x, adj).sum() + once(x, adj).square().sum()).backward()
     for p, q in zip(plain.parameters(), once.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("spec", ["synthetic:n=100", "builtin:karate"])
+def test_reader_options_on_a_built_in_dataset_are_refused_not_ignored(spec, tmp_path):
+    """The command line refuses --features/--labels/--split for a built-in or generated dataset; the API ignored
+    them and trained on the dataset's own data. False (an option left off) is not an option given."""
+    options = dict(epochs=1, quiet=True, threads=1)
+    for bad in ({"features": "x.npy"}, {"labels": "y.npy"}, {"split": "s.npy"}, {"normalize_features": True}):
+        with pytest.raises(mggcn.ConfigError, match=f"{spec}: a built-in or generated dataset takes no "
+                                                    f"{next(iter(bad))}") as err:
+            mggcn.train(spec, **bad, **options)
+        _one_line(err)
+    assert mggcn.train(spec, normalize_features=False, **options).history
+    model = tmp_path / "m.pt"
+    mggcn.train(spec, **options).save(str(model))
+    with pytest.raises(mggcn.ConfigError, match="takes no features"):
+        mggcn.predict(str(model), spec, read_options={"features": "x.npy"})
+
+
+def test_hidden_takes_numpy_ints_and_refuses_what_has_no_order():
+    import numpy as np
+
+    assert mggcn.train("builtin:karate", hidden=np.int64(8), epochs=1, quiet=True).config.hidden == (8,)
+    for bad in ({8: 1}, {8}):
+        with pytest.raises(mggcn.ConfigError, match="hidden must be a sequence of positive integers"):
+            mggcn.train("builtin:karate", hidden=bad, epochs=1, quiet=True)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gin", "gat"])
+def test_norm_of_a_model_that_aggregates_its_own_way_is_refused(kind):
+    """--norm picks the GCN's Â; the others have their own, and a norm given to them was silently ignored."""
+    with pytest.raises(mggcn.ConfigError, match=f"norm is for model gcn, not {kind}") as err:
+        mggcn.train("builtin:karate", model=kind, norm="mean", epochs=1, quiet=True)
+    _one_line(err)
+    assert mggcn.train("builtin:karate", model=kind, norm="sym", epochs=1, quiet=True).history  # the default
+
+
+@pytest.mark.parametrize("build, error, message", [
+    (lambda: mggcn.GCN([F, 8, C], dropout=2.0), mggcn.ConfigError, r"dropout must be in \[0, 1\), got 2.0"),
+    (lambda: mggcn.GCN([F, 8, C], input_dropout=float("nan")), mggcn.ConfigError, "input_dropout must be in"),
+    (lambda: mggcn.GraphSAGE([F, 8, C], dropout=-1.0), mggcn.ConfigError, r"dropout must be in \[0, 1\), got -1"),
+    (lambda: mggcn.GCNLayer(4, -3), ValueError, "a layer's out_dim must be a positive int, got -3"),
+    (lambda: mggcn.GCNLayer(0, 3), ValueError, "a layer's in_dim must be a positive int, got 0"),
+    (lambda: mggcn.GCN(5), ValueError, "dims must be a sequence of layer sizes"),
+])
+def test_model_arguments_no_model_can_have_are_refused_when_built(build, error, message):
+    """As torch's modules refuse nn.Dropout(p=2) when built: a probability out of range failed only in a training
+    forward, inside torch, naming another p; a negative width inside torch's Linear; an int for dims in len()."""
+    with pytest.raises(error, match=message) as err:
+        build()
+    _one_line(err)

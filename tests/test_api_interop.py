@@ -81,12 +81,17 @@ def test_edge_weights_are_refused_unless_all_one():
         _train(_data(edge_weight=torch.rand(90) + 0.5))
     assert err.value.option == "edge_weight" and _one_line(err)
     assert _numbers(_train(_data(edge_weight=torch.ones(90)))) == _numbers(_train(_data()))
+    for wrong in (torch.ones(89), torch.ones(90, 1), torch.ones(91)):  # ones, but not one per edge
+        with pytest.raises(mggcn.GraphError, match=r"edge_weight has shape .* but edge_index has 90 edges") as err:
+            _train(_data(edge_weight=wrong))
+        assert err.value.option == "edge_weight" and _one_line(err)
 
 
 _BAD_DATA = {
     "hetero": (lambda d: HeteroData(), "to_homogeneous"),
     "meta x": (lambda d: _data(x=torch.empty(N, F, device="meta")), "'meta' device"),
     "sparse x": (lambda d: _data(x=d.x.to_sparse()), "sparse tensor"),
+    "x a row short": (lambda d: _data(x=d.x[:-1]), r"out of range for data.num_nodes = 23 \(PyG counts the rows of x"),
     "y [n, 2, 3]": (lambda d: _data(y=torch.zeros(N, 2, 3)), r"y must be .* shape \[24, 2, 3\]"),
     "y of 2": (lambda d: _data(y=2 * torch.nn.functional.one_hot(d.y)), "vertex 0 has 2 for label"),
     "1-D x": (lambda d: _data(x=d.x[:, 0]), r"x must be \[n, F\], got shape \[24\]"),

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,9 +150,9 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
-    if isinstance(hidden, int):
+    if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):  # numpy's ints too
         hidden = (hidden,)
-    elif not isinstance(hidden, (str, bytes)):  # a string is refused whole by the settings' check
+    elif not isinstance(hidden, (str, bytes, Mapping, Set)):  # refused whole by the settings' check: no order
         hidden = tuple(hidden) if hasattr(hidden, "__iter__") else hidden
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
     read_options = {k: _read_option(k, options[k]) for k in _READ_KEYS if options.get(k) is not None}

@@ -357,6 +357,18 @@ def test_edgelist_chunks_match_the_whole_reader(tmp_path, src):  # noqa: F811
         list(formats.iter_edgelist_chunks(path, chunk_edges=4, num_nodes=20))
 
 
+def test_prepare_names_the_line_of_an_id_beyond_the_vertex_files(tmp_path):
+    """With features (or labels) n is known before the edges stream: prepare names the line, as train does."""
+    path = tmp_path / "g.txt"
+    path.write_text("0 1\n" * 9 + "2 7\n")
+    np.save(tmp_path / "x.npy", np.ones((5, 3), dtype=np.float32))
+    for run in (lambda: prepare(path, tmp_path / "out", fmt="edgelist", features=tmp_path / "x.npy", progress=False),
+                lambda: formats.read_edgelist(path, features=tmp_path / "x.npy")):
+        with raises_naming(path, "line 10", "vertex id 7 is out of range [0, 5) (the rows of x.npy)"):
+            run()
+    assert not (tmp_path / "out").exists()
+
+
 def test_balance_matches_make_partition():
     nnz = np.random.default_rng(1).integers(1, 50, 103)
     for p in (1, 2, 4, 8):

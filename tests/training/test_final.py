@@ -84,3 +84,14 @@ def test_a_split_without_vertices_is_none_not_accuracy_0(tmp_path):
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
         assert len(records) == 3 and all(r[f"{empty}_acc"] is None for r in records)
         assert all(isinstance(r["train_acc"], float) for r in records)
+
+
+@pytest.mark.parametrize("extra", [[], ["--nprocs", "2"]])
+def test_quiet_with_no_epoch_to_train_still_says_the_final_line(extra):
+    """--quiet leaves the last line: --epochs 0 measures the initial weights, and said nothing when quiet."""
+    from cli_util import run_cli
+
+    done = run_cli("train", "builtin:karate", "--epochs", "0", "--quiet", *extra)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [line for line in done.stdout.splitlines() if line.strip()]
+    assert len(done.stdout.splitlines()) == 1 and "trained model (after epoch 0, eval mode)" in done.stdout

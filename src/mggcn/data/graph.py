@@ -286,9 +286,14 @@ def split_mask(values: np.ndarray, n: int, split: int | None, key: str, name: st
     return mask
 
 
-def _check_edge_weight(weight: np.ndarray | None, name: str) -> None:
+def _check_edge_weight(weight: np.ndarray | None, name: str, num_edges: int | None) -> None:
     """Refuse edge weights other than 1: Â counts each edge once, so training on them would silently ignore them.
-    (``edge_attr`` is ignored, as PyG's ``GCN``, ``GraphSAGE``, ``GIN`` and ``GAT`` models ignore it by default.)"""
+    (``edge_attr`` is ignored, as PyG's ``GCN``, ``GraphSAGE``, ``GIN`` and ``GAT`` models ignore it by default.)
+    Weights that are not one per edge are refused too, as PyG's layers refuse them (``num_edges`` None: the
+    edge_index's own check says what is wrong with it)."""
+    if weight is not None and num_edges is not None and (weight.ndim != 1 or weight.shape[0] != num_edges):
+        raise GraphError(f"{name}: edge_weight has shape {list(weight.shape)}, but edge_index has {num_edges} edges: "
+                         "give one weight per edge, or delete data.edge_weight", "edge_weight")
     if weight is not None and weight.size and not (weight == 1).all():
         raise GraphError(f"{name}: edge_weight is not all 1, but mggcn's Â weighs every edge 1; delete "
                          "data.edge_weight to train on the unweighted graph", "edge_weight")
@@ -309,8 +314,13 @@ def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", la
         raise GraphError(f"{name}: the PyG Data has no {', '.join(missing)}; set data.{missing[0]}", missing[0])
     arrays = {k: tensor_array(getattr(data, k), k, name) for k in (*fields, "edge_weight")
               if getattr(data, k, None) is not None}
-    _check_edge_weight(arrays.get("edge_weight"), name)
+    shape = np.shape(arrays["edge_index"])
+    _check_edge_weight(arrays.get("edge_weight"), name, shape[1] if len(shape) == 2 and shape[0] == 2 else None)
     n = int(data.num_nodes)
+    ei = arrays["edge_index"]
+    if np.size(ei) and np.issubdtype(ei.dtype, np.integer) and int(ei.max()) >= n:
+        raise GraphError(f"{name}: edge endpoint {int(ei.max())} is out of range for data.num_nodes = {n} (PyG counts "
+                         "the rows of x unless num_nodes is set): give x a row per vertex, or set data.num_nodes")
     if not labelled:
         masks = {"train": np.ones(n, dtype=bool), "val": np.zeros(n, dtype=bool), "test": np.zeros(n, dtype=bool)}
         return graph_from_arrays(n, arrays["edge_index"], arrays["x"], np.zeros(n, dtype=np.int64), masks, name,

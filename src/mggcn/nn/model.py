@@ -42,7 +42,6 @@ dict loads into PyG's ``models.GCN``, or ``torch.nn.ModuleList([GCNConv(...), ..
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 
 import torch
@@ -50,6 +49,7 @@ from torch import nn
 
 from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
+from mggcn.nn.arguments import check_dims, check_layer_sizes, check_probabilities
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
 from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout, hooked_module
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
@@ -147,6 +147,7 @@ def glorot_linear(in_dim: int, out_dim: int, bias: bool = True,
     """A linear map with zero bias whose weight is drawn with PyG's ``glorot`` from ``generator`` (a model's seeded
     one: nothing drawn from torch's global RNG); None: ``torch.nn.Linear``'s own initialization, from the global
     RNG, as a layer built alone expects."""
+    check_layer_sizes(in_dim, out_dim)
     if generator is None:
         lin = nn.Linear(in_dim, out_dim, bias=bias)
     else:
@@ -424,13 +425,10 @@ class LayerStack(nn.Module):
                  input_dropout: float = 0.0, reuse_buffers: bool = True, seed: int | None = None,
                  batch_norm: bool = False) -> None:
         super().__init__()
-        if len(dims) < 2:
-            raise ValueError(f"a {type(self).__name__} needs at least input and output dimensions")
-        if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in dims):
-            raise ValueError(f"dims must be positive ints [d_0, ..., d_L], got {list(dims)}")
+        self.dims = check_dims(type(self).__name__, dims)
+        check_probabilities(dropout=dropout, input_dropout=input_dropout)
         if activation not in ACTIVATIONS:
             raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{activation}'", "activation")
-        self.dims = [int(d) for d in dims]
         self.activation, self.dropout, self.input_dropout = activation, dropout, input_dropout
         self.convs = nn.ModuleList()
         if batch_norm:  # after each hidden layer, before σ (PyG's norms.{l}), over every rank's vertices

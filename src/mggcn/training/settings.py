@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping, Set
 from numbers import Integral, Real
 from typing import Any
 
@@ -96,8 +97,11 @@ def check_config(cfg: TrainConfig) -> None:
     for option in sorted({o for cls in MODEL_TYPES.values() for o in cls.options} - set(kind.options)):
         if getattr(cfg, option) != defaults[option]:  # an option of another model, set
             raise ConfigError(f"{option} is for model {models_taking(option)}, not {cfg.model}", option)
+    if cfg.norm != defaults["norm"] and kind.operator(cfg.norm) == kind.operator(defaults["norm"]):
+        takes = ", ".join(k for k, cls in MODEL_TYPES.items() if cls.operator(cfg.norm) != cls.operator("sym"))
+        raise ConfigError(f"norm is for model {takes}, not {cfg.model} (which has an aggregation of its own)", "norm")
     hidden = cfg.hidden
-    iterable = not isinstance(hidden, (str, bytes)) and hasattr(hidden, "__iter__")
+    iterable = not isinstance(hidden, (str, bytes, Mapping, Set)) and hasattr(hidden, "__iter__")  # in order
     if not iterable or not all(isinstance(h, Integral) and not isinstance(h, bool) for h in hidden):
         raise ConfigError(f"hidden must be a sequence of positive integers, got {hidden!r}", "hidden")
     if any(h < 1 for h in hidden):

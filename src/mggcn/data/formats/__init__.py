@@ -40,7 +40,7 @@ from typing import Any
 
 from mggcn.data.formats.checks import PathLike
 from mggcn.data.formats.dgl_reddit import read_dgl_reddit
-from mggcn.data.formats.edgelist import edgelist_vertex_data, iter_edgelist_chunks, read_edgelist
+from mggcn.data.formats.edgelist import edgelist_vertex_data, iter_edgelist_chunks, known_vertex_count, read_edgelist
 from mggcn.data.formats.memory import from_pyg, from_tensors, transform
 from mggcn.data.formats.mggcn_bin import read_mggcn_bin, write_mggcn_bin
 from mggcn.data.formats.mtx import read_mtx
@@ -57,6 +57,7 @@ __all__ = [
     "from_pyg",
     "from_tensors",
     "iter_edgelist_chunks",
+    "known_vertex_count",
     "read",
     "read_dgl_reddit",
     "read_edgelist",

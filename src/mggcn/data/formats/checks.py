@@ -162,6 +162,9 @@ def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
     """An ``.npy`` array (``mmap``: the read-only map), memory-mapped first: the header is checked against the file's
     size (a header may claim any shape) and a file of Python objects is refused before a byte of data is read."""
     path = require_file(path)
+    problem = _npy_header_problem(path)
+    if problem:
+        raise file_error(path, problem)
     try:
         arr = np.load(path, allow_pickle=False, mmap_mode="r")
     except CORRUPT as exc:
@@ -176,6 +179,31 @@ def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
         return np.load(path, allow_pickle=False)
     except CORRUPT as exc:  # changed since it was checked
         raise file_error(path, f"truncated or corrupt .npy file ({why(exc)})") from None
+
+
+def _npy_header_problem(path: Path) -> str | None:
+    """What the start of ``path`` says is wrong with it as an ``.npy`` array (np.load takes any file without
+    numpy's header for a pickle, and says so): not an array at all, or one of Python objects. None: np.load may
+    read it (an array, or an ``.npz`` archive, which the caller refuses by name)."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(6)
+            if start[:2] == b"PK":
+                return None
+            if start != b"\x93NUMPY":
+                kind = "text" if start and all(32 <= c < 127 or c in b"\t\r\n" for c in start) else "data"
+                return f"not an .npy file: it begins as {kind}, without numpy's header (np.save writes one)"
+            f.seek(0)
+            version = np.lib.format.read_magic(f)
+            reader = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in reader:
+                return None
+            dtype = reader[version](f)[2]
+    except (OSError, ValueError, SyntaxError):  # np.load says what is wrong with the header
+        return None
+    if dtype.hasobject:
+        return f"holds Python objects (dtype {dtype}), not numbers; save the numbers (np.save with a numeric dtype)"
+    return None
 
 
 def open_npz(path: Path, what: str = "an .npz archive") -> np.lib.npyio.NpzFile:

@@ -29,7 +29,7 @@ from mggcn.data.formats.compressed import DECOMPRESS_ERRORS, open_text
 from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
 
-__all__ = ["read_edgelist", "iter_edgelist_chunks", "edgelist_vertex_data"]
+__all__ = ["read_edgelist", "iter_edgelist_chunks", "edgelist_vertex_data", "known_vertex_count"]
 
 
 def read_edgelist(path: PathLike, features: PathLike | None = None, labels: PathLike | None = None,
@@ -62,12 +62,13 @@ def read_edgelist(path: PathLike, features: PathLike | None = None, labels: Path
 
 
 def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: str | None = None,
-                         comment: str | Sequence[str] = ("#", "%"),
-                         num_nodes: int | None = None) -> Iterator[np.ndarray]:
+                         comment: str | Sequence[str] = ("#", "%"), num_nodes: int | None = None,
+                         n_from: str = "") -> Iterator[np.ndarray]:
     """Stream the edges of a file :func:`read_edgelist` reads, as ``int64 [2, k]`` chunks of at most ``chunk_edges``.
 
     Same layout detection (header, delimiter, comments, compression) and the same one-line errors naming the file
-    and the line; ids are checked against ``num_nodes`` when given, else only for being negative. Memory: one chunk.
+    and the line; ids are checked against ``num_nodes`` when given (``n_from``: where it came from), else only for
+    being negative. Memory: one chunk.
     """
     path = require_file(path)
     comments = (comment,) if isinstance(comment, str) else tuple(comment)
@@ -104,7 +105,7 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
                 if ei.size and int(ei.min()) < 0:
                     e = int(np.argmax((ei < 0).any(axis=0)))
                     raise file_error(path, f"{line_of(e)}: vertex id {int(ei[:, e].min())} is negative")
-                yield check_edges(ei, bound, path, line_of)
+                yield check_edges(ei, bound, path, line_of, n_from)
                 done += ei.shape[1]
         except ValueError as exc:
             if isinstance(exc, GraphError):
@@ -152,6 +153,18 @@ def _edgelist_num_nodes(path: Path, ids_end: int, num_edges: int | None, num_nod
     """``n`` and where it came from: ``num_nodes``, else the rows of the features/labels files (an id beyond them
     is an error), else the largest id + 1, if that leaves at most :data:`ISOLATED_SLACK` more vertices than the
     edges can touch (a stray id must not make millions of vertices: pass ``num_nodes`` to mean it)."""
+    known = known_vertex_count(num_nodes, features, labels)
+    if known is not None:
+        return known
+    if num_edges is not None:
+        check_vertex_count(path, ids_end, num_edges, "pass num_nodes= to mean it", "num_nodes")
+    return ids_end, f"n = largest id in {path.name} + 1"
+
+
+def known_vertex_count(num_nodes: int | None, features: PathLike | None,
+                       labels: PathLike | None) -> tuple[int, str] | None:
+    """``(n, where it came from)`` where it is known before the edges are read: ``num_nodes``, else the rows of the
+    features/labels files; None: the edges' largest id decides."""
     if num_nodes is not None:
         return num_nodes, f"num_nodes={num_nodes}"
     rows = {}
@@ -161,9 +174,7 @@ def _edgelist_num_nodes(path: Path, ids_end: int, num_edges: int | None, num_nod
             rows[Path(extra).name] = int(arr.shape[0]) if arr.ndim else 0
     if rows:
         return max(rows.values()), f"the rows of {' and '.join(rows)}"
-    if num_edges is not None:
-        check_vertex_count(path, ids_end, num_edges, "pass num_nodes= to mean it", "num_nodes")
-    return ids_end, f"n = largest id in {path.name} + 1"
+    return None
 
 
 def _first_data_line(path: Path, comments: Sequence[str], skiprows: int) -> tuple[int, str] | None:

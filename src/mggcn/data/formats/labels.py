@@ -33,7 +33,7 @@ def _error(path: PathLike, msg: str) -> GraphError:
 def read_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_unlabelled: bool) -> np.ndarray:
     """The labels of ``path`` for ``n`` vertices (``n_from``: where ``n`` came from): a label matrix ``[n, C]`` as
     :func:`check_label_matrix` reads it, anything else as :func:`check_labels` does."""
-    if y.ndim > 2:
+    if y.ndim > 2 or y.ndim == 0 or (y.ndim == 2 and y.shape[1] == 0):
         raise _error(path, f"labels must be a vector [n] (one class per vertex) or a 0/1 matrix [n, C] (a column "
                            f"per label), got shape {list(y.shape)}")
     if is_label_matrix(y):

@@ -25,7 +25,8 @@ __all__ = ["read_mtx"]
 def read_mtx(path: PathLike, features: PathLike | None = None, labels: PathLike | None = None,
              split: PathLike | None = None, num_classes: int | None = None, seed: int = 0,
              num_features: int = 32) -> Graph:
-    """Read a Matrix Market adjacency; a nonzero ``A[i, j]`` is the edge ``i -> j`` (row = source).
+    """Read a Matrix Market adjacency; a nonzero ``A[i, j]`` is the edge ``i -> j`` (row = source), unweighted
+    whatever its value (an explicit 0 is no edge).
 
     Vertex data comes from the optional ``.npy``/``.npz`` files or is synthesized (see the module docstring).
     """

@@ -145,8 +145,10 @@ def _edgelist_source(path: Path, options: dict[str, Any], built: dict) -> _Sourc
         x = loaded["x"]
         return _VertexData(loaded["y"], loaded["masks"], loaded["classes"], x.shape[1], _row_chunks(x))
 
+    # an id beyond the vertex files' rows is refused as the edges stream, naming its line
+    bound, n_from = formats.known_vertex_count(num_nodes, options.get("features"), options.get("labels")) or (None, "")
     return _Source(str(path), built, num_nodes, None,
-                   lambda chunk: formats.iter_edgelist_chunks(path, chunk, num_nodes=num_nodes, **layout),
+                   lambda chunk: formats.iter_edgelist_chunks(path, chunk, num_nodes=bound, n_from=n_from, **layout),
                    vertex_data, check=check)
 
 

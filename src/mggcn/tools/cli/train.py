@@ -199,7 +199,7 @@ def _check_tensorboard(args: argparse.Namespace) -> None:
 def _finish_train(args: argparse.Namespace, result) -> int:
     """--quiet: rank 0 still says the final accuracies (the one line a quiet run prints); --tensorboard: rank 0 writes
     the run's records as TensorBoard scalars. Returns the exit status."""
-    if args.quiet and int(os.environ.get("RANK", "0")) == 0 and result.history:
+    if args.quiet and int(os.environ.get("RANK", "0")) == 0 and result.final:
         from mggcn.training.job import format_final
 
         print(format_final(result.history, result.final, result.best_epoch if args.patience > 0 else None),
