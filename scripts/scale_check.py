@@ -11,6 +11,10 @@ reference measured in the same run.
         and sorting them, both ways, into the CSR of the graph and the CSR of its transpose (two np.sort of the
         graph's 2·E directed keys). The ratio of the times.
 
+    python scripts/scale_check.py read [EDGES] [--out FILE]
+        An edge list of EDGES random edges (default 5000000) written as text, streamed as `mggcn prepare` reads it
+        (mggcn.data.formats.iter_edgelist_chunks, blocks of 2^20 edges) against numpy reading the whole file by its
+        path (np.loadtxt, its block reader, one thread): edges/s of each and the ratio of the times.
     python scripts/scale_check.py table NAME=REPORT... [--out FILE]
         One Markdown table of `mggcn bench` reports (scripts/gpu_scale.sh writes one per shape): per shape, the
         graph's generation seconds and nonzeros/s, and per configuration the time to its first epoch, s/epoch, peak
@@ -106,6 +110,42 @@ print(json.dumps({"seconds": time.perf_counter() - start, "draw_s": drawn - star
 """
 
 
+_STREAM = """
+import json, sys, time
+from mggcn.data.formats import iter_edgelist_chunks
+start = time.perf_counter()
+edges = sum(chunk.shape[1] for chunk in iter_edgelist_chunks(sys.argv[1]))
+print(json.dumps({"seconds": time.perf_counter() - start, "edges": edges}))
+"""
+
+_LOADTXT = """
+import json, sys, time
+import numpy as np
+start = time.perf_counter()
+table = np.loadtxt(sys.argv[1], dtype=np.int64, usecols=(0, 1), ndmin=2)
+print(json.dumps({"seconds": time.perf_counter() - start, "edges": int(table.shape[0])}))
+"""
+
+
+def read(edges: int) -> dict:
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "edges.txt")
+        pairs = np.random.default_rng(0).integers(0, max(edges // 10, 1), (edges, 2))
+        with open(path, "w") as f:
+            for begin in range(0, edges, 1 << 20):
+                f.write("\n".join(f"{u} {v}" for u, v in pairs[begin:begin + (1 << 20)].tolist()) + "\n")
+        size = os.path.getsize(path)
+        mine, ref = _child(_STREAM, path), _child(_LOADTXT, path)
+    if mine["edges"] != edges or ref["edges"] != edges:
+        raise SystemExit(f"scale_check: read {mine['edges']} and {ref['edges']} edges of {edges}")
+    return {"edges": edges, "bytes": size, "stream_s": mine["seconds"], "loadtxt_s": ref["seconds"],
+            "ratio": mine["seconds"] / ref["seconds"]}
+
+
 def generate(spec: str) -> dict:
     mine = _child(_GENERATE, spec)
     ref = _child(_SORT, str(mine["nnz"]))
@@ -185,6 +225,14 @@ def table(pairs: list[str]) -> str:
 
 def _print(result: dict) -> None:
     gib = 2**30
+    if "stream_s" in result:
+        mib = result["bytes"] / 2**20
+        print(f"streamed {result['edges']:,} edges ({mib:.0f} MiB of text) as prepare reads them: "
+              f"{result['stream_s']:.2f} s ({result['edges'] / result['stream_s'] / 1e6:.1f} M edges/s)")
+        print(f"numpy reads the whole file by its path: {result['loadtxt_s']:.2f} s "
+              f"({result['edges'] / result['loadtxt_s'] / 1e6:.1f} M edges/s, one thread)")
+        print(f"streamed / whole: {result['ratio']:.2f}x")
+        return
     if "generate_s" in result:
         print(f"generated {result['spec']}: {result['nnz']:,} nonzeros in {result['generate_s']:.2f} s "
               f"({result['nnz_per_s'] / 1e6:.1f} M/s, {result['threads']} threads, peak "
@@ -204,7 +252,7 @@ def _print(result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("generate", "first-epoch", "table"))
+    parser.add_argument("what", choices=("generate", "first-epoch", "read", "table"))
     parser.add_argument("spec", nargs="*", help="the generated graph (default rmat:scale=21,edge_factor=16); for "
                         "table: NAME=REPORT pairs")
     parser.add_argument("--nprocs", type=int, default=1)
@@ -220,8 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args.spec) > 1:
         parser.error(f"{args.what} takes one graph")
-    spec = args.spec[0] if args.spec else DEFAULT_SPEC
-    result = generate(spec) if args.what == "generate" else first_epoch(spec, args.nprocs, args.device)
+    if args.what == "read":
+        if args.spec and not (args.spec[0].isdigit() and int(args.spec[0]) > 0):
+            parser.error(f"read takes a positive number of edges, got {args.spec[0]!r}")
+        result = read(int(args.spec[0]) if args.spec else 5_000_000)
+    else:
+        spec = args.spec[0] if args.spec else DEFAULT_SPEC
+        result = generate(spec) if args.what == "generate" else first_epoch(spec, args.nprocs, args.device)
     result["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
     _print(result)
     if args.out:

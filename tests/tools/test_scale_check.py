@@ -44,6 +44,19 @@ def test_generate_measures_the_graph_against_numpy_sorting_its_keys(tmp_path):
     assert lines[-1] == f"generation / sort: {result['ratio']:.2f}x"
 
 
+def test_read_streams_an_edge_list_against_numpy_reading_it_whole(tmp_path):
+    out = tmp_path / "read.json"
+    done = _run("read", "30000", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["edges"] == 30000 and result["bytes"] > 30000 * 4
+    assert result["ratio"] == pytest.approx(result["stream_s"] / result["loadtxt_s"])
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("streamed 30,000 edges (") and lines[-1] == f"streamed / whole: {result['ratio']:.2f}x"
+    bad = _run("read", "lots")
+    assert bad.returncode == 2 and "read takes a positive number of edges, got 'lots'" in bad.stderr
+
+
 @pytest.mark.parametrize("spec", ["rmat:scale=9,edge_factor=8",
                                   pytest.param("synthetic:n=700,degree=6", marks=pytest.mark.slow)])
 def test_first_epoch_times_mggcn_train_against_one_numpy_thread(tmp_path, spec):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
+import io
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -30,6 +31,8 @@ from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
 
 __all__ = ["read_edgelist", "iter_edgelist_chunks", "edgelist_vertex_data", "known_vertex_count"]
+
+_BLOCK_CHARS = 1 << 23  # of text parsed at once by the streaming reader, at most
 
 
 def read_edgelist(path: PathLike, features: PathLike | None = None, labels: PathLike | None = None,
@@ -68,7 +71,7 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
 
     Same layout detection (header, delimiter, comments, compression) and the same one-line errors naming the file
     and the line; ids are checked against ``num_nodes`` when given (``n_from``: where it came from), else only for
-    being negative. Memory: one chunk.
+    being negative. Memory: one block of text, of about ``chunk_edges`` lines, and its table.
     """
     path = require_file(path)
     comments = (comment,) if isinstance(comment, str) else tuple(comment)
@@ -87,26 +90,14 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
         try:
             for _ in range(skiprows):
                 f.readline()
-            while True:
-                lines = list(itertools.islice(f, chunk_edges))
-                if not lines:
-                    return
-                # numpy strips one comment prefix in C but several in Python, line by line (5x slower): pass only
-                # the prefixes this chunk contains, usually none.
-                text = "".join(lines)
-                present = [c for c in comments if c in text]
-                del text
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)  # a chunk of comments only has no data
-                    table = np.loadtxt(lines, dtype=np.int64, delimiter=delimiter, usecols=(0, 1), ndmin=2,
-                                       comments=(present[0] if len(present) == 1 else present) or None)
-                del lines
-                ei = table.T
-                if ei.size and int(ei.min()) < 0:
-                    e = int(np.argmax((ei < 0).any(axis=0)))
-                    raise file_error(path, f"{line_of(e)}: vertex id {int(ei[:, e].min())} is negative")
-                yield check_edges(ei, bound, path, line_of, n_from)
-                done += ei.shape[1]
+            for table in _tables(f, chunk_edges, delimiter, comments):
+                for begin in range(0, table.shape[0], chunk_edges):
+                    ei = table[begin:begin + chunk_edges].T
+                    if ei.size and int(ei.min()) < 0:
+                        e = int(np.argmax((ei < 0).any(axis=0)))
+                        raise file_error(path, f"{line_of(e)}: vertex id {int(ei[:, e].min())} is negative")
+                    yield check_edges(ei, bound, path, line_of, n_from)
+                    done += ei.shape[1]
         except ValueError as exc:
             if isinstance(exc, GraphError):
                 raise
@@ -114,6 +105,66 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
             raise file_error(path, where or f"unparsable ({why(exc)})") from None
         except DECOMPRESS_ERRORS as exc:
             raise file_error(path, f"truncated or corrupt file ({why(exc)})") from None
+
+
+def _tables(f: TextIO, chunk_edges: int, delimiter: str | None, comments: Sequence[str]) -> Iterator[np.ndarray]:
+    """The data rows of ``f`` from where it stands, ``int64 [k, 2]`` tables of a block of text each (the first two
+    columns): a block of about ``chunk_edges`` lines, ended at a line's end, parsed whole where it is plain (see
+    :func:`_plain_table`), else line by line as numpy's ``loadtxt`` reads them."""
+    block_chars = max(1 << 12, min(_BLOCK_CHARS, 12 * chunk_edges))
+    while True:
+        text = f.read(block_chars)
+        if not text:
+            return
+        if not text.endswith("\n"):
+            text += f.readline()
+        table = _plain_table(text, delimiter, comments)
+        if table is None:
+            # numpy strips one comment prefix in C but several in Python, line by line (5x slower): pass only
+            # the prefixes this block contains, usually none.
+            present = [c for c in comments if c in text]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # a block of comments only has no data
+                table = np.loadtxt(io.StringIO(text), dtype=np.int64, delimiter=delimiter, usecols=(0, 1), ndmin=2,
+                                   comments=(present[0] if len(present) == 1 else present) or None)
+        del text
+        yield table
+
+
+def _plain_table(text: str, delimiter: str | None, comments: Sequence[str]) -> np.ndarray | None:
+    """The first two columns of ``text`` as ``int64 [k, 2]``, parsed in one pass (numpy's ``loadtxt`` reads an open
+    file line by line, several times slower than a path), when the block is plain: whitespace-separated integers,
+    the same number of them (at least two) on every line, no comment mark, no blank line, no id beyond int64.
+    None otherwise, and the caller reads it as ``loadtxt`` does (which also says what is wrong with a line)."""
+    if delimiter is not None or any(c in text for c in ("\x0b", "\x0c", *comments)):  # \v \f: loadtxt decides
+        return None
+    raw = np.frombuffer(text.encode("utf-8", errors="replace"), dtype=np.uint8)
+    space = raw <= 32  # another control character than \t \r \n ends the parse below as no integer
+    first = np.empty(raw.size, dtype=bool)  # each token's first character: one that follows a space
+    first[0] = not space[0]
+    np.greater(space[:-1], space[1:], out=first[1:])
+    starts = np.flatnonzero(first)
+    ends = np.flatnonzero(raw == 10)
+    if raw[-1] != 10:
+        ends = np.append(ends, raw.size)  # the file's last line, without its newline
+    del raw, space, first
+    rows = ends.size
+    if rows == 0 or starts.size % rows or starts.size < 2 * rows:
+        return None
+    k = starts.size // rows
+    # every line holds exactly k tokens: line i's first after the end of line i - 1, its k-th before its own end
+    if not ((starts[::k] > np.concatenate(([-1], ends[:-1]))).all() and (starts[k - 1::k] < ends).all()):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # a token that is no integer ends the parse early
+        try:
+            values = np.fromstring(text, dtype=np.int64, sep=" ")
+        except (ValueError, DeprecationWarning):
+            return None
+    limits = np.iinfo(np.int64)
+    if values.size != starts.size or ((values == limits.max) | (values == limits.min)).any():  # saturated
+        return None
+    return np.ascontiguousarray(values.reshape(rows, k)[:, :2])
 
 
 def edgelist_vertex_data(path: PathLike, max_id: int, features: PathLike | None = None,
