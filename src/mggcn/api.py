@@ -272,9 +272,13 @@ class _Operator(StagedSpMM):
             train_columns: bool = False, accumulator: Any = None) -> torch.Tensor:
         if b.dtype != self.dtype and accumulator is None:
             mine, given = (str(d).removeprefix("torch.") for d in (self.dtype, b.dtype))
+            fix = (f"for a {given} model build adj with dtype=torch.{given}, or give the model and x in {mine}"
+                   if b.dtype in _OPERATOR_DTYPES else
+                   f"mggcn's sparse products do not run in {given}: give the model and x in {mine}, or in "
+                   f"{' or '.join(str(d).removeprefix('torch.') for d in _OPERATOR_DTYPES if d != self.dtype)} "
+                   "with an adj of that dtype")
             raise ValueError(f"adj multiplies {mine} rows (mggcn.adjacency_operator(..., dtype=torch.{mine})) and x "
-                             f"is {given}: for a {given} model build adj with dtype=torch.{given}, or give the model "
-                             f"and x in {mine}")
+                             f"is {given}: {fix}")
         return super().run(b, transpose, out, train_columns, accumulator)
 
 

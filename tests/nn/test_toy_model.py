@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 import mggcn
-from mggcn.nn.model import LayerStack, glorot_linear
+from mggcn.nn.initialization import glorot_linear
+from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model, num_parameters, register_model
 from mggcn.tools.plan import plan_memory
 from mggcn.training.predict import predict

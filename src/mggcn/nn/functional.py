@@ -231,11 +231,14 @@ class _InplaceActivation(torch.autograd.Function):
 
 
 def hooked_module(module: torch.nn.Module) -> bool:
-    """Whether a forward hook (the module's own or a global one) would see ``module``'s calls: its output is then
-    kept by user code, so a model gives it a tensor of its own and runs σ on a copy."""
+    """Whether a hook (the module's own or a global one, forward or backward) would see ``module``'s calls: a
+    forward hook's output is kept by user code, and a full backward hook makes the output a view that σ must not
+    change in place; so a model runs the module by itself (never fused with the next), gives it a tensor of its own
+    and runs σ on a copy."""
     hooks = torch.nn.modules.module
-    return bool(module._forward_hooks or module._forward_pre_hooks or hooks._global_forward_hooks
-                or hooks._global_forward_pre_hooks)
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or hooks._global_forward_hooks or hooks._global_forward_pre_hooks
+                or hooks._global_backward_hooks or hooks._global_backward_pre_hooks)
 
 
 def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.Tensor:

@@ -43,10 +43,11 @@ from torch import nn
 
 from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
 from mggcn.nn.functional import _TimedLinear, activate, check_inputs, hooked_module
-from mggcn.nn.model import Adj, LayerStack, check_order, glorot_linear
+from mggcn.nn.initialization import glorot_linear
+from mggcn.nn.model import Adj, LayerStack, check_order
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import outside_inference_mode
+from mggcn.utils.system import eager_under_compile, outside_autocast, outside_inference_mode
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GATLayer", "GAT"]
@@ -105,6 +106,15 @@ class GATLayer(nn.Module):
         # products and sums of weights' size (not einsum, a bmm that each thread of a busy machine would wait on)
         return torch.cat([self.lin.weight, *((att[0, :, :, None] * w).sum(dim=1) for att in (self.att_src,
                                                                                             self.att_dst))])
+
+    def reset_parameters(self) -> None:
+        """New weights from torch's global RNG, as ``GATConv.reset_parameters``: ``W``, ``att_src``, ``att_dst``
+        with PyG's ``glorot``, a zero bias."""
+        self.lin.reset_parameters()
+        _glorot_att(self.att_src, None)
+        _glorot_att(self.att_dst, None)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.channels}, heads={self.heads}, concat={self.concat}"
@@ -360,6 +370,8 @@ class GAT(LayerStack):
         return False  # every layer multiplies first
 
     @outside_inference_mode  # what the attention's kernel threads write must be ordinary tensors
+    @outside_autocast  # the layers compute in their weights' dtype
+    @eager_under_compile
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
                 loss_on_train_rows: bool = False) -> torch.Tensor:

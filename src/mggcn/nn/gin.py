@@ -47,7 +47,8 @@ from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.batch_norm import BatchNorm, normalize_, normalize_backward_
 from mggcn.nn.branched import BranchedStack, check_operator
 from mggcn.nn.functional import _linear, _slope, input_grad, masked_grad, weight_grad
-from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear, input_slope
+from mggcn.nn.initialization import glorot_linear
+from mggcn.nn.model import Adj, aggregate_first, check_order, input_slope
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
@@ -101,8 +102,16 @@ class GINLayer(nn.Module):
             self.eps = nn.Parameter(torch.full((1,), float(eps)))
         else:
             self.register_buffer("eps", torch.full((1,), float(eps)))
-        self.first, self.activation, self.train_eps = first, activation, train_eps
+        self.first, self.activation, self.train_eps, self.initial_eps = first, activation, train_eps, float(eps)
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
+
+    def reset_parameters(self) -> None:
+        """New weights from torch's global RNG and ε back to its initial value, as ``GINConv.reset_parameters``."""
+        for module in self.nn.modules():
+            if module is not self.nn and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        with torch.no_grad():
+            self.eps.fill_(self.initial_eps)
 
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",

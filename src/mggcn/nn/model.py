@@ -41,7 +41,6 @@ dict loads into PyG's ``models.GCN``, or ``torch.nn.ModuleList([GCNConv(...), ..
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -49,15 +48,16 @@ from torch import nn
 
 from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
-from mggcn.nn.arguments import check_dims, check_layer_sizes, check_probabilities
+from mggcn.nn.arguments import check_dims, check_probabilities
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
 from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout, hooked_module
+from mggcn.nn.initialization import glorot_linear
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import outside_inference_mode
+from mggcn.utils.system import outside_autocast, outside_inference_mode
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
-__all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "glorot_", "spmm_widths", "check_order"]
+__all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "spmm_widths", "check_order"]
 
 
 Adj = Callable[..., torch.Tensor]  # adj(H, out=OutSpec, grad_ws=GradSpec) -> Â·H (σ may overwrite it)
@@ -124,40 +124,6 @@ def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
     return widths
 
 
-def glorot_(weight: torch.Tensor, generator: torch.Generator) -> None:
-    """PyG's ``glorot``: uniform in ±sqrt(6 / (fan_in + fan_out))."""
-    bound = math.sqrt(6.0 / (weight.shape[0] + weight.shape[1]))
-    with torch.no_grad():
-        weight.uniform_(-bound, bound, generator=generator)
-
-
-class _UninitializedLinear(nn.Linear):
-    """``nn.Linear`` with its weight left uninitialized, for the caller to draw. (Not ``device="meta"`` then
-    ``to_empty``: the meta device's first use imports sympy, 32 MiB of every rank's memory.)"""
-
-    def reset_parameters(self) -> None:
-        pass
-
-    def _get_name(self) -> str:
-        return "Linear"  # what it is once drawn; the name shows in a model's repr
-
-
-def glorot_linear(in_dim: int, out_dim: int, bias: bool = True,
-                  generator: torch.Generator | None = None) -> nn.Linear:
-    """A linear map with zero bias whose weight is drawn with PyG's ``glorot`` from ``generator`` (a model's seeded
-    one: nothing drawn from torch's global RNG); None: ``torch.nn.Linear``'s own initialization, from the global
-    RNG, as a layer built alone expects."""
-    check_layer_sizes(in_dim, out_dim)
-    if generator is None:
-        lin = nn.Linear(in_dim, out_dim, bias=bias)
-    else:
-        lin = _UninitializedLinear(in_dim, out_dim, bias=bias)
-        glorot_(lin.weight, generator)
-    if bias:
-        nn.init.zeros_(lin.bias)
-    return lin
-
-
 class GCNLayer(nn.Module):
     r"""One graph convolution ``Â · H · Wᵀ + b`` (PyG ``GCNConv`` with a precomputed Â).
 
@@ -180,6 +146,12 @@ class GCNLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
         self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
+
+    def reset_parameters(self) -> None:
+        """New weights from torch's global RNG (PyG's ``glorot``, a zero bias), as ``GCNConv.reset_parameters``."""
+        self.lin.reset_parameters()
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def extra_repr(self) -> str:
         # The bias is the layer's, added after the SpMM, so ``lin`` itself shows bias=False.
@@ -438,6 +410,15 @@ class LayerStack(nn.Module):
         self.seed = int(torch.empty((), dtype=torch.int64).random_()) if seed is None else seed  # torch.manual_seed's
         self._dropout_generator: torch.Generator | None = None
 
+    def reset_parameters(self) -> None:
+        """New weights from torch's global RNG, as PyG's models' ``reset_parameters``: each layer's (its own
+        ``reset_parameters``, else its submodules'), and the batch norms' (weights and running statistics)."""
+        for layer in [*self.convs, *getattr(self, "norms", [])]:
+            resets = [layer] if hasattr(layer, "reset_parameters") else list(layer.modules())
+            for module in resets:
+                if hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
+
     def seed_dropout(self, seed: int) -> None:
         """Draw the following dropout masks from a generator seeded with ``seed`` (the trainer: once per epoch and
         rank). Until the first call, masks come from a generator seeded with the initialization seed."""
@@ -475,6 +456,7 @@ class LayerStack(nn.Module):
         return None if self.reads_input() else x_aggregated
 
     @outside_inference_mode  # the workspace outlives the call
+    @outside_autocast  # the layers compute in their weights' dtype
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
                 loss_on_train_rows: bool = False) -> torch.Tensor:

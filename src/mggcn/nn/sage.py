@@ -37,7 +37,8 @@ from torch import nn
 
 from mggcn.nn.branched import BranchedStack, check_operator
 from mggcn.nn.functional import _linear, input_grad, weight_grad
-from mggcn.nn.model import Adj, aggregate_first, check_order, glorot_linear, input_slope
+from mggcn.nn.initialization import glorot_linear
+from mggcn.nn.model import Adj, aggregate_first, check_order, input_slope
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
@@ -68,6 +69,11 @@ class SAGELayer(nn.Module):
         self.lin_r = glorot_linear(in_dim, out_dim, False, generator)
         self.first = first
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
+
+    def reset_parameters(self) -> None:
+        """New weights from torch's global RNG, as ``SAGEConv.reset_parameters``."""
+        self.lin_l.reset_parameters()
+        self.lin_r.reset_parameters()
 
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",

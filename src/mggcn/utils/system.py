@@ -37,7 +37,7 @@ from mggcn.utils.parallel import configured_threads, set_threads
 __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
            "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
-           "start_vector_math", "outside_inference_mode",
+           "start_vector_math", "outside_inference_mode", "outside_autocast", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively", "hold_signals", "signals_end_process"]
 
@@ -279,6 +279,40 @@ def outside_inference_mode(forward: _Forward) -> _Forward:
             return forward(*args, **kwargs)
         with torch.inference_mode(False), torch.no_grad():
             return forward(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def outside_autocast(forward: _Forward) -> _Forward:
+    """``forward`` (a model's), called under ``torch.autocast``, runs without it, in the dtype of the model's weights
+    and operator, as PyTorch's custom operators declared with ``torch.amp.custom_fwd(cast_inputs=...)`` do: the
+    layers' autograd functions multiply the tensors they saved with each other in backward, which autocast would
+    leave of two dtypes. A model in bfloat16 is one cast to it, with its operator (or ``precision="bf16"``)."""
+
+    @wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+            return forward(*args, **kwargs)
+        with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+            return forward(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def eager_under_compile(forward: _Forward) -> _Forward:
+    """``forward`` (a model's) runs eagerly where ``torch.compile`` traces it, a graph break around it: what it runs
+    (kernels over tiles of sparse CSR tensors, which have no strides) is more than the tracer follows. Outside a
+    compiled frame it is called as it is (``torch.compiler.is_compiling`` imports nothing)."""
+
+    @wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if torch.compiler.is_compiling():
+            return torch.compiler.disable(forward)(*args, **kwargs)
+        return forward(*args, **kwargs)
 
     return run  # type: ignore[return-value]
 
