@@ -163,9 +163,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="127.0.0.1", cwds=(None, None)):
+def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="127.0.0.1", cwds=(None, None),
+                    node_args=((), ())):
     """Two torchrun "nodes" of one process each on this host (node 0 holds the rendezvous store), in the working
-    directories ``cwds`` (each node's own files; None: this process's)."""
+    directories ``cwds`` (each node's own files; None: this process's), each given ``node_args`` after
+    ``train_args``."""
     port = _free_port()
     nodes = []
     for i in range(2):
@@ -173,8 +175,8 @@ def _torchrun_nodes(tmp_path, env, *train_args, node_env=({}, {}), master_addr="
         nodes.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(i),
              "--nproc-per-node", "1", "--master-addr", master_addr, "--master-port", str(port),
-             "-m", "mggcn", "train", *train_args], stdout=log, stderr=subprocess.STDOUT, env={**env, **node_env[i]},
-            cwd=cwds[i]))
+             "-m", "mggcn", "train", *train_args, *node_args[i]], stdout=log, stderr=subprocess.STDOUT,
+            env={**env, **node_env[i]}, cwd=cwds[i]))
         log.close()
     return nodes
 
@@ -274,3 +276,32 @@ def test_shm_on_across_nodes_that_do_not_share_it_is_one_line_from_rank_0(tmp_pa
                                                      f"{dirs[0]}/mggcn-outbox-"), logs
     assert "exitcode  : 2" in logs[0] and "exitcode  : 2" in logs[1]
     assert os.listdir(dirs[0]) == [] and os.listdir(dirs[1]) == []
+
+
+@pytest.mark.parametrize("name", ["t#h", "t?q", "t%41"])
+def test_a_temporary_directory_that_is_no_plain_url_path_keeps_each_job_private(tmp_path, name):
+    """The ranks meet at a file:// URL in the job's directory: torch cut its path at '#' or '?' (jobs under one
+    such TMPDIR shared the file at the cut, or hung on one already there); the job's directory then goes in /tmp."""
+    tmp = tmp_path / name
+    tmp.mkdir()
+    cut = tmp_path / "t"
+    cut.write_text("precious\n")  # where the URL's path would end
+    env = dict(os.environ, TMPDIR=str(tmp))
+    done = subprocess.run([sys.executable, "-m", "mggcn", "train", "builtin:karate", "--nprocs", "2", "--threads", "1",
+                           "--epochs", "2", "--quiet", "--timeout", "60"], capture_output=True, text=True, env=env,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert cut.read_text() == "precious\n" and sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "t"])
+
+
+@pytest.mark.parametrize("module", ["mggcn", "inspect"])
+def test_a_module_in_the_working_directory_does_not_replace_the_workers(tmp_path, module):
+    """A user's mggcn.py (or a stdlib name, inspect.py) in the working directory was imported by the fork server,
+    started with `python -c` (the working directory first on its path): --nprocs 2 died with a traceback."""
+    command = os.path.join(os.path.dirname(sys.executable), "mggcn")  # the installed command: its own path first
+    if not os.path.exists(command):
+        pytest.skip("no mggcn command beside this interpreter")
+    (tmp_path / f"{module}.py").write_text(f"raise SystemExit('the local {module}.py was imported')\n")
+    done = subprocess.run([command, "train", "builtin:karate", "--nprocs", "2", "--threads", "1", "--epochs", "2",
+                           "--quiet"], capture_output=True, text=True, cwd=tmp_path, timeout=180)
+    assert done.returncode == 0 and "was imported" not in done.stderr + done.stdout, done.stderr

@@ -63,6 +63,21 @@ def test_nodes_with_different_data_refuse_to_train(tmp_path):
         assert "rank 1: 400 vertices" in ours[0] and "exitcode  : 2" in log, log
 
 
+def test_nodes_given_different_settings_refuse_to_train(tmp_path):
+    """Each node's command line sets its ranks' options: other seeds trained a mixture (accuracies above 1), other
+    epoch counts waited out --timeout at a collective one node never reached. Every rank refuses, naming both."""
+    env, _ = _env(tmp_path)
+    nodes = _torchrun_nodes(tmp_path, env, GRAPH, "--timeout", "900", *COMMON,
+                            node_args=(("--seed", "1", "--epochs", "3"), ("--seed", "2", "--epochs", "6")))
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)  # well inside --timeout
+    assert codes == [1, 1], logs
+    for log in logs:
+        ours = _ours(log)
+        assert len(ours) == 1 and "the ranks were given different settings (epochs: rank 0 3, rank 1 6; seed: rank " \
+            "0 1, rank 1 2)" in ours[0], log
+        assert "exitcode  : 2" in log, log
+
+
 def test_a_run_resumes_from_rank_0s_checkpoint_on_every_node(tmp_path):
     """Only node 0 holds the checkpoints (no shared file system), node 1 holds another run's: the resumed run
     equals the uninterrupted one at P = 2, epoch by epoch, and node 1's files are left as they were."""

@@ -31,6 +31,23 @@ def test_save_and_read_back_the_newest_keeping_two(tmp_path):
     assert path.endswith("ckpt-000006.pt")
 
 
+def test_two_runs_in_one_directory_never_delete_each_other_s_checkpoints(tmp_path, capsys):
+    """Two runs given one directory: B keeps A's file aside and writes its own under the name; A's rotation then
+    deleted B's file (it remembered the name, not the file) and B's own rotation failed on the name with a
+    traceback. A run now deletes only the files it wrote, as they are."""
+    a, b = (Checkpointer(str(tmp_path / "ck"), every=1, keep=2) for _ in range(2))
+    for ckpt, epoch in ((a, 1), (b, 1), (a, 2), (a, 3), (b, 2), (b, 3), (a, 4), (b, 4)):
+        state = _state(epoch)
+        state["model"]["w"] += 100 if ckpt is b else 0
+        ckpt.save(state)
+    kept = {name: load(str(tmp_path / "ck" / name))["model"]["w"][0, 0].item()
+            for name in os.listdir(tmp_path / "ck")}
+    # B wrote epochs 1..4, A's 1 was kept aside by B; A's 3 and 4 were kept aside by B's 3 and 4 later on
+    assert kept["ckpt-000004.pt"] == 104 and kept["ckpt-000003.pt"] == 103, kept
+    assert kept["ckpt-000001.pt.kept"] == 1 and kept["ckpt-000004.pt.kept"] == 4, kept
+    assert "ckpt-000002.pt" not in kept  # B's own, rotated away by B
+
+
 def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
     ckpt = Checkpointer(str(tmp_path))
     ckpt.save(_state(1))

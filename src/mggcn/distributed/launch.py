@@ -43,6 +43,7 @@ from mggcn.utils.system import (
     die_with_process,
     own_process,
     sigterm_as_interrupt,
+    working_directory_not_imported,
 )
 
 __all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch", "under_torchrun",
@@ -72,6 +73,16 @@ def _kind_of(exc: BaseException) -> str:
     if isinstance(exc, ValueError):
         return "bad_input"
     return "interrupt" if isinstance(exc, KeyboardInterrupt) else "error"
+
+
+def _job_directory() -> str:
+    """A new private directory for a job, in the temporary directory (``TMPDIR``) where its path can stand in the
+    ``file://`` URL of the ranks' rendezvous: torch cuts the URL's path at ``#`` or ``?`` (separate jobs would
+    share one file) and cannot encode a name that is no text; in /tmp otherwise."""
+    base = tempfile.gettempdir()
+    if not (base.isprintable() and base.isascii() and not any(c in base for c in "#?%;")):
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="mggcn-job-", dir=base)
 
 
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
@@ -127,8 +138,9 @@ def _json_to(path: str, obj: Any) -> None:
 def exit_now(status: int) -> None:
     """End the process without interpreter teardown, once its work and outputs are done: destroying gloo's
     C++ state at interpreter exit occasionally aborts ("terminate called without an active exception")."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None: the process started without the descriptor (``>&-``)
+            stream.flush()
     os._exit(status)
 
 
@@ -180,7 +192,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     """
     refuse_unguarded_script()
     refuse_script_without_a_file()
-    workdir = tempfile.mkdtemp(prefix="mggcn-job-")
+    workdir = _job_directory()
     cleaner = _start_cleaner(workdir)
     procs: list[mp.process.BaseProcess] = []
     try:
@@ -261,12 +273,13 @@ def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Pope
     if context.get_start_method() != "forkserver":
         return
     # the resource tracker first: starting it unblocks SIGINT and SIGTERM (and would let them reach the server)
-    multiprocessing.resource_tracker.ensure_running()
+    with working_directory_not_imported():
+        multiprocessing.resource_tracker.ensure_running()
     with _signals_held_back():
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SERVER_BLOCKS)  # this thread's: the one that forks
         try:
-            with _start_method_left_alone(), children_wait_passively():  # the server loads torch for the workers
-                multiprocessing.forkserver.ensure_running()
+            with _start_method_left_alone(), children_wait_passively(), working_directory_not_imported():
+                multiprocessing.forkserver.ensure_running()  # the server loads torch for the workers
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     if cleaner is not None:
@@ -304,8 +317,8 @@ def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout
 
 
 def _start(procs: list) -> None:
-    with _start_method_left_alone(), children_wait_passively():  # a spawned worker loads torch itself
-        for p in procs:
+    with _start_method_left_alone(), children_wait_passively(), working_directory_not_imported():
+        for p in procs:  # a spawned worker loads torch itself
             p.start()
 
 

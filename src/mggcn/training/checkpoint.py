@@ -63,7 +63,9 @@ class Checkpointer:
     def __init__(self, directory: str, every: int = 0, keep: int = 2, resumed_from: str | None = None) -> None:
         self.directory, self.every, self.keep = directory, every, max(2, keep)
         self.resumed_from = resumed_from  # the checkpoint this run continues: it and its intact elders are the run's
-        self._written: set[str] = set()
+        # this run's files, by path, with the identity (device, inode) of the file it wrote there: another run
+        # writing into the same directory may replace one by its own, which is then that run's, never deleted here
+        self._written: dict[str, tuple[int, int] | None] = {}
         self._lineage: list[str] | None = None
 
     def due(self, epoch: int) -> bool:
@@ -89,16 +91,19 @@ class Checkpointer:
             f.write(payload)
 
         write_output(path, write, sync=True)
-        self._written.add(os.path.abspath(path))
+        self._written[os.path.abspath(path)] = _identity(path)
         for old in self._own()[self.keep:]:
-            os.unlink(old)
-            self._written.discard(os.path.abspath(old))
+            try:
+                os.unlink(old)
+            except FileNotFoundError:  # removed by someone else since
+                pass
+            self._written.pop(old, None)
         return path
 
     def _keep_aside(self, path: str) -> None:
         """A file by the name of the checkpoint about to be written that this run did not write (a corrupt one, one
         of another run) is renamed, not replaced: ``ckpt-000006.pt.kept`` (``.kept.1``, ... if taken)."""
-        if not os.path.lexists(path) or os.path.abspath(path) in self._written:
+        if not os.path.lexists(path) or self._is_own(os.path.abspath(path)):
             return
         aside, n = f"{path}.kept", 0
         while os.path.lexists(aside):
@@ -118,8 +123,13 @@ class Checkpointer:
             if self.resumed_from is not None:
                 resumed = os.path.basename(self.resumed_from)
                 self._lineage = [f for f in self.files() if os.path.basename(f) <= resumed and _intact(f)]
-        own = {os.path.abspath(f) for f in self._lineage if os.path.exists(f)} | self._written
-        return sorted(own, key=os.path.basename, reverse=True)
+            for f in self._lineage:
+                self._written.setdefault(os.path.abspath(f), _identity(f))
+        return sorted((p for p in self._written if self._is_own(p)), key=os.path.basename, reverse=True)
+
+    def _is_own(self, path: str) -> bool:
+        """Whether the file at ``path`` is the one this run wrote (or continues) there."""
+        return self._written.get(path) is not None and _identity(path) == self._written[path]
 
     def files(self) -> list[str]:
         """Checkpoint files, newest epoch first."""
@@ -135,6 +145,15 @@ class Checkpointer:
                 if report is not None:
                     report(f"skipping {err}")
         return None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file at ``path`` (device, inode), or None where there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _verified_payload(path: str) -> bytes:

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -400,6 +400,7 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
                 ) -> tuple[Shard, tuple[dict, str] | None, dict]:
     """This rank's shard, the checkpoint to resume from (or None) and the dataset's identity; the dataset is
     released once the shard is cut."""
+    _check_same_settings(ctx, job)
     if dataset is None:  # a worker: its own start, then its dataset
         clock.mark("launch")
         dataset = open_job_dataset(job)
@@ -417,6 +418,21 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
     release_dataset(dataset)
     return shard, resume, identity
+
+
+def _check_same_settings(ctx: DistContext, job: TrainJob) -> None:
+    """Every rank was given the same training settings: torchrun starts each node's ranks with that node's command
+    line, and ranks of other models, seeds or epoch counts would train a mixture of them without a word, or wait
+    for each other at a collective that one of them never reaches. (Each rank's threads, outputs and log are its
+    own.)"""
+    mine = {**asdict(job.config), "device": job.device}
+    seen = all_gather_objects(ctx, mine)
+    differ = [k for k in mine if any(s.get(k) != seen[0].get(k) for s in seen)]
+    if differ:
+        shown = "; ".join(f"{k}: " + ", ".join(f"rank {r} {s.get(k)!r}" for r, s in enumerate(seen)
+                                               if r == 0 or s.get(k) != seen[0].get(k))[:200] for k in differ[:3])
+        raise ConfigError(f"the ranks were given different settings ({shown}): give every rank of the job the same "
+                          "options", differ[0])
 
 
 def _check_same_dataset(ctx: DistContext, dataset: Dataset) -> None:

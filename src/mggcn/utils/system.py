@@ -39,7 +39,7 @@ __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
            "start_vector_math", "outside_inference_mode", "outside_autocast", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
-           "children_wait_passively", "hold_signals", "signals_end_process"]
+           "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -82,6 +82,23 @@ def children_wait_passively() -> Iterator[None]:
     finally:
         if added:
             os.environ.pop(OPENMP_WAIT_ENV, None)
+
+
+@contextmanager
+def working_directory_not_imported() -> Iterator[None]:
+    """For the ``with`` block, the Python processes started from this one (multiprocessing's fork server, resource
+    tracker, spawned workers: ``python -c ...``) leave the working directory off the front of their ``sys.path``
+    (``PYTHONSAFEPATH``, Python 3.11): a user's ``mggcn.py``, ``inspect.py`` or ``logging.py`` there would be
+    imported in place of the module of that name, and the server die before it serves. The workers take the
+    launcher's environment, without it."""
+    added = "PYTHONSAFEPATH" not in os.environ
+    if added:
+        os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if added:
+            os.environ.pop("PYTHONSAFEPATH", None)
 
 
 def own_process() -> None:

@@ -19,7 +19,8 @@ from types import ModuleType
 from mggcn.config import __version__
 from mggcn.tools.cli import bench, datasets, info, plan, predict, prepare, report, train
 from mggcn.tools.cli.common import HelpFormatter, flag_message
-from mggcn.utils.errors import GraphError
+from mggcn.tools.cli.process import prepare_process
+from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import OutputError
 from mggcn.utils.system import hold_signals, own_process, signals_end_process, sigterm_as_interrupt
 
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         return _main(list(argv))
     own_process()
     try:
+        prepare_process()
+    except ConfigError as err:
+        print(f"mggcn: error: {err}", file=sys.stderr, flush=True)
+        return 2
+    try:
         with sigterm_as_interrupt():  # to the end: a signal after the command's own handling is still Ctrl-C's
             status = _main(sys.argv[1:])
             sys.stdout.flush()  # a closed pipe shows here at the latest, not in the interpreter's teardown
@@ -80,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         hold_signals()
         status = _stdout_gone()
+    except OutputError as err:  # standard output itself could not be written (a full disk): said once
+        hold_signals()
+        _stdout_gone()
+        print(f"mggcn: error: {err}", file=sys.stderr, flush=True)
+        status = 1
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM once the command had handled its own (a second, a third)
         hold_signals()
         print("mggcn: interrupted", file=sys.stderr, flush=True)
