@@ -81,3 +81,23 @@ def test_predict_out_ending_in_a_separator_is_refused(tmp_path):
     assert out.returncode == 2
     _one_error_line(out, "the name of a directory")
     assert not (tmp_path / "p").exists()
+
+
+def test_two_runs_given_one_metrics_file_do_not_tear_it(tmp_path):
+    """Each opened the file for writing at its own offset: torn lines that are no JSON, both runs exit 0. The
+    second now refuses in one line, and the file holds the first run's records whole."""
+    from mggcn.utils.files import OutputError, open_output
+
+    path = tmp_path / "m.jsonl"
+    path.write_text("an older run's records\n")
+    first = open_output(str(path))
+    assert path.read_text() == ""  # this run's now
+    first.write('{"epoch": 1}\n')
+    first.flush()
+    with pytest.raises(OutputError, match="m.jsonl: another process is writing it"):
+        open_output(str(path))
+    assert path.read_text() == '{"epoch": 1}\n'
+    first.close()
+    again = open_output(str(path))  # free once the first has closed it
+    again.close()
+    assert path.read_text() == ""

@@ -200,13 +200,33 @@ class _OutputStream:
         self.path, self._broken = path, False
         _check_reader(path)
         try:
-            self._file = open(path, "w")  # noqa: SIM115 - closed by close()
+            self._file = open(path, "a")  # noqa: SIM115 - closed by close(); emptied once it is this run's
         except OSError as err:
             raise _failed(path, err) from None
         # a regular file is cut back to what the last flush wrote whole when a write fails (a full disk): it never
         # ends in part of a line; a pipe or a device cannot be cut
         self._whole = 0
         self._fd = os.dup(self._file.fileno()) if stat.S_ISREG(os.fstat(self._file.fileno()).st_mode) else None
+        if self._fd is not None and not written_in_place(path):  # a file reached in place (/dev/stdout) goes on
+            self._hold()
+            self._file.truncate(0)
+
+    def _hold(self) -> None:
+        """Lock the file for this run: another run writing the same file (two jobs given one path) would interleave
+        its lines with this one's, torn; it is refused instead, before the file is emptied."""
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            return
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.close()
+            os.close(self._fd)
+            raise OutputError(self.path, "another process is writing it (two runs given one file?): give each run "
+                                         "a file of its own") from None
+        except OSError:  # a file system without locks: written unlocked
+            pass
 
     def _do(self, action: Callable[[], Any]) -> Any:
         try:
