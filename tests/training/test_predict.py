@@ -2,6 +2,7 @@
 with the same weights, on one process and on three (34 vertices: rank 2 holds padding rows)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -191,3 +192,21 @@ def test_sage_and_gin_saved_models_load_into_pyg_and_predict_the_same(tmp_path, 
     bare = str(tmp_path / "bare.pt")  # PyG's own weights, no sidecar: the model follows from the names
     torch.save(pyg.state_dict(), bare)
     assert load_model(bare, note=False)[0].kind == kind
+
+
+def test_a_description_of_other_weights_is_refused(tmp_path):
+    """The model file and its description are two files: weights replaced afterwards (or two runs saving to one
+    path) paired one run's weights with another's activation and normalization without a word. The description
+    names the weights it describes; another file of weights is refused, and without the description it is read."""
+    import shutil
+
+    first, second = tmp_path / "a.pt", tmp_path / "b.pt"
+    for path, activation in ((first, "relu"), (second, "leaky_relu")):
+        run_train_job(TrainJob(dataset="builtin:karate", quiet=True, save_model=str(path),
+                               config=TrainConfig(hidden=(8,), epochs=2, activation=activation, trace_epoch=0)))
+    np.testing.assert_array_equal(predict(str(first), "builtin:karate"), predict(str(first), "builtin:karate"))
+    shutil.copy(second, first)  # b's weights under a's description (relu)
+    with pytest.raises(GraphError, match=r"a.pt.json describes other weights than .*a.pt holds"):
+        predict(str(first), "builtin:karate")
+    os.remove(str(first) + ".json")
+    predict(str(first), "builtin:karate", activation="leaky_relu")

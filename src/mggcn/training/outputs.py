@@ -17,6 +17,8 @@ file without that entry (or without a sidecar) is single-label (argmax, softmax)
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import re
@@ -261,7 +263,11 @@ def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConf
             "dataset": dataset, **extra}
     if dataset.get("multilabel"):  # its outputs are read per label (σ, logit > 0), which an mggcn reading version 1
         card.update(version=2, multilabel=True)  # alone would take for classes: it refuses version 2
-    write_output(path, lambda f: torch.save(state_dict, f))
+    buffer = io.BytesIO()
+    torch.save(state_dict, buffer)
+    weights = buffer.getvalue()
+    card["weights_sha256"] = hashlib.sha256(weights).hexdigest()  # the weights it describes (load_model checks)
+    write_output(path, lambda f: f.write(weights))
     if written_in_place(path):  # weights streamed to a device or a pipe: no file beside it to describe them
         return
 
@@ -323,7 +329,9 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
                 else None)
         raise GraphError(f"{path}: is {what}, not a model file" if what else f"{path}: no such model file")
     try:
-        state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as f:
+            data = f.read()
+        state_dict = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
         raise GraphError(f"{path}: not a model file written by torch.save ({unpickling_reason(err)})") from None
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
@@ -336,9 +344,22 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
     state_dict = layers_as_convs(state_dict, path)
     found = model_kind(state_dict, path)
     dims = model_dims(state_dict, path)
-    card = _read_card(path)
     if kind is not None and kind != found:  # the file is not the model asked for
         raise GraphError(f"{path} holds a {found} model, not a {kind} one; leave the model kind out or give {found}")
+    card = _card_of(path, found, dims, norm, activation, note)
+    model = _build(path, found, dims, card["activation"], state_dict, rows, ranks).eval()
+    if card.get("weights_sha256", None) not in (None, hashlib.sha256(data).hexdigest()):  # older ones say none
+        raise GraphError(f"{sidecar_path(path)} describes other weights than {path} holds (replaced since, or the two "
+                         f"written by two runs): save the model again, or delete {sidecar_path(path)} to read the "
+                         "weights without it")
+    return model, card
+
+
+def _card_of(path: str, found: str, dims: list[int], norm: str | None, activation: str | None,
+             note: bool) -> dict:
+    """The description of the model of ``path`` (a ``found`` model of layers ``dims``): its sidecar, checked against
+    the weights' shapes and the options given, or one made of those options and the defaults where there is none."""
+    card = _read_card(path)
     if card is None:
         card = {"model": found, "dims": dims, "activation": activation or _DEFAULTS.activation,
                 "norm": norm or _DEFAULTS.norm}
@@ -363,7 +384,7 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             raise GraphError(f"{where}: {what} one of {', '.join(known)}")
     if card.get("model") not in MODEL_TYPES:
         raise GraphError(f"{sidecar_path(path)}: model {card.get('model')!r} is not one of {', '.join(MODEL_TYPES)}")
-    return _build(path, found, dims, card["activation"], state_dict, rows, ranks).eval(), card
+    return card
 
 
 def _build(path: str, found: str, dims: list[int], activation: str, state_dict: dict[str, torch.Tensor],
