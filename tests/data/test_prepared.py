@@ -586,6 +586,16 @@ def test_a_dataset_in_memory_written_whole_equals_its_preparation(tmp_path, dire
                                              fingerprint="0123456789abcdef"))
     assert unsummed.fingerprint == "0123456789abcdef"
     assert all("sha256" not in r for r in unsummed.manifest["arrays"].values())
+    for key in ("self_loops", "nnz_hat", "num_labelled"):  # what info says of the dataset: checked by --verify
+        manifest = json.loads((tmp_path / "prepared" / "manifest.json").read_text())
+        counted = manifest[key]
+        manifest[key] += 3
+        (tmp_path / "prepared" / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(GraphError, match=f"manifest.json: {key} {counted + 3} disagrees with the arrays, which "
+                                             f"hold {counted:,}"):
+            PreparedDataset(tmp_path / "prepared", verify=True)
+        manifest[key] = counted
+        (tmp_path / "prepared" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(GraphError, match="the parent directory .* does not exist"):
         write_dataset(InMemoryDataset(g), tmp_path / "absent" / "x")
     with pytest.raises(ConfigError, match="already exists"):

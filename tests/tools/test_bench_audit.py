@@ -152,3 +152,32 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_configuration_stopped_by_a_signal_stops_the_bench(tmp_path, monkeypatch):
+    """SIGTERM reached a configuration's workers only: the bench counted it as one failed configuration, ran all
+    the others and called its report complete. It now stops as Ctrl-C does, its report saying it is not."""
+    from mggcn.distributed.launch import JobInterrupted
+
+    def stopped(*_args, **_kwargs):
+        raise JobInterrupted(0, "was stopped by SIGTERM before it could stop by itself")
+
+    monkeypatch.setattr(bench_run, "run_one", stopped)
+    out = tmp_path / "bench.json"
+    opts = bench.options_from(small=True, pyg=False, nprocs=(1,))
+    with pytest.raises(KeyboardInterrupt):
+        bench_run.run_bench(opts, log=lambda line: None, out=str(out))
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and report["failed"] == []
+    assert report["error"] == "KeyboardInterrupt: rank 0 was stopped by SIGTERM before it could stop by itself"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is visible")
+@pytest.mark.parametrize("args, said", [(["--device", "cuda"], "--device cuda: no CUDA device is visible"),
+                                        (["--precision", "tf32"], "--precision tf32 runs the GEMMs on CUDA")])
+def test_a_device_the_machine_lacks_is_refused_before_the_graph(args, said, capsys, tmp_path):
+    """Every configuration failed in its rank (an AssertionError of torch), after the graph was made."""
+    assert main(["bench", "--small", "--no-pyg", "--nprocs", "1", "--out", str(tmp_path / "b.json"), *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "b.json").exists()

@@ -249,7 +249,7 @@ def test_outputs_refuse_to_replace_the_dataset_and_checkpoints_they_read(capsys,
     (["--edges", str(2**63)], ["argument --edges", "int64"]),
     (["--edges", "-1"], ["argument --edges"]),
     (["--nodes", str(10**22)], ["argument --nodes", "int64"]),
-    (["--edges", "101"], ["--edges 101", "do not fit", "at most 100"]),
+    (["--edges", "91"], ["--edges 91", "do not fit", "without self loops (at most 90)"]),
 ])
 def test_plan_refuses_what_train_refuses_and_impossible_graphs(options, words, capsys):
     _refused([*PLAN, *options], capsys, *words)
@@ -273,3 +273,28 @@ def test_the_bench_refuses_what_train_refuses_before_it_measures(args, words):
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and out.stdout == "" and len(lines) == 1, out.stderr
     assert words in lines[0] and "Traceback" not in out.stderr
+
+
+def test_plan_on_a_cpu_judges_the_ranks_together_against_the_machine(capsys):
+    """The CPU's ranks share one machine: --memory is the machine's, and P ranks need P times a rank's share (the
+    verdict was per rank, with a CUDA context in its words)."""
+    from mggcn.tools.cli import main
+
+    args = ["plan", "--nodes", "100000", "--edges", "2000000", "--features", "64", "--classes", "10", "--device",
+            "cpu", "--memory", "120M", "--nprocs", "1,4,4"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    verdicts = [line for line in out.splitlines() if " of the machine (" in line]
+    assert len(verdicts) == 2, out  # each P once
+    assert verdicts[0].startswith("fits in 120.00 MiB of the machine (1 rank(s)") and "CUDA" not in out
+    assert verdicts[1].startswith("does NOT fit in 120.00 MiB of the machine (4 rank(s) × ")
+
+
+def test_an_unknown_option_is_said_by_its_command(capsys):
+    """`mggcn info DIR --bogus` was said by the top parser ("mggcn: error: ... (see mggcn -h)")."""
+    from mggcn.tools.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["plan", "--nodes", "10", "--bogus"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip() == "mggcn plan: error: unrecognized arguments: --bogus (see mggcn plan -h)"

@@ -34,6 +34,8 @@ def _write(path, records):
     ([[["spmm", True, 2]]], "is not [kind, start, end]"),
     ([[["spmm", 0.0, 0.001]], [["gemm", 0.002, 0.001]]], "rank 1 event 0: "),
     ([[]], "no events on any rank"),
+    ([[["zzz", 0, 1]]], "rank 0 event 0: kind \"zzz\" is not one of broadcast, allreduce, spmm"),  # nothing to draw
+    ([[["spmm", 0, 1], ["fft", 1, 2]]], 'rank 0 event 1: kind "fft" is not one of'),  # left out of the plot
     ({"a": 1}, 'is not a list of ranks'),
     ("abc", "is not a list of ranks"),
 ])

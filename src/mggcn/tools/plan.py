@@ -446,8 +446,9 @@ def float_bytes(precision: str) -> int:
     return 2 if precision == "bf16" else FLOAT
 
 
-def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str:
-    """The table ``mggcn plan`` prints; with ``capacity`` (bytes per device, more than 0), whether it fits."""
+def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None, device: str = "cuda") -> str:
+    """The table ``mggcn plan`` prints; with ``capacity`` (bytes, more than 0: per GPU on ``cuda``, of the machine
+    the ranks share on ``cpu``), whether it fits."""
     if capacity is not None and capacity <= 0:  # what 0, or a size under a byte (0.1), reads as
         raise ConfigError(f"memory must be more than 0 bytes, got {capacity}", "memory")
     lines = [f"{name}: P = {plan.nprocs}, {plan.rows:,} rows per rank, SpMM widths per epoch {plan.widths}",
@@ -459,7 +460,13 @@ def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None) -> str
                  f"+ {format_bytes(plan.comm_allreduce)} (gradient all-reduce)"
                  + (f" + {format_bytes(plan.comm_layers)} (the layers' all-reduces)" if plan.comm_layers else "")
                  + f"; once before training: {format_bytes(plan.comm_once)} (A.X)")
-    if capacity is not None:
+    if capacity is not None and device == "cpu":  # the ranks share the machine's memory
+        need = plan.total * plan.nprocs
+        verdict = "fits" if need <= capacity else "does NOT fit"
+        lines.append(f"{verdict} in {format_bytes(capacity)} of the machine ({plan.nprocs} rank(s) × "
+                     f"{format_bytes(plan.total)} = {100 * need / capacity:.0f}% used; plus each rank's runtime, "
+                     "~0.3 GiB for torch)")
+    elif capacity is not None:
         verdict = "fits" if plan.fits(capacity) else "does NOT fit"
         lines.append(f"{verdict} in {format_bytes(capacity)} per device ({100 * plan.total / capacity:.0f}% used; "
                      "plus the runtime, e.g. ~0.5 GiB CUDA context, and the sparse library's workspace)")

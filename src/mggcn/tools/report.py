@@ -172,6 +172,8 @@ def _timeline_problem(timeline: Any) -> str | None:
                 return f"rank {rank} event {i}: {_shown(event)} is not [kind, start, end]"
             if event[2] < event[1]:
                 return f"rank {rank} event {i}: {_shown(event)} ends before it starts"
+            if event[0] not in (*_COMM, *_COMPUTE):  # it would be left out of the plot without a word
+                return f"rank {rank} event {i}: kind {_shown(event[0])} is not one of {', '.join((*_COMM, *_COMPUTE))}"
     if timeline and not any(timeline):
         return "no events on any rank"
     return None

@@ -324,25 +324,37 @@ class PreparedDataset:
                 part = indices[b:b + step]
                 if part.size and (int(part.min()) < 0 or int(part.max()) >= n):
                     raise _err(self._file(f"{view}_indices"), f"vertex id out of range [0, {n})")
+        labelled = 0
         for b in range(0, n, step):
             rows = slice(b, b + step)
             if not np.isfinite(self.arrays["features"][rows]).all():
                 raise _err(self._file("features"), "features contain NaN or inf")
             y, codes = self._verified_labels(rows), self.arrays["split"][rows]
+            labelled += int(np.count_nonzero(y >= 0))
             if not np.isin(codes, (-1, 0, 1, 2)).all():
                 raise _err(self._file("split"), "a split code is not one of 0, 1, 2, -1")
             if ((codes >= 0) & (y < 0)).any():
                 raise _err(self._file("split"), "a vertex in a split has no label")
             if (self.arrays["degree"][rows] < 1).any():
                 raise _err(self._file("degree"), "a degree below 1 (the self loop counts one)")
-        self._verify_rows()
+        self._verify_totals({"num_labelled": labelled, **self._verify_rows()})
         if self.symmetric:
             self._verify_symmetric()
 
-    def _verify_rows(self) -> None:
+    def _verify_totals(self, counted: dict[str, int]) -> None:
+        """The manifest's totals (what ``info`` says of the dataset) against those counted in its arrays."""
+        for key, value in counted.items():
+            if key in self.manifest and self.manifest[key] != value:
+                raise _err(self.path / MANIFEST, f"{key} {self.manifest[key]!r} disagrees with the arrays, which "
+                                                 f"hold {value:,}")
+
+    def _verify_rows(self) -> dict[str, int]:
         """Each row of the CSRs sorted (parallel edges are runs of equal ids), and ``degree`` each vertex's in-edges
-        other than self loops, plus one: what building a shard checks of a rank's rows, over every row."""
+        other than self loops, plus one: what building a shard checks of a rank's rows, over every row. Returns the
+        totals counted on the way: ``self_loops`` (every self-loop entry) and ``nnz_hat`` (per row, its distinct
+        columns other than itself, plus one)."""
         n, step, degree = self.num_nodes, _VERIFY_ROWS, self.arrays["degree"]
+        totals = {"self_loops": 0, "nnz_hat": 0}
         for view in ("in",) if self.symmetric else ("in", "out"):
             indptr, indices = self.arrays[f"{view}_indptr"], self.arrays[f"{view}_indices"]
             for b in range(0, n, step):
@@ -354,13 +366,19 @@ class PreparedDataset:
                 if down.size:
                     raise _err(self._file(f"{view}_indices"), f"the ids of row {int(rows[down[0]])} are not sorted")
                 if view == "in":
-                    kept = counts - np.bincount(rows[ids == rows] - b, minlength=counts.shape[0])
+                    loop = ids == rows
+                    first = np.ones(ids.shape[0], dtype=bool)  # a column's first entry in its row
+                    first[1:] = (ids[1:] != ids[:-1]) | (rows[1:] != rows[:-1])
+                    totals["self_loops"] += int(np.count_nonzero(loop))
+                    totals["nnz_hat"] += int(np.count_nonzero(first & ~loop)) + counts.shape[0]
+                    kept = counts - np.bincount(rows[loop] - b, minlength=counts.shape[0])
                     wrong = np.flatnonzero(kept + 1 != np.asarray(degree[b:b + step]))
                     if wrong.size:
                         v = b + int(wrong[0])
                         raise _err(self._file("degree"), f"degree {int(degree[v])} of vertex {v}, which has "
                                                          f"{int(kept[wrong[0]])} in-edges besides self loops "
                                                          "(expected that plus one)")
+        return totals
 
     def _verified_labels(self, rows: slice) -> np.ndarray:
         """The labels of ``rows`` checked (one class in [-1, C) each, or 0/1 per label), as a class per vertex for

@@ -10,7 +10,8 @@ from dataclasses import asdict, replace
 
 import torch
 
-from mggcn.distributed.launch import WorkerError, run_workers
+from mggcn.distributed.context import resolve_device
+from mggcn.distributed.launch import JobInterrupted, WorkerError, run_workers
 from mggcn.nn.models import model_type
 from mggcn.tools.bench.graph import (
     SIZES,
@@ -30,6 +31,7 @@ from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
 from mggcn.tools.bench.table import write_report
 from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
 from mggcn.training.outputs import check_output
+from mggcn.training.precision import check_precision_device
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.parallel import available_cores
 
@@ -47,6 +49,10 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: st
     says whether every step ran.
     """
     check_output("out", out)  # before an hour of measuring, not after it
+    if opts.device == "cuda":
+        resolve_device("cuda")  # no GPU: one line now, not every configuration failing after the graph is made
+    for precision in (opts.precision, *opts.compare_precision):
+        check_precision_device(precision, opts.device)
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
     report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": describe_host(opts.device), "command": command,
@@ -141,6 +147,7 @@ def _machine_step(opts: BenchOptions, threads: int, log, report: dict) -> None:
     try:
         machine = run_workers(machine_worker, 1, (opts, threads), timeout_s=opts.timeout_s)[0]
     except WorkerError as err:  # the configurations measure the machine again after their epochs
+        _stop_if_interrupted(err)
         report["failed"].append({"name": "machine probe", "kind": "probe", "error": str(err)})
         log(f"  machine probe: FAILED: {err}")
         return
@@ -153,6 +160,7 @@ def _broadcast_step(opts: BenchOptions, log, report: dict) -> None:
     try:
         comm = run_workers(broadcast_worker, 2, (opts.timeout_s,), timeout_s=opts.timeout_s)[0]
     except WorkerError as err:
+        _stop_if_interrupted(err)
         report["failed"].append({"name": "loopback broadcast", "kind": "probe", "error": str(err)})
         log(f"  loopback broadcast: FAILED: {err}")
         return
@@ -214,6 +222,7 @@ def _configurations_step(opts: BenchOptions, threads: int, gpus: int, paths: tup
             try:
                 results = run_one(run, opts, source, threads, notes)
             except WorkerError as err:
+                _stop_if_interrupted(err)
                 _record_failure(run, err, number, notes, log, report)
                 report["rows"][:] = [summarize(r, opts, report["graph"]) for r in runs if r.results or r.oom]
                 save()
@@ -227,6 +236,13 @@ def _configurations_step(opts: BenchOptions, threads: int, gpus: int, paths: tup
                 f"{max(r['setup']['seconds'] for r in results):.1f} s ({time.perf_counter() - start:.0f} s)")
             report["rows"][:] = [summarize(r, opts, report["graph"]) for r in runs if r.results or r.oom]
             save()
+
+
+def _stop_if_interrupted(err: WorkerError) -> None:
+    """A configuration's workers stopped by Ctrl-C or SIGTERM stop the whole bench, as Ctrl-C of the bench itself
+    does (its report then says it is not complete), instead of counting as one failed configuration."""
+    if isinstance(err, JobInterrupted):
+        raise KeyboardInterrupt(str(err)) from None
 
 
 def _record_failure(run: Run, err: WorkerError, number: int, notes: str, log, report: dict) -> None:

@@ -110,7 +110,11 @@ def _stdout_gone() -> int:
 
 def _main(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command or "").parse_args(argv)
+    parser = build_parser(command or "")
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's parser, as its other errors are: "mggcn plan: error: ... (see mggcn plan -h)"
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.command_line = shlex.join(["mggcn", *argv])  # what a report says it was made by
     try:
         with sigterm_as_interrupt():  # SIGTERM means Ctrl-C: outputs being written are removed, as on any error

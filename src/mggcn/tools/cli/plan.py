@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "over the heads)")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, help="hidden layer sizes (default 128)")
     p.add_argument("--nprocs", type=int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
-    p.add_argument("--memory", type=byte_size, default=None, help="memory per device, e.g. 80G or 141G")
+    p.add_argument("--memory", type=byte_size, default=None,
+                   help="memory per GPU (e.g. 80G or 141G), or with --device cpu of the machine the ranks share")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cuda (default): one GPU per rank, whole blocks; cpu: the ranks share one machine, blocks "
                         "cut in column tiles (--tile-bytes)")
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.kernels.policy import gather_kernel
     from mggcn.nn.models import model_options, operator_for
     from mggcn.tools.plan import PRESETS, format_plan, plan_memory
+    from mggcn.training.precision import check_precision_device
     from mggcn.training.settings import check_config
     from mggcn.training.trainer import epoch_tile_columns
 
@@ -84,10 +86,13 @@ def run(args: argparse.Namespace) -> int:
     missing = [k for k in ("nodes", "edges", "features", "classes") if sizes[k] is None]
     if missing:
         raise GraphError(f"give --dataset or --{' --'.join(missing)}")
-    if sizes["edges"] > sizes["nodes"] ** 2:  # the option given that makes a preset's sizes impossible
+    most = sizes["nodes"] * (sizes["nodes"] - 1)  # no self loops (Â adds them)
+    if sizes["edges"] > most:  # the option given that makes a preset's sizes impossible
         option = "edges" if args.edges is not None else "nodes"
         raise ConfigError(f"{option} {sizes[option]}: {sizes['edges']} nonzeros do not fit in the adjacency matrix "
-                          f"of {sizes['nodes']} vertices (at most {sizes['nodes'] ** 2})", option)
+                          f"of {sizes['nodes']} vertices without self loops (at most {most})", option)
+    check_precision_device(args.precision, args.device)  # tf32 on a CPU: refused as train refuses it
+    args.nprocs = list(dict.fromkeys(args.nprocs))  # each P once
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
     cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
@@ -109,5 +114,6 @@ def run(args: argparse.Namespace) -> int:
                            gather=gather_kernel(args.device), device=args.device, precision=args.precision,
                            multilabel=args.multilabel, **options)
         precision = "" if args.precision == "fp32" else f", {args.precision}"
-        print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}{precision}", args.memory))
+        print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}{precision}", args.memory,
+                          args.device))
     return 0

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 help="the output of layer LAYER (1..L, after its activation) instead of classes")
     add_dataset_options(p)
     p.add_argument("--model", dest="kind", choices=MODELS, default=None,
-                   help="check that MODEL is a gcn, sage or gin model (default: read from MODEL's parameter names)")
+                   help="check that MODEL is a gcn, sage, gin or gat model (default: read from MODEL's parameter "
+                        "names)")
     p.add_argument("--norm", choices=NORMS, default=None, help="when MODEL has no MODEL.json (default sym)")
     p.add_argument("--activation", choices=ACTIVATIONS, default=None,
                    help="when MODEL has no MODEL.json (default relu)")
