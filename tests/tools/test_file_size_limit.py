@@ -101,3 +101,21 @@ def test_two_runs_given_one_metrics_file_do_not_tear_it(tmp_path):
     again = open_output(str(path))  # free once the first has closed it
     again.close()
     assert path.read_text() == ""
+
+
+def test_a_metrics_stream_reached_in_place_keeps_what_was_there_before_it(tmp_path):
+    """--metrics /dev/stdout appended to a file (`>> log`): a failed write cuts back to the last whole record this
+    run wrote, never into what the file held before it."""
+    log = tmp_path / "log.txt"
+    log.write_text("an earlier line\\n" * 100)
+    before = log.read_text()
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 500, len(before) + 500))
+
+    with open(log, "a") as out:
+        done = subprocess.run([sys.executable, "-m", "mggcn", *TRAIN, "--epochs", "30", "--metrics", "/dev/stdout"],
+                              preexec_fn=limit_file_size, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert log.read_text().startswith(before)

@@ -205,11 +205,11 @@ class _OutputStream:
             raise _failed(path, err) from None
         # a regular file is cut back to what the last flush wrote whole when a write fails (a full disk): it never
         # ends in part of a line; a pipe or a device cannot be cut
-        self._whole = 0
         self._fd = os.dup(self._file.fileno()) if stat.S_ISREG(os.fstat(self._file.fileno()).st_mode) else None
         if self._fd is not None and not written_in_place(path):  # a file reached in place (/dev/stdout) goes on
             self._hold()
             self._file.truncate(0)
+        self._whole = 0 if self._fd is None else os.lseek(self._fd, 0, os.SEEK_END)  # never cut below this
 
     def _hold(self) -> None:
         """Lock the file for this run: another run writing the same file (two jobs given one path) would interleave
