@@ -181,3 +181,13 @@ def test_a_device_the_machine_lacks_is_refused_before_the_graph(args, said, caps
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "b.json").exists()
+
+
+def test_a_prepared_graph_cache_given_for_a_saint_graph_is_refused(tmp_path, in_process):
+    """--saint-graph on a cache the bench filled without it failed in a rank, naming an fmt= option nobody gave."""
+    cache = tmp_path / "cache"
+    _graph_step(bench.options_from(small=True, graph_cache=str(cache), nodes=400, degree=4.0), tmp_path)
+    with pytest.raises(ConfigError, match=f"graph_cache: {cache} holds a prepared graph, not GraphSAINT's files") \
+            as err:
+        _graph_step(_saint(cache), tmp_path)
+    assert err.value.option == "graph_cache"

@@ -106,6 +106,11 @@ def _graph_step(opts: BenchOptions, threads: int, tmp: str, log, report: dict) -
         log(f"graph cache: removed {stale}, left by a bench that was stopped before it finished writing the graph")
     if opts.graph_cache and os.path.exists(path):
         if opts.saint_graph:
+            from mggcn.data.prepared.reader import is_prepared
+
+            if is_prepared(path):  # one the bench wrote without --saint-graph: its rank would name an fmt= option
+                raise ConfigError(f"graph_cache: {path} holds a prepared graph, not GraphSAINT's files (it was made "
+                                  "without saint_graph): give another graph_cache=", "graph_cache")
             graph = run_workers(info_worker, 1, (path,), timeout_s=opts.timeout_s)[0]
             check_cached(path, saint_made(path) or {k: graph[k] for k in SIZES}, opts)
         else:

@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the graph as a GraphSAINT directory, prepare it, and train P ranks from the prepared "
                         "directory (and P = 1 from the SAINT files, as `mggcn train DIR --format saint`); defaults: "
                         "100,000 vertices, degree 50 (5.0M nonzeros), P = 1,2,4, partition random-local (as mggcn "
-                        "train), 1+3 epochs (with --small: the small graph)")
+                        "train), 1+3 epochs (with --small, --small's defaults instead, all of them)")
     p.add_argument("--nodes", type=positive_int, help=f"vertices (default {d.nodes:,})")
     p.add_argument("--degree", type=float, help=f"mean degree: nonzeros = nodes x degree (default {d.degree:g})")
     p.add_argument("--features", type=positive_int, help=f"default {d.features}")
