@@ -279,7 +279,7 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
     elif is_generated(spec) and fmt is None:
         from mggcn.data.generators.spec import parse_spec
 
-        given = [k for k, v in (read_options or {}).items() if v is not None and v is not False]
+        given = list(_given(read_options))
         if given:  # the command line refuses these too: ignored, they would train on data the caller did not mean
             raise ConfigError(f"{spec}: a built-in or generated dataset takes no {given[0]} (it makes its own "
                               "vertex data); to train on your files, give their path", given[0])
@@ -377,10 +377,15 @@ def _in_memory(graph: Graph, fmt: str | None, undirected: bool, dedup: bool,
     return graph
 
 
+def _given(read_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The reader options given: None, and False (a switch left off, ``normalize_features=False``), are none."""
+    return {k: v for k, v in (read_options or {}).items() if v is not None and v is not False}
+
+
 def _named_options(entry: NamedDataset, read_options: dict[str, Any] | None) -> dict[str, bool]:
     """The reader options a named dataset takes: ``normalize_features`` of a Planetoid one; its files carry the
     rest (features, labels, split)."""
-    options = {k: v for k, v in (read_options or {}).items() if v is not None and v is not False}
+    options = _given(read_options)
     for key in options:
         if not (key == "normalize_features" and entry.fmt == "planetoid"):
             raise ConfigError(f"{entry.name}: a named dataset takes no {key} (its files carry their vertex data)", key)

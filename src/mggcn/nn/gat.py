@@ -35,7 +35,6 @@ Legend: m = rows of this rank, H = heads, C = channels per head.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -43,7 +42,7 @@ from torch import nn
 
 from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
 from mggcn.nn.functional import _TimedLinear, activate, check_inputs, hooked_module
-from mggcn.nn.initialization import glorot_linear
+from mggcn.nn.initialization import glorot_, glorot_linear
 from mggcn.nn.model import Adj, LayerStack, check_order
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
@@ -53,13 +52,6 @@ from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 __all__ = ["GATLayer", "GAT"]
 
 NEGATIVE_SLOPE = 0.2  # the scores' LeakyReLU (PyG GATConv's default)
-
-
-def _glorot_att(att: torch.Tensor, generator: torch.Generator | None) -> None:
-    """PyG's ``glorot`` on ``[1, H, C]``: uniform in ±sqrt(6 / (H + C))."""
-    bound = math.sqrt(6.0 / (att.shape[-2] + att.shape[-1]))
-    with torch.no_grad():
-        att.uniform_(-bound, bound, generator=generator)
 
 
 class GATLayer(nn.Module):
@@ -93,8 +85,8 @@ class GATLayer(nn.Module):
         self.lin = glorot_linear(in_dim, heads * channels, bias=False, generator=generator)
         self.att_src = nn.Parameter(torch.empty(1, heads, channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, channels))
-        _glorot_att(self.att_src, generator)
-        _glorot_att(self.att_dst, generator)
+        glorot_(self.att_src, generator)
+        glorot_(self.att_dst, generator)
         self.bias = nn.Parameter(torch.zeros(heads * channels if concat else channels)) if bias else None
         self.attention_seed = 0
 
@@ -111,8 +103,8 @@ class GATLayer(nn.Module):
         """New weights from torch's global RNG, as ``GATConv.reset_parameters``: ``W``, ``att_src``, ``att_dst``
         with PyG's ``glorot``, a zero bias."""
         self.lin.reset_parameters()
-        _glorot_att(self.att_src, None)
-        _glorot_att(self.att_dst, None)
+        glorot_(self.att_src, None)
+        glorot_(self.att_dst, None)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 

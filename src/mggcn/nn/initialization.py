@@ -15,8 +15,9 @@ __all__ = ["glorot_", "glorot_linear"]
 
 
 def glorot_(weight: torch.Tensor, generator: torch.Generator | None) -> None:
-    """PyG's ``glorot``: uniform in ±sqrt(6 / (fan_in + fan_out))."""
-    bound = math.sqrt(6.0 / (weight.shape[0] + weight.shape[1]))
+    """PyG's ``glorot``: uniform in ±sqrt(6 / (a + b)) for a tensor [..., a, b] (a layer's weight [d_out, d_in], GAT's
+    attention vectors [1, H, C])."""
+    bound = math.sqrt(6.0 / (weight.shape[-2] + weight.shape[-1]))
     with torch.no_grad():
         weight.uniform_(-bound, bound, generator=generator)
 

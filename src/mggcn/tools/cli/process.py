@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 import os
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import OutputError
@@ -91,16 +92,15 @@ class GuardedStdout:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as err:
-            raise OutputError("standard output", f"cannot write: {err.strerror or err}", err.errno) from None
+        return self._guarded(self._stream.write, text)
 
     def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    @staticmethod
+    def _guarded(action: Callable[..., Any], *args: Any) -> Any:
         try:
-            self._stream.flush()
+            return action(*args)
         except BrokenPipeError:
             raise
         except OSError as err:
