@@ -124,3 +124,43 @@ def test_a_rank_that_gave_up_waiting_to_join_says_so(monkeypatch):
                            "stopped before it joined"), line
     assert line.endswith("DistStoreError: wait timeout after 60000ms, keys: /default_pg/0//cpu//0/1"), line
     assert _rank_failure(RuntimeError("boom")) == "rank 0 failed: RuntimeError: boom"
+
+
+def test_a_rank_whose_rendezvous_cannot_be_reached_says_so_in_one_line(tmp_path):
+    """A rank told RANK=1 of a job whose rank 0 never started (a stray RANK/WORLD_SIZE in the shell, node 1 started
+    alone): one line naming the address and the timeout, not torch's C++ log of every failed try with its stack."""
+    from test_launch import _free_port
+
+    env, _ = _env(tmp_path)
+    port = _free_port()
+    env.update(RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    out = subprocess.run([sys.executable, "-m", "mggcn", "train", GRAPH, "--epochs", "1", "--timeout", "2",
+                          *COMMON], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines() == [out.stderr.strip()], out.stderr  # one line, no "frame #"
+    assert out.stderr.startswith(f"mggcn train: error: rank 1 could not connect to the job's rendezvous at "
+                                 f"127.0.0.1:{port} within 2 s: rank 0 (on node 0), which serves it, was not "
+                                 f"started"), out.stderr
+
+
+def test_native_log_held_gives_back_all_on_success_and_drops_c10_logs_on_failure(capfd):
+    """What native code writes to descriptor 2 in the block comes back after it: all of it when the block
+    succeeds; without c10's log lines and C++ stacks when it raises (the raised error says it in one line)."""
+    import os
+
+    import pytest
+
+    from mggcn.utils.system import native_log_held
+
+    lines = (b"[E1206 16:50:04.763984978 socket.cpp:1028] [c10d] The client socket has timed out\n"
+             b"Exception raised from throwTimeoutError at socket.cpp:1030 (most recent call first):\n"
+             b"frame #0: c10::Error::Error() + 0x9d (0x7f in libc10.so)\n<omitting python frames>\n\n"
+             b"a warning of the user's own\n")
+    with native_log_held():
+        os.write(2, lines)
+        assert capfd.readouterr().err == ""  # held while the block runs
+    assert capfd.readouterr().err == lines.decode()
+    with pytest.raises(RuntimeError), native_log_held():
+        os.write(2, lines)
+        raise RuntimeError("DistNetworkError")
+    assert capfd.readouterr().err == "a warning of the user's own\n"

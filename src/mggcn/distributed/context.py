@@ -27,12 +27,12 @@ from mggcn.config import MMAP_THRESHOLD
 from mggcn.distributed.network import GLOO_IFNAME_ENV, gloo_interface
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.parallel import available_cores
-from mggcn.utils.system import enter_rank
+from mggcn.utils.system import enter_rank, native_log_held
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "resolve_device", "SHARE_DEVICE_ENV",
            "shares_devices", "check_gpus", "rank_placement", "DETERMINISTIC_ENV", "deterministic_kernels",
-           "RANK_ENV", "rank_environment"]
+           "RANK_ENV", "rank_environment", "RendezvousUnreachable"]
 
 # Set to 1, it lets a host run more CUDA ranks than it has GPUs (rank r on GPU r mod G, the job over gloo): the
 # multi-rank CUDA path runs where one GPU is all there is. For testing: the ranks share the GPU's time and memory.
@@ -184,12 +184,32 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     if world_size > 1 and not dist.is_initialized():
         if backend == "gloo" and local_world < world_size:
             _bind_gloo_off_loopback(local_rank)
-        init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
-        kwargs = {"device_id": dev} if backend == "nccl" else {}
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout_s), **kwargs)
+        _join(backend, rank, world_size, timeout_s, {"device_id": dev} if backend == "nccl" else {})
     return DistContext(rank=rank, world_size=world_size, device=dev, backend=backend,
                        local_rank=local_rank, local_world_size=local_world)
+
+
+class RendezvousUnreachable(RuntimeError):
+    """This rank could not connect to the job's rendezvous (the store that rank 0 serves) in time."""
+
+
+def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: dict[str, Any]) -> None:
+    """Join the process group; a rendezvous that cannot be reached is said in one line (torch's C++ logs each
+    failed try with its stack on standard error, held back here: :func:`mggcn.utils.system.native_log_held`)."""
+    init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
+    try:
+        with native_log_held():
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                    timeout=timedelta(seconds=timeout_s), **kwargs)
+    except RuntimeError as err:
+        if type(err).__name__ != "DistNetworkError":
+            raise
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}" \
+            if init_method == "env://" else init_method
+        raise RendezvousUnreachable(
+            f"rank {rank} could not connect to the job's rendezvous at {where} within {timeout_s:g} s: rank 0 (on "
+            f"node 0), which serves it, was not started, failed, or listens elsewhere (MASTER_ADDR, MASTER_PORT); "
+            f"torch said: {' '.join(str(err).split())[:200]}") from err
 
 
 def refuse_together(job: Any, failure: Exception | None) -> None:

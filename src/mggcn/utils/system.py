@@ -16,8 +16,11 @@ Importing this module loads no torch.
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
+import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -39,7 +42,8 @@ __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
            "start_vector_math", "outside_inference_mode", "outside_autocast", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
-           "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process"]
+           "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process",
+           "native_log_held"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -99,6 +103,51 @@ def working_directory_not_imported() -> Iterator[None]:
     finally:
         if added:
             os.environ.pop("PYTHONSAFEPATH", None)
+
+
+# A line of c10's own log (``[E1206 16:50:04.763 socket.cpp:1028] ...``) or of the C++ stack it prints after one.
+_NATIVE_LOG = re.compile(rb"^(\[[EWIF]\d{4} [^\]]*\]|frame #\d+:|Exception raised from |<omitting python frames>|$)")
+
+
+@contextmanager
+def native_log_held() -> Iterator[None]:
+    """For the ``with`` block, what is written to the standard error descriptor (C++ code's log included) is held
+    back, and given back when it ends: all of it when the block succeeds; when it raises, without c10's log lines and
+    their C++ stacks, which say in forty lines what the error raised says in one (a rendezvous that cannot be reached
+    logs each failed try with its stack)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no standard error to hold
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            text = held.read()
+            if failed:
+                text = b"".join(line for line in text.splitlines(keepends=True) if not _NATIVE_LOG.match(line))
+            _write_all(2, text)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:  # standard error closed or full: the block's own outcome matters more than its log
+        pass
 
 
 def own_process() -> None:

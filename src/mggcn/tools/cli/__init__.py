@@ -142,6 +142,8 @@ def _rank_failure(err: Exception) -> str:
     text = " ".join(f"{type(err).__name__}: {err}".split())
     launch = sys.modules.get("mggcn.distributed.launch")  # loaded by any job that got as far as a collective
     dist = sys.modules.get("torch.distributed")
+    if type(err).__name__ == "RendezvousUnreachable":
+        return str(err)
     if type(err).__name__ == "DistStoreError" and dist is not None and not dist.is_initialized():
         return f"rank {rank} gave up waiting for the other ranks to join the job: one of them failed or was " \
                f"stopped before it joined, or was never started (its node's log says why): {text[:200]}"
