@@ -139,6 +139,17 @@ def test_report_without_a_traced_epoch_skips_the_timeline(tmp_path):
         write_report(str(tmp_path / "m.jsonl"), str(tmp_path / "out"), epoch=3)
 
 
+def test_a_report_without_a_traced_epoch_removes_an_earlier_reports_timeline(tmp_path):
+    """A report into a directory that holds an earlier report's timeline.png, of a run with no traced epoch: that
+    plot would pass for this run's; it is removed once this report's plots are written."""
+    out = tmp_path / "out"
+    write_report(str(_write(tmp_path / "traced.jsonl", _records())), str(out))
+    assert (out / "timeline.png").is_file()
+    untraced = _write(tmp_path / "m.jsonl", [r for r in _records() if "timeline" not in r])
+    write_report(str(untraced), str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "phases.png"]
+
+
 def test_tensorboard_not_installed_is_said_and_training_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed, even where it is
     with pytest.raises(TensorBoardMissing, match="pip install tensorboard"):

@@ -308,7 +308,8 @@ def plot_timeline(record: dict) -> tuple[Any, dict]:
 
 
 def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[str]:
-    """Write ``curves.png``, ``phases.png`` and, when an epoch was traced, ``timeline.png`` into ``out_dir``.
+    """Write ``curves.png``, ``phases.png`` and, when an epoch was traced, ``timeline.png`` into ``out_dir`` (a
+    ``timeline.png`` already there is removed when no epoch was traced).
 
     ``epoch`` picks the traced epoch to draw (default: the first). Returns the paths written.
     """
@@ -335,6 +336,10 @@ def write_report(metrics: str, out_dir: str, epoch: int | None = None) -> list[s
             for path in written:
                 os.unlink(path)
         raise
+    # a timeline.png of an earlier report into this directory would be read as this run's traced epoch
+    stale = os.path.join(out_dir, "timeline.png")
+    if len(figures) == 2 and os.path.isfile(stale):
+        os.unlink(stale)
     return written
 
 
