@@ -93,15 +93,18 @@ def test_layer_equals_gatconv(concat, tile_cols, edge_chunk, monkeypatch):
     assert out.shape == (graph.num_nodes, 12 if concat else 4)
 
 
-def test_model_loads_into_pyg_gat_and_matches():
+@pytest.mark.parametrize("bias", [True, False])
+def test_model_loads_into_pyg_gat_and_matches(bias):
     """A 3-layer GAT's state dict loads strictly into PyG's GAT(in, hidden, 3, out, heads=H); logits and every
-    gradient match, in eval mode (no dropout) and with the default initialization."""
+    gradient match, in eval mode (no dropout) and with the default initialization. Without biases σ runs on a copy
+    of the attention's output, which its backward keeps."""
     graph = gat_graph()
-    model = GAT([5, 8, 8, 3], heads=2, seed=4, activation="leaky_relu").double()
-    pyg = PygGAT(5, 8, 3, 3, heads=2, act="leaky_relu")
+    model = GAT([5, 8, 8, 3], heads=2, seed=4, activation="leaky_relu", bias=bias).double()
+    pyg = PygGAT(5, 8, 3, 3, heads=2, act="leaky_relu", bias=bias)
     pyg.load_state_dict(model.pyg_state_dict(), strict=True)
     pyg = pyg.double()
-    assert sum(p.numel() for p in pyg.parameters()) == GAT.num_parameters([5, 8, 8, 3], heads=2)
+    biases = 0 if bias else 8 + 8 + 3
+    assert sum(p.numel() for p in pyg.parameters()) == GAT.num_parameters([5, 8, 8, 3], heads=2) - biases
     assert [tuple(p.shape) for p in model.parameters()] == [tuple(p.shape) for p in pyg.parameters()]
     _compare(graph, model, pyg, torch.as_tensor(graph.x, dtype=torch.float64))
 

@@ -378,6 +378,8 @@ class GAT(LayerStack):
             if i > 0:
                 h = self._drop(h, self.dropout)
             h = conv(h, adj, timer)
-            if i < last:  # σ in place: on a copy of what a hook on the layer keeps
-                h = activate(h.clone() if hooked_module(conv) else h, self.activation)
+            if i < last:  # σ in place: on a copy of what a hook on the layer keeps, or of the attention's output
+                # itself (kept for its backward), which a layer without a bias returns
+                kept = hooked_module(conv) or conv.bias is None
+                h = activate(h.clone() if kept else h, self.activation)
         return h
