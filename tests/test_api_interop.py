@@ -273,15 +273,24 @@ def _user_model(case):
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["conv1-conv2", "sage", "one-layer", "module-prefix", "layers-list"])
+@pytest.mark.parametrize("case", ["conv1-conv2", "sage", "one-layer", "module-prefix", "layers-list",
+                                  "module-prefix-batch-norm", "compiled-module-batch-norm"])
 def test_weights_of_a_users_own_pyg_model_predict_as_it(case, tmp_path):
-    """PyG's examples name their layers conv1, conv2 (or keep them in a ModuleList, or DDP prefixes module.): the
-    layers are read in their numbers' order, and the weights predict what the model computes."""
+    """PyG's examples name their layers conv1, conv2 (or keep them in a ModuleList; DDP prefixes module.,
+    torch.compile _orig_mod., to every key, the norms' too): the layers are read in their numbers' order, and the
+    weights predict what the model computes."""
     from torch_geometric.nn import GCNConv
     torch.manual_seed(0)
     if case == "module-prefix":  # DistributedDataParallel's state dict of PyG's GCN
         model = pyg_models.GCN(F, 6, 2, C)
         state = {f"module.{k}": v for k, v in model.state_dict().items()}
+    elif case.endswith("batch-norm"):  # and of one with batch norms, in a compiled DDP model too
+        model = pyg_models.GCN(F, 6, 3, C, norm="batch_norm")
+        for norm in model.norms[:-1]:  # PyG's last is an Identity
+            norm.module.running_mean.uniform_(-1, 1)
+            norm.module.running_var.uniform_(0.5, 2)
+        prefix = "module." if case.startswith("module") else "_orig_mod.module."
+        state = {prefix + k: v for k, v in model.state_dict().items()}
     elif case == "layers-list":
         model = _Net(GCNConv, ["conv1", "conv2", "conv3"], [F, 6, 5, C])
         state = {re.sub(r"^conv(\d+)\.", lambda m: f"layers.{int(m.group(1)) - 1}.", k): v

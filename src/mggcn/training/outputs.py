@@ -212,7 +212,9 @@ def layers_as_convs(state_dict: dict[str, torch.Tensor], source: str = "model") 
     first weight name (``lin.weight``, ``lin_l.weight``, ``nn.lins.0.weight``) sits; layers numbered alike
     (``conv1``, ``conv2``, ...) go in their numbers' order, others in the order the model made them (the state
     dict's). Tensors outside every layer (a final ``Linear``, a norm between layers) are in no model mggcn runs:
-    refused in one line. A state dict that already has ``convs.0.`` is returned as it is."""
+    refused in one line. A state dict that already has ``convs.0.`` is returned as it is, less the prefix that
+    DistributedDataParallel (``module.``) or ``torch.compile`` (``_orig_mod.``) put before every key."""
+    state_dict = _unwrapped(state_dict)
     if any(key.startswith("convs.0.") for key in state_dict):
         return state_dict
     ends = {cls.layer_weight.format(0).removeprefix("convs.0.") for cls in MODEL_TYPES.values()}
@@ -241,8 +243,22 @@ def layers_as_convs(state_dict: dict[str, torch.Tensor], source: str = "model") 
         shown = ", ".join(outside[:4]) + (", ..." if len(outside) > 4 else "")
         names = ", ".join(p.rstrip(".") or "(top)" for p in layers)
         raise GraphError(f"{source}: {shown} belong to none of the layers {names}; mggcn's models are their graph "
-                         "convolutions only", "save_model")
+                         "convolutions, with PyG's batch norms between them (norms.0, norms.1, ...) and nothing else",
+                         "save_model")
     return renamed
+
+
+_WRAPPERS = ("module.", "_orig_mod.")  # DistributedDataParallel's, torch.compile's
+
+
+def _unwrapped(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` without the wrappers' prefixes that every one of its keys has (one inside another too)."""
+    while state_dict:
+        wrapper = next((w for w in _WRAPPERS if all(key.startswith(w) for key in state_dict)), None)
+        if wrapper is None:
+            break
+        state_dict = {key[len(wrapper):]: tensor for key, tensor in state_dict.items()}
+    return state_dict
 
 
 def model_dims(state_dict: dict[str, torch.Tensor], source: str = "model") -> list[int]:
