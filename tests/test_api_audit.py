@@ -475,3 +475,45 @@ def test_torch_compile_of_a_model_gives_its_outputs_and_gradients(kind):
     ref.square().sum().backward()
     for p, q in zip(model.parameters(), plain.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "float64_default"])
+def test_train_in_this_process_ignores_the_callers_grad_mode_and_default_dtype(mode):
+    """``mggcn.train(nprocs=1)`` called inside ``torch.no_grad()`` / ``torch.inference_mode()``, or after
+    ``torch.set_default_dtype(torch.float64)``: it trains as it does outside them (the same losses, bitwise: the
+    same arithmetic), returns a float32 model, and leaves the caller's mode and default dtype as they were."""
+    spec, options = "synthetic:n=300,features=8,classes=3", dict(hidden=(8,), epochs=3, quiet=True, seed=1)
+    plain = mggcn.train(spec, **options)
+    previous = torch.get_default_dtype()
+    try:
+        if mode == "float64_default":
+            torch.set_default_dtype(torch.float64)
+            run = mggcn.train(spec, **options)
+            assert torch.get_default_dtype() == torch.float64
+        else:
+            with getattr(torch, mode)():
+                run = mggcn.train(spec, **options)
+                assert not torch.is_grad_enabled()
+    finally:
+        torch.set_default_dtype(previous)
+    assert [r["loss"] for r in run.history] == [r["loss"] for r in plain.history]
+    assert {p.dtype for p in run.model.parameters()} == {torch.float32}
+
+
+def test_a_process_group_the_caller_made_is_left_to_the_caller(tmp_path):
+    """A user's own process group (world of one, as a script run without torchrun makes it) is theirs: train and
+    predict in this process use none and leave it initialized, its collectives working."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        run = mggcn.train("builtin:karate", hidden=(4,), epochs=2, quiet=True)
+        run.save(tmp_path / "model.pt")
+        mggcn.predict(tmp_path / "model.pt", "builtin:karate")
+        assert dist.is_initialized()
+        ones = torch.ones(2)
+        dist.all_reduce(ones)
+        assert ones.tolist() == [1.0, 1.0]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -44,6 +44,7 @@ from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
 from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.system import float32_default
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
@@ -168,7 +169,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
     result = launch(run_train_job, job, check_job, nprocs, grace_s=grace_s, torchrun=False,
                     on_checked=note_identity, share=share_dataset)
     predictions = result.predictions
-    model = build_model(config, identity["num_features"], identity["num_classes"])
+    with float32_default():  # the model trained, not one of the caller's default dtype
+        model = build_model(config, identity["num_features"], identity["num_classes"])
     model.load_state_dict(result.state_dict)
     return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch,
                         result.final)

@@ -193,6 +193,10 @@ class RendezvousUnreachable(RuntimeError):
     """This rank could not connect to the job's rendezvous (the store that rank 0 serves) in time."""
 
 
+class _Joined:
+    group = False  # whether this process's default group is the one :func:`init_distributed` made
+
+
 def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: dict[str, Any]) -> None:
     """Join the process group; a rendezvous that cannot be reached is said in one line (torch's C++ logs each
     failed try with its stack on standard error, held back here: :func:`mggcn.utils.system.native_log_held`)."""
@@ -201,6 +205,7 @@ def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: di
         with native_log_held():
             dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                     timeout=timedelta(seconds=timeout_s), **kwargs)
+        _Joined.group = True
     except RuntimeError as err:
         if type(err).__name__ != "DistNetworkError":
             raise
@@ -263,8 +268,12 @@ def _bind_gloo_off_loopback(local_rank: int) -> None:
 
 
 def shutdown(clean: bool = True) -> None:
-    """Leave the process group. After a clean run all ranks meet first: gloo aborts a process that tears its
-    group down while a peer still talks to it. After a failure no barrier (the peers may be gone)."""
+    """Leave the process group that :func:`init_distributed` made. After a clean run all ranks meet first: gloo
+    aborts a process that tears its group down while a peer still talks to it. After a failure no barrier (the
+    peers may be gone). A group the caller had made before the job is the caller's: it is left as it is."""
+    if not _Joined.group:
+        return
+    _Joined.group = False
     if dist.is_available() and dist.is_initialized():
         if clean:
             dist.barrier()

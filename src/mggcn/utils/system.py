@@ -43,7 +43,7 @@ __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "
            "start_vector_math", "outside_inference_mode", "outside_autocast", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process",
-           "native_log_held"]
+           "native_log_held", "float32_default"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -299,19 +299,39 @@ def start_vector_math() -> None:
 @contextmanager
 def caller_settings_kept() -> Iterator[None]:
     """In a process mggcn does not own, the thread count and the warning filters are put back as they were when the
-    ``with`` block ends (the jobs run inside one); in a process it owns, nothing is put back."""
-    if _State.owned:
-        yield
-        return
+    ``with`` block ends (the jobs run inside one); in a process it owns, nothing is put back. In either, the block
+    runs as a job needs, whatever the caller's settings: with gradients (outside the caller's ``torch.no_grad`` or
+    ``torch.inference_mode``) and float32 as torch's default dtype (:func:`float32_default`)."""
     import torch
 
-    threads, data_threads = torch.get_num_threads(), configured_threads()
-    try:
-        with warnings.catch_warnings():  # puts the filters back on exit
+    with float32_default(), torch.inference_mode(False), torch.enable_grad():
+        if _State.owned:
             yield
+            return
+        threads, data_threads = torch.get_num_threads(), configured_threads()
+        try:
+            with warnings.catch_warnings():  # puts the filters back on exit
+                yield
+        finally:
+            torch.set_num_threads(threads)
+            set_threads(data_threads)
+
+
+@contextmanager
+def float32_default() -> Iterator[None]:
+    """torch's default dtype is float32 in the ``with`` block, and the caller's again after it: mggcn's models and
+    their inputs are float32 (or the dtype asked for) whatever ``torch.set_default_dtype`` the caller chose."""
+    import torch
+
+    dtype = torch.get_default_dtype()
+    if dtype == torch.float32:
+        yield
+        return
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
     finally:
-        torch.set_num_threads(threads)
-        set_threads(data_threads)
+        torch.set_default_dtype(dtype)
 
 
 @contextmanager
