@@ -37,6 +37,42 @@ def test_a_job_leaves_the_global_start_method_unchosen(tmp_path):
     assert os.listdir(tmp) == []
 
 
+def test_the_callers_own_fork_server_processes_get_nothing_of_mggcns(tmp_path):
+    """mggcn forks its workers from a fork server of its own (signals blocked, its environment, torch preloaded): the
+    caller's processes of multiprocessing's fork server, after a job, start as they would without it, and
+    terminate() ends them (they inherited the blocked SIGTERM, and a Pool hung on leaving its with block)."""
+    env, tmp = _env(tmp_path)
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""\
+        import multiprocessing, os, signal, sys, time
+        import mggcn
+
+        def child(queue):
+            queue.put((sorted(s.name for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+                       "PYTHONSAFEPATH" in os.environ, "torch" in sys.modules))
+            time.sleep(60)
+
+        if __name__ == "__main__":
+            mggcn.train("synthetic:n=200,features=4", nprocs=2, hidden=(4,), epochs=1, quiet=True)
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([])
+            queue = context.Queue()
+            p = context.Process(target=child, args=(queue,))
+            p.start()
+            print(queue.get(timeout=60))
+            p.terminate()
+            p.join(20)
+            print("exit", p.exitcode)
+            with context.Pool(2) as pool:
+                print(pool.map(abs, [-1, -2]))
+        """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env,
+                         cwd=tmp_path)  # the Pool hung for ever
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["([], False, False)", "exit -15", "[1, 2]"], out.stdout
+    assert os.listdir(tmp) == []
+
+
 def _as_from_a_terminal(cmd: list[str]) -> list[str]:
     """``cmd`` started with Ctrl-C's default disposition, as a terminal starts a command, whatever this test run's
     own: a shell's background job (``pytest ... &`` in a script) ignores SIGINT, its children inherit that, and a
@@ -90,19 +126,18 @@ def test_ctrl_c_in_the_moment_the_fork_server_starts_is_not_lost(tmp_path):
     dropped (the job would then train on, uninterruptible by that Ctrl-C)."""
     env, _ = _env(tmp_path)
     script = textwrap.dedent("""\
-        import multiprocessing, os, signal
-        import multiprocessing.forkserver as forkserver
-        from mggcn.distributed import launch
-        start = forkserver.ensure_running
+        import os, signal
+        from mggcn.distributed import forkserver
+        start = forkserver._SERVER.ensure_running
         def ctrl_c_while_starting():
             os.kill(os.getpid(), signal.SIGINT)
             start()
-        forkserver.ensure_running = ctrl_c_while_starting
+        forkserver._SERVER.ensure_running = ctrl_c_while_starting
         try:
-            launch._start_fork_server(multiprocessing.get_context("forkserver"), None)
+            forkserver.start_fork_server(forkserver.worker_context(print), None)
             print("lost")
         except KeyboardInterrupt:
-            print("interrupted", forkserver._forkserver._forkserver_pid is not None)
+            print("interrupted", forkserver.server_pid() is not None)
         """)
     out = subprocess.run(_as_from_a_terminal([sys.executable, "-c", script]), capture_output=True, text=True,
                          timeout=240, env=env)

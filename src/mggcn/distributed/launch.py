@@ -11,13 +11,9 @@ none of this is used: each process is already a rank.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing as mp
 import multiprocessing.connection
-import multiprocessing.forkserver
-import multiprocessing.resource_tracker
-import multiprocessing.util
 import os
 import pickle
 import re
@@ -26,13 +22,19 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from mggcn.distributed.context import rank_environment, refuse_together, shutdown
+from mggcn.distributed.forkserver import (
+    SERVER_BLOCKS,
+    let_go_of_the_fork_server,
+    start_fork_server,
+    start_method_left_alone,
+    worker_context,
+)
 from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import atomic_write
@@ -88,11 +90,11 @@ def _job_directory() -> str:
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
                   environ: dict[str, str], launcher: int) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SERVER_BLOCKS)  # blocked since the server started (see there)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKS)  # blocked since the server started (see there)
     own_process()  # the settings a rank makes (threads, allocator) stay in this process
     die_with_parent()
     die_with_process(launcher)  # the fork server is the parent: a killed launcher ends it only at its exit
-    _let_go_of_the_fork_server()
+    let_go_of_the_fork_server()
     os.environ.clear()  # the launcher's environment as it is now, not as it was when the fork server started
     os.environ.update(environ)
     os.environ.update({
@@ -112,17 +114,6 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
         atomic_write(os.path.join(workdir, f"error.{rank}"), lambda tmp: _json_to(tmp, report))
         os._exit(1)  # skip atexit handlers that could block on a broken process group
     exit_now(0)
-
-
-def _let_go_of_the_fork_server() -> None:
-    """A worker forked by the fork server (:func:`_worker_context`) holds a copy of the launcher's end of the pipe
-    by which the server learns that the launcher is gone. Closing it lets a killed launcher end the server, and the
-    server's end ends its workers (:func:`die_with_parent`); else server and workers would wait on each other."""
-    server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None
 
 
 def _pickle_to(path: str, obj: Any) -> None:
@@ -198,8 +189,8 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     try:
         if handoff is not None:
             args = handoff(workdir)
-        context = _worker_context(fn)
-        _start_fork_server(context, cleaner)
+        context = worker_context(fn)
+        start_fork_server(context, cleaner)
         environ = dict(os.environ)
         procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ, os.getpid()),
                                  name=f"mggcn-rank{rank}") for rank in range(nprocs)]
@@ -211,83 +202,6 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         sweep_outboxes()  # the shared memory of a worker killed before its peers could unlink it
         shutil.rmtree(workdir, ignore_errors=True)
         _stop_cleaner(cleaner)
-
-
-def _worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:
-    """Workers are forked from multiprocessing's fork server: a fresh interpreter, started by this process's first
-    job, that imports torch, scipy and the module of the job's function once. A worker then starts in milliseconds
-    instead of paying torch's import (seconds) itself, and a process that runs many jobs (a notebook, the tests)
-    pays it once. Like spawn, and unlike fork, a worker inherits none of the launcher's threads, CUDA context or
-    memory. Where there is no fork server (Windows), workers are spawned."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    context = mp.get_context("forkserver")
-    module = getattr(fn, "__module__", None)
-    job = [module] if module and module not in ("__main__", "__mp_main__") else []  # never re-run a script there
-    context.set_forkserver_preload(["torch", "scipy.sparse", *job])  # no effect once the server runs
-    return context
-
-
-# The signals the fork server starts with blocked (:func:`_start_fork_server`), which each worker unblocks.
-_SERVER_BLOCKS = {signal.SIGINT, signal.SIGTERM}
-
-
-@contextlib.contextmanager
-def _signals_held_back() -> Iterator[None]:
-    """In the main thread: a signal of :data:`_SERVER_BLOCKS` during the block is noted instead of handled, then
-    raised again after it (with the handler it would have met); elsewhere, nothing (only the main thread handles
-    signals in Python)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    noted: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum)) for sig in _SERVER_BLOCKS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
-    for sig in dict.fromkeys(noted):
-        signal.raise_signal(sig)
-
-
-def _start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen | None) -> None:
-    """Start the fork server (if it does not run yet) with Ctrl-C blocked: it shares the terminal's process group, and
-    a Ctrl-C while it imports torch would print its traceback beside the launcher's one line. A blocked signal stays
-    blocked across fork and exec, so a Ctrl-C waits in the server until it ignores SIGINT by itself once its imports
-    are done (which discards it); the workers unblock it and take the default handler back (:func:`_worker_entry`).
-    The launcher blocks it only while the server process starts (a fork and an exec), and a Ctrl-C in that moment
-    stays pending, reaching the launcher once it unblocks: blocked, never ignored, so no Ctrl-C is lost. The mask is
-    this thread's, and the kernel hands a process's signal to any thread that does not block it (a library's worker
-    thread), so the main thread also holds its Python handler back meanwhile: a Ctrl-C that arrives that way is
-    raised again once the server runs, never in the middle of its start.
-
-    SIGTERM is blocked and held back the same way, and stays blocked in the server (which never handles it, as the
-    resource tracker ignores it): sent to the whole process group (``kill -TERM -PGID``, a batch system or service
-    manager stopping the job), it would end the server, and its workers with it (:func:`die_with_parent`) before
-    they could finish their epoch and checkpoint, each one reported as "exited with status 255" (multiprocessing's
-    words for a worker whose server vanished). The server still ends with this process (its end of the pipe closes).
-
-    The server's socket lies in multiprocessing's temporary directory of this process (``pymp-*``), removed at its
-    exit; the ``cleaner`` removes it should this process be killed."""
-    if context.get_start_method() != "forkserver":
-        return
-    # the resource tracker first: starting it unblocks SIGINT and SIGTERM (and would let them reach the server)
-    with working_directory_not_imported():
-        multiprocessing.resource_tracker.ensure_running()
-    with _signals_held_back():
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SERVER_BLOCKS)  # this thread's: the one that forks
-        try:
-            with _start_method_left_alone(), children_wait_passively(), working_directory_not_imported():
-                multiprocessing.forkserver.ensure_running()  # the server loads torch for the workers
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    if cleaner is not None:
-        try:
-            cleaner.stdin.write(f"{multiprocessing.util.get_temp_dir()}\n".encode())
-            cleaner.stdin.flush()
-        except OSError:
-            pass  # the cleaner is gone: the directory goes at this process's exit all the same
 
 
 def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout_s: float | None,
@@ -317,23 +231,9 @@ def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout
 
 
 def _start(procs: list) -> None:
-    with _start_method_left_alone(), children_wait_passively(), working_directory_not_imported():
+    with start_method_left_alone(), children_wait_passively(), working_directory_not_imported():
         for p in procs:  # a spawned worker loads torch itself
             p.start()
-
-
-@contextlib.contextmanager
-def _start_method_left_alone() -> Iterator[None]:
-    """Start the fork server or workers without choosing the process's start method: multiprocessing, preparing
-    them, reads the global start method, which fixes it at the platform's default, and the caller's own
-    ``multiprocessing.set_start_method`` would then fail ("context has already been set"). The library uses its
-    own context (:func:`_worker_context`); the global one is left unchosen when it was."""
-    unset = mp.get_start_method(allow_none=True) is None
-    try:
-        yield
-    finally:
-        if unset:
-            mp.set_start_method(None, force=True)  # back to "not chosen yet"
 
 
 # Exit status of a spawned worker whose bootstrap re-ran the launching script's top level (no __main__ guard).

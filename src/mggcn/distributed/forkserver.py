@@ -1,0 +1,169 @@
+"""mggcn's own fork server, from which the launcher forks its local workers.
+
+A worker forked from a fork server starts in milliseconds, torch already imported, instead of paying torch's import
+itself; and like spawn, unlike fork, it inherits none of the launcher's threads, CUDA context or memory. The server
+is mggcn's alone (a :class:`multiprocessing.forkserver.ForkServer` of its own, not multiprocessing's one per
+process): it starts with Ctrl-C and SIGTERM blocked, the working directory off ``sys.path`` and OpenMP's threads
+asleep (:func:`start_fork_server`), and preloads torch and the job's module; a caller's own processes started with
+``multiprocessing.get_context("forkserver")`` come from multiprocessing's server, with the caller's settings, and
+never inherit those (their ``terminate()`` would do nothing, a ``Pool`` would hang on its exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.forkserver
+import multiprocessing.popen_forkserver
+import multiprocessing.resource_tracker
+import multiprocessing.util
+import os
+import signal
+import subprocess
+import threading
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mggcn.utils.system import children_wait_passively, working_directory_not_imported
+
+__all__ = ["worker_context", "start_fork_server", "start_method_left_alone", "let_go_of_the_fork_server",
+           "SERVER_BLOCKS", "server_pid"]
+
+# The signals the fork server starts with blocked (:func:`start_fork_server`), which each worker unblocks.
+SERVER_BLOCKS = {signal.SIGINT, signal.SIGTERM}
+
+_SERVER = multiprocessing.forkserver.ForkServer()
+
+
+class _ThroughOurServer:
+    """multiprocessing's ``forkserver`` module as the standard ``Popen._launch`` sees it, but reaching mggcn's
+    server: that method finds the server through its module's global ``forkserver``."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "connect_to_new_process":
+            return _SERVER.connect_to_new_process
+        return getattr(multiprocessing.forkserver, name)
+
+
+def _through_our_server(method: types.FunctionType) -> types.FunctionType:
+    """``method`` (the standard library's own, of this Python) with ``forkserver`` meaning :class:`_ThroughOurServer`
+    in its globals: the launch stays exactly the standard library's, whatever its version."""
+    scope = dict(method.__globals__, forkserver=_ThroughOurServer())
+    return types.FunctionType(method.__code__, scope, method.__name__, method.__defaults__, method.__closure__)
+
+
+class _Popen(multiprocessing.popen_forkserver.Popen):
+    _launch = _through_our_server(multiprocessing.popen_forkserver.Popen._launch)
+
+
+class _Process(mp.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> _Popen:
+        return _Popen(process_obj)
+
+
+class _Context(mp.context.ForkServerContext):
+    Process = _Process  # type: ignore[assignment]
+
+
+def worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:
+    """The context whose processes are forked from mggcn's fork server: a fresh interpreter, started by this
+    process's first job, that imports torch, scipy and the module of the job's function once (a process that runs
+    many jobs, a notebook or the tests, pays torch's import once). Where there is no fork server (Windows), workers
+    are spawned."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    module = getattr(fn, "__module__", None)
+    job = [module] if module and module not in ("__main__", "__mp_main__") else []  # never re-run a script there
+    _SERVER.set_forkserver_preload(["torch", "scipy.sparse", *job])  # no effect once the server runs
+    return _Context()
+
+
+def server_pid() -> int | None:
+    """The pid of mggcn's fork server, None before it started."""
+    return _SERVER._forkserver_pid
+
+
+@contextlib.contextmanager
+def _signals_held_back() -> Iterator[None]:
+    """In the main thread: a signal of :data:`SERVER_BLOCKS` during the block is noted instead of handled, then
+    raised again after it (with the handler it would have met); elsewhere, nothing (only the main thread handles
+    signals in Python)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum)) for sig in SERVER_BLOCKS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+    for sig in dict.fromkeys(noted):
+        signal.raise_signal(sig)
+
+
+def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen | None) -> None:
+    """Start the fork server (if it does not run yet) with Ctrl-C blocked: it shares the terminal's process group, and
+    a Ctrl-C while it imports torch would print its traceback beside the launcher's one line. A blocked signal stays
+    blocked across fork and exec, so a Ctrl-C waits in the server until it ignores SIGINT by itself once its imports
+    are done (which discards it); the workers unblock it and take the default handler back. The launcher blocks it
+    only while the server process starts (a fork and an exec), and a Ctrl-C in that moment stays pending, reaching
+    the launcher once it unblocks: blocked, never ignored, so no Ctrl-C is lost. The mask is this thread's, and the
+    kernel hands a process's signal to any thread that does not block it (a library's worker thread), so the main
+    thread also holds its Python handler back meanwhile: a Ctrl-C that arrives that way is raised again once the
+    server runs, never in the middle of its start.
+
+    SIGTERM is blocked and held back the same way, and stays blocked in the server (which never handles it, as the
+    resource tracker ignores it): sent to the whole process group (``kill -TERM -PGID``, a batch system or service
+    manager stopping the job), it would end the server, and its workers with it before they could finish their
+    epoch and checkpoint, each one reported as "exited with status 255" (multiprocessing's words for a worker whose
+    server vanished). The server still ends with this process (its end of the pipe closes).
+
+    The server's socket lies in multiprocessing's temporary directory of this process (``pymp-*``), removed at its
+    exit; the ``cleaner`` removes it should this process be killed."""
+    if context.get_start_method() != "forkserver":
+        return
+    # the resource tracker first: starting it unblocks SIGINT and SIGTERM (and would let them reach the server)
+    with working_directory_not_imported():
+        multiprocessing.resource_tracker.ensure_running()
+    with _signals_held_back():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKS)  # this thread's: the one that forks
+        try:
+            with start_method_left_alone(), children_wait_passively(), working_directory_not_imported():
+                _SERVER.ensure_running()  # the server loads torch for the workers
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    if cleaner is not None:
+        try:
+            cleaner.stdin.write(f"{multiprocessing.util.get_temp_dir()}\n".encode())
+            cleaner.stdin.flush()
+        except OSError:
+            pass  # the cleaner is gone: the directory goes at this process's exit all the same
+
+
+@contextlib.contextmanager
+def start_method_left_alone() -> Iterator[None]:
+    """Start the fork server or workers without choosing the process's start method: multiprocessing, preparing
+    them, reads the global start method, which fixes it at the platform's default, and the caller's own
+    ``multiprocessing.set_start_method`` would then fail ("context has already been set"). The library uses its
+    own context (:func:`worker_context`); the global one is left unchosen when it was."""
+    unset = mp.get_start_method(allow_none=True) is None
+    try:
+        yield
+    finally:
+        if unset:
+            mp.set_start_method(None, force=True)  # back to "not chosen yet"
+
+
+def let_go_of_the_fork_server() -> None:
+    """A worker forked by the fork server holds a copy of the launcher's end of the pipe by which the server learns
+    that the launcher is gone (multiprocessing's module-level server is the one the child's bootstrap filled in).
+    Closing it lets a killed launcher end the server, and the server's end ends its workers; else server and workers
+    would wait on each other."""
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
