@@ -113,10 +113,10 @@ class TrainedModel:
                    best_epoch=self.best_epoch)
 
 
-def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[int] = (128,), epochs: int = 100,
-          device: str = "cpu", **options: Any) -> TrainedModel:
-    """Train a GCN (or ``model="sage"``, ``"gin"``) on ``dataset`` with ``nprocs`` local processes; the Python face
-    of ``mggcn train``.
+def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | Sequence[int] = (128,),
+          epochs: int = 100, device: str = "cpu", **options: Any) -> TrainedModel:
+    """Train a GCN (or ``model="sage"``, ``"gin"``, ``"gat"``) on ``dataset`` with ``nprocs`` local processes; the
+    Python face of ``mggcn train``.
 
     Args:
         dataset: a spec (``"synthetic:n=10000"``, ``"builtin:karate"``), a path (with ``fmt=``), a
@@ -124,7 +124,9 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
             [n, 1]; -1: unlabelled, outside the splits) and ``train/val/test_mask``: bool masks, vertex ids (integer
             tensors, as torch indexing reads them), or ``[n, k]`` masks (WikiCS, geom-gcn) with ``split=`` the column
             to use. ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored.
-        nprocs: worker processes (1: in this process; more: spawned, like ``--nprocs``).
+        nprocs: worker processes (1 or None: in this process; more: spawned, like ``--nprocs``). In a script that
+            torchrun started, each of its processes is one rank of the job (leave ``nprocs`` out, or give torchrun's
+            world size), and every rank returns the model; ``predictions`` are rank 0's (None on the others).
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
         device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.
@@ -141,13 +143,34 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
         a :class:`TrainedModel`.
 
     Raises:
-        GraphError: bad dataset or options, before any worker starts.
+        mggcn.utils.errors.InputError: bad dataset or options, before any worker starts (a ``ValueError``:
+            :class:`~mggcn.utils.errors.GraphError` for the data, :class:`~mggcn.utils.errors.ConfigError` for a
+            setting); ``TypeError`` for an option ``train`` does not take.
         mggcn.utils.files.OutputError: an output could not be written (an ``OSError`` naming the file).
+        FloatingPointError: the loss stopped being finite (in this process; a worker's is a ``WorkerError``).
         mggcn.distributed.launch.WorkerError: a worker failed.
     """
     if isinstance(nprocs, int) and nprocs > 1:
         refuse_unguarded_script()  # a worker re-running an unguarded script: it ends here, the launcher says why
     dataset = graph_from_pyg(dataset, options.pop("split", None)) if is_pyg(dataset) else dataset  # split: a column
+    job = _train_job(dataset, hidden, epochs, device, options)
+    identity: dict = {}
+
+    def note_identity(dataset: Dataset, _: int) -> None:
+        identity.update(dataset_identity(dataset))
+
+    grace_s = max(60.0, job.timeout_s) if isinstance(job.timeout_s, (int, float)) else 60.0  # refused when bad
+    result = launch(run_train_job, job, check_job, nprocs, grace_s=grace_s, on_checked=note_identity,
+                    share=share_dataset)
+    with float32_default():  # the model trained, not one of the caller's default dtype
+        model = build_model(job.config, identity["num_features"], identity["num_classes"])
+    model.load_state_dict(result.state_dict)
+    return TrainedModel(model.eval(), result.history, result.predictions, job.config, identity, result.stopped,
+                        result.best_epoch, result.final)
+
+
+def _train_job(dataset: Any, hidden: Any, epochs: Any, device: str, options: dict[str, Any]) -> TrainJob:
+    """The job of ``mggcn.train``'s arguments (checked with the command line's job: ``check_job``)."""
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
@@ -158,22 +181,8 @@ def train(dataset: Any = "synthetic", nprocs: int = 1, hidden: int | Sequence[in
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
     read_options = {k: _read_option(k, options[k]) for k in _READ_KEYS if options.get(k) is not None}
     job_options = {"keep_predictions": True, **{k: _path(v) for k, v in options.items() if k in _JOB_KEYS}}
-    job = TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
-                   clock=SetupClock(), **job_options)  # checked with the command line's job (check_job)
-    identity: dict = {}
-
-    def note_identity(dataset: Dataset, _: int) -> None:
-        identity.update(dataset_identity(dataset))
-
-    grace_s = max(60.0, job.timeout_s) if isinstance(job.timeout_s, (int, float)) else 60.0  # refused when bad
-    result = launch(run_train_job, job, check_job, nprocs, grace_s=grace_s, torchrun=False,
-                    on_checked=note_identity, share=share_dataset)
-    predictions = result.predictions
-    with float32_default():  # the model trained, not one of the caller's default dtype
-        model = build_model(config, identity["num_features"], identity["num_classes"])
-    model.load_state_dict(result.state_dict)
-    return TrainedModel(model.eval(), result.history, predictions, config, identity, result.stopped, result.best_epoch,
-                        result.final)
+    return TrainJob(dataset=as_dataset(dataset), config=config, read_options=read_options, device=device,
+                    clock=SetupClock(), **job_options)
 
 
 def _path(value: Any) -> Any:

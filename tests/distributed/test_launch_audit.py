@@ -141,3 +141,41 @@ def test_the_mggcn_script_ends_a_torchrun_rank_as_python_m_mggcn_does(torchrun):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "cora" in done.stdout, done.stderr
     assert ("teardown ran" in done.stdout) is not torchrun, done.stdout
+
+
+def test_the_python_api_in_a_script_torchrun_started_runs_as_its_ranks(tmp_path):
+    """``mggcn.train`` and ``mggcn.predict`` in a script under ``torchrun --nproc-per-node 2``: each process is one
+    rank of the job (as ``mggcn train`` is there), not a job of its own joined to the world unchecked; every rank
+    returns the model, rank 0 the predictions. The losses are those of ``nprocs=2`` (the same P and arithmetic:
+    bitwise), and an ``nprocs`` other than torchrun's world size is refused in one line."""
+    import json
+    import textwrap
+
+    import mggcn
+
+    env, tmp = _env(tmp_path)
+    env = {k: v for k, v in env.items() if k not in _RANK_VARIABLES}
+    spec, options = "synthetic:n=300,features=8,classes=3", dict(hidden=(8,), epochs=3, quiet=True, seed=2)
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""\
+        import json, os, sys
+        import mggcn
+        run = mggcn.train({spec!r}, **{options!r})
+        run.save("model.pt") if os.environ["RANK"] == "0" else None
+        out = mggcn.predict("model.pt", {spec!r})
+        try:
+            mggcn.train({spec!r}, nprocs=1, epochs=1, quiet=True)
+        except mggcn.ConfigError as err:
+            refused = str(err)
+        with open(f"rank{{os.environ['RANK']}}.json", "w") as f:
+            json.dump({{"losses": [r["loss"] for r in run.history], "predictions": run.predictions is not None,
+                        "predict": out is not None, "refused": refused}}, f)
+        """))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    expected = [r["loss"] for r in mggcn.train(spec, nprocs=2, **options).history]
+    assert [r["losses"] for r in ranks] == [expected, expected]
+    assert [(r["predictions"], r["predict"]) for r in ranks] == [(True, True), (False, False)]
+    assert {r["refused"] for r in ranks} == {"nprocs 1 disagrees with torchrun's world size 2; leave it out"}

@@ -185,7 +185,7 @@ def run_predict_job(job: PredictJob, dataset: Dataset | None = None) -> np.ndarr
     return out if job.out is None else None
 
 
-def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str = "classes",
+def predict(model: str, dataset: str | Graph | Any, nprocs: int | None = None, output: str = "classes",
             layer: int | None = None, **options: Any) -> np.ndarray:
     """Outputs of the saved ``model`` for every vertex of ``dataset``, in original vertex order.
 
@@ -193,7 +193,9 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
         model: a file written by ``mggcn train --save-model`` (or :meth:`mggcn.api.TrainedModel.save`).
         dataset: a dataset spec or path (with ``fmt=``), a :class:`~mggcn.Graph`, or a PyG ``Data`` (its
             ``edge_index`` and ``x``; labels and masks are not needed).
-        nprocs: local worker processes (the graph is partitioned as for training).
+        nprocs: local worker processes (the graph is partitioned as for training; 1 or None: in this process). In a
+            script that torchrun started, each of its processes is one rank (leave ``nprocs`` out, or give torchrun's
+            world size); rank 0 returns the outputs, the others None.
         output: ``classes`` -> int64 [n]; ``proba`` -> float32 [n, C]; ``embeddings`` -> float32 [n, d_layer]. A
             multi-label model (trained on labels [n, C]): ``classes`` -> uint8 [n, C] of 0/1 (logit > 0),
             ``proba`` -> σ per label.
@@ -204,5 +206,4 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int = 1, output: str
     if is_pyg(dataset):  # prediction reads only the edges and features: no labels or splits needed
         dataset = graph_from_pyg(dataset, labelled=False)
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
-    return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), torchrun=False,
-                  share=share_dataset)
+    return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), share=share_dataset)
