@@ -4,7 +4,7 @@ Train (one process, or P local worker processes; the same job as ``mggcn train``
 
     import mggcn
     result = mggcn.train("builtin:karate", nprocs=2, hidden=(16,), epochs=50, quiet=True)
-    result.model            # a mggcn.GCN (GraphSAGE, GIN with model="sage", "gin") on CPU with the trained weights
+    result.model            # a mggcn.GCN (or GraphSAGE, GIN, GAT: model="sage", ...) on CPU, the trained weights
     result.history[-1]      # the last epoch's record (loss, accuracies, per-phase seconds)
     result.predictions      # int64 [n]: the class of every vertex, in the original vertex ids
                             # (a multi-label dataset, labels [n, C] of 0/1: uint8 [n, C], logit > 0)
@@ -72,7 +72,8 @@ class TrainedModel:
 
     Attributes:
         model: the trained :class:`~mggcn.nn.model.GCN` (:class:`~mggcn.nn.sage.GraphSAGE`,
-            :class:`~mggcn.nn.gin.GIN`), on CPU, in eval mode (with patience: the best epoch's weights).
+            :class:`~mggcn.nn.gin.GIN`, :class:`~mggcn.nn.gat.GAT`), on CPU, in eval mode (with patience: the best
+            epoch's weights).
         history: one record per epoch (keys as in ``--metrics``; for a multi-label dataset the ``*_acc`` keys hold
             micro-F1).
         predictions: int64 [n], the predicted class of every vertex in the ORIGINAL vertex ids; for a multi-label

@@ -54,7 +54,7 @@ from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, ch
 from mggcn.nn.initialization import glorot_linear
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import outside_autocast, outside_inference_mode
+from mggcn.utils.system import eager_under_compile, outside_autocast, outside_inference_mode
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "spmm_widths", "check_order"]
@@ -235,7 +235,7 @@ class LayerStack(nn.Module):
             vertices (:mod:`mggcn.nn.batch_norm`; PyG's ``norm="batch_norm"``, under its names ``norms.{l}``).
     """
 
-    kind = ""  # "gcn", "sage", "gin": the --model name (mggcn.nn.models registers each class under it)
+    kind = ""  # "gcn", "sage", "gin", "gat": the --model name (mggcn.nn.models registers each class under it)
 
     # What the tools know of a model without building one (mggcn plan, the roofline, the bench, checkpoints), each
     # class saying it of itself; the defaults are the GCN's (one linear per layer, Â with self loops).
@@ -457,6 +457,7 @@ class LayerStack(nn.Module):
 
     @outside_inference_mode  # the workspace outlives the call
     @outside_autocast  # the layers compute in their weights' dtype
+    @eager_under_compile  # its workspace's buffers and autograd functions are more than dynamo traces soundly
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
                 loss_on_train_rows: bool = False) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """Using a trained model: class predictions, probabilities or a layer's embeddings for every vertex, in the
 ORIGINAL vertex ids, on one process or on P ranks with the trainer's partition and staged SpMM.
 
-The model file is what ``mggcn train --save-model FILE`` writes, a GCN, GraphSAGE or GIN (:mod:`mggcn.training.outputs`,
-which reads it back with :func:`~mggcn.training.outputs.load_model`). A multi-label model (its sidecar says
-``"multilabel": true``) predicts a 0/1 per label (logit > 0) and gives σ per label as its probabilities.
+The model file is what ``mggcn train --save-model FILE`` writes, a GCN, GraphSAGE, GIN or GAT
+(:mod:`mggcn.training.outputs`, which reads it back with :func:`~mggcn.training.outputs.load_model`). A
+multi-label model (its sidecar says ``"multilabel": true``) predicts a 0/1 per label (logit > 0) and gives σ per
+label as its probabilities.
 
 Launch::
 

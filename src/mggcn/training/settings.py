@@ -138,9 +138,9 @@ def check_job_settings(job: Any) -> None:
     if not (isinstance(job.resume, bool) or job.resume == "auto"):
         raise ConfigError(f"resume must be True, False or 'auto', got {job.resume!r}", "resume")
     if job.resume and not job.checkpoint_dir:
-        raise ConfigError("resume needs a checkpoint directory", "resume")
+        raise ConfigError("resume needs a checkpoint directory (checkpoint_dir=)", "resume")
     if job.checkpoint_every and not job.checkpoint_dir:
-        raise ConfigError("checkpoint_every needs a checkpoint directory (checkpoint_dir)", "checkpoint_every")
+        raise ConfigError("checkpoint_every needs a checkpoint directory (checkpoint_dir=)", "checkpoint_every")
     options = job.read_options if isinstance(job.read_options, dict) else {}
     for option in ("features", "labels", "split"):
         if options.get(option) == "":  # the working directory's name, to the calls that take a path: no file

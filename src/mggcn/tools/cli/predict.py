@@ -43,8 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--activation", choices=ACTIVATIONS, default=None,
                    help="when MODEL has no MODEL.json (default relu)")
     p.add_argument("--nprocs", type=positive_int, default=None, help="local worker processes (default 1)")
-    p.add_argument("--device", default="cpu", choices=DEVICES)
-    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads per rank")
+    p.add_argument("--device", default="cpu", choices=DEVICES,
+                   help="cpu or cuda (one GPU per rank, as for train); auto picks cuda when visible (default cpu)")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="CPU threads per rank (default: cores / local ranks)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help=f"seconds a collective may wait for a peer (at most {TIMEOUT_MAX})")
 

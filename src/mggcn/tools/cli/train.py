@@ -40,8 +40,8 @@ from mggcn.tools.cli.common import (
 )
 from mggcn.utils.errors import GraphError
 
-HELP = "train a GCN, GraphSAGE or GIN"
-DESCRIPTION = """Train a GCN (GraphSAGE, GIN with --model) on the whole graph every epoch, its rows split across P
+HELP = "train a GCN, GraphSAGE, GIN or GAT"
+DESCRIPTION = """Train a GCN (GraphSAGE, GIN, GAT with --model) on the whole graph every epoch, its rows split across P
 worker processes (gloo on CPUs, one GPU each with NCCL). Prints one line per epoch, then the accuracies of the
 trained model.
 
@@ -161,7 +161,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", type=path_arg, default=None, metavar="DIR",
                    help="also write the epoch records as TensorBoard scalars to DIR (needs tensorboard)")
     p.add_argument("--save-model", type=path_arg, default=None, metavar="FILE",
-                   help="write the weights as a state dict that loads into PyG's GCN, GraphSAGE or GIN model")
+                   help="write the weights as a state dict that loads into PyG's GCN, GraphSAGE, GIN or GAT model")
     p.add_argument("--save-predictions", type=path_arg, default=None, metavar="FILE",
                    help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction' for any "
                         "other name but another format's: .npz, .parquet, .gz, ... are refused)")
