@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -78,6 +79,16 @@ def failing_worker(bad_rank: int, mode: str):
             time.sleep(600)
         if mode == "kill":
             os.kill(os.getpid(), 9)
+    torch.distributed.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
+def stopping_worker(bad_rank: int, timeout_s: float):
+    """Rank ``bad_rank`` stops itself (SIGSTOP, as Ctrl-Z of one process) once the group is up; the others wait in a
+    collective until ``timeout_s`` runs out."""
+    ctx = init_distributed("cpu", timeout_s=timeout_s)
+    if ctx.rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGSTOP)
     torch.distributed.all_reduce(torch.ones(1))
     return ctx.rank
 

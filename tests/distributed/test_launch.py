@@ -74,6 +74,23 @@ def test_a_hanging_rank_is_stopped_at_the_timeout():
 
 
 @pytest.mark.parametrize("nprocs, bad_rank", [(2, 1), (3, 2)])
+def test_a_rank_that_stopped_responding_is_named_not_the_peers_that_gave_up_on_it(nprocs, bad_rank):
+    """A rank stopped (SIGSTOP) or hung inside the job: its peers' collectives time out, and it is still running
+    when they have ended. It is the one named, as stopped responding, not the first peer that gave up on it."""
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run_workers(workers.stopping_worker, nprocs, (bad_rank, 3.0), timeout_s=120)
+    assert info.value.rank == bad_rank, str(info.value)
+    head = (f"rank {bad_rank} stopped responding (stopped, hung, or slower than the timeout_s= seconds a collective "
+            f"may wait): the other ranks gave up on it; rank ")
+    assert str(info.value).startswith(head), str(info.value)
+    assert int(str(info.value)[len(head)]) in set(range(nprocs)) - {bad_rank}, str(info.value)  # its peer's words
+    assert info.value.option == "timeout_s"
+    assert time.monotonic() - start < 60  # the peers' 3 s, the launcher's settling, not the job's 120 s
+    assert mp.active_children() == []
+
+
+@pytest.mark.parametrize("nprocs, bad_rank", [(2, 1), (3, 2)])
 def test_the_failing_rank_is_reported_not_its_peers_lost_connection(nprocs, bad_rank):
     with pytest.raises(WorkerError) as info:
         run_workers(workers.late_reporting_worker, nprocs, (bad_rank, 1.5), timeout_s=120)

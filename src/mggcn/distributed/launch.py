@@ -317,7 +317,20 @@ def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None
     if _all_interrupted(failed, interrupted):
         sig = interrupted or signal.SIGINT  # Ctrl-C reached the workers (they share the terminal) first
         raise JobInterrupted(min(failed), f"was stopped by {sig.name} before it could stop by itself")
+    if running and all(f.peer_lost for f in failed.values()):
+        raise _unresponsive(running, failed)
     raise _root_cause(failed)
+
+
+def _unresponsive(running: dict, failed: dict[int, _Failure]) -> WorkerError:
+    """The ranks that failed all lost a peer, and ranks are still running once they have ended: those went silent
+    (stopped by SIGSTOP, hung, or slower than the collectives' timeout) and are the cause, not the peers whose
+    collectives gave up on them."""
+    first = min(failed.values(), key=lambda f: (f.when, f.rank))
+    others = f" (still running: ranks {', '.join(map(str, sorted(running)))})" if len(running) > 1 else ""
+    return WorkerError(min(running), f"stopped responding (stopped, hung, or slower than the timeout_s= seconds a "
+                       f"collective may wait): the other ranks gave up on it{others}; rank {first.rank} "
+                       f"{first.message}", first.detail, option="timeout_s")
 
 
 def _reap(running: dict, ready: list, workdir: str) -> dict[int, _Failure]:
