@@ -18,6 +18,7 @@ import errno
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -136,12 +137,13 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         return
     target = os.path.realpath(path)  # a link stays a link: the file it points to is replaced
     parent = os.path.dirname(target)
+    _remove_abandoned(parent)
     try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".mggcn-", suffix=os.path.splitext(path)[1])
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=_TEMPORARY, suffix=os.path.splitext(path)[1])
     except OSError as err:
         raise _failed(path, err, f"cannot write in {parent}") from None
-    os.close(fd)
     try:
+        _lock(fd, block=True)  # held while the file is written: a process killed meanwhile lets go of it
         write(tmp)
         follow_umask(tmp)  # mkstemp made it private; an output gets the mode of any new file
         if sync:
@@ -154,6 +156,55 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         if isinstance(err, Exception) and _os_error(err) is not None:
             raise _failed(path, _os_error(err)) from None
         raise
+    finally:
+        os.close(fd)
+
+
+_TEMPORARY = ".mggcn-"  # the prefix of atomic_write's temporary files
+ABANDONED_S = 60.0  # a temporary file unchanged this long, and locked by no writer, was left by a killed one
+
+
+def _lock(fd: int, block: bool) -> bool:
+    """An exclusive advisory lock on ``fd`` (waiting for it with ``block``); whether it was taken. Where there are no
+    such locks (no ``fcntl``, a file system without them) a writer goes on unlocked and a sweeper takes nothing:
+    nothing then tells a live writer's file from a dead one's."""
+    try:
+        import fcntl
+    except ImportError:
+        return block
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+    except BlockingIOError:  # a live writer holds it
+        return False
+    except OSError:
+        return block
+    return True
+
+
+def _remove_abandoned(directory: str) -> None:
+    """Remove the temporary files of :func:`atomic_write` in ``directory`` whose writer was killed mid-write (SIGKILL,
+    out of memory): as large as the output (a checkpoint) and otherwise there for ever, one more per kill. A file
+    is abandoned when no process holds its lock and it has not changed for :data:`ABANDONED_S` seconds (a writer
+    takes the lock the moment it makes the file)."""
+    try:
+        entries = [e for e in os.scandir(directory) if e.name.startswith(_TEMPORARY)]
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        try:
+            if not entry.is_file(follow_symlinks=False) or now - entry.stat().st_mtime < ABANDONED_S:
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if _lock(fd, block=False):
+                os.unlink(entry.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _os_error(err: BaseException) -> OSError | None:
