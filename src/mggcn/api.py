@@ -44,7 +44,7 @@ from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.system import float32_default
+from mggcn.utils.system import float32_default, stop_signal_passed_on
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
@@ -80,7 +80,11 @@ class TrainedModel:
             dataset (labels [n, C] of 0/1) uint8 [n, C], 1 where the logit is above 0.
         config: the :class:`~mggcn.config.TrainConfig` it was trained with.
         dataset: the identity of the dataset (name, sizes).
-        stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``.
+        stopped: ``None`` (all epochs ran), ``"early"`` (patience) or ``"interrupted"``: Ctrl-C or SIGTERM stopped
+            training at an epoch's end (its checkpoint and outputs written). The signal is then passed on to the
+            handler the caller had, as ``train`` returns: a Python handler of yours is called, the default SIGTERM
+            ends the process as it would have (``SystemExit(143)``, after the outputs); Ctrl-C's default is not
+            raised again.
         best_epoch: with patience, the epoch whose weights were kept.
         final: ``train_acc``, ``val_acc``, ``test_acc`` of ``model`` in eval mode (an epoch's record in ``history``
             is measured before that epoch's update); micro-F1 (threshold logit > 0) for a multi-label dataset; None
@@ -161,11 +165,12 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
         identity.update(dataset_identity(dataset))
 
     grace_s = max(60.0, job.timeout_s) if isinstance(job.timeout_s, (int, float)) else 60.0  # refused when bad
-    result = launch(run_train_job, job, check_job, nprocs, grace_s=grace_s, on_checked=note_identity,
-                    share=share_dataset)
-    with float32_default():  # the model trained, not one of the caller's default dtype
-        model = build_model(job.config, identity["num_features"], identity["num_classes"])
-    model.load_state_dict(result.state_dict)
+    with stop_signal_passed_on():  # a SIGTERM that stopped the job reaches the caller's handler once it is done
+        result = launch(run_train_job, job, check_job, nprocs, grace_s=grace_s, on_checked=note_identity,
+                        share=share_dataset)
+        with float32_default():  # the model trained, not one of the caller's default dtype
+            model = build_model(job.config, identity["num_features"], identity["num_classes"])
+        model.load_state_dict(result.state_dict)
     return TrainedModel(model.eval(), result.history, result.predictions, job.config, identity, result.stopped,
                         result.best_epoch, result.final)
 

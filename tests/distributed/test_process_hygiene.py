@@ -191,3 +191,42 @@ def test_a_torchrun_rank_stopped_while_importing_ends_with_one_line(tmp_path, mo
                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert out.returncode == 130, out.stderr
     assert out.stderr.splitlines() == [line], out.stderr
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+@pytest.mark.parametrize("handler", ["callers", "default"])
+def test_a_sigterm_that_stopped_mggcn_train_is_passed_on_to_the_callers_handler(tmp_path, nprocs, handler):
+    """SIGTERM during ``mggcn.train``: training stops at the epoch's end and writes its outputs, then the signal goes
+    where it would have gone: to the caller's own handler (a service's), or, by default, it ends the process
+    (which carried on as if nothing had come)."""
+    env, tmp = _env(tmp_path)
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""\
+        import signal, sys
+        import mggcn
+        if __name__ == "__main__":
+            if {handler == "callers"}:
+                signal.signal(signal.SIGTERM, lambda signum, frame: print("handler", signum, flush=True))
+            run = mggcn.train("synthetic:n=300,features=8,classes=3", nprocs={nprocs}, hidden=(8,), epochs=100000,
+                              log_every=1, save_model="model.pt")
+            print("returned", run.stopped, flush=True)
+        """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=tmp_path)
+    try:
+        for line in proc.stdout:
+            if line.startswith("epoch"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    ours = [line for line in out.splitlines() if not line.startswith("epoch")]
+    if handler == "callers":
+        assert proc.returncode == 0, err
+        assert ours[-2:] == ["handler 15", "returned interrupted"], out
+    else:
+        assert proc.returncode == 128 + signal.SIGTERM, err  # the status a shell shows for a death by SIGTERM
+        assert not any(line.startswith("returned") for line in ours), out
+    assert (tmp_path / "model.pt").is_file()  # the outputs came first
+    assert os.listdir(tmp) == []

@@ -43,6 +43,7 @@ from mggcn.utils.system import (
     children_wait_passively,
     die_with_parent,
     die_with_process,
+    note_stop_signal,
     own_process,
     sigterm_as_interrupt,
     working_directory_not_imported,
@@ -218,6 +219,7 @@ def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout
                 raise
             # Ctrl-C or SIGTERM: ask the workers to stop (they finish the epoch and checkpoint), give them time
             interrupted = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+            note_stop_signal(interrupted)
             for p in running.values():
                 if p.is_alive():
                     os.kill(p.pid, signal.SIGTERM)

@@ -43,7 +43,7 @@ __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "
            "start_vector_math", "outside_inference_mode", "outside_autocast", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process",
-           "native_log_held", "float32_default"]
+           "native_log_held", "float32_default", "note_stop_signal", "stop_signal_passed_on"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -57,6 +57,7 @@ class _State:
     mmap_threshold: int | None = None  # what this module set (None: glibc's own, dynamic threshold)
     libc: Any = None  # the C library, once trim_heap loaded it (False: not glibc)
     vector_math = False  # start_vector_math ran in this process
+    stop_signal: int | None = None  # the first signal that asked the running job to stop (note_stop_signal)
 
 
 # How OpenMP's threads wait between parallel regions (torch's CPU ops split their work among them). By default they
@@ -421,10 +422,41 @@ class StopOnSignal:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
         self.requested = True
+        note_stop_signal(signum)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+def note_stop_signal(signum: int) -> None:
+    """Record that ``signum`` asked the running job to stop (the first one counts), for
+    :func:`stop_signal_passed_on`."""
+    if _State.stop_signal is None:
+        _State.stop_signal = signum
+
+
+@contextmanager
+def stop_signal_passed_on() -> Iterator[None]:
+    """Around a job run for a caller (``mggcn.train``): a SIGTERM or Ctrl-C that stopped the job at an epoch's end
+    (its checkpoint and outputs written) is passed on once the block returns, to the handler the caller had: a
+    Python handler of the caller's is called, the default SIGTERM ends the process as it would have (by
+    ``SystemExit(143)``, the status a shell shows for it, so that exit handlers run). Ctrl-C's
+    default (KeyboardInterrupt) is not raised again: the job's result says it was interrupted. Nothing is passed on
+    when the block raises, outside the main thread, or in a process mggcn owns (the command says it by its exit
+    status)."""
+    if _State.owned or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caller = {sig: signal.getsignal(sig) for sig in _STOPPING}
+    _State.stop_signal = None
+    yield
+    sig, _State.stop_signal = _State.stop_signal, None
+    if sig is None or caller[sig] in (signal.default_int_handler, signal.SIG_IGN, None):
+        return
+    if caller[sig] == signal.SIG_DFL:  # the end the signal would have brought, with the exit handlers run (the
+        raise SystemExit(128 + sig)  # fork server's socket directory is removed by one), and its shell status
+    signal.raise_signal(sig)
 
 
 class Terminated(KeyboardInterrupt):
@@ -461,6 +493,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def handler(signum, frame):
+        note_stop_signal(signum)
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
