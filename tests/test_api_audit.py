@@ -518,3 +518,17 @@ def test_a_process_group_the_caller_made_is_left_to_the_caller(tmp_path):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_a_loss_that_stops_being_finite_is_a_floating_point_error_at_any_nprocs(nprocs):
+    """One ``except FloatingPointError`` catches a diverged run whether it ran in this process (NonFiniteLoss) or in
+    workers (WorkerNonFiniteLoss, a WorkerError too); the message names the learning rate."""
+    from mggcn.distributed.launch import WorkerBadInput, WorkerError
+
+    with pytest.raises(FloatingPointError, match="lr") as info:
+        mggcn.train("synthetic:n=300,features=8,classes=3", nprocs=nprocs, hidden=(8,), epochs=20, lr=1e30,
+                    quiet=True)
+    assert isinstance(info.value, WorkerError) is (nprocs > 1)
+    bad = WorkerError.of_kind(1, "failed: GraphError: labels.npy: a label out of range", kind="bad_input")
+    assert isinstance(bad, WorkerBadInput) and isinstance(bad, ValueError) and bad.rank == 1

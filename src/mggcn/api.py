@@ -152,8 +152,8 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
             :class:`~mggcn.utils.errors.GraphError` for the data, :class:`~mggcn.utils.errors.ConfigError` for a
             setting); ``TypeError`` for an option ``train`` does not take.
         mggcn.utils.files.OutputError: an output could not be written (an ``OSError`` naming the file).
-        FloatingPointError: the loss stopped being finite (in this process; a worker's is a ``WorkerError``).
-        mggcn.distributed.launch.WorkerError: a worker failed.
+        FloatingPointError: the loss stopped being finite (from workers a ``WorkerNonFiniteLoss``, which is both).
+        mggcn.distributed.launch.WorkerError: a worker failed (one that refused its input is also a ``ValueError``).
     """
     if isinstance(nprocs, int) and nprocs > 1:
         refuse_unguarded_script()  # a worker re-running an unguarded script: it ends here, the launcher says why

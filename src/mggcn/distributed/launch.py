@@ -49,8 +49,9 @@ from mggcn.utils.system import (
     working_directory_not_imported,
 )
 
-__all__ = ["WorkerError", "JobInterrupted", "run_workers", "exit_now", "launch", "under_torchrun",
-           "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT", "peer_lost"]
+__all__ = ["WorkerError", "WorkerBadInput", "WorkerNonFiniteLoss", "JobInterrupted", "run_workers", "exit_now",
+           "launch", "under_torchrun", "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT",
+           "peer_lost"]
 
 
 class WorkerError(RuntimeError):
@@ -66,15 +67,35 @@ class WorkerError(RuntimeError):
         super().__init__(f"rank {rank} {message}")
         self.rank, self.detail, self.kind, self.option, self.reason = rank, detail, kind, option, reason
 
+    @staticmethod
+    def of_kind(rank: int, message: str, detail: str = "", kind: str = "error", option: str | None = None,
+                reason: str | None = None) -> WorkerError:
+        """The error of a rank's failure, of the class its ``kind`` says: a worker's bad input is also a
+        ``ValueError`` (:class:`WorkerBadInput`), its non-finite loss a ``FloatingPointError``
+        (:class:`WorkerNonFiniteLoss`), as the same errors are when the job runs in the caller's process; one
+        ``except`` clause then catches them at any ``nprocs``."""
+        cls = {"bad_input": WorkerBadInput, "non_finite": WorkerNonFiniteLoss}.get(kind, WorkerError)
+        return cls(rank, message, detail, kind, option, reason)
+
+
+class WorkerBadInput(WorkerError, ValueError):
+    """A worker refused its data or settings (a GraphError or ConfigError in its process)."""
+
+
+class WorkerNonFiniteLoss(WorkerError, FloatingPointError):
+    """A worker's loss stopped being finite (a NonFiniteLoss in its process)."""
+
 
 def _kind_of(exc: BaseException) -> str:
     """What a worker's exception says of how the job ended (:attr:`WorkerError.kind`), by its type: ``"bad_input"``
     for what the command line reports as bad input (a ``ValueError``: GraphError, ConfigError, found by the rank
-    that reads the rows)."""
+    that reads the rows), ``"non_finite"`` for a loss that stopped being finite (a ``FloatingPointError``)."""
     if isinstance(exc, BrokenPipeError):
         return "broken_pipe"
     if isinstance(exc, ValueError):
         return "bad_input"
+    if isinstance(exc, FloatingPointError):
+        return "non_finite"
     return "interrupt" if isinstance(exc, KeyboardInterrupt) else "error"
 
 
@@ -415,7 +436,7 @@ def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
     a peer (a death by signal writes no report: it counts from when the launcher saw it), else the earliest."""
     causes = [f for f in failed.values() if not f.peer_lost] or list(failed.values())
     first = min(causes, key=lambda f: (f.when, f.rank))
-    return WorkerError(first.rank, first.message, first.detail, first.kind, first.option, first.reason)
+    return WorkerError.of_kind(first.rank, first.message, first.detail, first.kind, first.option, first.reason)
 
 
 def under_torchrun() -> bool:
