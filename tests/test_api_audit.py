@@ -532,3 +532,14 @@ def test_a_loss_that_stops_being_finite_is_a_floating_point_error_at_any_nprocs(
     assert isinstance(info.value, WorkerError) is (nprocs > 1)
     bad = WorkerError.of_kind(1, "failed: GraphError: labels.npy: a label out of range", kind="bad_input")
     assert isinstance(bad, WorkerBadInput) and isinstance(bad, ValueError) and bad.rank == 1
+
+
+def test_a_trained_model_prints_in_one_short_line():
+    """A notebook shows what a cell returns: the result's repr is one line (model, dataset, how training ended,
+    final accuracies), not every epoch's record and every vertex's prediction."""
+    run = mggcn.train("synthetic:n=300,features=8,classes=3", hidden=(8,), epochs=40, quiet=True)
+    text = repr(run)
+    assert "\n" not in text and len(text) < 300, text
+    assert text.startswith("TrainedModel(model=GCN[8, 8, 3], dataset='synthetic:n=300,features=8,classes=3', "
+                           "epochs=40, stopped=None, best_epoch=None, final={'train_acc': "), text
+    assert text.endswith(", predictions=int64[300])"), text

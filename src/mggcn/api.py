@@ -100,6 +100,16 @@ class TrainedModel:
     best_epoch: int | None = None
     final: dict = dataclasses.field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """One line: the model, how training ended and the final accuracies, not every epoch's record and
+        prediction (a notebook shows the repr of what a cell returns)."""
+        predictions = None if self.predictions is None else \
+            f"{self.predictions.dtype}{list(self.predictions.shape)}"
+        final = {k: v if v is None else round(float(v), 4) for k, v in self.final.items()}
+        return (f"TrainedModel(model={type(self.model).__name__}{list(self.model.dims)}, "
+                f"dataset={self.dataset.get('name')!r}, epochs={len(self.history)}, stopped={self.stopped!r}, "
+                f"best_epoch={self.best_epoch!r}, final={final}, predictions={predictions})")
+
     @property
     def multilabel(self) -> bool:
         """Whether the model was trained multi-label (binary cross-entropy; read its logits with σ, not softmax)."""
