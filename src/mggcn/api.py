@@ -141,7 +141,8 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
             to use. ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored.
         nprocs: worker processes (1 or None: in this process; more: spawned, like ``--nprocs``). In a script that
             torchrun started, each of its processes is one rank of the job (leave ``nprocs`` out, or give torchrun's
-            world size), and every rank returns the model; ``predictions`` are rank 0's (None on the others).
+            world size), and every rank returns the model; ``predictions`` are rank 0's (None on the others). Rank 0
+            writes the outputs (``save_model=``, ...) before any rank returns.
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
         device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.

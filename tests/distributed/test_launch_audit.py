@@ -160,8 +160,7 @@ def test_the_python_api_in_a_script_torchrun_started_runs_as_its_ranks(tmp_path)
     script.write_text(textwrap.dedent(f"""\
         import json, os, sys
         import mggcn
-        run = mggcn.train({spec!r}, **{options!r})
-        run.save("model.pt") if os.environ["RANK"] == "0" else None
+        run = mggcn.train({spec!r}, save_model="model.pt", **{options!r})  # written before any rank returns
         out = mggcn.predict("model.pt", {spec!r})
         try:
             mggcn.train({spec!r}, nprocs=1, epochs=1, quiet=True)

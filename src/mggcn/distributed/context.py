@@ -195,17 +195,30 @@ class RendezvousUnreachable(RuntimeError):
 
 class _Joined:
     group = False  # whether this process's default group is the one :func:`init_distributed` made
+    groups = 0  # how many groups this process has joined
 
 
 def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: dict[str, Any]) -> None:
     """Join the process group; a rendezvous that cannot be reached is said in one line (torch's C++ logs each
-    failed try with its stack on standard error, held back here: :func:`mggcn.utils.system.native_log_held`)."""
+    failed try with its stack on standard error, held back here: :func:`mggcn.utils.system.native_log_held`).
+
+    A process that joins again (a script under torchrun that trains, then predicts) keys the new group's rendezvous
+    apart in the store, which outlives the groups: the second group would read the first one's addresses there, of
+    sockets long closed. Every rank runs the same jobs in the same order, so they count alike."""
     init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
+    timeout = timedelta(seconds=timeout_s)
     try:
         with native_log_held():
-            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                    timeout=timedelta(seconds=timeout_s), **kwargs)
+            if _Joined.groups == 0:
+                dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                        timeout=timeout, **kwargs)
+            else:
+                store, _, _ = next(dist.rendezvous(init_method, rank, world_size, timeout=timeout))
+                store = dist.PrefixStore(f"mggcn-group-{_Joined.groups}", store)
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
+                                        **kwargs)
         _Joined.group = True
+        _Joined.groups += 1
     except RuntimeError as err:
         if type(err).__name__ != "DistNetworkError":
             raise
