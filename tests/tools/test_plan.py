@@ -329,3 +329,22 @@ def test_a_gpu_plan_counts_the_gpu_block_of_sigmas_backward():
     assert chain_rows(rows, 128, "cuda") == rows > chain_rows(rows, 128, "cpu")
     cpu, gpu = (plan_memory(rows, 10**7, 128, 40, (128,), 1, device=d) for d in ("cpu", "cuda"))
     assert gpu.parts["activations"] - cpu.parts["activations"] == 4 * (MASK_CHUNK_GPU - MASK_CHUNK)
+
+
+@pytest.mark.parametrize("device, nprocs", [("cpu", 1), ("cpu", 3), ("cuda", 3)])
+def test_cpu_ranks_are_told_the_peers_outboxes_their_resident_memory_counts(capsys, device, nprocs):
+    """CPU ranks of one host broadcast through shared memory: each maps the other P - 1 ranks' outboxes, which its
+    resident size (top, VmHWM) counts beside its own memory. The plan says so under its total on the CPU at P > 1,
+    (P - 1) times its own broadcast buffers, and adds nothing to the total."""
+    assert main(["plan", "--nodes", "3000", "--edges", "30000", "--features", "64", "--classes", "8", "--hidden",
+                 "256,256", "--nprocs", str(nprocs), "--device", device]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    own = next(parse_bytes("".join(line.split()[2:4])) for line in lines if line.startswith("  broadcast buffers"))
+    peers = [line for line in lines if line.startswith("  + peers outboxes")]
+    if device == "cpu" and nprocs > 1:
+        assert len(peers) == 1, lines
+        shown = parse_bytes("".join(peers[0].split()[3:5]))  # both printed to 3 digits: 2 × (x ± 0.5%)
+        assert abs(shown - (nprocs - 1) * own) <= 0.01 * shown, (peers, own)
+        assert lines.index(peers[0]) == next(i for i, line in enumerate(lines) if line.startswith("  total")) + 1
+    else:
+        assert peers == []

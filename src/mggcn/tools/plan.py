@@ -456,6 +456,10 @@ def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None, device
     for part, size in plan.parts.items():
         lines.append(f"  {part:<20} {format_bytes(size):>12}")
     lines.append(f"  {'total':<20} {format_bytes(plan.total):>12}")
+    peers = (plan.nprocs - 1) * plan.parts.get("broadcast buffers", 0)
+    if device == "cpu" and peers:  # a rank's resident memory (top, ps, VmHWM) counts every page it maps
+        lines.append(f"  {'+ peers outboxes':<20} {format_bytes(peers):>12}  (--shm: the other ranks' outboxes, "
+                     "mapped; in each rank's RSS, not more memory)")
     lines.append(f"communication per epoch, received per rank: {format_bytes(plan.comm_spmm)} (SpMM broadcasts) "
                  f"+ {format_bytes(plan.comm_allreduce)} (gradient all-reduce)"
                  + (f" + {format_bytes(plan.comm_layers)} (the layers' all-reduces)" if plan.comm_layers else "")
