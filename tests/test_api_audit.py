@@ -2,6 +2,7 @@
 ``mggcn.train`` called again and again from the same script."""
 
 import math
+import pickle
 import random
 import signal
 
@@ -532,6 +533,8 @@ def test_a_loss_that_stops_being_finite_is_a_floating_point_error_at_any_nprocs(
     assert isinstance(info.value, WorkerError) is (nprocs > 1)
     bad = WorkerError.of_kind(1, "failed: GraphError: labels.npy: a label out of range", kind="bad_input")
     assert isinstance(bad, WorkerBadInput) and isinstance(bad, ValueError) and bad.rank == 1
+    again = pickle.loads(pickle.dumps(bad))  # as a ProcessPoolExecutor's task hands it back
+    assert type(again) is WorkerBadInput and str(again) == str(bad) and again.kind == "bad_input"
 
 
 def test_a_trained_model_prints_in_one_short_line():

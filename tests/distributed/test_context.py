@@ -109,6 +109,7 @@ def _fake_gpus(monkeypatch, count: int) -> list:
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
     monkeypatch.setattr(dist, "init_process_group",
                         lambda backend, **kw: calls.append(("init_process_group", backend, kw.get("device_id"))))
+    monkeypatch.setattr(dist, "rendezvous", lambda url, rank, world, **kw: iter([(dist.HashStore(), rank, world)]))
     return calls
 
 

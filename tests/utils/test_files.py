@@ -23,7 +23,7 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
 
 def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next_write_there(tmp_path):
     """A writer killed mid-write (SIGKILL, out of memory) leaves its temporary file, as large as a checkpoint, which
-    nothing else would remove: the next write into that directory removes it once it is a minute old and no process
+    nothing else would remove: the next write into that directory removes it once it is an hour old and no process
     holds its lock. A live writer's file, however old, and a fresh one stay."""
     import os
     import subprocess
@@ -41,12 +41,14 @@ def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next_write_ther
     try:
         paths = [p.stdout.readline().strip() for p in (dead, fresh, live)]
         assert dead.wait(60) == -9 and fresh.wait(60) == -9
-        old = time.time() - 120
-        for path in (paths[0], paths[2]):
+        users = tmp_path / ".mggcn-notes.txt"  # a name like the writer's, not the writer's
+        users.write_text("mine")
+        old = time.time() - 2 * 3600
+        for path in (paths[0], paths[2], users):
             os.utime(path, (old, old))
         atomic_write(str(tmp_path / "other.pt"), lambda tmp: open(tmp, "w").write("whole"))
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["other.pt", *(os.path.basename(p)
-                                                                                 for p in paths[1:])])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["other.pt", users.name,
+                                                                     *(os.path.basename(p) for p in paths[1:])])
     finally:
         live.kill()
         live.wait()

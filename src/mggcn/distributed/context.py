@@ -199,26 +199,19 @@ class _Joined:
 
 
 def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: dict[str, Any]) -> None:
-    """Join the process group; a rendezvous that cannot be reached is said in one line (torch's C++ logs each
-    failed try with its stack on standard error, held back here: :func:`mggcn.utils.system.native_log_held`).
+    """Join the process group. The rendezvous (connecting to the store rank 0 serves) runs with torch's C++ log held
+    back (:func:`mggcn.utils.system.native_log_held`: a rendezvous that cannot be reached logs each failed try with
+    its stack), and one that cannot be reached is said in one line; the group is then made on that store.
 
-    A process that joins again (a script under torchrun that trains, then predicts) keys the new group's rendezvous
-    apart in the store, which outlives the groups: the second group would read the first one's addresses there, of
-    sockets long closed. Every rank runs the same jobs in the same order, so they count alike."""
+    Each group this process joins has keys of its own in the store (``mggcn-group-N``): the store outlives the
+    groups (torchrun's agent serves it), and a group keyed as an earlier one (this process's, or the caller's own
+    default group, destroyed before) would read that group's addresses there, of sockets long closed. Every rank
+    runs the same jobs in the same order, so they count alike."""
     init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
     timeout = timedelta(seconds=timeout_s)
     try:
         with native_log_held():
-            if _Joined.groups == 0:
-                dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                        timeout=timeout, **kwargs)
-            else:
-                store, _, _ = next(dist.rendezvous(init_method, rank, world_size, timeout=timeout))
-                store = dist.PrefixStore(f"mggcn-group-{_Joined.groups}", store)
-                dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
-                                        **kwargs)
-        _Joined.group = True
-        _Joined.groups += 1
+            store, rank, world_size = next(dist.rendezvous(init_method, rank, world_size, timeout=timeout))
     except RuntimeError as err:
         if type(err).__name__ != "DistNetworkError":
             raise
@@ -228,6 +221,11 @@ def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: di
             f"rank {rank} could not connect to the job's rendezvous at {where} within {timeout_s:g} s: rank 0 (on "
             f"node 0), which serves it, was not started, failed, or listens elsewhere (MASTER_ADDR, MASTER_PORT); "
             f"torch said: {' '.join(str(err).split())[:200]}") from err
+    store.set_timeout(timeout)
+    store = dist.PrefixStore(f"mggcn-group-{_Joined.groups}", store)
+    _Joined.groups += 1
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    _Joined.group = True
 
 
 def refuse_together(job: Any, failure: Exception | None) -> None:
@@ -286,11 +284,14 @@ def shutdown(clean: bool = True) -> None:
     peers may be gone). A group the caller had made before the job is the caller's: it is left as it is."""
     if not _Joined.group:
         return
-    _Joined.group = False
     if dist.is_available() and dist.is_initialized():
-        if clean:
-            dist.barrier()
-        dist.destroy_process_group()
+        try:
+            if clean:
+                dist.barrier()
+        finally:  # a barrier that failed (a peer gone) still leaves the group: a next job makes its own
+            _Joined.group = False
+            dist.destroy_process_group()
+    _Joined.group = False
 
 
 def all_reduce_sum(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import multiprocessing.forkserver
-import multiprocessing.popen_forkserver
 import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
@@ -53,18 +52,19 @@ def _through_our_server(method: types.FunctionType) -> types.FunctionType:
     return types.FunctionType(method.__code__, scope, method.__name__, method.__defaults__, method.__closure__)
 
 
-class _Popen(multiprocessing.popen_forkserver.Popen):
-    _launch = _through_our_server(multiprocessing.popen_forkserver.Popen._launch)
+if hasattr(mp.context, "ForkServerContext"):  # not on Windows, whose multiprocessing has no fork server
+    import multiprocessing.popen_forkserver
 
+    class _Popen(multiprocessing.popen_forkserver.Popen):
+        _launch = _through_our_server(multiprocessing.popen_forkserver.Popen._launch)
 
-class _Process(mp.context.ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj: Any) -> _Popen:
-        return _Popen(process_obj)
+    class _Process(mp.context.ForkServerProcess):  # at module level: a child unpickles it by name
+        @staticmethod
+        def _Popen(process_obj: Any) -> _Popen:
+            return _Popen(process_obj)
 
-
-class _Context(mp.context.ForkServerContext):
-    Process = _Process  # type: ignore[assignment]
+    class _Context(mp.context.ForkServerContext):
+        Process = _Process  # type: ignore[assignment]
 
 
 def worker_context(fn: Callable[..., Any]) -> mp.context.BaseContext:

@@ -66,6 +66,10 @@ class WorkerError(RuntimeError):
                  reason: str | None = None) -> None:
         super().__init__(f"rank {rank} {message}")
         self.rank, self.detail, self.kind, self.option, self.reason = rank, detail, kind, option, reason
+        self.message = message
+
+    def __reduce__(self) -> tuple:  # pickled (a ProcessPoolExecutor's task) and copied with what it was made of
+        return type(self), (self.rank, self.message, self.detail, self.kind, self.option, self.reason)
 
     @staticmethod
     def of_kind(rank: int, message: str, detail: str = "", kind: str = "error", option: str | None = None,

@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import tempfile
 import time
 from collections.abc import Callable
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 from typing import IO, Any
 
 from mggcn.utils.errors import ConfigError
@@ -142,8 +148,11 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=_TEMPORARY, suffix=os.path.splitext(path)[1])
     except OSError as err:
         raise _failed(path, err, f"cannot write in {parent}") from None
+    if not _LOCKS:  # Windows: a file open here could not be renamed or removed
+        os.close(fd)
     try:
-        _lock(fd, block=True)  # held while the file is written: a process killed meanwhile lets go of it
+        if _LOCKS:
+            _lock(fd, block=True)  # held while the file is written: a process killed meanwhile lets go of it
         write(tmp)
         follow_umask(tmp)  # mkstemp made it private; an output gets the mode of any new file
         if sync:
@@ -157,21 +166,21 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
             raise _failed(path, _os_error(err)) from None
         raise
     finally:
-        os.close(fd)
+        if _LOCKS:
+            os.close(fd)
 
 
-_TEMPORARY = ".mggcn-"  # the prefix of atomic_write's temporary files
-ABANDONED_S = 60.0  # a temporary file unchanged this long, and locked by no writer, was left by a killed one
+_TEMPORARY = ".mggcn-tmp-"  # the prefix of atomic_write's temporary files, which mkstemp ends with 8 characters
+_TEMPORARY_NAME = re.compile(r"\.mggcn-tmp-[a-z0-9_]{8}(\.[^.]*)?")
+# A temporary file unchanged this long, that no process holds locked, was left by a writer killed mid-write. An
+# hour: where locks are only local (some NFS mounts), a live writer on another host holds none visible here.
+ABANDONED_S = 3600.0
+_LOCKS = fcntl is not None  # no advisory locks (Windows): nothing tells a live writer's file from a dead one's
 
 
 def _lock(fd: int, block: bool) -> bool:
-    """An exclusive advisory lock on ``fd`` (waiting for it with ``block``); whether it was taken. Where there are no
-    such locks (no ``fcntl``, a file system without them) a writer goes on unlocked and a sweeper takes nothing:
-    nothing then tells a live writer's file from a dead one's."""
-    try:
-        import fcntl
-    except ImportError:
-        return block
+    """An exclusive advisory lock on ``fd`` (waiting for it with ``block``); whether it was taken. On a file system
+    without such locks a writer goes on unlocked and a sweeper takes nothing."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
     except BlockingIOError:  # a live writer holds it
@@ -184,10 +193,12 @@ def _lock(fd: int, block: bool) -> bool:
 def _remove_abandoned(directory: str) -> None:
     """Remove the temporary files of :func:`atomic_write` in ``directory`` whose writer was killed mid-write (SIGKILL,
     out of memory): as large as the output (a checkpoint) and otherwise there for ever, one more per kill. A file
-    is abandoned when no process holds its lock and it has not changed for :data:`ABANDONED_S` seconds (a writer
-    takes the lock the moment it makes the file)."""
+    is abandoned when it has mkstemp's name of :data:`_TEMPORARY`, no process holds its lock and it has not changed
+    for :data:`ABANDONED_S` seconds (a writer takes the lock the moment it makes the file)."""
+    if not _LOCKS:
+        return
     try:
-        entries = [e for e in os.scandir(directory) if e.name.startswith(_TEMPORARY)]
+        entries = [e for e in os.scandir(directory) if _TEMPORARY_NAME.fullmatch(e.name)]
     except OSError:
         return
     now = time.time()

@@ -116,13 +116,20 @@ def native_log_held() -> Iterator[None]:
     back, and given back when it ends: all of it when the block succeeds; when it raises, without c10's log lines and
     their C++ stacks, which say in forty lines what the error raised says in one (a rendezvous that cannot be reached
     logs each failed try with its stack)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no standard error to hold
+    held = saved = None
+    if sys.stderr is not None:  # None: started without it (2>&-), and descriptor 2 may be another file by now
+        try:
+            sys.stderr.flush()
+            held = tempfile.TemporaryFile()
+            saved = os.dup(2)
+        except (OSError, ValueError):  # no standard error to hold, or no file to hold it in
+            if held is not None:
+                held.close()
+            held = None
+    if held is None or saved is None:
         yield
         return
-    with tempfile.TemporaryFile() as held:
+    with held:
         os.dup2(held.fileno(), 2)
         failed = True
         try:
