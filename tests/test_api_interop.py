@@ -343,3 +343,23 @@ def test_a_gat_of_pygs_example_with_other_heads_per_layer_is_one_line_saying_so(
     with pytest.raises(mggcn.GraphError, match=r"layer 1 has 1 attention head\(s\) and layer 0 8: mggcn's GAT") as err:
         predict(str(tmp_path / "gat.pt"), _data(), norm="sym", activation="relu")
     _one_line(err)
+
+
+@pytest.mark.parametrize("mlps, message", [
+    ([[F, 16, 16, 16], [16, 16, 16, C]], "layer 0's MLP has more than two linears; mggcn's GIN takes MLPs of two"),
+    ([[F, 32, 16], [16, 32, C]], r"layer 0's MLP is \[5, 32, 16\] \(its linears \[32, 5\] and \[16, 32\]\); mggcn's "
+                                 r"GIN takes MLPs whose hidden width is their output width"),
+])
+def test_a_gin_of_other_mlps_is_refused_naming_its_mlp(mlps, message, tmp_path):
+    """PyG's GINConv takes any MLP; mggcn's GIN is PyG's GIN(in, hidden, L, out), MLPs [a, b, b]. Weights of other
+    MLPs are refused in one line saying which layer's MLP and how, not by a mismatch between two layers' widths."""
+    from torch_geometric.nn import MLP, GINConv
+
+    from mggcn.utils.errors import GraphError
+
+    torch.manual_seed(0)
+    convs = torch.nn.ModuleList(GINConv(MLP(dims)) for dims in mlps)
+    torch.save(torch.nn.Module.state_dict(torch.nn.ModuleDict({"convs": convs})), tmp_path / "gin.pt")
+    data = _data()
+    with pytest.raises(GraphError, match=message):
+        predict(str(tmp_path / "gin.pt"), Data(x=data.x, edge_index=data.edge_index))

@@ -287,6 +287,24 @@ class GIN(BranchedStack):
         return cls(dims, train_eps=train_eps, mlp_batch_norm=mlp_batch_norm, **common)
 
     @classmethod
+    def state_dims(cls, state: dict[str, torch.Tensor]) -> list[int]:
+        """As :meth:`LayerStack.state_dims`, each layer's MLP checked first to be the model's: two linears, the
+        hidden width its output width (PyG's ``GIN(in, hidden, L, out)``); another MLP is said as such."""
+        layer = 0
+        while isinstance(first := state.get(cls.layer_weight.format(layer)), torch.Tensor) and first.dim() == 2:
+            if f"convs.{layer}.nn.lins.2.weight" in state:
+                raise ValueError(f"layer {layer}'s MLP has more than two linears; mggcn's GIN takes MLPs of two "
+                                 "(Linear, σ, Linear), as PyG's GIN(in, hidden, L, out) makes them")
+            second = state.get(f"convs.{layer}.nn.lins.1.weight")
+            hidden, inputs = first.shape
+            if isinstance(second, torch.Tensor) and second.dim() == 2 and tuple(second.shape) != (hidden, hidden):
+                raise ValueError(f"layer {layer}'s MLP is [{inputs}, {second.shape[1]}, {second.shape[0]}] (its "
+                                 f"linears {list(first.shape)} and {list(second.shape)}); mggcn's GIN takes MLPs "
+                                 "whose hidden width is their output width, as PyG's GIN(in, hidden, L, out)")
+            layer += 1
+        return super().state_dims(state)
+
+    @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
         mlp = {"mlp_batch_norm": True} if "convs.0.nn.norms.0.module.weight" in state else {}
         return super().state_options(state) | mlp
