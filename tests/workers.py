@@ -93,6 +93,24 @@ def stopping_worker(bad_rank: int, timeout_s: float):
     return ctx.rank
 
 
+def slow_teardown_worker(bad_rank: int, timeout_s: float):
+    """Rank ``bad_rank`` reports its own error as a failing worker does (its report in the job directory), then takes
+    long to end (a slow teardown); the others wait in a collective until ``timeout_s`` runs out."""
+    import json
+
+    from mggcn.utils.files import atomic_write
+
+    ctx = init_distributed("cpu", timeout_s=timeout_s)
+    if ctx.rank == bad_rank:
+        workdir = os.path.dirname(os.environ["MGGCN_INIT_METHOD"].removeprefix("file://"))
+        report = {"time": time.time(), "error": "RuntimeError: the cause itself", "reason": "the cause itself",
+                  "option": None, "detail": "", "kind": "error"}
+        atomic_write(os.path.join(workdir, f"error.{ctx.rank}"), lambda tmp: json.dump(report, open(tmp, "w")))
+        time.sleep(60)
+    torch.distributed.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
 def ok_worker(value):
     ctx = init_distributed("cpu", timeout_s=60)
     t = torch.tensor([float(value + ctx.rank)])

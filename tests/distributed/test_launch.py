@@ -90,6 +90,15 @@ def test_a_rank_that_stopped_responding_is_named_not_the_peers_that_gave_up_on_i
     assert mp.active_children() == []
 
 
+def test_a_rank_that_reported_its_error_but_is_slow_to_end_is_named_with_its_error():
+    """A rank that wrote its own error report but is still running when its peers have ended (its teardown outlasts
+    the launcher's settling) is named with that error, not as a rank that stopped responding."""
+    with pytest.raises(WorkerError) as info:
+        run_workers(workers.slow_teardown_worker, 2, (1, 3.0), timeout_s=120)
+    assert info.value.rank == 1 and str(info.value) == "rank 1 failed: RuntimeError: the cause itself"
+    assert mp.active_children() == []
+
+
 @pytest.mark.parametrize("nprocs, bad_rank", [(2, 1), (3, 2)])
 def test_the_failing_rank_is_reported_not_its_peers_lost_connection(nprocs, bad_rank):
     with pytest.raises(WorkerError) as info:

@@ -344,6 +344,9 @@ def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None
     if _all_interrupted(failed, interrupted):
         sig = interrupted or signal.SIGINT  # Ctrl-C reached the workers (they share the terminal) first
         raise JobInterrupted(min(failed), f"was stopped by {sig.name} before it could stop by itself")
+    # a rank still running may have reported its own error already (its teardown outlasting the settling)
+    failed.update({r: _Failure.of(r, 1, workdir) for r in list(running)
+                   if os.path.exists(os.path.join(workdir, f"error.{r}")) and running.pop(r)})
     if running and all(f.peer_lost for f in failed.values()):
         raise _unresponsive(running, failed)
     raise _root_cause(failed)
