@@ -331,3 +331,36 @@ def test_a_module_in_the_working_directory_does_not_replace_the_workers(tmp_path
     done = subprocess.run([command, "train", "builtin:karate", "--nprocs", "2", "--threads", "1", "--epochs", "2",
                            "--quiet"], capture_output=True, text=True, cwd=tmp_path, timeout=180)
     assert done.returncode == 0 and "was imported" not in done.stderr + done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("second", ["SIGTERM", "SIGINT"])
+def test_a_second_sigterm_while_the_workers_stop_is_ignored_a_second_ctrl_c_stops_at_once(tmp_path, monkeypatch,
+                                                                                          second):
+    """The launcher, asked to stop (its workers finish their epoch), is asked again: SIGTERM again (GNU timeout sends
+    it to the child and then to its group) changes nothing, and the results come back; a second Ctrl-C stops now."""
+    import pickle
+
+    from mggcn.distributed import launch
+    from mggcn.utils.system import Terminated
+
+    class Ended:  # a worker that has already ended
+        pid, sentinel = None, None
+
+        def is_alive(self):
+            return False
+
+    stops = [Terminated(), Terminated() if second == "SIGTERM" else KeyboardInterrupt()]
+
+    def wait_for_any(running, *args):
+        if stops:
+            raise stops.pop(0)
+        running.clear()
+
+    monkeypatch.setattr(launch, "_wait_for_any", wait_for_any)
+    monkeypatch.setattr(launch, "_start", lambda procs: None)
+    (tmp_path / "result.0").write_bytes(pickle.dumps("done"))
+    if second == "SIGTERM":
+        assert launch._run([Ended()], 1, str(tmp_path), None, None, 5.0, 1.0) == ["done"]
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            launch._run([Ended()], 1, str(tmp_path), None, None, 5.0, 1.0)

@@ -221,7 +221,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         procs = [context.Process(target=_worker_entry, args=(rank, nprocs, workdir, fn, args, environ, os.getpid()),
                                  name=f"mggcn-rank{rank}") for rank in range(nprocs)]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with sigterm_as_interrupt():  # the launcher's handler is back before the workers are stopped
+        with sigterm_as_interrupt(sigint=True):  # the launcher's handlers are back before the workers are stopped
             return _run(procs, nprocs, workdir, deadline, timeout_s, grace_s, settle_s)
     finally:
         _stop(procs)
@@ -240,10 +240,13 @@ def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout
         try:
             _wait_for_any(running, deadline, timeout_s, procs, workdir, settle_s, interrupted)
         except KeyboardInterrupt as stop:
+            sig = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
             if interrupted is not None:
-                raise
+                if sig == signal.SIGINT:  # a second Ctrl-C: stop now
+                    raise
+                continue  # SIGTERM again (`timeout` sends it twice): the workers are stopping already
             # Ctrl-C or SIGTERM: ask the workers to stop (they finish the epoch and checkpoint), give them time
-            interrupted = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+            interrupted = sig
             note_stop_signal(interrupted)
             for p in running.values():
                 if p.is_alive():

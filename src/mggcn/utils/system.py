@@ -492,19 +492,24 @@ def signals_end_process(status: int = 130) -> None:
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt(sigint: bool = False) -> Iterator[None]:
     """In the ``with`` block SIGTERM means what Ctrl-C means (raises :class:`Terminated`, a KeyboardInterrupt);
-    restored after it."""
+    restored after it. With ``sigint``, Ctrl-C too raises KeyboardInterrupt in the block, whatever handler the caller
+    had (a launcher's workers stop at an epoch's end, and :func:`stop_signal_passed_on` calls the caller's handler
+    once they have), unless the process ignores it (started in the background)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
         note_stop_signal(signum)
-        raise Terminated
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    taken = [signal.SIGTERM] + ([signal.SIGINT] if sigint and signal.getsignal(signal.SIGINT) != signal.SIG_IGN
+                                else [])
+    previous = {sig: signal.signal(sig, handler) for sig in taken}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, signal.SIG_DFL if before is None else before)  # None: set outside Python
