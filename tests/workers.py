@@ -572,3 +572,14 @@ def two_forwards_worker(graph, cases, seed):
         out.append((y1.detach().clone(), y2.detach().clone(),
                     {name: p.grad.clone() for name, p in model.named_parameters()}))
     return ctx.rank, out
+
+
+def train_in_a_pool_worker(nprocs: int) -> str:
+    """``mggcn.train`` in a worker of the caller's ``multiprocessing.Pool`` (a daemonic process): its outcome."""
+    import mggcn
+
+    try:
+        mggcn.train("synthetic:n=200,features=4,classes=3", nprocs=nprocs, hidden=(4,), epochs=1, quiet=True)
+    except Exception as err:  # noqa: BLE001 - the test reads what it was
+        return f"{type(err).__name__}: {err}"
+    return "trained"

@@ -364,3 +364,12 @@ def test_a_second_sigterm_while_the_workers_stop_is_ignored_a_second_ctrl_c_stop
     else:
         with pytest.raises(KeyboardInterrupt):
             launch._run([Ended()], 1, str(tmp_path), None, None, 5.0, 1.0)
+
+
+def test_nprocs_in_a_pool_worker_is_refused_in_one_line():
+    """A daemonic process (a multiprocessing.Pool's worker) may not have children: nprocs 2 there is one line
+    saying what to do, where multiprocessing raised an AssertionError from deep inside; nprocs 1 trains."""
+    with mp.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(workers.train_in_a_pool_worker, (1,), ) == "trained"
+        said = pool.apply(workers.train_in_a_pool_worker, (2,))
+    assert said.startswith("ConfigError: nprocs > 1 starts worker processes, and this process is a daemonic one"), said

@@ -283,13 +283,18 @@ def refuse_script_without_a_file() -> None:
     """In the launcher: refuse a main script that was read from stdin (``python - < script.py``), with one line
     saying what to do (:class:`ConfigError` naming ``nprocs``). Each worker starts by running the script that
     started it again, from its file (which is how an unguarded script is caught), and this one has none:
-    multiprocessing would print a traceback per worker instead."""
+    multiprocessing would print a traceback per worker instead. A daemonic process (a ``multiprocessing.Pool``'s
+    worker) may not start workers at all: refused too."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if getattr(main, "__spec__", None) is None and isinstance(path, str) and not os.path.isfile(path):
         raise ConfigError(f"nprocs > 1 needs the script that calls mggcn in a file, and it was read from {path}: "
                           "worker processes start by running that file again (as with torch.multiprocessing); save "
                           "it, put the call to mggcn under `if __name__ == \"__main__\":` and run the file", "nprocs")
+    if mp.current_process().daemon:  # multiprocessing's own refusal is an AssertionError from deep inside
+        raise ConfigError("nprocs > 1 starts worker processes, and this process is a daemonic one (a worker of a "
+                          "multiprocessing.Pool), which may not have children: use nprocs=1 here, or run it in a "
+                          "concurrent.futures.ProcessPoolExecutor, whose workers may", "nprocs")
 
 
 # The launcher writes the directories it leaves to the cleaner should it be killed, one a line, and "done" when it
