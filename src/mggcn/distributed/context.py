@@ -284,14 +284,13 @@ def shutdown(clean: bool = True) -> None:
     peers may be gone). A group the caller had made before the job is the caller's: it is left as it is."""
     if not _Joined.group:
         return
+    _Joined.group = False
     if dist.is_available() and dist.is_initialized():
         try:
             if clean:
                 dist.barrier()
         finally:  # a barrier that failed (a peer gone) still leaves the group: a next job makes its own
-            _Joined.group = False
             dist.destroy_process_group()
-    _Joined.group = False
 
 
 def all_reduce_sum(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:

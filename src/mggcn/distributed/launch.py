@@ -43,7 +43,6 @@ from mggcn.utils.system import (
     children_wait_passively,
     die_with_parent,
     die_with_process,
-    note_stop_signal,
     own_process,
     sigterm_as_interrupt,
     working_directory_not_imported,
@@ -247,7 +246,6 @@ def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout
                 continue  # SIGTERM again (`timeout` sends it twice): the workers are stopping already
             # Ctrl-C or SIGTERM: ask the workers to stop (they finish the epoch and checkpoint), give them time
             interrupted = sig
-            note_stop_signal(interrupted)
             for p in running.values():
                 if p.is_alive():
                     os.kill(p.pid, signal.SIGTERM)
@@ -353,8 +351,9 @@ def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None
         sig = interrupted or signal.SIGINT  # Ctrl-C reached the workers (they share the terminal) first
         raise JobInterrupted(min(failed), f"was stopped by {sig.name} before it could stop by itself")
     # a rank still running may have reported its own error already (its teardown outlasting the settling)
-    failed.update({r: _Failure.of(r, 1, workdir) for r in list(running)
-                   if os.path.exists(os.path.join(workdir, f"error.{r}")) and running.pop(r)})
+    for rank in [r for r in running if os.path.exists(os.path.join(workdir, f"error.{r}"))]:
+        del running[rank]
+        failed[rank] = _Failure.of(rank, 1, workdir)
     if running and all(f.peer_lost for f in failed.values()):
         raise _unresponsive(running, failed)
     raise _root_cause(failed)
@@ -462,14 +461,14 @@ def under_torchrun() -> bool:
 
 
 def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], nprocs: int | None = None,
-           grace_s: float = 60.0, torchrun: bool = True, on_checked: Callable[[Any, int], None] | None = None,
+           grace_s: float = 60.0, on_checked: Callable[[Any, int], None] | None = None,
            share: Callable[[Any, Any, str], Any] | None = None) -> Any:
     """Run the job function ``fn`` on every rank: the one dispatch of ``mggcn train``, ``mggcn predict`` and the API.
 
     ``check(job, P)`` runs first, in this process, and returns the dataset it opened (so bad input stops the job
     before any worker starts); ``on_checked(dataset, P)`` then may report it. Then:
 
-    * under torchrun (``torchrun=True``): this process is one rank; it dies with its agent
+    * under torchrun (:func:`under_torchrun`): this process is one rank; it dies with its agent
       (:func:`~mggcn.utils.system.die_with_parent`: a killed agent must not leave its workers training on, unnoticed
       by the other nodes), checks the job, joins the others with its check's outcome (a refusal on one node ends
       every rank with it: :func:`~mggcn.distributed.context.refuse_together`), then ``fn(job, dataset)`` with the
@@ -488,7 +487,7 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
     (:class:`JobInterrupted` when Ctrl-C or SIGTERM ended the workers before they could stop by themselves).
     """
     world = rank_environment()[1]  # a stray or broken RANK or WORLD_SIZE: one line, before anything reads it
-    if torchrun and under_torchrun():
+    if under_torchrun():
         return _as_torchrun_rank(fn, job, check, world, nprocs, on_checked)
     nprocs = 1 if nprocs is None else nprocs
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:

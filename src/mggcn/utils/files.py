@@ -21,15 +21,15 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable
-
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
 from typing import IO, Any
 
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.outputs import follow_umask
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks
+    fcntl = None
 
 __all__ = ["OutputError", "atomic_write", "check_writable", "is_special", "open_output", "same_file", "write_output",
            "written_in_place"]
@@ -276,9 +276,7 @@ class _OutputStream:
     def _hold(self) -> None:
         """Lock the file for this run: another run writing the same file (two jobs given one path) would interleave
         its lines with this one's, torn; it is refused instead, before the file is emptied."""
-        try:
-            import fcntl
-        except ImportError:  # Windows
+        if fcntl is None:
             return
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
