@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import pickle
 import warnings
@@ -174,16 +175,18 @@ def _numpy_arrays_allowed(torch: Any) -> Iterator[None]:
     """Let torch's weights-only unpickler rebuild numpy arrays of numbers while the file loads (a split_dict.pt
     may hold its ids as numpy arrays, as OGB's get_idx_split returns them from the CSV files): the array and dtype
     classes, the dtypes of booleans, integers and floats, numpy's rebuild function, which sets an array from its
-    shape, dtype and raw bytes and calls nothing else, and the empty bytes of an empty array."""
+    shape, dtype and raw bytes and calls nothing else, the empty bytes of an empty array, and ``_codecs.encode``,
+    by which pickle protocol 2 (torch.save's) writes an array's raw bytes as a string (torch >= 2.5 allows it by
+    itself)."""
     codes = "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]
     allowed = [_numpy_reconstructor("numpy.core.multiarray"), _numpy_reconstructor("numpy._core.multiarray"),
-               _empty_bytes, np.ndarray, np.dtype, *{type(np.dtype(c)) for c in codes}]
+               _empty_bytes, codecs.encode, np.ndarray, np.dtype, *{type(np.dtype(c)) for c in codes}]
     serialization = torch.serialization
     if hasattr(serialization, "safe_globals"):  # torch >= 2.5: allowed within the block only
         with serialization.safe_globals(allowed):
             yield
         return
-    before = serialization.get_safe_globals()  # torch 2.4: allow, then put back what the process had allowed
+    before = list(serialization.get_safe_globals())  # torch 2.4: allow, then put back what the process had allowed
     serialization.add_safe_globals(allowed)
     try:
         yield
