@@ -583,3 +583,24 @@ def train_in_a_pool_worker(nprocs: int) -> str:
     except Exception as err:  # noqa: BLE001 - the test reads what it was
         return f"{type(err).__name__}: {err}"
     return "trained"
+
+
+def held_works_worker(graph, part, holds):
+    """With ``context._GLOO_DESTROY_HOLDS_GIL`` set to ``holds``: one forward and backward through the broadcast
+    SpMM (gloo, and shared-memory outboxes) and the sparse exchange; how many async works mggcn kept referenced
+    then, and after :func:`shutdown` destroyed the group."""
+    from mggcn.distributed import context
+    from mggcn.distributed.exchange import SparseExchangeSpMM
+
+    context._GLOO_DESTROY_HOLDS_GIL = holds
+    ctx = init_distributed("cpu", timeout_s=60)
+    shard = build_shard(graph, part, ctx.rank, "sym")
+    outboxes = SharedOutboxes.create(ctx, part.rows_per_part, 4, torch.float32)
+    ops = (StagedSpMM(ctx, shard.adj, shard.adj_t), StagedSpMM(ctx, shard.adj, shard.adj_t, outboxes=outboxes),
+           SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode="sparse"))
+    for op in ops:
+        b = torch.randn(part.rows_per_part, 4, requires_grad=True)
+        op(b).sum().backward()
+    held = [type(w).__name__ for w in context._Joined.works]
+    context.shutdown()
+    return ctx.rank, held, len(context._Joined.works)

@@ -167,3 +167,25 @@ def test_the_deterministic_switch_is_one_or_zero(monkeypatch):
     with pytest.raises(ConfigError, match=r"^MGGCN_DETERMINISTIC=true: must be 1 \(torch's deterministic kernels\) "
                                           r"or 0$"):
         deterministic_kernels()
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_async_works_are_kept_until_the_group_is_destroyed_where_torch_needs_it(nprocs):
+    """torch before 2.8 destroys a gloo group with the GIL held while it joins gloo's threads: a thread left holding
+    the last reference to an async collective's tensor waits for the GIL for ever (one `mggcn train --nprocs 2` in
+    ten hung after its last line on torch 2.4). mggcn's async works stay referenced from Python until shutdown has
+    destroyed the group, then are let go; where torch does not need it nothing is kept."""
+    import torch
+
+    from mggcn.distributed import context
+    from mggcn.distributed.partition import make_partition
+    from reference import random_graph
+
+    assert context._GLOO_DESTROY_HOLDS_GIL == (tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 8))
+    graph, part = random_graph(23, 60, directed=True, seed=1), make_partition(23, nprocs, 3)
+    for holds in (True, False):
+        for rank, held, after in run_workers(workers.held_works_worker, nprocs, (graph, part, holds), timeout_s=120):
+            # per SpMM, forward and backward: a broadcast per stage (gloo; the outboxes' tokens), one all-to-all
+            expected = 2 * nprocs * 2 + 2 if holds else 0
+            assert len(held) == expected and set(held) <= {"Work"}, (rank, held)
+            assert after == 0, rank

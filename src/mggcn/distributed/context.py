@@ -16,6 +16,8 @@ import os
 import pickle
 import socket
 import sys
+import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -32,7 +34,7 @@ from mggcn.utils.system import enter_rank, native_log_held
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
            "all_gather_objects", "all_gather_rows", "resolve_device", "SHARE_DEVICE_ENV",
            "shares_devices", "check_gpus", "rank_placement", "DETERMINISTIC_ENV", "deterministic_kernels",
-           "RANK_ENV", "rank_environment", "RendezvousUnreachable"]
+           "RANK_ENV", "rank_environment", "RendezvousUnreachable", "held_until_shutdown"]
 
 # Set to 1, it lets a host run more CUDA ranks than it has GPUs (rank r on GPU r mod G, the job over gloo): the
 # multi-rank CUDA path runs where one GPU is all there is. For testing: the ranks share the GPU's time and memory.
@@ -193,9 +195,29 @@ class RendezvousUnreachable(RuntimeError):
     """This rank could not connect to the job's rendezvous (the store that rank 0 serves) in time."""
 
 
+# torch before 2.8 destroys a gloo group holding the GIL while it joins the group's worker threads. A worker that
+# is left to drop the last reference to a tensor Python made (an async collective's buffer, which Python let go of
+# once it had waited) must take the GIL to free it: the process then hangs in shutdown for ever. mggcn keeps its
+# own async collectives' works referenced until the group is gone (:func:`held_until_shutdown`), and lets the
+# workers run with the GIL released before the group is destroyed (a synchronous collective's temporary, made
+# inside torch, is freed then).
+_GLOO_DESTROY_HOLDS_GIL = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 8)
+_HELD_WORKS = 32  # works of the latest SpMMs: a worker thread that has yet to let go of one ran it moments ago
+_WORKERS_SETTLE_S = 0.05
+
+
 class _Joined:
     group = False  # whether this process's default group is the one :func:`init_distributed` made
     groups = 0  # how many groups this process has joined
+    works: deque = deque(maxlen=_HELD_WORKS)  # async gloo works, referenced until the group is destroyed
+
+
+def held_until_shutdown(ctx: DistContext, work: Any) -> Any:
+    """``work`` (an async collective's, returned as it is), referenced from Python until :func:`shutdown` has
+    destroyed the group, on torch versions whose gloo group needs it (see ``_GLOO_DESTROY_HOLDS_GIL``)."""
+    if _GLOO_DESTROY_HOLDS_GIL and ctx.backend == "gloo":
+        _Joined.works.append(work)
+    return work
 
 
 def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: dict[str, Any]) -> None:
@@ -290,7 +312,10 @@ def shutdown(clean: bool = True) -> None:
             if clean:
                 dist.barrier()
         finally:  # a barrier that failed (a peer gone) still leaves the group: a next job makes its own
+            if _GLOO_DESTROY_HOLDS_GIL and dist.get_backend() == "gloo":
+                time.sleep(_WORKERS_SETTLE_S)  # with the GIL released: see _GLOO_DESTROY_HOLDS_GIL
             dist.destroy_process_group()
+            _Joined.works.clear()
 
 
 def all_reduce_sum(ctx: DistContext, tensor: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from mggcn.distributed.context import DistContext
+from mggcn.distributed.context import DistContext, held_until_shutdown
 from mggcn.distributed.spmm import BlockAccumulator, SpMMOperator, local_spmm, training_columns
 from mggcn.kernels.tiled import TiledCSR
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
@@ -165,6 +165,7 @@ class SparseExchangeSpMM(SpMMOperator):
         issued = time.perf_counter()
         work = dist.all_to_all_single(recv, send, output_split_sizes=plan.recv_rows,
                                       input_split_sizes=plan.send_rows, group=self.ctx.group, async_op=True)
+        held_until_shutdown(self.ctx, work)
         row_bytes = b.shape[1] * b.element_size()
         self.sent_bytes += sum(plan.send_rows) * row_bytes
         self.recv_bytes += sum(plan.recv_rows) * row_bytes

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from mggcn.config import SHM_MODES
-from mggcn.distributed.context import DistContext, all_gather_objects
+from mggcn.distributed.context import DistContext, all_gather_objects, held_until_shutdown
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 
@@ -276,7 +276,8 @@ class SharedOutboxes:
 
     def signal(self, stage: int) -> dist.Work:
         """Stage ``stage``'s token: the root's rows are in its outbox once this completes."""
-        return dist.broadcast(self._tokens[stage], src=stage, group=self.ctx.group, async_op=True)
+        work = dist.broadcast(self._tokens[stage], src=stage, group=self.ctx.group, async_op=True)
+        return held_until_shutdown(self.ctx, work)
 
 
 @dataclass(frozen=True)

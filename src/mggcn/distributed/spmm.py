@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from mggcn.config import TRAIN_COLUMNS
 from mggcn.distributed.attention import attention_rows
-from mggcn.distributed.context import DistContext, all_gather_rows, all_reduce_sum
+from mggcn.distributed.context import DistContext, all_gather_rows, all_reduce_sum, held_until_shutdown
 from mggcn.distributed.shm import SharedOutboxes
 from mggcn.kernels.attention import AttentionSpec
 from mggcn.kernels.tiled import TiledCSR
@@ -326,7 +326,8 @@ class StagedSpMM(SpMMOperator):
                 self.recv_bytes += nbytes
             if shm is None:
                 rows = b if stage == rank else receive_buffer(stage)
-                return rows, dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True), issued
+                work = dist.broadcast(rows, src=stage, group=self.ctx.group, async_op=True)
+                return rows, held_until_shutdown(self.ctx, work), issued
             if stage == rank:
                 with self.timer("comm_wait"):  # the root's one copy is the whole cost of its broadcast
                     shm.publish(b, call)
