@@ -148,12 +148,13 @@ def test_torchrun_runs_the_same_job(tmp_path):
 
 @pytest.mark.slow
 def test_shared_memory_broadcast_on_or_auto(tmp_path, monkeypatch):
-    """--shm on where /dev/shm cannot be used fails with one line and writes nothing; auto falls back to gloo."""
+    """--shm on where /dev/shm cannot be used fails with one line and status 2 (a setting that cannot be used, as
+    under torchrun) and writes nothing; auto falls back to gloo."""
     monkeypatch.setenv("MGGCN_SHM_DIR", str(tmp_path / "missing"))
     metrics = tmp_path / "m.jsonl"
     common = ["train", "builtin:karate", "--epochs", "2", "--hidden", "8", "--nprocs", "2"]
     out = run_cli(*common, "--shm", "on", "--metrics", str(metrics), timeout=120)
-    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert out.returncode == 2, (out.stdout, out.stderr)
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and "cannot create" in err[0] and "missing" in err[0] and "--shm off" in err[0], out.stderr
     assert "shm=off" not in err[0]  # a worker's error names the flag, not the library's setting

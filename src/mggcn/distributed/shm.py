@@ -49,11 +49,14 @@ __all__ = ["SHM_MODES", "SHM_DIR", "SharedOutboxes", "ShmUnavailable", "Transpor
 SHM_DIR = "/dev/shm"  # MGGCN_SHM_DIR overrides it (e.g. a container whose /dev/shm is 64 MB)
 
 
-class ShmUnavailable(RuntimeError):
+class ShmUnavailable(ConfigError):
     """Shared-memory broadcast was asked for (``shm="on"``) but cannot be set up; the message says why, and names
-    the setting ``option`` (``shm=off``) where another value of it would do (the command line names its flag)."""
+    the setting ``option`` (``shm=off``) where another value of it would do (the command line names its flag). A
+    setting that cannot be used here, as any :class:`ConfigError`: the command line exits 2, whether the launcher's
+    workers or torchrun's ranks found it."""
 
-    option = "shm"
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "shm")
 
 
 def _host_id() -> str:
