@@ -37,6 +37,25 @@ def test_a_job_leaves_the_global_start_method_unchosen(tmp_path):
     assert os.listdir(tmp) == []
 
 
+def test_every_method_of_the_fork_server_the_standard_launch_reaches_is_mggcns_servers():
+    """The standard library's ``Popen._launch`` runs with ``forkserver`` meaning mggcn's server: every function of
+    the module that is a method of multiprocessing's server (connect_to_new_process; ensure_running, were a later
+    Python's launch to call it) is the method of mggcn's, whose key a Python 3.14 client authenticates with; the
+    module's other names (read_signed) are its own."""
+    import multiprocessing.forkserver as stdlib
+
+    from mggcn.distributed import forkserver
+
+    ours = forkserver._ThroughOurServer()
+    methods = [name for name in dir(stdlib) if getattr(getattr(stdlib, name), "__self__", None) is stdlib._forkserver]
+    assert {"connect_to_new_process", "ensure_running"} <= set(methods)
+    for name in methods:
+        assert getattr(ours, name).__self__ is forkserver._SERVER, name
+    assert ours.read_signed is stdlib.read_signed
+    launch = forkserver._Popen._launch
+    assert launch.__globals__["forkserver"].connect_to_new_process.__self__ is forkserver._SERVER
+
+
 def test_the_callers_own_fork_server_processes_get_nothing_of_mggcns(tmp_path):
     """mggcn forks its workers from a fork server of its own (signals blocked, its environment, torch preloaded): the
     caller's processes of multiprocessing's fork server, after a job, start as they would without it, and

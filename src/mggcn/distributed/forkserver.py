@@ -3,8 +3,8 @@
 A worker forked from a fork server starts in milliseconds, torch already imported, instead of paying torch's import
 itself; and like spawn, unlike fork, it inherits none of the launcher's threads, CUDA context or memory. The server
 is mggcn's alone (a :class:`multiprocessing.forkserver.ForkServer` of its own, not multiprocessing's one per
-process): it starts with Ctrl-C and SIGTERM blocked, the working directory off ``sys.path`` and OpenMP's threads
-asleep (:func:`start_fork_server`), and preloads torch and the job's module; a caller's own processes started with
+process): it starts with Ctrl-C and SIGTERM blocked and OpenMP's threads asleep (:func:`start_fork_server`), and
+preloads torch and the job's module; a caller's own processes started with
 ``multiprocessing.get_context("forkserver")`` come from multiprocessing's server, with the caller's settings, and
 never inherit those (their ``terminate()`` would do nothing, a ``Pool`` would hang on its exit).
 """
@@ -37,12 +37,16 @@ _SERVER = multiprocessing.forkserver.ForkServer()
 
 class _ThroughOurServer:
     """multiprocessing's ``forkserver`` module as the standard ``Popen._launch`` sees it, but reaching mggcn's
-    server: that method finds the server through its module's global ``forkserver``."""
+    server: that method finds the server through its module's global ``forkserver``, whose functions of the server
+    (``connect_to_new_process``, ``ensure_running``, ...) are bound methods of its one ``_forkserver``. Each of
+    those is taken from mggcn's server instead (the same method of its own instance: on Python 3.14 the client
+    authenticates with the key of the server it connects to); the module's other names are its own."""
 
     def __getattr__(self, name: str) -> Any:
-        if name == "connect_to_new_process":
-            return _SERVER.connect_to_new_process
-        return getattr(multiprocessing.forkserver, name)
+        found = getattr(multiprocessing.forkserver, name)
+        if getattr(found, "__self__", None) is multiprocessing.forkserver._forkserver:
+            return getattr(_SERVER, name)
+        return found
 
 
 def _through_our_server(method: types.FunctionType) -> types.FunctionType:

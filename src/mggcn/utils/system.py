@@ -94,8 +94,9 @@ def working_directory_not_imported() -> Iterator[None]:
     """For the ``with`` block, the Python processes started from this one (multiprocessing's fork server, resource
     tracker, spawned workers: ``python -c ...``) leave the working directory off the front of their ``sys.path``
     (``PYTHONSAFEPATH``, Python 3.11): a user's ``mggcn.py``, ``inspect.py`` or ``logging.py`` there would be
-    imported in place of the module of that name, and the server die before it serves. The workers take the
-    launcher's environment, without it."""
+    imported in place of the module of that name, and the server die before it serves. (A fork server of Python
+    3.12.8, 3.13.1 and later sets the launcher's own ``sys.path`` once it runs, as the launcher imported with it.)
+    The workers take the launcher's environment, without it."""
     added = "PYTHONSAFEPATH" not in os.environ
     if added:
         os.environ["PYTHONSAFEPATH"] = "1"
