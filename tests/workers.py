@@ -79,6 +79,14 @@ def failing_worker(bad_rank: int, mode: str):
             time.sleep(600)
         if mode == "kill":
             os.kill(os.getpid(), 9)
+        if mode == "no memory":  # out of memory so far that wording the report runs out as well
+            import traceback
+
+            def no_room():
+                raise MemoryError
+
+            traceback.format_exc = no_room
+            raise MemoryError
     torch.distributed.all_reduce(torch.ones(1))
     return ctx.rank
 

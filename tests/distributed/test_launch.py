@@ -21,7 +21,8 @@ def test_results_come_back_in_rank_order():
 
 
 @pytest.mark.parametrize("mode, expected", [("raise", "failed: RuntimeError: boom from the test"),
-                                            ("kill", "was killed by signal SIGKILL")])
+                                            ("kill", "was killed by signal SIGKILL"),
+                                            ("no memory", "failed: MemoryError: out of memory (too little left")])
 def test_a_failing_rank_fails_the_job_and_is_named(mode, expected):
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:

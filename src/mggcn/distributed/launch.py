@@ -126,19 +126,32 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
         "RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs),
         "MGGCN_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
     })
+    no_memory = _no_memory_mark(workdir, rank)  # named now: naming it after a MemoryError could fail as well
     try:
         result = fn(*args)
         shutdown(clean=True)
         atomic_write(os.path.join(workdir, f"result.{rank}"), lambda tmp: _pickle_to(tmp, result))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent, KeyboardInterrupt included
-        option = getattr(exc, "option", None)
-        reason = " ".join(str(exc).split())  # one line
-        report = {"time": time.time(), "error": f"{type(exc).__name__}: {reason}", "reason": reason,
-                  "option": option if isinstance(option, str) else None, "detail": traceback.format_exc(),
-                  "kind": _kind_of(exc)}
-        atomic_write(os.path.join(workdir, f"error.{rank}"), lambda tmp: _json_to(tmp, report))
+        try:
+            _report_failure(workdir, rank, exc)
+        except MemoryError:  # too little memory left to word the report (ulimit -v, --host-memory): a mark instead
+            os.close(os.open(no_memory, os.O_WRONLY | os.O_CREAT, 0o600))
         os._exit(1)  # skip atexit handlers that could block on a broken process group
     exit_now(0)
+
+
+def _report_failure(workdir: str, rank: int, exc: BaseException) -> None:
+    option = getattr(exc, "option", None)
+    reason = " ".join(str(exc).split())  # one line
+    report = {"time": time.time(), "error": f"{type(exc).__name__}: {reason}", "reason": reason,
+              "option": option if isinstance(option, str) else None, "detail": traceback.format_exc(),
+              "kind": _kind_of(exc)}
+    atomic_write(os.path.join(workdir, f"error.{rank}"), lambda tmp: _json_to(tmp, report))
+
+
+def _no_memory_mark(workdir: str, rank: int) -> str:
+    """The file a rank makes when it ran out of memory so far that even its error report could not be written."""
+    return os.path.join(workdir, f"no-memory.{rank}")
 
 
 def _pickle_to(path: str, obj: Any) -> None:
@@ -421,6 +434,11 @@ class _Failure:
             return cls(rank, float(report["time"]), f"failed: {report['error']}", report["detail"], lost, kind,
                        report.get("option"), report.get("reason"))
         except (OSError, ValueError, KeyError, TypeError):
+            pass
+        try:
+            when = os.path.getmtime(_no_memory_mark(workdir, rank))
+            return cls(rank, when, "failed: MemoryError: out of memory (too little left to report more)")
+        except OSError:
             pass
         if exitcode == UNGUARDED_EXIT:
             return cls(rank, time.time(), "exited before joining the job: it re-ran the top level of the script "

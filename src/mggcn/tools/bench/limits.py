@@ -36,7 +36,9 @@ __all__ = ["cap_memory", "lift_caps", "out_of_memory", "gpu_memory_worker", "che
 # A worker's error reaches the bench as "rank R failed: TYPE: MESSAGE" or "rank R was killed by signal NAME"
 # (mggcn.distributed.launch).
 _RAISED = re.compile(r"failed: ([\w.]+): (.*)", re.DOTALL)
-_ALLOCATION_FAILED = re.compile(r"can't allocate memory|cannot allocate memory|out of memory|bad_alloc", re.I)
+# torch's allocators, CUDA, C++'s std::bad_alloc, MKL's sparse routines (SPARSE_STATUS_ALLOC_FAILED)
+_ALLOCATION_FAILED = re.compile(r"can't allocate memory|cannot allocate memory|out of memory|bad_alloc|_ALLOC_FAILED",
+                                re.I)
 _RUNTIME_ERRORS = ("RuntimeError", "AcceleratorError", "OSError")
 
 
