@@ -189,3 +189,14 @@ def test_async_works_are_kept_until_the_group_is_destroyed_where_torch_needs_it(
             expected = 2 * nprocs * 2 + 2 if holds else 0
             assert len(held) == expected and set(held) <= {"Work"}, (rank, held)
             assert after == 0, rank
+
+
+def test_a_job_in_a_group_the_caller_made_lets_its_works_go_at_its_end(monkeypatch):
+    """The caller's own group is the caller's to destroy, at a time mggcn does not know: the works mggcn kept (and
+    the buffers they hold) are let go when its job ends instead of staying referenced until then."""
+    from mggcn.distributed import context
+
+    monkeypatch.setattr(context._Joined, "group", False)  # no group of mggcn's own: the caller's, or none
+    context._Joined.works.append(object())
+    context.shutdown()
+    assert len(context._Joined.works) == 0

@@ -305,6 +305,7 @@ def shutdown(clean: bool = True) -> None:
     aborts a process that tears its group down while a peer still talks to it. After a failure no barrier (the
     peers may be gone). A group the caller had made before the job is the caller's: it is left as it is."""
     if not _Joined.group:
+        _Joined.works.clear()  # the caller's group, which the caller destroys when it will: the job's buffers go now
         return
     _Joined.group = False
     if dist.is_available() and dist.is_initialized():
