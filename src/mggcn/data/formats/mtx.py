@@ -3,6 +3,8 @@ optional side files."""
 
 from __future__ import annotations
 
+import inspect
+
 import scipy.io
 import scipy.sparse as sp
 
@@ -22,6 +24,11 @@ from mggcn.data.graph import Graph
 __all__ = ["read_mtx"]
 
 
+# a sparse array, not the sparse matrix whose default scipy is leaving (a DeprecationWarning from 1.18 on): both
+# read the same here, and scipy before the keyword returns the matrix
+_SPARSE_ARRAY = {"spmatrix": False} if "spmatrix" in inspect.signature(scipy.io.mmread).parameters else {}
+
+
 def read_mtx(path: PathLike, features: PathLike | None = None, labels: PathLike | None = None,
              split: PathLike | None = None, num_classes: int | None = None, seed: int = 0,
              num_features: int = 32) -> Graph:
@@ -36,10 +43,10 @@ def read_mtx(path: PathLike, features: PathLike | None = None, labels: PathLike 
     opener = decompressor(path) or (open if path.suffix in (".gz", ".bz2") else None)
     try:
         if opener is None:
-            mat = scipy.io.mmread(path)
+            mat = scipy.io.mmread(path, **_SPARSE_ARRAY)
         else:
             with opener(path, "rb") as f:
-                mat = scipy.io.mmread(f)
+                mat = scipy.io.mmread(f, **_SPARSE_ARRAY)
     except CORRUPT as exc:
         raise file_error(path, f"unreadable Matrix Market file ({why(exc)})") from None
     except MemoryError:  # a dense 'array' file whose header claims more than memory
