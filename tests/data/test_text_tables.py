@@ -139,3 +139,26 @@ def test_a_plain_block_is_parsed_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(edgelist.np, "loadtxt", refuse)
     ei = np.concatenate(list(edgelist.iter_edgelist_chunks(path, chunk_edges=1000)), axis=1)
     np.testing.assert_array_equal(ei, [np.arange(10_000), np.arange(1, 10_001)])
+
+
+def test_a_number_that_is_no_integer_is_refused_on_numpy_that_only_warns(tmp_path, monkeypatch):
+    """numpy 1.23 to 2.2 read '1.5' in an integer table as 1 ('1e2' as 100), with only a DeprecationWarning: the
+    edge 1.5 -> 3 would silently become 1 -> 3. numpy's loadtxt stands in here for that numpy (this one refuses
+    it): whole-file and streamed readers name the line, as they do with the numpy that refuses."""
+    import warnings
+
+    from mggcn.data.formats.edgelist import iter_edgelist_chunks, read_edgelist
+
+    def old_loadtxt(source, **options):
+        warnings.warn("loadtxt(): Parsing an integer via a float is deprecated.", DeprecationWarning, stacklevel=2)
+        return np.array([[0, 2], [1, 3]], dtype=np.int64)
+
+    path = tmp_path / "g.txt"
+    path.write_text("0 2\n1.5 3\n")
+    monkeypatch.setattr(np, "loadtxt", old_loadtxt)
+    with pytest.raises(GraphError, match=r"g.txt: line 2: cannot parse '1.5' as an integer"):
+        read_edgelist(path, num_nodes=4)
+    with pytest.raises(GraphError, match=r"g.txt: line 2: cannot parse '1.5' as an integer"):
+        list(iter_edgelist_chunks(path, num_nodes=4))
+    with pytest.raises(GraphError, match=r"line 2: cannot parse '1.5' as an integer"):
+        read_table(path, np.int64, ncols=2, delimiter=None)

@@ -140,15 +140,26 @@ def _loadtxt(path: Path, comments: Sequence[str], **options: Any) -> np.ndarray:
     that way is read again as :func:`~mggcn.data.formats.compressed.open_text` opens it (undecodable bytes
     replaced), whose error the caller explains."""
     comments = present_prefixes(path, comments) or None
+    if numpy_opens(path):
+        try:
+            return loadtxt(str(path), comments=comments, encoding="utf-8-sig", ndmin=2, **options)
+        except (ValueError, *DECOMPRESS_ERRORS):  # UnicodeDecodeError is a ValueError
+            pass
+    with open_text(path) as f:
+        return loadtxt(f, comments=comments, ndmin=2, **options)
+
+
+def loadtxt(source: Any, **options: Any) -> np.ndarray:
+    """``np.loadtxt(source, **options)``, with a token that is no integer in an integer table a ``ValueError`` on
+    every numpy: numpy 1.23 to 2.2 read ``1.5`` as 1 and ``1e2`` as 100, with only a DeprecationWarning. A table
+    with no data (its "input contained no data" warning) is left to the caller to judge."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "input contained no data": callers judge emptiness
-        if numpy_opens(path):
-            try:
-                return np.loadtxt(str(path), comments=comments, encoding="utf-8-sig", ndmin=2, **options)
-            except (ValueError, *DECOMPRESS_ERRORS):  # UnicodeDecodeError is a ValueError
-                pass
-        with open_text(path) as f:
-            return np.loadtxt(f, comments=comments, ndmin=2, **options)
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            return np.loadtxt(source, **options)
+        except DeprecationWarning as exc:
+            raise ValueError(" ".join(str(exc).split())) from None
 
 
 def line_of_row(path: Path, row: int, comments: Sequence[str] = (), skiprows: int = 0) -> int:

@@ -19,6 +19,7 @@ from mggcn.data.formats.checks import (
     file_error,
     line_of_row,
     load_npy,
+    loadtxt,
     locate_bad_line,
     read_table,
     require_file,
@@ -123,10 +124,8 @@ def _tables(f: TextIO, chunk_edges: int, delimiter: str | None, comments: Sequen
             # numpy strips one comment prefix in C but several in Python, line by line (5x slower): pass only
             # the prefixes this block contains, usually none.
             present = [c for c in comments if c in text]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # a block of comments only has no data
-                table = np.loadtxt(io.StringIO(text), dtype=np.int64, delimiter=delimiter, usecols=(0, 1), ndmin=2,
-                                   comments=(present[0] if len(present) == 1 else present) or None)
+            table = loadtxt(io.StringIO(text), dtype=np.int64, delimiter=delimiter, usecols=(0, 1), ndmin=2,
+                            comments=(present[0] if len(present) == 1 else present) or None)
         del text
         yield table
 
