@@ -24,6 +24,20 @@ import tempfile
 import threading
 
 
+def declared_command() -> str:
+    """The entry point of the ``mggcn`` command that pyproject.toml declares (``module:function``); on Python 3.10,
+    which has no tomllib, as the installed distribution (``pip install -e``) records it from that file."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        from importlib.metadata import entry_points
+
+        return next(e.value for e in entry_points(group="console_scripts") if e.name == "mggcn")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["scripts"]["mggcn"]
+
+
 def popen_cli(*args: str, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "mggcn", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

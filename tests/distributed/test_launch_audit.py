@@ -13,7 +13,7 @@ import psutil
 import pytest
 from test_launch import _env, _signal_group
 
-from cli_util import run_cli
+from cli_util import declared_command, run_cli
 from mggcn.utils.errors import ConfigError
 
 _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
@@ -130,9 +130,7 @@ def test_the_mggcn_script_ends_a_torchrun_rank_as_python_m_mggcn_does(torchrun):
     """The installed ``mggcn`` script is ``mggcn.__main__:entry``: under torchrun (``--no-python mggcn``) a rank
     leaves by ``os._exit`` with the command's status, skipping the interpreter's teardown (where gloo's state
     occasionally aborts), as ``-m mggcn`` does; elsewhere it exits normally."""
-    import tomllib
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml"), "rb") as f:
-        assert tomllib.load(f)["project"]["scripts"]["mggcn"] == "mggcn.__main__:entry"
+    assert declared_command() == "mggcn.__main__:entry"
     code = ("import atexit, sys; atexit.register(lambda: print('teardown ran', flush=True)); "
             "sys.argv = ['mggcn', 'datasets']; from mggcn.__main__ import entry; entry()")
     env = {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-import tomllib
 from test_launch import _env, _signal_group
+
+from cli_util import declared_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,7 +166,7 @@ def test_ctrl_c_in_the_moment_the_fork_server_starts_is_not_lost(tmp_path):
 
 def _console_script() -> str:
     """What the installed ``mggcn`` command runs: the entry point pyproject.toml declares, as pip's script calls it."""
-    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["mggcn"]
+    target = declared_command()
     module, function = target.split(":")
     return f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n"
 

@@ -96,15 +96,31 @@ def working_directory_not_imported() -> Iterator[None]:
     (``PYTHONSAFEPATH``, Python 3.11): a user's ``mggcn.py``, ``inspect.py`` or ``logging.py`` there would be
     imported in place of the module of that name, and the server die before it serves. (A fork server of Python
     3.12.8, 3.13.1 and later sets the launcher's own ``sys.path`` once it runs, as the launcher imported with it.)
-    The workers take the launcher's environment, without it."""
+    The workers take the launcher's environment, without it.
+
+    Python 3.10 has no ``PYTHONSAFEPATH``: there they start from the standard library's directory instead (the
+    process's working directory changes for the moment of the fork and exec; a forked worker goes back to the
+    launcher's, as multiprocessing's preparation of a child does)."""
     added = "PYTHONSAFEPATH" not in os.environ
     if added:
         os.environ["PYTHONSAFEPATH"] = "1"
+    here = _working_directory() if sys.version_info < (3, 11) else None
+    if here is not None:
+        os.chdir(os.path.dirname(os.__file__))
     try:
         yield
     finally:
         if added:
             os.environ.pop("PYTHONSAFEPATH", None)
+        if here is not None:
+            os.chdir(here)
+
+
+def _working_directory() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under this process: it holds no module to import either
+        return None
 
 
 # A line of c10's own log (``[E1206 16:50:04.763 socket.cpp:1028] ...``) or of the C++ stack it prints after one.
