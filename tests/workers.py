@@ -612,3 +612,7 @@ def held_works_worker(graph, part, holds):
     held = [type(w).__name__ for w in context._Joined.works]
     context.shutdown()
     return ctx.rank, held, len(context._Joined.works)
+
+
+def working_directory_worker():
+    return os.getcwd()

@@ -110,6 +110,14 @@ def test_the_failing_rank_is_reported_not_its_peers_lost_connection(nprocs, bad_
     assert mp.active_children() == []
 
 
+def test_workers_run_in_the_launchers_working_directory(tmp_path, monkeypatch):
+    """A relative path a job is given (a dataset, --save-model) means what it means to the launcher: each worker
+    runs in the launcher's working directory, whichever directory its fork server was started from."""
+    monkeypatch.chdir(tmp_path)
+    assert run_workers(workers.working_directory_worker, 2, (), timeout_s=120) == [str(tmp_path)] * 2
+    assert os.getcwd() == str(tmp_path)
+
+
 def test_stop_skips_processes_that_never_started():
     from mggcn.distributed.launch import _stop
 

@@ -130,12 +130,12 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
     if context.get_start_method() != "forkserver":
         return
     # the resource tracker first: starting it unblocks SIGINT and SIGTERM (and would let them reach the server)
-    with working_directory_not_imported():
+    with working_directory_not_imported(server=True):
         multiprocessing.resource_tracker.ensure_running()
     with _signals_held_back():
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKS)  # this thread's: the one that forks
         try:
-            with start_method_left_alone(), children_wait_passively(), working_directory_not_imported():
+            with start_method_left_alone(), children_wait_passively(), working_directory_not_imported(server=True):
                 _SERVER.ensure_running()  # the server loads torch for the workers
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -90,7 +90,7 @@ def children_wait_passively() -> Iterator[None]:
 
 
 @contextmanager
-def working_directory_not_imported() -> Iterator[None]:
+def working_directory_not_imported(server: bool = False) -> Iterator[None]:
     """For the ``with`` block, the Python processes started from this one (multiprocessing's fork server, resource
     tracker, spawned workers: ``python -c ...``) leave the working directory off the front of their ``sys.path``
     (``PYTHONSAFEPATH``, Python 3.11): a user's ``mggcn.py``, ``inspect.py`` or ``logging.py`` there would be
@@ -98,13 +98,14 @@ def working_directory_not_imported() -> Iterator[None]:
     3.12.8, 3.13.1 and later sets the launcher's own ``sys.path`` once it runs, as the launcher imported with it.)
     The workers take the launcher's environment, without it.
 
-    Python 3.10 has no ``PYTHONSAFEPATH``: there they start from the standard library's directory instead (the
-    process's working directory changes for the moment of the fork and exec; a forked worker goes back to the
-    launcher's, as multiprocessing's preparation of a child does)."""
+    Python 3.10 has no ``PYTHONSAFEPATH``: there a ``server`` (the fork server, the resource tracker: processes
+    that run no job themselves) starts from the standard library's directory instead, the process's working
+    directory changed for the moment of the fork and exec. Not a worker: multiprocessing gives it the working
+    directory its launcher had when it started it."""
     added = "PYTHONSAFEPATH" not in os.environ
     if added:
         os.environ["PYTHONSAFEPATH"] = "1"
-    here = _working_directory() if sys.version_info < (3, 11) else None
+    here = _working_directory() if server and sys.version_info < (3, 11) else None
     if here is not None:
         os.chdir(os.path.dirname(os.__file__))
     try:
