@@ -60,6 +60,17 @@ def test_balanced_lower_cut_and_deterministic():
     assert nnz_m.max() / nnz_m.mean() < 1.1
 
 
+def test_a_pymetis_without_csr_adjacency_cuts_the_same(monkeypatch):
+    """pymetis before 2025.2 (which the metis extra allows) has no CSRAdjacency: the graph then goes as xadj and
+    adjncy, and METIS cuts it the same."""
+    import pymetis
+
+    dataset = InMemoryDataset(parse_spec(COMMUNITY))
+    newer = partition_dataset(dataset, 3, 0, "metis")
+    monkeypatch.delattr(pymetis, "CSRAdjacency", raising=False)
+    assert np.array_equal(partition_dataset(dataset, 3, 0, "metis").order, newer.order)
+
+
 def test_make_partition_refuses_metis_without_the_graph():
     with pytest.raises(ConfigError, match="needs the graph"):
         make_partition(10, 2, 0, "metis")

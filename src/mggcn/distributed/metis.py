@@ -54,8 +54,12 @@ def metis_parts(sym: sp.csr_matrix, weights: np.ndarray, num_parts: int, seed: i
     options = pymetis.Options()
     options.seed = seed
     options.ufactor = UFACTOR
-    graph = pymetis.CSRAdjacency(sym.indptr.astype(np.int64), sym.indices.astype(np.int64))
-    _, parts = pymetis.part_graph(num_parts, graph, vweights=weights.astype(np.int64), options=options)
+    xadj, adjncy = sym.indptr.astype(np.int64), sym.indices.astype(np.int64)
+    if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
+        graph = {"adjacency": pymetis.CSRAdjacency(xadj, adjncy)}
+    else:
+        graph = {"xadj": xadj, "adjncy": adjncy}
+    _, parts = pymetis.part_graph(num_parts, vweights=weights.astype(np.int64), options=options, **graph)
     return np.asarray(parts, dtype=np.int64)
 
 
