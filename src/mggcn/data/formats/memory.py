@@ -41,6 +41,6 @@ def transform(graph: Graph, undirected: bool = False, dedup: bool = False) -> Gr
     if undirected:
         ei = np.concatenate([ei, ei[::-1]], axis=1)
     if dedup and ei.size:
-        key = np.unique(ei[0] * np.int64(graph.num_nodes) + ei[1])
+        key = np.unique(np.multiply(ei[0], graph.num_nodes, dtype=np.int64) + ei[1])
         ei = np.stack([key // graph.num_nodes, key % graph.num_nodes])
     return dataclasses.replace(graph, edge_index=ei, masks=dict(graph.masks), meta=dict(graph.meta))

@@ -60,11 +60,11 @@ class GeneratedGraph:
 def undirected_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     """The keys ``row · n + col`` of both directions of the pairs ``u[i] — v[i]``, self loops left out."""
     keep = u != v
-    u, v = u[keep], v[keep]  # any integer dtype: the products below are formed in int64
-    keys = np.empty(2 * u.size, dtype=np.int64)
-    np.multiply(u, np.int64(n), out=keys[:u.size])
+    u, v = u[keep], v[keep]  # any integer dtype: the products below are formed in int64 (dtype=: numpy 1 would
+    keys = np.empty(2 * u.size, dtype=np.int64)  # multiply int32 ids by an int64 scalar in int32, and overflow)
+    np.multiply(u, n, out=keys[:u.size], dtype=np.int64)
     keys[:u.size] += v
-    np.multiply(v, np.int64(n), out=keys[u.size:])
+    np.multiply(v, n, out=keys[u.size:], dtype=np.int64)
     keys[u.size:] += u
     return keys
 
