@@ -23,6 +23,7 @@ import collections
 import dataclasses
 import numbers
 import os
+import warnings
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
@@ -332,8 +333,10 @@ def _edge_index(edge_index: Any) -> np.ndarray:
                              f"{'meta' if edge_index.is_meta else edge_index.layout} tensor", "edge_index")
         edge_index = edge_index.detach().cpu().numpy()
     try:
-        array = np.asarray(edge_index)
-    except ValueError as err:  # ragged lists
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy 1 makes ragged lists an object array, with a warning only
+            array = np.asarray(edge_index)
+    except (ValueError, Warning) as err:  # ragged lists
         raise GraphError(f"adjacency_operator: edge_index is not a [2, E] array ({err})"[:200], "edge_index") from None
     if array.size and array.dtype.kind not in "iuf":
         raise GraphError(f"adjacency_operator: edge_index must hold integer vertex ids, got dtype {array.dtype}",

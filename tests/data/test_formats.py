@@ -390,7 +390,7 @@ def test_mtx_symmetric_and_synthetic(tmp_path):
 def test_mtx_bad_input(tmp_path, src):
     path = tmp_path / "g.mtx"
     path.write_text("%%MatrixMarket matrix coordinate pattern general\n40 40 3\n2 1\n3 2\n")
-    with raises_naming(path, "Truncated"):
+    with raises_naming(path, "unreadable Matrix Market file"):  # then scipy's words, which differ by version
         read_mtx(path)
     path.write_text("%%MatrixMarket matrix coordinate pattern general\n4 5 1\n2 1\n")
     with raises_naming(path, "not square"):

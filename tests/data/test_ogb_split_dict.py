@@ -213,9 +213,11 @@ def _truncated(path: Path) -> None:
     (lambda p: p.write_bytes(b""), ["truncated or corrupt torch.save file"]),
     (_truncated, ["truncated or corrupt torch.save file"]),
     (lambda p: p.write_text("train,valid,test\n0,1,2\n"), ["truncated or corrupt torch.save file"]),
-    (lambda p: torch.save({"train": np.array(["0", "1"]), "valid": 0, "test": 0}, p), ["refused", "StrDType"]),
+    # the dtype's class as this numpy names it: StrDType (numpy 2), dtype[str_] (numpy 1)
+    (lambda p: torch.save({"train": np.array(["0", "1"]), "valid": 0, "test": 0}, p),
+     ["refused", type(np.dtype(str)).__name__]),
     (lambda p: torch.save({"train": np.array([0, 1], dtype=object), "valid": 0, "test": 0}, p),
-     ["refused", "ObjectDType"]),
+     ["refused", type(np.dtype(object)).__name__]),
     (lambda p: torch.save({"train": np.int64(3), "valid": 0, "test": 0}, p), ["refused", "scalar"]),
     # bytes() is allowed for the empty raw data of an empty array, never to allocate what a file asks
     (lambda p: torch.save({"train": _Calls(bytes, 1 << 40), "valid": 0, "test": 0}, p), ["refused", "bytes()"]),

@@ -183,7 +183,8 @@ def test_async_works_are_kept_until_the_group_is_destroyed_where_torch_needs_it(
 
     assert context._GLOO_DESTROY_HOLDS_GIL == (tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 8))
     graph, part = random_graph(23, 60, directed=True, seed=1), make_partition(23, nprocs, 3)
-    for holds in (True, False):
+    # not kept where torch needs it (< 2.8) would be the hang itself, at random: that case runs where it does not
+    for holds in (True,) if context._GLOO_DESTROY_HOLDS_GIL else (True, False):
         for rank, held, after in run_workers(workers.held_works_worker, nprocs, (graph, part, holds), timeout_s=120):
             # per SpMM, forward and backward: a broadcast per stage (gloo; the outboxes' tokens), one all-to-all
             expected = 2 * nprocs * 2 + 2 if holds else 0
