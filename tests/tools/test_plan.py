@@ -169,7 +169,7 @@ def test_workspace_and_epoch_allocations_match_the_walk(kind, train_eps, hidden,
     # for the all-reduce), each smaller than an activation here
     params = 4 * num_parameters(dims, kind, train_eps, **options) + 256
     assert 8 * m < 4 * m * min(dims) and params < 4 * m * max(hidden)  # a hidden activation would be caught
-    assert largest <= max(8 * m, chunk, params)
+    assert largest <= max(8 * (m + 1), chunk, params)  # m + 1 int64s: one such vector an epoch makes on torch 2.4
     allocated = int(np.cumsum([b for _, b in events]).max())
     # beyond the walk: the parameters' size (as above) and a few vectors of the width of a layer or of the
     # training rows, well under 64 KiB
