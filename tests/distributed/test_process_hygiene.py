@@ -8,15 +8,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 from test_launch import _env, _signal_group
 
 from cli_util import declared_command
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_job_leaves_the_global_start_method_unchosen(tmp_path):
