@@ -234,6 +234,30 @@ def test_layers_refuse_what_pyg_layers_take(cls):
         cls([4, 0])
 
 
+def test_a_gat_saved_by_pyg_2_4_predicts_as_pyg(tmp_path):
+    """PyG 2.4's GATConv held one linear map under two names (``lin_src``, ``lin_dst``, the same module): its state
+    dict predicts as the model it came from; two different maps (a layer for bipartite graphs) are refused."""
+    torch.manual_seed(0)
+    model, data = _PYG["gat"]().eval(), _data()
+    old = {}
+    for key, tensor in model.state_dict().items():  # the keys PyG 2.4 wrote, in its order
+        if key.endswith("lin.weight"):
+            old[key.replace("lin.", "lin_src.")] = tensor
+            old[key.replace("lin.", "lin_dst.")] = tensor.clone()
+        else:
+            old[key] = tensor
+    torch.save(old, tmp_path / "pyg24.pt")
+    with torch.no_grad():
+        expected = model(data.x, data.edge_index).softmax(1)
+    bare = Data(x=data.x, edge_index=data.edge_index)
+    got = predict(str(tmp_path / "pyg24.pt"), bare, output="proba", activation="relu")
+    torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
+    old["convs.1.lin_dst.weight"] = old["convs.1.lin_dst.weight"] + 1
+    torch.save(old, tmp_path / "bipartite.pt")
+    with pytest.raises(mggcn.GraphError, match="convs.1.lin_src and convs.1.lin_dst differ: a GATConv for bipartite"):
+        predict(str(tmp_path / "bipartite.pt"), bare)
+
+
 def test_a_gatv2_state_dict_is_named_as_such(tmp_path):
     """PyG's GATv2 layers carry a GraphSAGE layer's names (lin_l, lin_r) and more: said to be a GATv2, not a SAGE
     with unexpected entries."""

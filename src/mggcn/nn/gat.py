@@ -26,9 +26,10 @@ Buffers: the GAT's tensors are not on the workspace; a layer keeps for backward 
 next layer's input). ``grad_on_train_rows`` (the last layer's gradient is zero outside the training rows) is not
 used: the backward runs over all rows (the same result, not faster).
 
-Parameter names match PyG's (2.5 and later; 2.4's GATConv had ``lin_src`` and ``lin_dst``): ``convs.{l}.lin.weight``
-[H·C, d_in], ``convs.{l}.att_src`` and ``.att_dst`` [1, H, C], ``convs.{l}.bias`` [H·C] (hidden) or [C] (last): the
-state dict loads with ``strict=True`` into ``torch_geometric.nn.models.GAT(d_0, hidden, L, classes, heads=H)``.
+Parameter names match PyG's (2.5 and later; ``predict`` reads 2.4's ``lin_src``/``lin_dst`` too):
+``convs.{l}.lin.weight`` [H·C, d_in], ``convs.{l}.att_src`` and ``.att_dst`` [1, H, C], ``convs.{l}.bias`` [H·C]
+(hidden) or [C] (last): the state dict loads with ``strict=True`` into
+``torch_geometric.nn.models.GAT(d_0, hidden, L, classes, heads=H)``.
 
 Legend: m = rows of this rank, H = heads, C = channels per head.
 """

@@ -214,7 +214,7 @@ def layers_as_convs(state_dict: dict[str, torch.Tensor], source: str = "model") 
     dict's). Tensors outside every layer (a final ``Linear``, a norm between layers) are in no model mggcn runs:
     refused in one line. A state dict that already has ``convs.0.`` is returned as it is, less the prefix that
     DistributedDataParallel (``module.``) or ``torch.compile`` (``_orig_mod.``) put before every key."""
-    state_dict = _unwrapped(state_dict)
+    state_dict = _shared_gat_weight(_unwrapped(state_dict), source)
     if any(key.startswith("convs.0.") for key in state_dict):
         return state_dict
     ends = {cls.layer_weight.format(0).removeprefix("convs.0.") for cls in MODEL_TYPES.values()}
@@ -249,6 +249,28 @@ def layers_as_convs(state_dict: dict[str, torch.Tensor], source: str = "model") 
 
 
 _WRAPPERS = ("module.", "_orig_mod.")  # DistributedDataParallel's, torch.compile's
+
+
+def _shared_gat_weight(state_dict: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """``state_dict`` with the weight of each GAT layer saved by PyG before 2.5 under ``lin.weight``: its GATConv
+    wrote the one linear map of a layer twice, as ``lin_src.weight`` and ``lin_dst.weight``. Two different maps
+    are a layer for bipartite graphs (``in_channels=(source, target)``), which mggcn's GAT does not have: refused."""
+    gat_layers = {key.removesuffix("att_src") for key in state_dict if key.endswith("att_src")}
+    shared = {key.removesuffix("lin_src.weight") for key in state_dict
+              if key.endswith("lin_src.weight") and key.removesuffix("lin_src.weight") in gat_layers}
+    renamed = {}
+    for key, tensor in state_dict.items():
+        prefix = key.removesuffix("lin_src.weight")
+        if prefix in shared and key != prefix:
+            dst = state_dict.get(f"{prefix}lin_dst.weight")
+            if dst is not None and not torch.equal(tensor, dst):
+                raise GraphError(f"{source}: {prefix}lin_src and {prefix}lin_dst differ: a GATConv for bipartite "
+                                 "graphs (in_channels=(source, target)), which mggcn's GAT, one weight per layer, "
+                                 "does not run", "save_model")
+            renamed[f"{prefix}lin.weight"] = tensor
+        elif not (key.endswith("lin_dst.weight") and key.removesuffix("lin_dst.weight") in shared):
+            renamed[key] = tensor
+    return renamed
 
 
 def _unwrapped(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
