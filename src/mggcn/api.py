@@ -174,7 +174,7 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
     identity: dict = {}
 
     def note_identity(dataset: Dataset, _: int) -> None:
-        identity.update(dataset_identity(dataset))
+        identity.update(dataset_identity(dataset), read=job.reading())  # read: predict reads its graph so again
 
     grace_s = max(60.0, job.timeout_s) if isinstance(job.timeout_s, (int, float)) else 60.0  # refused when bad
     with stop_signal_passed_on():  # a SIGTERM that stopped the job reaches the caller's handler once it is done

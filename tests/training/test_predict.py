@@ -119,6 +119,68 @@ def test_sidecar_settles_norm_and_activation(trained, tmp_path, capsys):
     assert "the model has layers 1..3" in capsys.readouterr().err
 
 
+def _one_direction_edge_list(tmp_path):
+    """The karate club's edges once each (u < v), with its vertex files: the graph is itself with --undirected."""
+    graph = parse_spec("builtin:karate")
+    s, d = graph.edge_index
+    np.savetxt(tmp_path / "g.txt", graph.edge_index[:, s < d].T, fmt="%d")
+    np.save(tmp_path / "x.npy", graph.x)
+    np.save(tmp_path / "y.npy", graph.y)
+    np.save(tmp_path / "split.npy", np.select([graph.masks[k] for k in ("train", "val", "test")], [0, 1, 2], -1))
+    return [str(tmp_path / "g.txt"), "--format", "edgelist", f"--features={tmp_path / 'x.npy'}",
+            f"--labels={tmp_path / 'y.npy'}", f"--split={tmp_path / 'split.npy'}"]
+
+
+def test_predict_reads_the_graph_as_its_training_did(tmp_path, capsys):
+    """A model trained with --undirected records it in its sidecar; predict reads the same file the same way
+    (and says so) unless --no-undirected asks for the file as stored, on a prepared directory (made with the
+    option) as it is, and in Python on a Graph too."""
+    data = _one_direction_edge_list(tmp_path)
+    model = str(tmp_path / "m.pt")
+    assert main(["train", *data, "--undirected", "--hidden", "8", "--epochs", "5", "--quiet", "--save-model", model,
+                 "--save-predictions", str(tmp_path / "trained.npy")]) == 0
+    assert json.loads(open(model + ".json").read())["dataset"]["read"] == {
+        "undirected": True, "dedup": False, "normalize_features": False}
+    trained = np.load(tmp_path / "trained.npy")
+    capsys.readouterr()
+    assert main(["predict", model, *data, "--out", str(tmp_path / "same.npy")]) == 0
+    assert "reading " + data[0] + " with --undirected, as the training of" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp_path / "same.npy"), trained)
+    assert main(["predict", model, *data, "--no-undirected", "--out", str(tmp_path / "stored.npy")]) == 0
+    assert "with --undirected" not in capsys.readouterr().err
+    one_way = np.load(tmp_path / "stored.npy")  # each vertex aggregates over half its neighbours: other classes
+    assert (one_way != trained).any()
+    assert main(["prepare", data[0], str(tmp_path / "prep"), *data[1:], "--undirected"]) == 0
+    assert main(["predict", model, str(tmp_path / "prep"), "--out", str(tmp_path / "prep.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "prep.npy"), trained)
+    from mggcn.data.formats import read_edgelist
+
+    graph = read_edgelist(data[0], **{k: str(tmp_path / f"{f}.npy") for k, f in
+                                      (("features", "x"), ("labels", "y"), ("split", "split"))})
+    np.testing.assert_array_equal(predict(model, graph), trained)
+    np.testing.assert_array_equal(predict(model, graph, undirected=False), one_way)
+
+
+def test_predict_normalizes_planetoid_features_as_training_did(tmp_path):
+    """--normalize-features, recorded by training, is applied to the same Planetoid files by predict; explicitly off
+    (--no-normalize-features) it is not, and the features then differ (classes follow the raw counts)."""
+    from planetoid_files import cora_like
+
+    folder = str(cora_like(tmp_path / "data") / "ind.cora")
+    model, read = str(tmp_path / "m.pt"), [folder, "--format", "planetoid"]
+    assert main(["train", *read, "--normalize-features", "--hidden", "8", "--epochs", "5", "--quiet", "--save-model",
+                 model, "--save-predictions", str(tmp_path / "trained.npy")]) == 0
+    assert main(["predict", model, *read, "--out", str(tmp_path / "same.npy"), "--proba"]) == 0
+    assert main(["predict", model, *read, "--normalize-features", "--out", str(tmp_path / "given.npy"),
+                 "--proba"]) == 0
+    assert main(["predict", model, *read, "--no-normalize-features", "--out", str(tmp_path / "raw.npy"),
+                 "--proba"]) == 0
+    same = np.load(tmp_path / "same.npy")
+    np.testing.assert_array_equal(same, np.load(tmp_path / "given.npy"))
+    np.testing.assert_array_equal(same.argmax(1), np.load(tmp_path / "trained.npy"))
+    assert not np.allclose(same, np.load(tmp_path / "raw.npy"))
+
+
 def _early_stopping_run(tmp_path):
     path = str(tmp_path / "best.pt")
     cfg = TrainConfig(hidden=(16,), epochs=200, lr=0.05, patience=5, trace_epoch=0)

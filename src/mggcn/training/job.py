@@ -81,6 +81,11 @@ class TrainJob:
     resume: bool | str = False  # True: continue or refuse; "auto": continue, or start at epoch 1 (find_resume)
     clock: SetupClock | None = None  # the job's setup phases since its start (the command's process start)
 
+    def reading(self) -> dict[str, bool]:
+        """How the dataset is read, as a saved model's card records it (``predict`` reads its graph so again)."""
+        return {"undirected": bool(self.undirected), "dedup": bool(self.dedup),
+                "normalize_features": bool(self.read_options.get("normalize_features", False))}
+
 
 @dataclass
 class JobResult:
@@ -511,7 +516,8 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
         predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
     if ctx.is_main:
         if job.save_model:
-            save_model(job.save_model, result.state_dict, job.config, identity, epochs=len(result.history),
+            save_model(job.save_model, result.state_dict, job.config, dict(identity, read=job.reading()),
+                       epochs=len(result.history),
                        best_epoch=result.best_epoch)
         if job.save_predictions:
             save_predictions(job.save_predictions, predictions)

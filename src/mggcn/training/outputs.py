@@ -38,9 +38,9 @@ from mggcn.training.checkpoint import Checkpointer, complex_entry
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
 from mggcn.utils.files import check_writable, is_special, same_file, write_output, written_in_place
 
-__all__ = ["CARD_FORMAT", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims", "model_kind",
-           "model_multilabel", "read_inputs", "save_model", "save_output", "save_predictions", "sidecar_path",
-           "table_format"]
+__all__ = ["CARD_FORMAT", "READING", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims",
+           "model_kind", "model_multilabel", "read_inputs", "save_model", "save_output", "save_predictions",
+           "sidecar_path", "table_format", "trained_reading"]
 
 CARD_FORMAT = "mggcn-model"
 CARD_VERSION = 2  # 2: may say "multilabel"; a single-label model's description is still written as version 1
@@ -341,6 +341,21 @@ def _read_card(path: str) -> dict | None:
     if not isinstance(card.get("multilabel", False), bool):
         raise GraphError(f"{card_path}: multilabel {card['multilabel']!r} is not true or false")
     return card
+
+
+READING = ("undirected", "dedup", "normalize_features")  # how a model's training read its graph, in its card
+
+
+def trained_reading(path: str) -> dict[str, bool]:
+    """How the training of the model file ``path`` read its dataset (its sidecar's ``dataset.read``: ``undirected``,
+    ``dedup``, ``normalize_features``); empty where the sidecar is missing or does not say."""
+    card = _read_card(path)
+    read = card.get("dataset", {}).get("read", {}) if card is not None and isinstance(card.get("dataset"), dict) \
+        else {}
+    if not isinstance(read, dict) or not all(isinstance(read.get(k, False), bool) for k in READING):
+        raise GraphError(f"{sidecar_path(path)}: dataset.read {read!r} is not a map of {', '.join(READING)} to true "
+                         "or false")
+    return {k: read[k] for k in READING if k in read}
 
 
 def model_multilabel(path: str) -> bool:

@@ -17,14 +17,18 @@ Legend: m = rows of this rank, n = vertices, d = output width, L = layers.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from mggcn.data.catalog import named
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import Graph, graph_from_pyg, is_pyg
+from mggcn.data.prepared.reader import is_prepared
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
 from mggcn.distributed.parallel_layout import ParallelLayout
@@ -46,6 +50,7 @@ from mggcn.training.outputs import (
     save_output,
     sidecar_path,
     table_format,
+    trained_reading,
 )
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
@@ -99,9 +104,9 @@ class PredictJob:
     output: str = "classes"
     layer: int | None = None
     fmt: str | None = None
-    undirected: bool = False
-    dedup: bool = False
-    read_options: dict = field(default_factory=dict)
+    undirected: bool | None = None  # None: as the model's training read its graph (its card), else False
+    dedup: bool | None = None
+    read_options: dict = field(default_factory=dict)  # normalize_features None or absent: as the training read it
     norm: str | None = None
     activation: str | None = None
     kind: str | None = None  # --model: checked against the saved model's
@@ -110,8 +115,46 @@ class PredictJob:
     timeout_s: float = 60.0
 
 
-def _open(job: PredictJob) -> Dataset:
-    return open_dataset(job.dataset, job.fmt, job.undirected, job.dedup, job.read_options)
+def _open(job: PredictJob, note: bool = False) -> Dataset:
+    reading = _reading(job)
+    from_card = [k for k, on in reading.items() if on and _given(job)[k] is None]
+    if note and from_card:
+        flags = " ".join(f"--{k.replace('_', '-')}" for k in from_card)
+        print(f"mggcn: reading {_name(job.dataset)} with {flags}, as the training of {job.model} read its graph "
+              f"({os.path.basename(sidecar_path(job.model))}); {flags.replace('--', '--no-')} reads it as stored",
+              file=sys.stderr, flush=True)
+    options = {k: v for k, v in job.read_options.items() if k != "normalize_features"}
+    if reading.pop("normalize_features"):
+        options["normalize_features"] = True
+    return open_dataset(job.dataset, job.fmt, read_options=options, **reading)
+
+
+def _reading(job: PredictJob) -> dict[str, bool]:
+    """``undirected``, ``dedup``, ``normalize_features``: as the job gives them, and where it leaves one open (None),
+    as the model's training read its graph (:func:`~mggcn.training.outputs.trained_reading`) where the dataset takes
+    it: a prepared directory was transformed when it was made, and only Planetoid files normalize features."""
+    given = _given(job)
+    trained = trained_reading(job.model) if os.path.isfile(job.model) else {}
+    takes = {"undirected": True, "dedup": True, "normalize_features": _planetoid(job)}
+    if isinstance(job.dataset, str) and (job.fmt == "prepared" or (job.fmt is None and is_prepared(job.dataset))):
+        takes = dict.fromkeys(takes, False)
+    return {k: bool(v) if v is not None else trained.get(k, False) and takes[k] for k, v in given.items()}
+
+
+def _given(job: PredictJob) -> dict[str, bool | None]:
+    return {"undirected": job.undirected, "dedup": job.dedup,
+            "normalize_features": job.read_options.get("normalize_features")}
+
+
+def _planetoid(job: PredictJob) -> bool:
+    if not isinstance(job.dataset, str):
+        return False
+    entry = named(job.dataset) if job.fmt is None else None
+    return (entry.fmt if entry is not None else job.fmt) == "planetoid"
+
+
+def _name(dataset: str | Graph) -> str:
+    return dataset if isinstance(dataset, str) else getattr(dataset, "name", "the graph")
 
 
 def check_predict(job: PredictJob, nprocs: int) -> Dataset:
@@ -128,7 +171,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     if isinstance(job.model, str) and is_checkpoint(job.model):
         raise GraphError(f"{job.model}: a training checkpoint, not a model file; to predict with its weights, resume "
                          "from it with its epoch as epochs= and save_model=FILE, then give FILE", "save_model")
-    dataset = _open(job)  # its size first: the model and one activation over its vertices must fit memory
+    dataset = _open(job, note=True)  # its size first: the model and one activation over its vertices must fit
     model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind, rows=dataset.num_nodes, ranks=nprocs)
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))

@@ -171,14 +171,18 @@ def add_precision_option(p: argparse.ArgumentParser) -> None:
                         "features, activations and exchanged rows in bfloat16 (weights, Adam and the loss float32)")
 
 
-def add_dataset_options(p: argparse.ArgumentParser) -> None:
+def add_dataset_options(p: argparse.ArgumentParser, as_trained: bool = False) -> None:
     """How a DATASET path is read (train and predict)."""
     p.add_argument("--format", dest="fmt", default=None, metavar="FORMAT", help=FORMAT_HELP)
-    add_reader_options(p)
+    add_reader_options(p, as_trained)
 
 
-def add_reader_options(p: argparse.ArgumentParser) -> None:
-    """The options of the readers that take them (train, predict, prepare)."""
+def add_reader_options(p: argparse.ArgumentParser, as_trained: bool = False) -> None:
+    """The options of the readers that take them (train, predict, prepare). ``as_trained`` (predict): the switches
+    that change the graph or its features default to how the model's training read its graph, and have ``--no-``
+    forms (None: not given)."""
+    switch = {"action": argparse.BooleanOptionalAction, "default": None} if as_trained else {"action": "store_true"}
+    trained = " (default: as the model's training read it, from MODEL.json)" if as_trained else ""
     p.add_argument("--features", type=path_arg, default=None,
                    help="mtx/edgelist: features .npy [n, F] (default: random)")
     p.add_argument("--labels", type=path_arg, default=None,
@@ -186,11 +190,11 @@ def add_reader_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", type=path_arg, default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 (train/val/test/none) or .npz of masks "
                         "(default: random 50/25/25)")
-    p.add_argument("--normalize-features", action="store_true",
+    p.add_argument("--normalize-features", **switch,
                    help="planetoid: divide each feature row by its sum, as PyG's NormalizeFeatures "
-                        "(default: as stored)")
-    p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
-    p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
+                        f"{trained or '(default: as stored)'}")
+    p.add_argument("--undirected", **switch, help=f"add the reverse of every edge{trained}")
+    p.add_argument("--dedup", **switch, help=f"drop duplicate edges{trained}")
 
 
 def read_options(args: argparse.Namespace) -> dict:

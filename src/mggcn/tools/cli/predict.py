@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="class probabilities (softmax; a multi-label model: σ per label) instead of classes")
     what.add_argument("--embeddings", type=positive_int, default=None, metavar="LAYER",
                 help="the output of layer LAYER (1..L, after its activation) instead of classes")
-    add_dataset_options(p)
+    add_dataset_options(p, as_trained=True)
     p.add_argument("--model", dest="kind", choices=MODELS, default=None,
                    help="check that MODEL is a gcn, sage, gin or gat model (default: read from MODEL's parameter "
                         "names)")
@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.training.predict import PredictJob, check_predict, run_predict_job
 
     reader_options = read_options(args)
+    if args.normalize_features is False:  # --no-normalize-features: not as the model's training read it
+        reader_options["normalize_features"] = False
     output = "proba" if args.proba else "embeddings" if args.embeddings else "classes"
     job = PredictJob(model=args.model, dataset=args.dataset, out=args.out, output=output, layer=args.embeddings,
                      fmt=args.fmt, undirected=args.undirected, dedup=args.dedup, read_options=reader_options,
