@@ -2,6 +2,10 @@
 (mggcn.utils.system.set_mmap_threshold) and their thread count, in fresh processes; which device and backend each
 rank gets, and the refusal of more CUDA ranks than GPUs without MGGCN_SHARE_DEVICE=1."""
 
+import os
+import threading
+import uuid
+
 import pytest
 
 import workers
@@ -109,7 +113,14 @@ def _fake_gpus(monkeypatch, count: int) -> list:
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
     monkeypatch.setattr(dist, "init_process_group",
                         lambda backend, **kw: calls.append(("init_process_group", backend, kw.get("device_id"))))
-    monkeypatch.setattr(dist, "rendezvous", lambda url, rank, world, **kw: iter([(dist.HashStore(), rank, world)]))
+    store, token = dist.HashStore(), uuid.uuid4().hex
+
+    def rank_0() -> None:  # its part in naming the group (context._fresh_prefix), for rank 1, the rank under test
+        store.set("mggcn-leader", token)
+        store.set(f"mggcn-answer/{store.get(f'mggcn-ask/{token}/1').decode()}", token)
+
+    threading.Thread(target=rank_0, daemon=True).start()
+    monkeypatch.setattr(dist, "rendezvous", lambda url, rank, world, **kw: iter([(store, rank, world)]))
     return calls
 
 
@@ -201,3 +212,42 @@ def test_a_job_in_a_group_the_caller_made_lets_its_works_go_at_its_end(monkeypat
     context._Joined.works.append(object())
     context.shutdown()
     assert len(context._Joined.works) == 0
+
+
+_ATTEMPT = """
+import sys, time
+import torch, torch.distributed as dist
+from mggcn.distributed.context import init_distributed, shutdown
+time.sleep(float(sys.argv[1]))
+ctx = init_distributed("cpu", timeout_s=30, threads=1)
+total = torch.tensor([ctx.rank + 1.0])
+dist.all_reduce(total)
+print(int(total.item()), flush=True)
+shutdown(clean=True)
+"""
+
+
+def test_a_restarted_job_joins_on_the_store_an_earlier_attempt_used():
+    """torchrun restarts failed workers on the store its agent keeps (TORCHELASTIC_USE_AGENT_STORE): the new
+    attempt's ranks must not read the keys the previous attempt's group left there. Here rank 1 of the second
+    attempt starts 2 s before rank 0: with the group keyed as the previous one, it read that group's addresses, of
+    sockets long closed, and failed (connection refused) or waited out its timeout."""
+    import subprocess
+    import sys
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # the agent's
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": "2",
+           "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    for delays in ((0.0, 0.0), (2.0, 0.0)):
+        ranks = [subprocess.Popen([sys.executable, "-c", _ATTEMPT, str(delay)], text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+                 for r, delay in enumerate(delays)]
+        try:
+            outputs = [rank.communicate(timeout=120) for rank in ranks]
+        finally:
+            for rank in ranks:
+                rank.kill()
+        assert [rank.returncode for rank in ranks] == [0, 0], outputs
+        assert [out.strip() for out, _ in outputs] == ["3", "3"]

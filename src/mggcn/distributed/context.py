@@ -17,6 +17,7 @@ import pickle
 import socket
 import sys
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
@@ -208,7 +209,7 @@ _WORKERS_SETTLE_S = 0.05
 
 class _Joined:
     group = False  # whether this process's default group is the one :func:`init_distributed` made
-    groups = 0  # how many groups this process has joined
+    tokens: set = set()  # the names of the groups this process joined as a rank other than 0 (_fresh_prefix)
     works: deque = deque(maxlen=_HELD_WORKS)  # async gloo works, referenced until the group is destroyed
 
 
@@ -225,10 +226,10 @@ def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: di
     back (:func:`mggcn.utils.system.native_log_held`: a rendezvous that cannot be reached logs each failed try with
     its stack), and one that cannot be reached is said in one line; the group is then made on that store.
 
-    Each group this process joins has keys of its own in the store (``mggcn-group-N``): the store outlives the
-    groups (torchrun's agent serves it), and a group keyed as an earlier one (this process's, or the caller's own
-    default group, destroyed before) would read that group's addresses there, of sockets long closed. Every rank
-    runs the same jobs in the same order, so they count alike."""
+    Each group has keys of its own in the store, under a name rank 0 draws for it (:func:`_fresh_prefix`): the
+    store outlives the groups (torchrun's agent serves it, and keeps it when it restarts failed workers), and a group
+    keyed as an earlier one (this process's, the caller's own default group, destroyed before, or the previous
+    attempt's of a restarted job) would read that group's addresses there, of sockets long closed."""
     init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
     timeout = timedelta(seconds=timeout_s)
     try:
@@ -244,10 +245,47 @@ def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: di
             f"node 0), which serves it, was not started, failed, or listens elsewhere (MASTER_ADDR, MASTER_PORT); "
             f"torch said: {' '.join(str(err).split())[:200]}") from err
     store.set_timeout(timeout)
-    store = dist.PrefixStore(f"mggcn-group-{_Joined.groups}", store)
-    _Joined.groups += 1
+    store = dist.PrefixStore(_fresh_prefix(store, rank, world_size, timeout_s), store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
     _Joined.group = True
+
+
+_ASK_S = 1.0  # how long a rank waits for rank 0 to answer a name that may be an earlier group's before reading again
+
+
+def _fresh_prefix(store: Any, rank: int, world_size: int, timeout_s: float) -> str:
+    """``mggcn-TOKEN``: a name for this group's keys that no earlier group on ``store`` had, the same on every rank.
+
+    Rank 0 draws the token and posts it (``mggcn-leader``); that key may still hold an earlier group's token when
+    another rank reads it (a restarted torchrun job reuses the store, and attempts count differently on different
+    nodes, so no environment variable names the attempt). So each rank asks under the token it read, with a nonce of
+    its own, and takes it only once rank 0 answers that nonce; rank 0 answers the asks under its token alone. The
+    keys are named by the new token or nonce, which no earlier group wrote. A rank that gets no answer reads the
+    token again, until ``timeout_s``: then a ``DistStoreError``, as a rendezvous that timed out raises."""
+    if world_size == 1:
+        return f"mggcn-{uuid.uuid4().hex}"
+    if rank == 0:
+        token = uuid.uuid4().hex
+        store.set("mggcn-leader", token)
+        for other in range(1, world_size):
+            nonce = store.get(f"mggcn-ask/{token}/{other}").decode()  # waits at most the store's timeout
+            store.set(f"mggcn-answer/{nonce}", token)
+        return f"mggcn-{token}"
+    nonce, deadline = uuid.uuid4().hex, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        token = store.get("mggcn-leader").decode()
+        if token not in _Joined.tokens:  # a group this process was in: rank 0 has not posted the new one yet
+            store.set(f"mggcn-ask/{token}/{rank}", nonce)
+            asked = time.monotonic()
+            while time.monotonic() - asked < _ASK_S:
+                if store.check([f"mggcn-answer/{nonce}"]):
+                    _Joined.tokens.add(token)
+                    return f"mggcn-{token}"
+                time.sleep(0.01)
+        else:
+            time.sleep(0.01)
+    raise getattr(dist, "DistStoreError", RuntimeError)(
+        f"rank {rank}: rank 0 did not name the group within {timeout_s:g} s")
 
 
 def refuse_together(job: Any, failure: Exception | None) -> None:
