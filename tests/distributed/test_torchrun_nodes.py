@@ -8,7 +8,11 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 from test_launch import _env, _node_results, _torchrun_nodes
+
+from mggcn.data.generators import parse_spec
 
 GRAPH = "synthetic:n=400,features=8,classes=3"
 COMMON = ("--hidden", "8", "--threads", "1", "--quiet")  # one thread per rank, as --nprocs 2 gives on 2 cores
@@ -61,6 +65,32 @@ def test_nodes_with_different_data_refuse_to_train(tmp_path):
         ours = _ours(log)
         assert len(ours) == 1 and "the ranks opened different datasets (rank 0: 400 vertices" in ours[0], log
         assert "rank 1: 400 vertices" in ours[0] and "exitcode  : 2" in log, log
+
+
+@pytest.mark.parametrize("source", ["generated", "edgelist"])
+def test_nodes_reading_different_graphs_of_the_same_sizes_refuse_to_train(tmp_path, source):
+    """Not prepared: each node generates its graph (another seed) or reads its own edge list and vertex files (the
+    same sizes, other edges, features and labels). Both trained a mixture and exited 0; every rank now hashes what
+    it read, and refuses, naming both fingerprints."""
+    env, _ = _env(tmp_path)
+    dirs = _nodes(tmp_path)
+    specs = (GRAPH, GRAPH + ",seed=5")
+    if source == "generated":
+        node_args = tuple((spec,) for spec in specs)
+    else:
+        for d, spec in zip(dirs, specs):
+            graph = parse_spec(spec)
+            np.savetxt(d / "g.txt", graph.edge_index.T, fmt="%d")
+            np.save(d / "x.npy", graph.x)
+            np.save(d / "y.npy", graph.y)
+        node_args = (("g.txt", "--format", "edgelist", "--features", "x.npy", "--labels", "y.npy"),) * 2
+    nodes = _torchrun_nodes(tmp_path, env, "--epochs", "2", *COMMON, cwds=dirs, node_args=node_args)
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)
+    assert codes == [1, 1], logs
+    for log in logs:
+        ours = _ours(log)
+        assert len(ours) == 1 and "the ranks opened different datasets (rank 0: 400 vertices" in ours[0], log
+        assert ours[0].count("fingerprint") == 2 and "exitcode  : 2" in log, log
 
 
 def test_nodes_given_different_settings_refuse_to_train(tmp_path):

@@ -406,11 +406,12 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     """This rank's shard, the checkpoint to resume from (or None) and the dataset's identity; the dataset is
     released once the shard is cut."""
     _check_same_settings(ctx, job)
-    if dataset is None:  # a worker: its own start, then its dataset
+    opened_here = dataset is None
+    if opened_here:  # a worker: its own start, then its dataset
         clock.mark("launch")
         dataset = open_job_dataset(job)
         clock.mark("dataset")
-    _check_same_dataset(ctx, dataset)  # torchrun's ranks too, which opened theirs on their own nodes
+    _check_same_dataset(ctx, dataset, opened_here)  # torchrun's ranks too, which opened theirs on their own nodes
     cfg = job.config
     layout = ParallelLayout.of(cfg, ctx.world_size)
     part = layout.partition(dataset)
@@ -440,12 +441,16 @@ def _check_same_settings(ctx: DistContext, job: TrainJob) -> None:
                           "options", differ[0])
 
 
-def _check_same_dataset(ctx: DistContext, dataset: Dataset) -> None:
+def _check_same_dataset(ctx: DistContext, dataset: Dataset, opened_here: bool) -> None:
     """Every rank opened the same dataset: one replaced while the job started (``prepare --overwrite`` into its
-    directory), or torchrun's nodes each reading their own copy of different data, would have the ranks cut their
-    shards of different graphs, without a word or with a collective of mismatched sizes. Compared: the sizes, and a
-    prepared dataset's fingerprint (its manifest's; other datasets are not hashed for this, which costs a pass)."""
-    mine = dataset_identity(dataset, content=isinstance(dataset, PreparedDataset))  # the manifest's fingerprint
+    directory), or torchrun's nodes each reading their own copy of different data (other files of the same sizes,
+    another generator seed), would have the ranks cut their shards of different graphs, without a word or with a
+    collective of mismatched sizes. Compared: the sizes and the fingerprint, a prepared dataset's from its manifest;
+    another dataset is hashed (a pass over its arrays, at about 1 GB/s, a fraction of reading them) where this rank
+    read it itself beside other ranks (``opened_here``, or a torchrun rank): ranks that mggcn's launcher handed one
+    dataset share the same."""
+    content = isinstance(dataset, PreparedDataset) or (ctx.world_size > 1 and (opened_here or under_torchrun()))
+    mine = dataset_identity(dataset, content=content)
     mine.pop("name")  # each node may read it from its own path
     seen = all_gather_objects(ctx, mine)
     if any(s != seen[0] for s in seen):
