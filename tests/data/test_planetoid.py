@@ -160,6 +160,9 @@ def _bad(tmp_path, change):
     (lambda p: p.update(graph=[1, 2]), r"ind\.cora\.graph: expected a dict of neighbour lists, found a list"),
     (lambda p: p["test.index"].__setitem__(0, 3), r"ind\.cora\.test\.index: test vertex 3 is among the 574"),
     (lambda p: p["test.index"].__setitem__(0, p["test.index"][1]), r"test\.index: vertex \d+ is listed twice"),
+    (lambda p: p["test.index"].__setitem__(0, 10**6),  # PyG's reader fails on it (IndexError); it made 10⁶ vertices
+     r"ind\.cora\.test\.index: test vertex 1,000,000 leaves 999,337 vertices after the 574 of ind\.cora\.allx in "
+     r"neither file, more than the 90 it lists \(a stray vertex id\?\)"),
     (lambda p: p.update(y=np.zeros(5)), r"ind\.cora\.y: expected one-hot labels as a 2-D array .* 1-D array"),
     (lambda p: p.update(allx=p["allx"][:400], ally=p["ally"][:400]),
      r"ind\.cora\.allx: 400 rows: the public split needs the 14 training and the 500 validation"),
