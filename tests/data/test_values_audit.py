@@ -130,6 +130,23 @@ def test_a_nan_label_in_a_split_names_the_vertex(tmp_path):
         from_pyg(_pyg(y=torch.as_tensor(y)))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_unsigned_labels_holding_their_largest_value_are_refused_as_a_minus_one_stored_unsigned(tmp_path, dtype):
+    """-1 (unlabelled) saved as uint8 reads 255: on more than 255 vertices it trained as a class of its own (256
+    classes, exit 0); uint32 and uint64 exceed any vertex count and were refused as too many classes already."""
+    from mggcn.data.formats.labels import check_labels
+
+    top = int(np.iinfo(dtype).max)
+    y = np.arange(top + 10) % C
+    y[7] = -1
+    with pytest.raises(GraphError, match=rf"y.npy: label {top} of vertex 7 is the largest {np.dtype(dtype)}, as -1 "
+                                         r"\(unlabelled\) reads when stored unsigned; store the labels signed"):
+        check_labels(y.astype(dtype), "y.npy", y.size, "n", nan_is_unlabelled=False)
+    np.testing.assert_array_equal(check_labels(y, "y.npy", y.size, "n", nan_is_unlabelled=False), y)
+    y[7] = C
+    assert check_labels(y.astype(dtype), "y.npy", y.size, "n", nan_is_unlabelled=False).max() == C
+
+
 def test_a_graph_refuses_labels_below_minus_one_outside_the_splits():
     y, split = _nan_labels()
     y = np.nan_to_num(y, nan=-3).astype(np.int64)  # vertex 10, in no split

@@ -77,6 +77,11 @@ def check_labels(y: np.ndarray, path: PathLike, n: int, n_from: str, *, nan_is_u
             raise _error(path, f"label {float(y[v])!r} of vertex {v} is not an integer")
     elif y.dtype.kind in "biu":  # bool: two classes, as int64_array reads a tensor's
         nan, values = np.zeros(n, dtype=bool), y
+        top = np.iinfo(y.dtype).max if y.dtype.kind == "u" else None
+        if top is not None and y.size and int(y.max()) == top:
+            v = int(np.argmax(y == top))  # -1 (unlabelled) stored unsigned: it would train as a class of its own
+            raise _error(path, f"label {top} of vertex {v} is the largest {y.dtype}, as -1 (unlabelled) reads when "
+                               f"stored unsigned; store the labels signed (e.g. int64)")
     else:
         raise _error(path, f"labels must be integers, got dtype {y.dtype}")
     # checked as read, before the cast to int64, which would wrap a value beyond it (2^64 - 1 would read as -1)
