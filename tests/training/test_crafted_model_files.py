@@ -58,6 +58,9 @@ CASES = {
     # torch would copy them into the real model with a warning, dropping the imaginary parts
     "complex weights": ("gcn", _set("convs.0.bias", torch.zeros(8, dtype=torch.complex64)),
                         ["convs.0.bias holds complex numbers"]),
+    # it predicted class 0 for every vertex, and probabilities of NaN, with exit 0
+    "a NaN weight": ("gcn", _set("convs.0.bias", torch.full((8,), float("nan"))),
+                     ["convs.0.bias holds NaN or infinite values; the model would predict NaN"]),
     "attention vectors of one dimension": ("gat", _set("convs.0.att_src", torch.zeros(8)), ["convs.0.att_src"]),
     "attention heads that differ by layer": ("gat", _set("convs.0.att_src", torch.zeros(1, 4, 2)),
                                              ["has 2 attention head(s) and layer 0 4"]),

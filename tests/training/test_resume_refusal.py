@@ -132,6 +132,11 @@ WRONG = {
     "a complex moment": (lambda s: s["optimizer"]["state"][1].__setitem__(
         "exp_avg", s["optimizer"]["state"][1]["exp_avg"].to(torch.complex64)),
         "its optimizer entry state.1.exp_avg holds complex numbers"),
+    # training never saves one (a non-finite loss stops it first): resumed, it failed at once, naming the file good
+    "a NaN weight": (lambda s: s["model"]["convs.0.lin.weight"].view(-1).__setitem__(0, float("nan")),
+                     "its model entry convs.0.lin.weight holds NaN or infinite values"),
+    "an infinite moment": (lambda s: s["optimizer"]["state"][1]["exp_avg_sq"].view(-1).__setitem__(0, float("inf")),
+                           "its optimizer entry state.1.exp_avg_sq holds NaN or infinite values"),
 }
 
 

@@ -317,20 +317,30 @@ def _check_types(state: dict, path: str) -> None:
             raise CheckpointError(f"{path}: refused: its {key!r} is {wrong}")
 
 
-def complex_entry(value: Any, name: str = "") -> str | None:
+def complex_entry(value: Any) -> str | None:
     """The name of the first complex tensor in ``value`` (dicts and lists searched), None if there is none: torch
     copies a complex tensor into a real parameter or moment with a warning, dropping its imaginary part."""
+    return _first_entry(value, lambda t: t.is_complex())
+
+
+def non_finite_entry(value: Any) -> str | None:
+    """The name of the first floating tensor in ``value`` holding a NaN or an infinity, None if there is none:
+    training never saves one (a non-finite loss stops it first), and a model that holds one predicts NaN."""
+    return _first_entry(value, lambda t: t.is_floating_point() and not bool(torch.isfinite(t).all()))
+
+
+def _first_entry(value: Any, found: Callable[[torch.Tensor], bool], name: str = "") -> str | None:
     if isinstance(value, torch.Tensor):
-        return name if value.is_complex() else None
+        return name if found(value) else None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
-    return next((found for key, item in items if (found := complex_entry(item, f"{name}.{key}" if name else
-                                                                           str(key))) is not None), None)
+    return next((hit for key, item in items if (hit := _first_entry(item, found, f"{name}.{key}" if name else
+                                                                    str(key))) is not None), None)
 
 
 def check_fits(state: dict, path: str, model: torch.nn.Module) -> None:
     """Refuse a checkpoint whose weights (and best weights) or optimizer state do not fit ``model``, a fresh model
     of this run (its names and shapes; the layer sizes a checkpoint claims may not be those it holds), or hold
-    complex numbers."""
+    complex numbers, NaN or infinities."""
     for key in ("model", "best", "optimizer"):
         found = complex_entry(state.get(key))
         if found is not None:
@@ -354,6 +364,10 @@ def check_fits(state: dict, path: str, model: torch.nn.Module) -> None:
             if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
                 raise CheckpointError(f"{path}: refused: its optimizer's {name} of parameter {i} has shape "
                                       f"{list(value.shape)}, the parameter {list(param.shape)}")
+    for key in ("model", "best", "optimizer"):  # once they fit: a crafted stride-0 view may claim gigabytes
+        found = non_finite_entry(state.get(key))
+        if found is not None:
+            raise CheckpointError(f"{path}: refused: its {key} entry {found} holds NaN or infinite values")
 
 
 def _first_line(err: BaseException) -> str:

@@ -34,7 +34,7 @@ from mggcn.data.formats.checks import check_memory
 from mggcn.data.prepared.reader import MANIFEST, is_prepared
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
-from mggcn.training.checkpoint import Checkpointer, complex_entry
+from mggcn.training.checkpoint import Checkpointer, complex_entry, non_finite_entry
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
 from mggcn.utils.files import check_writable, is_special, same_file, write_output, written_in_place
 
@@ -401,6 +401,9 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
         raise GraphError(f"{path} holds a {found} model, not a {kind} one; leave the model kind out or give {found}")
     card = _card_of(path, found, dims, norm, activation, note)
     model = _build(path, found, dims, card["activation"], state_dict, rows, ranks).eval()
+    non_finite = non_finite_entry(state_dict)  # after _build's memory check: a stride-0 view claims gigabytes
+    if non_finite is not None:
+        raise GraphError(f"{path}: {non_finite} holds NaN or infinite values; the model would predict NaN")
     if card.get("weights_sha256", None) not in (None, hashlib.sha256(data).hexdigest()):  # older ones say none
         raise GraphError(f"{sidecar_path(path)} describes other weights than {path} holds (replaced since, or the two "
                          f"written by two runs): save the model again, or delete {sidecar_path(path)} to read the "
