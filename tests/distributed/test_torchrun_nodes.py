@@ -93,6 +93,22 @@ def test_nodes_reading_different_graphs_of_the_same_sizes_refuse_to_train(tmp_pa
         assert ours[0].count("fingerprint") == 2 and "exitcode  : 2" in log, log
 
 
+def test_an_output_asked_of_another_node_than_rank_0s_is_refused(tmp_path):
+    """Rank 0 writes the outputs: --save-model and --resume on node 1 alone were dropped with exit 0."""
+    env, _ = _env(tmp_path)
+    nodes = _torchrun_nodes(tmp_path, env, GRAPH, "--epochs", "2", *COMMON,
+                            node_args=((), ("--save-model", str(tmp_path / "m.pt"), "--checkpoint-dir",
+                                            str(tmp_path / "ck"), "--resume-or-start")))
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)
+    assert codes == [1, 1], logs
+    for log in logs:
+        ours = _ours(log)
+        assert len(ours) == 1 and "the ranks were given different settings (save_model: rank 0 'not given', rank 1 " \
+            "'given'; checkpoint_dir: rank 0 'not given', rank 1 'given'; resume: rank 0 False, rank 1 'auto')" \
+            in ours[0], log
+    assert not (tmp_path / "m.pt").exists()
+
+
 def test_nodes_given_different_settings_refuse_to_train(tmp_path):
     """Each node's command line sets its ranks' options: other seeds trained a mixture (accuracies above 1), other
     epoch counts waited out --timeout at a collective one node never reached. Every rank refuses, naming both."""

@@ -426,12 +426,19 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     return shard, resume, identity
 
 
+_OUTPUTS = ("save_model", "save_predictions", "metrics", "checkpoint_dir")
+
+
 def _check_same_settings(ctx: DistContext, job: TrainJob) -> None:
     """Every rank was given the same training settings: torchrun starts each node's ranks with that node's command
     line, and ranks of other models, seeds or epoch counts would train a mixture of them without a word, or wait
-    for each other at a collective that one of them never reaches. (Each rank's threads, outputs and log are its
-    own.)"""
-    mine = {**asdict(job.config), "device": job.device}
+    for each other at a collective that one of them never reaches. Outputs, checkpoints and resuming are rank 0's to
+    write and decide, and rank 0 may land on any node: one asked for on another rank alone would be dropped without
+    a word, so whether each is given is compared too (not its path: each node names its own). (Each rank's threads
+    and log are its own.)"""
+    given = {k: "given" if getattr(job, k) else "not given" for k in _OUTPUTS}
+    mine = {**asdict(job.config), "device": job.device, **given, "checkpoint_every": job.checkpoint_every,
+            "resume": job.resume}
     seen = all_gather_objects(ctx, mine)
     differ = [k for k in mine if any(s.get(k) != seen[0].get(k) for s in seen)]
     if differ:
