@@ -576,12 +576,15 @@ def test_from_pyg_and_tensors(src):
 def test_transform(src):
     d = transform(src, dedup=True)
     assert d.num_edges == len({tuple(e) for e in src.edge_index.T.tolist()}) < src.num_edges
-    u = transform(src, undirected=True)
-    assert u.num_edges == 2 * src.num_edges
-    ud = transform(src, undirected=True, dedup=True)
+    # undirected as PyG's to_undirected: each pair once per direction, an edge given twice or both ways counted once
     pairs = {tuple(e) for e in src.edge_index.T.tolist()}
-    assert {tuple(e) for e in ud.edge_index.T.tolist()} == pairs | {(b, a) for a, b in pairs}
-    assert ud.num_edges == len(pairs | {(b, a) for a, b in pairs})
+    for ud in (transform(src, undirected=True), transform(src, undirected=True, dedup=True)):
+        assert {tuple(e) for e in ud.edge_index.T.tolist()} == pairs | {(b, a) for a, b in pairs}
+        assert ud.num_edges == len(pairs | {(b, a) for a, b in pairs})
+    from torch_geometric.utils import to_undirected
+
+    np.testing.assert_array_equal(transform(src, undirected=True).edge_index,
+                                  to_undirected(torch.from_numpy(src.edge_index), num_nodes=src.num_nodes).numpy())
     np.testing.assert_array_equal(ud.x, src.x)
     np.testing.assert_array_equal(src.edge_index[:, -1], [9, 9])  # the input graph is untouched
 

@@ -189,3 +189,17 @@ def test_verify_checks_every_rows_order_and_degree_as_a_shard_would(tmp_path, di
     np.save(out / f"{view}_indices.npy", indices)
     with raises_naming(out / f"{view}_indices.npy", f"the ids of row {row} are not sorted"):
         PreparedDataset(out, verify=True)
+
+
+def test_a_graph_of_fewer_vertices_than_random_classes_is_refused_before_prepare_writes(tmp_path):
+    """One vertex and no labels: the random labels' two classes exceed it. Training refused it; prepare wrote a
+    directory (exit 0) that every reader then refused."""
+    (tmp_path / "one.txt").write_text("0 0\n")
+    message = r"one\.txt: 1 vertex\(es\) \(n = largest id in one\.txt \+ 1\) for the 2 classes of random labels"
+    with pytest.raises(GraphError, match=message):
+        prepare(tmp_path / "one.txt", tmp_path / "out", fmt="edgelist", progress=False)
+    assert not (tmp_path / "out").exists()
+    from mggcn.data.formats import read
+
+    with pytest.raises(GraphError, match=message):
+        read(tmp_path / "one.txt", "edgelist")

@@ -527,6 +527,9 @@ def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labe
         labels_src = str(labels)
     else:
         num_classes = num_classes or 2
+        if num_classes > n:  # as Graph.validate refuses it; prepare's streamed path writes without a Graph
+            raise file_error(path, f"{n} vertex(es) ({n_from}) for the {num_classes} classes of random labels: "
+                                   "more classes than vertices is refused; give the labels (--labels)")
         y = rng_y.integers(0, num_classes, n, dtype=np.int64)
         labels_src = "the synthetic labels"
 

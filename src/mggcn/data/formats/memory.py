@@ -32,14 +32,15 @@ def from_pyg(data: Any, name: str = "pyg", split: int | None = None) -> Graph:
 
 
 def transform(graph: Graph, undirected: bool = False, dedup: bool = False) -> Graph:
-    """Return a copy of ``graph`` with reverse edges added (``undirected``) and/or duplicate edges dropped.
+    """Return a copy of ``graph`` made undirected (``undirected``: every edge in both directions, once each, as PyG's
+    ``to_undirected`` makes it) and/or with duplicate edges dropped (``dedup``).
 
-    With both, duplicates are dropped after adding the reverse edges, so an edge stored in both directions appears
-    once per direction. Deduplication sorts edges by (source, target); self-loops are kept.
+    ``undirected`` drops duplicates too: an edge the input holds in both directions, or twice, would otherwise count
+    twice in Â. Deduplication sorts edges by (source, target); self-loops are kept.
     """
     ei = graph.edge_index
     if undirected:
-        ei = np.concatenate([ei, ei[::-1]], axis=1)
+        ei, dedup = np.concatenate([ei, ei[::-1]], axis=1), True
     if dedup and ei.size:
         key = np.unique(np.multiply(ei[0], graph.num_nodes, dtype=np.int64) + ei[1])
         ei = np.stack([key // graph.num_nodes, key % graph.num_nodes])

@@ -199,8 +199,8 @@ class EdgeSorter:
         num_nodes: ``n``; every id must be in ``[0, n)`` (callers check).
         num_edges: how many edges :meth:`add` will receive, at most (sizes the buckets; a wrong guess costs time,
             not correctness).
-        undirected: add the reverse of every edge. The graph is then symmetric and only the in-CSR is built (the
-            out-CSR is the same array).
+        undirected: every edge in both directions (with ``dedup``, as the writer asks, PyG's ``to_undirected``).
+            The graph is then symmetric and only the in-CSR is built (the out-CSR is the same array).
         dedup: keep one copy of each (source, target) pair.
         bucket_edges: the most edges a bucket may hold for sorting in memory.
     """

@@ -204,9 +204,10 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         source: a path (with ``fmt``), a spec string (``rmat:scale=20``, ``synthetic:n=...``, ``builtin:karate``),
             a :class:`~mggcn.data.graph.Graph`, or a PyG ``Data``.
         fmt: the layout of a path, one of :data:`mggcn.data.formats.FORMATS`.
-        undirected: add the reverse of every edge (the stored graph is then symmetric and one CSR serves A and Aᵀ).
-            A graph whose edges are already symmetric (GraphSAINT's ``adj_full``) is found so and stored once too.
-        dedup: keep one copy of each (source, target) pair (after adding reverse edges).
+        undirected: every edge in both directions, once each, as PyG's ``to_undirected`` makes it (the stored graph
+            is then symmetric and one CSR serves A and Aᵀ; duplicates are dropped, as ``dedup`` drops them). A graph
+            whose edges are already symmetric (GraphSAINT's ``adj_full``) is found so and stored once too.
+        dedup: keep one copy of each (source, target) pair.
         memory_limit: bytes (or ``"2G"``) for edge chunks and bucket sorts; default :data:`DEFAULT_MEMORY_LIMIT`.
             Per-vertex arrays and the interpreter come on top.
         chunk_edges: edges read per chunk, at most (lowered to fit ``memory_limit``).
@@ -232,8 +233,10 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
         report.note(f"mggcn prepare: removed {stale}, left by a prepare that was stopped before it finished")
     tmp = partial.path
     try:
-        manifest = _write(src, tmp, undirected or src.closure, dedup or src.closure, budget, chunk, report)
-        manifest["built"].update(undirected=undirected or src.closure, dedup=dedup or src.closure,
+        undirected = undirected or src.closure
+        dedup = dedup or undirected  # PyG's to_undirected: each edge once per direction (see formats.transform)
+        manifest = _write(src, tmp, undirected, dedup, budget, chunk, report)
+        manifest["built"].update(undirected=undirected, dedup=dedup,
                                  memory_limit=budget, chunk_edges=chunk,
                                  seconds=round(time.monotonic() - start, 3))
         with open(tmp / MANIFEST, "w", encoding="utf-8") as f:

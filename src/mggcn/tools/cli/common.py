@@ -193,7 +193,8 @@ def add_reader_options(p: argparse.ArgumentParser, as_trained: bool = False) -> 
     p.add_argument("--normalize-features", **switch,
                    help="planetoid: divide each feature row by its sum, as PyG's NormalizeFeatures "
                         f"{trained or '(default: as stored)'}")
-    p.add_argument("--undirected", **switch, help=f"add the reverse of every edge{trained}")
+    p.add_argument("--undirected", **switch,
+                   help=f"every edge in both directions, once each (PyG's to_undirected){trained}")
     p.add_argument("--dedup", **switch, help=f"drop duplicate edges{trained}")
 
 

@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "`mggcn datasets`")
     p.add_argument("out_dir", metavar="OUT_DIR", help="the directory to create")
     p.add_argument("--format", dest="fmt", default=None, choices=FORMATS, help="layout of SOURCE when it is a path")
-    p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
+    p.add_argument("--undirected", action="store_true",
+                   help="every edge in both directions, once each (PyG's to_undirected)")
     p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
     p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
     p.add_argument("--labels", default=None,
