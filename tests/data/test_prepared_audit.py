@@ -203,3 +203,16 @@ def test_a_graph_of_fewer_vertices_than_random_classes_is_refused_before_prepare
 
     with pytest.raises(GraphError, match=message):
         read(tmp_path / "one.txt", "edgelist")
+
+
+def test_a_link_loop_in_a_prepared_directory_and_a_prepared_source_are_named_in_one_line(tmp_path):
+    """A link loop in place of an array raised Path.resolve's RuntimeError (a traceback); a prepared directory
+    given to prepare was called "not a generated dataset"."""
+    prepare("builtin:karate", tmp_path / "k", progress=False)
+    (tmp_path / "k" / "features.npy").unlink()
+    (tmp_path / "k" / "features.npy").symlink_to("features.npy")
+    with pytest.raises(GraphError, match=r"k/features\.npy: a link that leads back to itself \(a loop of symbolic "):
+        PreparedDataset(tmp_path / "k")
+    prepare("builtin:karate", tmp_path / "k2", progress=False)
+    with pytest.raises(GraphError, match=r"k2: already a prepared dataset: train on it as it is \(mggcn train "):
+        prepare(str(tmp_path / "k2"), tmp_path / "k3", progress=False)

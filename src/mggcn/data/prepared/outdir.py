@@ -47,7 +47,11 @@ def output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
     if not overwrite:
         raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
     if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
-        real, held = out.resolve(), Path(source).resolve()
+        try:
+            real, held = out.resolve(), Path(source).resolve()
+        except (OSError, RuntimeError):  # a link loop: RuntimeError before Python 3.13, OSError (ELOOP) from it
+            raise ConfigError(f"{out}: a link that leads back to itself (a loop of symbolic links)",
+                              "overwrite") from None
         if real == held or real in held.parents:
             raise ConfigError(f"{out}: holds the input {source}; write the dataset somewhere else", "overwrite")
     if out.is_symlink() or not out.is_dir():

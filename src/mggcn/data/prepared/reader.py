@@ -258,8 +258,12 @@ class PreparedDataset:
         if record is None:
             raise _err(self.path / MANIFEST, f"no record of the array '{name}'")
         file = self.path / record["file"]  # relative, without '..' (_check_manifest)
-        if not file.resolve().is_relative_to(self.path.resolve()):
-            raise _err(file, f"a link to {file.resolve()}, outside the dataset directory {self.path}")
+        try:
+            target, home = file.resolve(), self.path.resolve()
+        except (OSError, RuntimeError):  # a link loop: RuntimeError before Python 3.13, OSError (ELOOP) from it
+            raise _err(file, "a link that leads back to itself (a loop of symbolic links)") from None
+        if not target.is_relative_to(home):
+            raise _err(file, f"a link to {target}, outside the dataset directory {self.path}")
         return file
 
     def _check_split_sizes(self) -> None:

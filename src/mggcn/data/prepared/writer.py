@@ -52,6 +52,7 @@ from mggcn.data.prepared.reader import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
+    is_prepared,
     layout_arrays,
     nnz_per_rank,
 )
@@ -181,6 +182,9 @@ def _open_source(source: Any, fmt: str | None, read_options: dict[str, Any]) -> 
             if text.startswith("rmat") or 2 * stream.max_edges > STREAM_MIN_EDGES:
                 return _stream_source(stream, built)
         return _graph_source(parse_spec(text), built)
+    if fmt is None and is_prepared(text):
+        raise GraphError(f"{text}: already a prepared dataset: train on it as it is (mggcn train {text}), or copy "
+                         "the directory for another")
     if fmt is None:
         raise ConfigError(f"{text}: not a generated dataset ({', '.join(GENERATED_PREFIXES)}); give the format "
                           f"of the file, one of {', '.join(formats.FORMATS)}", "format")
