@@ -10,6 +10,7 @@ from torch_geometric.nn.models import GCN as PygGCN
 from cli_util import run_cli
 from mggcn.data.formats import read_edgelist
 from mggcn.data.generators import parse_spec
+from mggcn.tools.cli import main
 
 
 def test_train_two_workers_writes_metrics_model_and_predictions(tmp_path):
@@ -365,3 +366,17 @@ def test_library_messages_name_flags_on_the_command_line(tmp_path, monkeypatch, 
         assert main(argv) in (1, 2)
         line = capsys.readouterr().err
         assert flag in line and library not in line and line.count("\n") == 1, line
+
+
+@pytest.mark.parametrize("command", [["prepare", "builtin:karate", "out"], ["bench", "--small", "--no-pyg"]])
+def test_one_process_commands_refuse_to_run_as_torchruns_ranks(command, tmp_path, monkeypatch, capsys):
+    """Under torchrun every rank ran the whole command: two prepares raced for one directory (one failed, "already
+    exists"), two benches measured each other and both wrote their JSON."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mggcn {command[0]}: error: runs as one process, not as torchrun's 2 ranks") and \
+        err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()

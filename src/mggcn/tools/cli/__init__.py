@@ -108,6 +108,18 @@ def _stdout_gone() -> int:
     return EXIT_BROKEN_PIPE
 
 
+# Commands that are no job's rank: under torchrun each rank would write the same directory, or start its own workers
+_ONE_PROCESS = {"prepare": "then train on what it wrote under torchrun",
+                "bench": "it starts its own workers: --nprocs"}
+
+
+def _torchrun_ranks() -> int:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
+    except ValueError:
+        return 1
+
+
 def _main(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command or "")
@@ -116,6 +128,10 @@ def _main(argv: list[str]) -> int:
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.command_line = shlex.join(["mggcn", *argv])  # what a report says it was made by
+    if args.command in _ONE_PROCESS and _torchrun_ranks() > 1:  # each rank would run the whole command, all at once
+        print(f"mggcn {args.command}: error: runs as one process, not as torchrun's {_torchrun_ranks()} ranks: run it "
+              f"without torchrun ({_ONE_PROCESS[args.command]})", file=sys.stderr)
+        return 2
     try:
         with sigterm_as_interrupt():  # SIGTERM means Ctrl-C: outputs being written are removed, as on any error
             return COMMANDS[args.command].run(args)
