@@ -19,6 +19,7 @@ from planetoid_files import make_planetoid, write_planetoid
 
 # The writers of the formats' tests, imported under the name pytest gives that module (its folder on the path).
 sys.path.insert(0, str(Path(__file__).parent / "data"))
+from npz_files import write_npz  # noqa: E402
 from test_formats import write_ogb_csv, write_reddit, write_saint, write_vertex_files  # noqa: E402
 
 
@@ -56,6 +57,7 @@ WRITERS = {
     "edgelist": _edgelist,
     "vertex-files": lambda path, g: write_vertex_files(path, g),  # x.npy, y.npy, split.npy in the folder
     "planetoid": _planetoid,
+    "npz": lambda path, g: write_npz(path, g.edge_index, g.x, g.y),
 }
 
 

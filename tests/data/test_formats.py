@@ -592,7 +592,7 @@ def test_transform(src):
 def test_read_unknown_format(tmp_path):
     with pytest.raises(GraphError, match="unknown format 'csv'.*ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin"):
         read(tmp_path, "csv")
-    assert FORMATS == ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid")
+    assert FORMATS == ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid", "npz")
 
 
 # ------------------------------------------------------------------------------------------- scipy sparse .npz

@@ -22,11 +22,14 @@ Formats (``read(source, fmt)`` dispatches on ``fmt``) and their edge direction. 
                 ``A[i, j]`` is ``i -> j`` (row = source, the usual adjacency convention).
 ``edgelist``    text/CSV edge list, 0-based ids; a line ``u v`` is ``u -> v``.
 ``mggcn-bin``   the original MG-GCN files; ``graph.bin`` row = TARGET, column = source (MG-GCN aggregates over rows).
+``npz``         gnn-benchmark's ``.npz`` (PyG's CitationFull, Amazon, Coauthor): CSR adjacency and features, labels;
+                read as PyG's ``read_npz`` (self loops dropped, made undirected, positive features 1), a random split.
 ``planetoid``   the GCN paper's ``ind.NAME.*`` pickles (Cora, CiteSeer, PubMed) with their public split; a listed pair
                 ``v: [u]`` is ``v -> u`` (the dicts are symmetric). Read by a restricted unpickler.
 ==============  =====================================================================================================
 
-One module per format (``ogb``, ``saint``, ``dgl_reddit``, ``mtx``, ``edgelist``, ``mggcn_bin``, ``planetoid``),
+One module per format (``ogb``, ``saint``, ``dgl_reddit``, ``mtx``, ``edgelist``, ``mggcn_bin``, ``planetoid``,
+``npz``),
 graphs from tensors in ``memory``, the checks every reader shares in ``checks``, and those of labels (one class per
 vertex, or a 0/1 matrix of labels) in ``labels``. The ``labels`` file of ``mtx`` and ``edgelist`` may be either.
 """
@@ -44,6 +47,7 @@ from mggcn.data.formats.edgelist import edgelist_vertex_data, iter_edgelist_chun
 from mggcn.data.formats.memory import from_pyg, from_tensors, transform
 from mggcn.data.formats.mggcn_bin import read_mggcn_bin, write_mggcn_bin
 from mggcn.data.formats.mtx import read_mtx
+from mggcn.data.formats.npz import read_npz
 from mggcn.data.formats.ogb import read_ogb
 from mggcn.data.formats.planetoid import read_planetoid
 from mggcn.data.formats.saint import read_saint
@@ -63,6 +67,7 @@ __all__ = [
     "read_edgelist",
     "read_mggcn_bin",
     "read_mtx",
+    "read_npz",
     "read_ogb",
     "read_planetoid",
     "read_saint",
@@ -70,7 +75,7 @@ __all__ = [
     "write_mggcn_bin",
 ]
 
-FORMATS = ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid")
+FORMATS = ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid", "npz")
 
 _READERS: dict[str, Callable[..., Graph]] = {
     "ogb": read_ogb,
@@ -80,6 +85,7 @@ _READERS: dict[str, Callable[..., Graph]] = {
     "edgelist": read_edgelist,
     "mggcn-bin": read_mggcn_bin,
     "planetoid": read_planetoid,
+    "npz": read_npz,
 }
 
 
@@ -87,7 +93,7 @@ _READERS: dict[str, Callable[..., Graph]] = {
 _DIRECTORY_FORMATS = {"ogb": "raw/ and split/", "saint": "adj_full.npz, feats.npy, class_map.json, role.json",
                       "dgl-reddit": "reddit_data.npz and reddit_graph.npz",
                       "mggcn-bin": "graph.bin, features.bin, labels.bin, sets.bin"}
-_FILE_FORMATS = ("mtx", "edgelist")
+_FILE_FORMATS = ("mtx", "edgelist", "npz")
 
 
 def check_path(source: PathLike, fmt: str) -> None:

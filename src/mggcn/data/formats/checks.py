@@ -534,14 +534,7 @@ def vertex_data(path: Path, n: int, n_from: str, features: PathLike | None, labe
         labels_src = "the synthetic labels"
 
     if split is None:
-        labelled = rng_split.permutation(np.flatnonzero(y >= 0) if y.ndim == 1 else np.arange(n))
-        k = labelled.size
-        cut = (max(1, k // 2), max(1, k // 2) + k // 4) if k else (0, 0)
-        masks = {}
-        for name, part in zip(SPLITS, np.split(labelled, cut)):
-            masks[name] = np.zeros(n, dtype=bool)
-            masks[name][part] = True
-        split_src = f"the random split (from {labels_src})"
+        masks, split_src = random_split(y, rng_split), f"the random split (from {labels_src})"
     else:
         masks, split_src = load_split(Path(split), n, n_from), str(split)
     check_splits(masks, y, dict.fromkeys(SPLITS, split_src), labels_src)
@@ -554,6 +547,20 @@ def _vector(a: np.ndarray, path: Path, what: str, kind: str) -> np.ndarray:
         raise file_error(path, f"{what} must be a one-dimensional {kind} (one entry per vertex), got shape "
                                f"{list(a.shape)}")
     return a
+
+
+def random_split(y: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Train/val/test masks of 50/25/25% of the labelled vertices (``y`` -1: unlabelled; a label matrix: all), drawn
+    from ``rng``: the split of a dataset whose files give none."""
+    n = y.shape[0]
+    labelled = rng.permutation(np.flatnonzero(y >= 0) if y.ndim == 1 else np.arange(n))
+    k = labelled.size
+    cut = (max(1, k // 2), max(1, k // 2) + k // 4) if k else (0, 0)
+    masks = {}
+    for name, part in zip(SPLITS, np.split(labelled, cut)):
+        masks[name] = np.zeros(n, dtype=bool)
+        masks[name][part] = True
+    return masks
 
 
 def load_split(path: Path, n: int, n_from: str) -> dict[str, np.ndarray]:

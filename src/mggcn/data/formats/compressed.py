@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +30,9 @@ def decompressor(path: Path) -> Callable[..., Any] | None:
     with open(path, "rb") as f:
         head = f.read(10)
     if head.startswith(b"PK\x03\x04"):
+        if _numpy_archive(path):
+            raise GraphError(one_line(path, "a NumPy .npz archive, not a text file: --format npz reads "
+                                            "gnn-benchmark's (PyG's CitationFull, Amazon, Coauthor)"))
         raise GraphError(one_line(path, "a zip archive, not the file itself: extract the file it holds and give "
                                         "that"))
     if head.startswith(b"\x1f\x8b"):
@@ -39,6 +43,16 @@ def decompressor(path: Path) -> Callable[..., Any] | None:
     if head.startswith(b"\xfd7zXZ\x00"):
         return lzma.open
     return None
+
+
+def _numpy_archive(path: Path) -> bool:
+    """Whether the zip archive ``path`` is numpy's ``.npz``: every member an ``.npy``."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return bool(names) and all(name.endswith(".npy") for name in names)
 
 
 def open_text(path: Path) -> TextIO:

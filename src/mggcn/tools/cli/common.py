@@ -160,7 +160,7 @@ def precisions(text: str) -> tuple[str, ...]:
     return _names(text, PRECISIONS, "precisions")
 
 
-FORMAT_HELP = ("layout of a dataset path: ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin or planetoid "
+FORMAT_HELP = ("layout of a dataset path: ogb, saint, dgl-reddit, mtx, edgelist, mggcn-bin, planetoid or npz "
                "(a prepared directory needs none; see `mggcn prepare -h`)")
 
 
