@@ -553,7 +553,7 @@ def same_dataset_worker(directories):
 
     ctx = init_distributed("cpu", timeout_s=60)
     try:
-        _check_same_dataset(ctx, PreparedDataset(directories[ctx.rank]))
+        _check_same_dataset(ctx, PreparedDataset(directories[ctx.rank]), opened_here=True)
     finally:
         shutdown()
     return ctx.rank
