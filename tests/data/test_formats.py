@@ -138,9 +138,17 @@ def test_ogb_binary(tmp_path, src):
 def test_ogb_split_choice(tmp_path, src):
     root = write_ogb_csv(tmp_path / "d", src, "a")
     write_ogb_csv(tmp_path / "d", src, "b")
-    with raises_naming(root / "split", "pass split="):
+    with raises_naming(root / "split", "found ['a', 'b']; give its name (--split NAME, split=NAME)"):
         read_ogb(root)
     assert_same(read_ogb(root, split="b"), src)
+    with raises_naming(root / "split", "split '../d' is not the name of a split scheme directory in it"):
+        read_ogb(root, split="../d")
+    # on the command line too: --split names the scheme of an OGB directory
+    from mggcn.tools.cli import main
+
+    out = tmp_path / "p"
+    assert main(["prepare", str(root), str(out), "--format", "ogb", "--split", "b", "--quiet"]) == 0
+    assert main(["train", str(root), "--format", "ogb", "--split", "a", "--epochs", "1", "--quiet"]) == 0
 
 
 def _rewrite(path: Path, edit) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import os
 import pickle
 import warnings
 from collections.abc import Iterator
@@ -73,6 +74,8 @@ def read_ogb(root: PathLike, split: str | None = None) -> Graph:
 def _ogb_split_dir(root: Path, split: str | None) -> Path:
     base = root / "split"
     if split is not None:
+        if os.sep in split or split in ("", ".", ".."):
+            raise file_error(base, f"split {split!r} is not the name of a split scheme directory in it")
         if not (base / split).is_dir():
             raise file_error(base / split, "missing split directory")
         return base / split
@@ -80,7 +83,8 @@ def _ogb_split_dir(root: Path, split: str | None) -> Path:
         raise file_error(base, "missing directory (OGB keeps the train/valid/test vertex ids there)")
     found = sorted(p.name for p in base.iterdir() if p.is_dir())
     if len(found) != 1:
-        raise file_error(base, f"expected exactly one split scheme directory, found {found}; pass split=<name>")
+        raise file_error(base, f"expected exactly one split scheme directory, found {found}; give its name "
+                               "(--split NAME, split=NAME)", "split")
     return base / found[0]
 
 

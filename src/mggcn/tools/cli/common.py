@@ -189,7 +189,7 @@ def add_reader_options(p: argparse.ArgumentParser, as_trained: bool = False) -> 
                    help="mtx/edgelist: labels .npy [n], -1 (or NaN) = unlabelled (default: random)")
     p.add_argument("--split", type=path_arg, default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 (train/val/test/none) or .npz of masks "
-                        "(default: random 50/25/25)")
+                        "(default: random 50/25/25); ogb: the split scheme, split/NAME (default: the only one)")
     p.add_argument("--normalize-features", **switch,
                    help="planetoid: divide each feature row by its sum, as PyG's NormalizeFeatures "
                         f"{trained or '(default: as stored)'}")
@@ -207,9 +207,11 @@ def read_options(args: argparse.Namespace) -> dict:
     for option in ("features", "labels", "split"):
         if options.get(option) == "":  # a command whose parser does not refuse it (path_arg)
             raise ConfigError(f"{option} '': an empty path names no file", option)
+    if args.fmt == "ogb" and list(options) == ["split"]:  # the name of one of its split schemes (split/NAME)
+        return options
     if options and args.fmt not in ("mtx", "edgelist"):
-        raise GraphError(f"--{next(iter(options)).replace('_', '-')} is for --format mtx or edgelist; "
-                         "other sources carry their vertex data")
+        raise GraphError(f"--{next(iter(options)).replace('_', '-')} is for --format mtx or edgelist (and --split "
+                         "NAME for ogb: a split scheme); other sources carry their vertex data")
     if "num_nodes" in options and args.fmt != "edgelist":
         raise GraphError("--num-nodes is for --format edgelist (a Matrix Market header gives n)")
     if getattr(args, "normalize_features", False):
