@@ -2,6 +2,8 @@
 by their library names, and the outputs rank 0 writes."""
 
 import json
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -21,6 +23,8 @@ KARATE = "builtin:karate"
     (TrainJob(KARATE, resume=True), "resume", "resume needs a checkpoint directory"),
     (TrainJob(KARATE, checkpoint_dir="ck", checkpoint_every=-2), "checkpoint_every", "at least 0, got -2"),
     (TrainJob(KARATE, metrics="/no/such/dir/m.jsonl"), "metrics", "the directory /no/such/dir does not exist"),
+    (TrainJob(KARATE, save_model=os.path.join(sys.executable, "m.pt")), "save_model",
+     "the directory .* is a file, not a directory"),  # it said "does not exist"
     (TrainJob(KARATE, config=TrainConfig(partition="diagonal")), "partition", "partition must be one of"),
     (TrainJob(KARATE, config=TrainConfig(train_columns="yes")), "train_columns",
      "train_columns must be one of auto, on, off, got 'yes'"),

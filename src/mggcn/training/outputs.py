@@ -63,7 +63,8 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
             continue
         parent = os.path.dirname(os.path.realpath(target))  # where the temporary file goes (a link's target's)
         if not os.path.isdir(parent):
-            raise ConfigError(f"{option} {path}: the directory {parent} does not exist", option)
+            why = "is a file, not a directory" if os.path.exists(parent) else "does not exist"
+            raise ConfigError(f"{option} {path}: the directory {parent} {why}", option)
         if os.path.isdir(target):
             what = "is a directory" if target == path else f"its model description {target} is a directory"
             raise ConfigError(f"{option} {path}: {what}", option)
