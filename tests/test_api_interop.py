@@ -258,6 +258,19 @@ def test_a_gat_saved_by_pyg_2_4_predicts_as_pyg(tmp_path):
         predict(str(tmp_path / "bipartite.pt"), bare)
 
 
+def test_a_gat_layer_that_concatenates_its_heads_last_is_refused_in_one_line(tmp_path):
+    """One GATConv(concat=True) as the model: its bias is H·C wide where mggcn's last layer averages the heads (C);
+    torch's size mismatch came out instead."""
+    from torch_geometric.nn import GATConv
+
+    torch.save(GATConv(F, 4, heads=2).state_dict(), tmp_path / "concat.pt")
+    with pytest.raises(mggcn.GraphError) as err:
+        predict(str(tmp_path / "concat.pt"), Data(x=torch.randn(N, F), edge_index=torch.zeros(2, 0, dtype=torch.long)))
+    assert _one_line(err).endswith("convs.0.bias has 2·4 entries: that layer concatenates its 2 heads (PyG's "
+                                   "GATConv(concat=True)); mggcn's last GAT layer averages them, as PyG's GAT model's "
+                                   "does (concat=False)")
+
+
 def test_a_gatv2_state_dict_is_named_as_such(tmp_path):
     """PyG's GATv2 layers carry a GraphSAGE layer's names (lin_l, lin_r) and more: said to be a GATv2, not a SAGE
     with unexpected entries."""

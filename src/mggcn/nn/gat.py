@@ -176,7 +176,13 @@ class GAT(LayerStack):
             heads = att.shape[1]
         if heads is None:
             raise ValueError("convs.0.att_src is not the [1, heads, channels] of its layer's weight")
-        dims[-1] = int(state[f"convs.{len(dims) - 2}.att_src"].shape[2])
+        last = len(dims) - 2
+        dims[-1] = int(state[f"convs.{last}.att_src"].shape[2])
+        bias = state.get(f"convs.{last}.bias")
+        if heads > 1 and isinstance(bias, torch.Tensor) and bias.shape == (heads * dims[-1],):
+            raise ValueError(f"convs.{last}.bias has {heads}·{dims[-1]} entries: that layer concatenates its {heads} "
+                             "heads (PyG's GATConv(concat=True)); mggcn's last GAT layer averages them, as PyG's GAT "
+                             "model's does (concat=False)")
         return dims
 
     @classmethod
