@@ -271,6 +271,21 @@ def test_a_gat_layer_that_concatenates_its_heads_last_is_refused_in_one_line(tmp
                                    "does (concat=False)")
 
 
+def test_a_gin_of_sequential_mlps_is_named_as_such(tmp_path):
+    """GINConv(Sequential(Linear, ReLU, Linear)), the tutorials' GIN: said to be that, not "no model mggcn trains"."""
+    from torch.nn import Linear, ReLU, Sequential
+    from torch_geometric.nn import GINConv
+
+    model = torch.nn.Module()
+    model.conv1 = GINConv(Sequential(Linear(F, 6), ReLU(), Linear(6, 6)))
+    torch.save(model.state_dict(), tmp_path / "seq.pt")
+    with pytest.raises(mggcn.GraphError) as err:
+        predict(str(tmp_path / "seq.pt"), Data(x=torch.randn(N, F), edge_index=torch.zeros(2, 0, dtype=torch.long)))
+    assert _one_line(err).endswith("seq.pt: conv1.nn.0.weight is a GIN layer's MLP as a torch.nn.Sequential; mggcn "
+                                   "reads GIN layers in the layout of PyG's GIN model (nn.lins.0.weight, "
+                                   "nn.lins.1.weight: torch_geometric.nn.MLP), whose weights these can be copied into")
+
+
 def test_a_gatv2_state_dict_is_named_as_such(tmp_path):
     """PyG's GATv2 layers carry a GraphSAGE layer's names (lin_l, lin_r) and more: said to be a GATv2, not a SAGE
     with unexpected entries."""

@@ -201,6 +201,11 @@ def model_kind(state_dict: dict[str, torch.Tensor], source: str = "model") -> st
              if all(key.format(0) in state_dict for key in cls.state_keys())]
     if found:
         return max(found)[1]
+    sequential = next((key for key in state_dict if re.search(r"(^|\.)nn\.\d+\.weight$", key)), None)
+    if sequential is not None:  # GINConv(torch.nn.Sequential(Linear, ReLU, Linear)), as many tutorials write it
+        raise GraphError(f"{source}: {sequential} is a GIN layer's MLP as a torch.nn.Sequential; mggcn reads GIN "
+                         "layers in the layout of PyG's GIN model (nn.lins.0.weight, nn.lins.1.weight: "
+                         "torch_geometric.nn.MLP), whose weights these can be copied into", "save_model")
     names = ", ".join(f"{cls.__name__} ({cls.layer_weight.format(0)})" for cls in MODEL_TYPES.values())
     raise GraphError(f"{source}: not the state dict of a model mggcn trains (none of the weights of {names}); give a "
                      "file written by save_model=", "save_model")
