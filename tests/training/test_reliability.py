@@ -190,10 +190,12 @@ def test_nan_loss_stops_with_the_epoch_named(tmp_path):
     assert [r["epoch"] for r in records] == list(range(1, failed)) and metrics.read_text().endswith("\n")
 
 
-def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("quiet", [False, True])
+def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path, quiet):
+    """--quiet too says the run was stopped (on stderr), not only its accuracies, as if it had run to its end."""
     metrics = tmp_path / "m.jsonl"
     proc = popen_cli("train", SPEC, "--nprocs", "2", "--epochs", "100000", "--metrics", str(metrics),
-                     "--checkpoint-dir", str(tmp_path / "ck"), "--trace-epoch", "0")
+                     "--checkpoint-dir", str(tmp_path / "ck"), "--trace-epoch", "0", *(["--quiet"] if quiet else []))
     try:
         _wait_for_epochs(metrics, 2, proc)
         children = _workers_of(proc)
@@ -203,7 +205,7 @@ def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    assert "stopped by a signal after epoch" in out
+    assert "stopped by a signal after epoch" in (err if quiet else out)
     files = Checkpointer(str(tmp_path / "ck")).files()
     assert len(files) == 1
     epochs_done = len(_losses(metrics))

@@ -392,6 +392,8 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         empty = tuple(s for s in SPLITS if shard.split_sizes[s] == 0)
         if ctx.is_main and not job.quiet:
             _report_end(result, cfg.patience)
+        elif ctx.is_main and result.stopped == "interrupted":  # quiet, it is still no run to its last epoch
+            print(_stopped_line(result), file=sys.stderr, flush=True)
         outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
                             result.checkpoint, resume[1] if resume else None, result.final, empty)
     except BaseException:
@@ -536,11 +538,15 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
     return predictions
 
 
+def _stopped_line(result: TrainResult) -> str:
+    saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no checkpoint directory)"
+    return f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}"
+
+
 def _report_end(result: TrainResult, patience: int) -> None:
     """How the run ended (a signal, early stopping) and the final accuracies."""
     if result.stopped == "interrupted":
-        saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no checkpoint directory)"
-        print(f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}", flush=True)
+        print(_stopped_line(result), flush=True)
     elif result.stopped == "early":
         print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
               f"{result.best_epoch}", flush=True)
