@@ -81,3 +81,14 @@ def test_an_npz_given_as_a_text_format_names_the_format_that_reads_it(tmp_path):
     path = write_npz(tmp_path / "g.npz", *_graph())
     with pytest.raises(GraphError, match=r"g\.npz: a NumPy \.npz archive, not a text file: --format npz reads "):
         read(path, "edgelist")
+
+
+def test_an_archive_member_of_python_objects_is_named_as_such(tmp_path):
+    """np.load refuses a pickled member (allow_pickle=False): that was reported as a truncated or corrupt file."""
+    path = write_npz(tmp_path / "g.npz", *_graph())
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["labels"] = np.array([None] * 30, dtype=object)
+    np.savez(path, **arrays)
+    with pytest.raises(GraphError, match=r"g\.npz: 'labels' holds Python objects \(a pickle\), not numbers"):
+        read(path, "npz")

@@ -238,7 +238,17 @@ def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) 
             missing = [k for k in keys if k not in npz.files]
             if missing:
                 raise file_error(path, f"missing array(s) {missing}; the file has {sorted(npz.files)}")
-            return {k: npz[k] for k in (*keys, *optional) if k in npz.files}
+            arrays = {}
+            for k in (*keys, *optional):
+                if k in npz.files:
+                    try:
+                        arrays[k] = npz[k]
+                    except ValueError as exc:
+                        if "allow_pickle" not in str(exc):
+                            raise
+                        raise file_error(path, f"'{k}' holds Python objects (a pickle), not numbers; mggcn reads "
+                                               "no pickled array (save the numbers)") from None
+            return arrays
     except GraphError:
         raise
     except MemoryError:  # a member's header claims more than it holds
