@@ -216,3 +216,13 @@ def test_a_link_loop_in_a_prepared_directory_and_a_prepared_source_are_named_in_
     prepare("builtin:karate", tmp_path / "k2", progress=False)
     with pytest.raises(GraphError, match=r"k2: already a prepared dataset: train on it as it is \(mggcn train "):
         prepare(str(tmp_path / "k2"), tmp_path / "k3", progress=False)
+
+
+def test_a_manifest_name_of_control_characters_is_shown_printable(tmp_path):
+    """The run's first line and its errors say the dataset's name: a crafted one split the line and sent terminal
+    escapes."""
+    out = prepare("builtin:karate", tmp_path / "k", progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["name"] = "karate\n\x1b[31mred"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert PreparedDataset(out).name == "karate??[31mred"

@@ -224,7 +224,8 @@ class PreparedDataset:
     def __init__(self, path: Any, verify: bool = False) -> None:
         self.path = Path(path)
         self.manifest = m = _read_manifest(self.path)
-        self.name = str(m.get("name") or self.path)
+        # said in the run's lines and errors: a crafted name's newlines or terminal escapes are shown as "?"
+        self.name = "".join(c if c.isprintable() else "?" for c in str(m.get("name") or self.path))
         self.num_nodes, self.num_edges = m["num_nodes"], m["num_edges"]
         self.num_features, self.num_classes = m["num_features"], m["num_classes"]
         self.multilabel = m.get("multilabel", False)  # labels uint8 [n, C] of 0/1, not int64 [n]
