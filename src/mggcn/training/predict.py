@@ -95,7 +95,9 @@ class PredictJob:
     ``output``: ``classes`` (int64 [n]; multi-label uint8 [n, C] of 0/1, 1 where the logit is above 0), ``proba``
     (softmax, float32 [n, C]; multi-label σ of each logit) or ``embeddings`` (float32 [n, d_layer] of layer
     ``layer``). ``out``: a ``.npy`` file, or CSV for any other name but another format's
-    (``.npz``, ``.gz``: refused); ``None``: return it.
+    (``.npz``, ``.gz``: refused); ``None``: return it. ``undirected``, ``dedup`` and ``read_options``'
+    ``normalize_features`` left out (None) read the dataset as the model's training read its own (its sidecar's
+    ``dataset.read``); False reads it as stored.
     """
 
     model: str
