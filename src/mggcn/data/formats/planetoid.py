@@ -419,6 +419,22 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(x.sum(axis=1, keepdims=True), 1.0)
 
 
+def _vertex_count(test: np.ndarray, num_all: int, files: dict[str, Path]) -> int:
+    """``N``: the vertices of ``allx`` (``num_all``), then those up to the largest of ``test.index``, which lists the
+    test vertices after ``allx``'s and leaves out at most as many as it lists (CiteSeer's 15 isolated ones of 1,015):
+    one stray id must not make a million padding vertices (PyG's reader fails on it too)."""
+    if test.min() < num_all:
+        raise file_error(files["test.index"], f"test vertex {int(test.min())} is among the {num_all} vertices of "
+                                              f"{files['allx'].name}")
+    n = int(test.max()) + 1
+    unlisted = n - num_all - test.size  # _test_index refused repeated ids
+    if unlisted > test.size:
+        raise file_error(files["test.index"], f"test vertex {n - 1:,} leaves {unlisted:,} vertices after the "
+                                              f"{num_all:,} of {files['allx'].name} in neither file, more than the "
+                                              f"{test.size:,} it lists (a stray vertex id?)")
+    return n
+
+
 def read_planetoid(source: PathLike, normalize_features: bool = False) -> Graph:
     """Read one Planetoid dataset with the public split of the GCN paper (see the module's description).
 
@@ -454,15 +470,7 @@ def read_planetoid(source: PathLike, normalize_features: bool = False) -> Graph:
     if num_train + NUM_VAL > num_all:
         raise file_error(files["allx"], f"{num_all} rows: the public split needs the {num_train} training and the "
                                   f"{NUM_VAL} validation vertices among them")
-    if test.min() < num_all:
-        raise file_error(files["test.index"], f"test vertex {int(test.min())} is among the {num_all} vertices of "
-                                        f"{files['allx'].name}")
-    n = int(test.max()) + 1
-    unlisted = n - num_all - test.size  # _test_index refused repeated ids
-    if unlisted > test.size:  # CiteSeer leaves 15 of its 1,015 out (isolated); PyG reads a stray id as an error too
-        raise file_error(files["test.index"], f"test vertex {n - 1:,} leaves {unlisted:,} vertices after the "
-                                              f"{num_all:,} of {files['allx'].name} in neither file, more than the "
-                                              f"{test.size:,} it lists (a stray vertex id?)")
+    n = _vertex_count(test, num_all, files)
     check_memory(files["test.index"], n * (num_features + num_classes) * 4 * 2,
                   f"the features and labels of its {n:,} vertices ({num_features:,} features, {num_classes:,} classes)")
     x = np.zeros((n, num_features), dtype=np.float32)
