@@ -271,7 +271,9 @@ def _fresh_prefix(store: Any, rank: int, world_size: int, timeout_s: float) -> s
             nonce = store.get(f"mggcn-ask/{token}/{other}").decode()  # waits at most the store's timeout
             store.set(f"mggcn-answer/{nonce}", token)
         return f"mggcn-{token}"
-    nonce, deadline = uuid.uuid4().hex, time.monotonic() + timeout_s
+    # polled (store.wait would log each timeout in torch's C++ log), every 10 ms at first, then less often: a
+    # thousand ranks waiting on rank 0's store must not flood it
+    nonce, deadline, pause = uuid.uuid4().hex, time.monotonic() + timeout_s, 0.01
     while time.monotonic() < deadline:
         token = store.get("mggcn-leader").decode()
         if token not in _Joined.tokens:  # a group this process was in: rank 0 has not posted the new one yet
@@ -281,9 +283,11 @@ def _fresh_prefix(store: Any, rank: int, world_size: int, timeout_s: float) -> s
                 if store.check([f"mggcn-answer/{nonce}"]):
                     _Joined.tokens.add(token)
                     return f"mggcn-{token}"
-                time.sleep(0.01)
+                time.sleep(pause)
+                pause = min(2 * pause, 0.1)
         else:
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.1)
     raise getattr(dist, "DistStoreError", RuntimeError)(
         f"rank {rank}: rank 0 did not name the group within {timeout_s:g} s")
 
