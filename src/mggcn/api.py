@@ -41,7 +41,7 @@ from mggcn.distributed.spmm import StagedSpMM
 from mggcn.kernels.tiled import TiledCSR, csr_to_torch
 from mggcn.nn.model import LayerStack
 from mggcn.nn.norm import adjacency, normalize
-from mggcn.training.job import TrainJob, check_job, dataset_identity, run_train_job, share_dataset
+from mggcn.training.job import TrainJob, check_job, dataset_identity, dataset_reading, run_train_job, share_dataset
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
 from mggcn.utils.errors import ConfigError, GraphError
@@ -174,7 +174,7 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
     identity: dict = {}
 
     def note_identity(dataset: Dataset, _: int) -> None:
-        identity.update(dataset_identity(dataset), read=job.reading())  # read: predict reads its graph so again
+        identity.update(dataset_identity(dataset), read=dataset_reading(job, dataset))  # predict reads it so again
 
     grace_s = max(60.0, job.timeout_s) if isinstance(job.timeout_s, (int, float)) else 60.0  # refused when bad
     with stop_signal_passed_on():  # a SIGTERM that stopped the job reaches the caller's handler once it is done

@@ -92,3 +92,21 @@ def test_an_archive_member_of_python_objects_is_named_as_such(tmp_path):
     np.savez(path, **arrays)
     with pytest.raises(GraphError, match=r"g\.npz: 'labels' holds Python objects \(a pickle\), not numbers"):
         read(path, "npz")
+
+
+def test_a_stored_zero_is_an_edge_and_a_repeated_attribute_adds_up_as_in_pyg(tmp_path):
+    """scipy's tocoo keeps a stored zero of the adjacency (an edge for PyG), and todense adds an entry stored twice."""
+    path = write_npz(tmp_path / "g.npz", *_graph())
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["adj_data"] = arrays["adj_data"].copy()
+    arrays["adj_data"][0] = 0
+    indptr, indices = arrays["attr_indptr"], arrays["attr_indices"]
+    first = int(np.argmax(np.diff(indptr) >= 2))  # a row with two entries: store its first column twice
+    arrays["attr_indices"] = indices.copy()
+    arrays["attr_indices"][indptr[first] + 1] = indices[indptr[first]]
+    arrays["attr_data"] = np.full_like(arrays["attr_data"], -0.5)  # -0.5 + -0.5 = -1, where one alone is -0.5
+    np.savez(path, **arrays)
+    graph, data = read(path, "npz"), pyg_read_npz(str(path))
+    np.testing.assert_array_equal(graph.edge_index, data.edge_index.numpy())
+    np.testing.assert_array_equal(graph.x, data.x.numpy())

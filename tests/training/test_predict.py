@@ -138,7 +138,7 @@ def test_predict_reads_the_graph_as_its_training_did(tmp_path, capsys):
     data = _one_direction_edge_list(tmp_path)
     model = str(tmp_path / "m.pt")
     assert main(["train", *data, "--undirected", "--hidden", "8", "--epochs", "5", "--quiet", "--save-model", model,
-                 "--save-predictions", str(tmp_path / "trained.npy")]) == 0
+                 "--save-predictions", str(tmp_path / "trained.npy"), "--nprocs", "2"]) == 0  # its graph handed over
     assert json.loads(open(model + ".json").read())["dataset"]["read"] == {
         "undirected": True, "dedup": False, "normalize_features": False}
     trained = np.load(tmp_path / "trained.npy")
@@ -153,6 +153,10 @@ def test_predict_reads_the_graph_as_its_training_did(tmp_path, capsys):
     assert main(["prepare", data[0], str(tmp_path / "prep"), *data[1:], "--undirected"]) == 0
     assert main(["predict", model, str(tmp_path / "prep"), "--out", str(tmp_path / "prep.npy")]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "prep.npy"), trained)
+    # a model trained on that directory records what it was prepared with
+    assert main(["train", str(tmp_path / "prep"), "--hidden", "8", "--epochs", "1", "--quiet", "--save-model",
+                 str(tmp_path / "p.pt")]) == 0
+    assert json.loads(open(tmp_path / "p.pt.json").read())["dataset"]["read"]["undirected"] is True
     from mggcn.data.formats import read_edgelist
 
     graph = read_edgelist(data[0], **{k: str(tmp_path / f"{f}.npy") for k, f in

@@ -394,7 +394,7 @@ def _named_options(entry: NamedDataset, read_options: dict[str, Any] | None) -> 
 
 def named_dataset_dir(entry: NamedDataset, undirected: bool = False, dedup: bool = False,
                       read_options: dict[str, Any] | None = None, progress: bool = True) -> Path:
-    """The prepared directory of a named dataset in the cache (``CACHE/prepared/NAME``, ``+undirected``,
+    """The prepared directory of a named dataset in the cache (``CACHE/prepared/NAME``, ``+undirected+dedup``,
     ``+dedup``, ``+normalize_features`` after the name for those variants), downloaded and prepared the first time.
 
     Raises:
@@ -407,6 +407,7 @@ def named_dataset_dir(entry: NamedDataset, undirected: bool = False, dedup: bool
 
     options = _named_options(entry, read_options)
     undirected = undirected and not entry.undirected  # already added: the same dataset
+    dedup = dedup or undirected  # as prepare makes an undirected graph (PyG's to_undirected): one copy for both
     suffix = "".join(f"+{key}" for key, on in (("undirected", undirected), ("dedup", dedup), *options.items()) if on)
     out = cache_dir() / "prepared" / f"{entry.name}{suffix}"
     if is_prepared(out):

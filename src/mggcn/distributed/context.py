@@ -270,6 +270,7 @@ def _fresh_prefix(store: Any, rank: int, world_size: int, timeout_s: float) -> s
         for other in range(1, world_size):
             nonce = store.get(f"mggcn-ask/{token}/{other}").decode()  # waits at most the store's timeout
             store.set(f"mggcn-answer/{nonce}", token)
+            _forget(store, f"mggcn-ask/{token}/{other}")
         return f"mggcn-{token}"
     # polled (store.wait would log each timeout in torch's C++ log), every 10 ms at first, then less often: a
     # thousand ranks waiting on rank 0's store must not flood it
@@ -282,6 +283,7 @@ def _fresh_prefix(store: Any, rank: int, world_size: int, timeout_s: float) -> s
             while time.monotonic() - asked < _ASK_S:
                 if store.check([f"mggcn-answer/{nonce}"]):
                     _Joined.tokens.add(token)
+                    _forget(store, f"mggcn-answer/{nonce}")
                     return f"mggcn-{token}"
                 time.sleep(pause)
                 pause = min(2 * pause, 0.1)
@@ -290,6 +292,14 @@ def _fresh_prefix(store: Any, rank: int, world_size: int, timeout_s: float) -> s
             pause = min(2 * pause, 0.1)
     raise getattr(dist, "DistStoreError", RuntimeError)(
         f"rank {rank}: rank 0 did not name the group within {timeout_s:g} s")
+
+
+def _forget(store: Any, key: str) -> None:
+    """Delete ``key``: a store that outlives many jobs (torchrun's agent's) keeps no two keys per rank of each."""
+    try:
+        store.delete_key(key)
+    except (RuntimeError, NotImplementedError, AttributeError):  # a store without deletion keeps it
+        pass
 
 
 def refuse_together(job: Any, failure: Exception | None) -> None:

@@ -52,8 +52,8 @@ from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept
 from mggcn.utils.timing import SetupClock
 
-__all__ = ["TrainJob", "JobResult", "check_job", "check_job_fields", "open_job_dataset", "run_train_job",
-           "format_epoch", "format_final", "format_labels", "format_setup", "share_dataset"]
+__all__ = ["TrainJob", "JobResult", "check_job", "check_job_fields", "dataset_reading", "open_job_dataset",
+           "run_train_job", "format_epoch", "format_final", "format_labels", "format_setup", "share_dataset"]
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,12 @@ class TrainJob:
     checkpoint_every: int = 0
     resume: bool | str = False  # True: continue or refuse; "auto": continue, or start at epoch 1 (find_resume)
     clock: SetupClock | None = None  # the job's setup phases since its start (the command's process start)
+    read_as: dict | None = None  # reading() of the job whose dataset share_dataset handed over prepared
 
     def reading(self) -> dict[str, bool]:
         """How the dataset is read, as a saved model's card records it (``predict`` reads its graph so again)."""
+        if self.read_as is not None:
+            return dict(self.read_as)
         return {"undirected": bool(self.undirected), "dedup": bool(self.dedup),
                 "normalize_features": bool(self.read_options.get("normalize_features", False))}
 
@@ -318,7 +321,8 @@ def share_dataset(job: Any, dataset: Dataset, directory: str) -> Any:
     release_dataset(dataset)
     if getattr(job, "clock", None) is not None:
         job.clock.mark("hand-over")
-    return replace(job, dataset=str(path), fmt=None, undirected=False, dedup=False, read_options={})
+    kept = {"read_as": job.reading()} if isinstance(job, TrainJob) else {}  # what the model's card records
+    return replace(job, dataset=str(path), fmt=None, undirected=False, dedup=False, read_options={}, **kept)
 
 
 def format_setup(setup: dict) -> str:
@@ -372,7 +376,7 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
     clock = job.clock or SetupClock()
     try:
         cfg = job.config
-        shard, resume, identity = _rank_shard(job, ctx, clock, dataset)
+        shard, resume, identity, reading = _rank_shard(job, ctx, clock, dataset)
         if resume is not None and ctx.is_main and not job.quiet:
             print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
         log = _EpochLog(job, ctx, resume)
@@ -388,7 +392,7 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
                 log.log_metrics(None)  # no epoch left to run: the file all the same
         finally:
             log.close()
-        predictions = _write_outputs(job, ctx, shard, result, identity)
+        predictions = _write_outputs(job, ctx, shard, result, dict(identity, read=reading))
         empty = tuple(s for s in SPLITS if shard.split_sizes[s] == 0)
         if ctx.is_main and not job.quiet:
             _report_end(result, cfg.patience)
@@ -405,8 +409,8 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
 
 def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dataset | None
                 ) -> tuple[Shard, tuple[dict, str] | None, dict]:
-    """This rank's shard, the checkpoint to resume from (or None) and the dataset's identity; the dataset is
-    released once the shard is cut."""
+    """This rank's shard, the checkpoint to resume from (or None), the dataset's identity and how it was read
+    (:func:`dataset_reading`); the dataset is released once the shard is cut."""
     _check_same_settings(ctx, job)
     opened_here = dataset is None
     if opened_here:  # a worker: its own start, then its dataset
@@ -424,11 +428,21 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     # rank 0 finds the checkpoint and sends it: on other nodes the directory may hold other files, or none
     resume = broadcast_object(ctx, find_resume(job, dataset) if ctx.is_main else None)
     identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
+    reading = dataset_reading(job, dataset)
     release_dataset(dataset)
-    return shard, resume, identity
+    return shard, resume, identity, reading
 
 
 _OUTPUTS = ("save_model", "save_predictions", "metrics", "checkpoint_dir")
+
+
+def dataset_reading(job: TrainJob, dataset: Dataset) -> dict[str, bool]:
+    """How the graph the model trains on was read, for its card: the job's switches, or those a prepared directory
+    was made with (``mggcn prepare --undirected``; a named dataset's own, such as ogbn-products' reverse edges)."""
+    reading = job.reading()
+    built = dataset.manifest.get("built", {}) if isinstance(dataset, PreparedDataset) else {}
+    made = {**built.get("options", {}), **built} if isinstance(built, dict) else {}
+    return {k: bool(on or made.get(k) is True) for k, on in reading.items()}
 
 
 def _check_same_settings(ctx: DistContext, job: TrainJob) -> None:
@@ -530,8 +544,7 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
         predictions = predict_shard(ctx, shard, result.model, result.adj, result.x_agg)
     if ctx.is_main:
         if job.save_model:
-            save_model(job.save_model, result.state_dict, job.config, dict(identity, read=job.reading()),
-                       epochs=len(result.history),
+            save_model(job.save_model, result.state_dict, job.config, identity, epochs=len(result.history),
                        best_epoch=result.best_epoch)
         if job.save_predictions:
             save_predictions(job.save_predictions, predictions)

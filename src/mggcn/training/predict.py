@@ -120,7 +120,7 @@ class PredictJob:
 def _open(job: PredictJob, note: bool = False) -> Dataset:
     reading = _reading(job)
     from_card = [k for k, on in reading.items() if on and _given(job)[k] is None]
-    if note and from_card:
+    if note and from_card and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 says it
         flags = " ".join(f"--{k.replace('_', '-')}" for k in from_card)
         print(f"mggcn: reading {_name(job.dataset)} with {flags}, as the training of {job.model} read its graph "
               f"({os.path.basename(sidecar_path(job.model))}); {flags.replace('--', '--no-')} reads it as stored",

@@ -3,7 +3,7 @@ files PyG's ``CitationFull``, ``Amazon`` and ``Coauthor`` datasets read, read as
 
 One archive: the adjacency as CSR arrays (``adj_data``, ``adj_indices``, ``adj_indptr``, ``adj_shape``), the
 features as CSR arrays (``attr_data``, ``attr_indices``, ``attr_indptr``, ``attr_shape``) or a dense
-``attr_matrix``, and ``labels`` (one class per vertex). As PyG: a nonzero ``A[i, j]`` is the edge ``i -> j``, self
+``attr_matrix``, and ``labels`` (one class per vertex). As PyG: a stored ``A[i, j]`` is the edge ``i -> j``, self
 loops are dropped and the graph made undirected (each edge once per direction), and positive feature values read
 as 1. The files hold no split: a random 50/25/25 split of the vertices, drawn from ``seed``, as for an edge list
 without one. Names and other members (``node_names``, ``class_names``, ...) are not read.
@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from mggcn.data.formats.checks import (
     PathLike,
@@ -45,7 +46,7 @@ def read_npz(path: PathLike, seed: int = 0) -> Graph:
     if data.shape[0] != indices.shape[0]:
         raise file_error(path, f"adj_data has {data.shape[0]} entries for {indices.shape[0]} adj_indices")
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    keep = (data != 0) & (src != indices)  # explicit zeros are no edge; self loops are dropped, as PyG drops them
+    keep = src != indices  # self loops dropped, as PyG drops them; a stored zero is an edge there too (tocoo)
     src, dst = src[keep], indices[keep]
     key = np.unique(np.concatenate([src * n + dst, dst * n + src]))  # PyG's to_undirected: sorted, each pair once
     edge_index = np.stack([key // n, key % n])
@@ -70,13 +71,13 @@ def _features(arrays: dict[str, np.ndarray], path: Path, n: int, n_from: str) ->
         if values.shape[0] != indices.shape[0] or not np.issubdtype(values.dtype, np.number):
             raise file_error(path, f"attr_data must be {indices.shape[0]} numbers (one per attr_indices), got "
                                    f"{values.dtype} {list(values.shape)}")
-        x = np.zeros((rows, cols), dtype=np.float32)
-        x[np.repeat(np.arange(rows), np.diff(indptr)), indices] = values
+        # checked above, so scipy may index with them; an entry stored twice adds up, as PyG's todense() adds it
+        x = sp.csr_matrix((values.astype(np.float32, copy=False), indices, indptr), shape=(rows, cols)).toarray()
     elif "attr_matrix" in arrays:
         x = np.asarray(arrays["attr_matrix"])
         if x.dtype.kind not in "biuf":
             raise file_error(path, f"attr_matrix must hold numbers, got dtype {x.dtype}")
-        x = x.astype(np.float32)
+        x = x.astype(np.float32, copy=False)
     else:
         raise file_error(path, f"no features: neither {', '.join(_ATTR)} nor attr_matrix")
     x[x > 0] = 1  # as PyG's read_npz: the attributes are presence flags
