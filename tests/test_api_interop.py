@@ -258,17 +258,22 @@ def test_a_gat_saved_by_pyg_2_4_predicts_as_pyg(tmp_path):
         predict(str(tmp_path / "bipartite.pt"), bare)
 
 
+def _refusal(tmp_path, model) -> str:
+    """The one line predict refuses ``model``'s saved state dict with."""
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    with pytest.raises(mggcn.GraphError) as err:
+        predict(str(tmp_path / "m.pt"), Data(x=torch.randn(N, F), edge_index=torch.zeros(2, 0, dtype=torch.long)))
+    return _one_line(err)
+
+
 def test_a_gat_layer_that_concatenates_its_heads_last_is_refused_in_one_line(tmp_path):
     """One GATConv(concat=True) as the model: its bias is H·C wide where mggcn's last layer averages the heads (C);
     torch's size mismatch came out instead."""
     from torch_geometric.nn import GATConv
 
-    torch.save(GATConv(F, 4, heads=2).state_dict(), tmp_path / "concat.pt")
-    with pytest.raises(mggcn.GraphError) as err:
-        predict(str(tmp_path / "concat.pt"), Data(x=torch.randn(N, F), edge_index=torch.zeros(2, 0, dtype=torch.long)))
-    assert _one_line(err).endswith("convs.0.bias has 2·4 entries: that layer concatenates its 2 heads (PyG's "
-                                   "GATConv(concat=True)); mggcn's last GAT layer averages them, as PyG's GAT model's "
-                                   "does (concat=False)")
+    assert _refusal(tmp_path, GATConv(F, 4, heads=2)).endswith(
+        "convs.0.bias has 2·4 entries: that layer concatenates its 2 heads (PyG's GATConv(concat=True)); mggcn's last "
+        "GAT layer averages them, as PyG's GAT model's does (concat=False)")
 
 
 def test_a_gin_of_sequential_mlps_is_named_as_such(tmp_path):
@@ -278,12 +283,10 @@ def test_a_gin_of_sequential_mlps_is_named_as_such(tmp_path):
 
     model = torch.nn.Module()
     model.conv1 = GINConv(Sequential(Linear(F, 6), ReLU(), Linear(6, 6)))
-    torch.save(model.state_dict(), tmp_path / "seq.pt")
-    with pytest.raises(mggcn.GraphError) as err:
-        predict(str(tmp_path / "seq.pt"), Data(x=torch.randn(N, F), edge_index=torch.zeros(2, 0, dtype=torch.long)))
-    assert _one_line(err).endswith("seq.pt: conv1.nn.0.weight is a GIN layer's MLP as a torch.nn.Sequential; mggcn "
-                                   "reads GIN layers in the layout of PyG's GIN model (nn.lins.0.weight, "
-                                   "nn.lins.1.weight: torch_geometric.nn.MLP), whose weights these can be copied into")
+    assert _refusal(tmp_path, model).endswith(
+        "m.pt: conv1.nn.0.weight is a GIN layer's MLP as a torch.nn.Sequential; mggcn reads GIN layers in the "
+        "layout of PyG's GIN model (nn.lins.0.weight, nn.lins.1.weight: torch_geometric.nn.MLP), whose weights these "
+        "can be copied into")
 
 
 def test_a_gatv2_state_dict_is_named_as_such(tmp_path):

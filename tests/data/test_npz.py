@@ -50,6 +50,16 @@ def test_the_split_follows_the_seed(tmp_path):
     assert not all(np.array_equal(a.masks[s], c.masks[s]) for s in a.masks)
 
 
+def _rewritten(tmp_path, change):
+    """``g.npz`` of :func:`_graph`, its arrays then changed in place by ``change`` and saved again."""
+    path = write_npz(tmp_path / "g.npz", *_graph())
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    change(arrays)
+    np.savez(path, **arrays)
+    return path
+
+
 def _without(key):
     def change(arrays):
         del arrays[key]
@@ -67,11 +77,7 @@ def _without(key):
     (lambda a: a.update(labels=a["labels"][:-1]), "29 labels for 30 vertices"),
 ])
 def test_a_bad_archive_is_refused_in_one_line_naming_the_file(tmp_path, change, expected):
-    path = write_npz(tmp_path / "g.npz", *_graph())
-    with np.load(path) as f:
-        arrays = {k: f[k] for k in f.files}
-    change(arrays)
-    np.savez(path, **arrays)
+    path = _rewritten(tmp_path, change)
     with pytest.raises(GraphError, match=expected) as err:
         read(path, "npz")
     assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
@@ -85,28 +91,23 @@ def test_an_npz_given_as_a_text_format_names_the_format_that_reads_it(tmp_path):
 
 def test_an_archive_member_of_python_objects_is_named_as_such(tmp_path):
     """np.load refuses a pickled member (allow_pickle=False): that was reported as a truncated or corrupt file."""
-    path = write_npz(tmp_path / "g.npz", *_graph())
-    with np.load(path) as f:
-        arrays = {k: f[k] for k in f.files}
-    arrays["labels"] = np.array([None] * 30, dtype=object)
-    np.savez(path, **arrays)
+    path = _rewritten(tmp_path, lambda a: a.update(labels=np.array([None] * 30, dtype=object)))
     with pytest.raises(GraphError, match=r"g\.npz: 'labels' holds Python objects \(a pickle\), not numbers"):
         read(path, "npz")
 
 
 def test_a_stored_zero_is_an_edge_and_a_repeated_attribute_adds_up_as_in_pyg(tmp_path):
     """scipy's tocoo keeps a stored zero of the adjacency (an edge for PyG), and todense adds an entry stored twice."""
-    path = write_npz(tmp_path / "g.npz", *_graph())
-    with np.load(path) as f:
-        arrays = {k: f[k] for k in f.files}
-    arrays["adj_data"] = arrays["adj_data"].copy()
-    arrays["adj_data"][0] = 0
-    indptr, indices = arrays["attr_indptr"], arrays["attr_indices"]
-    first = int(np.argmax(np.diff(indptr) >= 2))  # a row with two entries: store its first column twice
-    arrays["attr_indices"] = indices.copy()
-    arrays["attr_indices"][indptr[first] + 1] = indices[indptr[first]]
-    arrays["attr_data"] = np.full_like(arrays["attr_data"], -0.5)  # -0.5 + -0.5 = -1, where one alone is -0.5
-    np.savez(path, **arrays)
+    def change(arrays):
+        arrays["adj_data"] = arrays["adj_data"].copy()
+        arrays["adj_data"][0] = 0
+        indptr, indices = arrays["attr_indptr"], arrays["attr_indices"]
+        first = int(np.argmax(np.diff(indptr) >= 2))  # a row with two entries: store its first column twice
+        arrays["attr_indices"] = indices.copy()
+        arrays["attr_indices"][indptr[first] + 1] = indices[indptr[first]]
+        arrays["attr_data"] = np.full_like(arrays["attr_data"], -0.5)  # -0.5 + -0.5 = -1, one alone -0.5
+
+    path = _rewritten(tmp_path, change)
     graph, data = read(path, "npz"), pyg_read_npz(str(path))
     np.testing.assert_array_equal(graph.edge_index, data.edge_index.numpy())
     np.testing.assert_array_equal(graph.x, data.x.numpy())
