@@ -408,7 +408,7 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
 
 
 def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dataset | None
-                ) -> tuple[Shard, tuple[dict, str] | None, dict]:
+                ) -> tuple[Shard, tuple[dict, str] | None, dict, dict[str, bool]]:
     """This rank's shard, the checkpoint to resume from (or None), the dataset's identity and how it was read
     (:func:`dataset_reading`); the dataset is released once the shard is cut."""
     _check_same_settings(ctx, job)
