@@ -16,7 +16,8 @@ import numpy as np
 from mggcn.utils.errors import ConfigError, GraphError
 
 __all__ = ["Graph", "PYG_FIELDS", "SPLITS", "graph_from_arrays", "graph_from_pyg", "int64_array", "is_pyg",
-           "is_label_matrix", "label_array", "multilabel_array", "one_hot_classes", "split_mask", "tensor_array"]
+           "is_label_matrix", "label_array", "multilabel_array", "one_hot_classes", "random_split", "split_mask",
+           "tensor_array"]
 
 SPLITS = ("train", "val", "test")
 
@@ -343,3 +344,17 @@ def graph_from_arrays(n: int, edge_index: np.ndarray, x: np.ndarray, y: np.ndarr
         y = y[:, 0]  # OGB's [n, 1] labels
     masks = {s: split_mask(masks[s], n, split, f"{s}_mask", name) for s in SPLITS}
     return Graph(n, edge_index, x, y, masks, name=name, meta={"format": fmt}).validate()
+
+
+def random_split(y: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Train/val/test masks of 50/25/25% of the labelled vertices (``y`` -1: unlabelled; a label matrix: all), drawn
+    from ``rng``: the split of a dataset whose files give none."""
+    n = y.shape[0]
+    labelled = rng.permutation(np.flatnonzero(y >= 0) if y.ndim == 1 else np.arange(n))
+    k = labelled.size
+    cut = (max(1, k // 2), max(1, k // 2) + k // 4) if k else (0, 0)
+    masks = {}
+    for name, part in zip(SPLITS, np.split(labelled, cut)):
+        masks[name] = np.zeros(n, dtype=bool)
+        masks[name][part] = True
+    return masks

@@ -433,9 +433,6 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     return shard, resume, identity, reading
 
 
-_OUTPUTS = ("save_model", "save_predictions", "metrics", "checkpoint_dir")
-
-
 def dataset_reading(job: TrainJob, dataset: Dataset) -> dict[str, bool]:
     """How the graph the model trains on was read, for its card: the job's switches, or those a prepared directory
     was made with (``mggcn prepare --undirected``; a named dataset's own, such as ogbn-products' reverse edges)."""
@@ -452,7 +449,7 @@ def _check_same_settings(ctx: DistContext, job: TrainJob) -> None:
     write and decide, and rank 0 may land on any node: one asked for on another rank alone would be dropped without
     a word, so whether each is given is compared too (not its path: each node names its own). (Each rank's threads
     and log are its own.)"""
-    given = {k: "given" if getattr(job, k) else "not given" for k in _OUTPUTS}
+    given = {k: "given" if getattr(job, k) else "not given" for k in _PATHS}
     mine = {**asdict(job.config), "device": job.device, **given, "checkpoint_every": job.checkpoint_every,
             "resume": job.resume}
     seen = all_gather_objects(ctx, mine)

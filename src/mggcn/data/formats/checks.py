@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from mggcn.data.formats.compressed import DECOMPRESS_ERRORS, numpy_opens, open_text, present_prefixes
 from mggcn.data.formats.labels import check_label_range, read_labels
 from mggcn.data.generators.spec import physical_memory
-from mggcn.data.graph import SPLITS, Graph
+from mggcn.data.graph import SPLITS, Graph, random_split
 from mggcn.data.messages import one_line
 from mggcn.utils.errors import GraphError
 
@@ -261,6 +261,22 @@ def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) 
 SPARSE_CHUNK = 1 << 16  # entries whose row ids load_sparse writes at a time (a temporary of 512 KiB)
 
 
+def matrix_shape(shape: np.ndarray, path: PathLike, name: str) -> tuple[int, int]:
+    """``(rows, columns)`` of a sparse matrix's stored shape, the array ``name`` of ``path``, checked."""
+    shape = shape.reshape(-1)
+    if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer) or (shape < 0).any():
+        raise file_error(path, f"{name} {shape.tolist()} is not two non-negative integers")
+    return int(shape[0]), int(shape[1])
+
+
+def square_shape(shape: np.ndarray, path: PathLike, name: str) -> int:
+    """The ``n`` of an adjacency matrix's stored shape ``n x n`` (:func:`matrix_shape`), refused unless square."""
+    rows, cols = matrix_shape(shape, path, name)
+    if rows != cols:
+        raise file_error(path, f"the adjacency matrix is {rows} x {cols}, not square")
+    return rows
+
+
 def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
     """A square scipy sparse ``.npz`` (``sp.save_npz``: CSR, CSC or COO) as ``(n, edge_index)``: one edge row ->
     column, int64 ``[2, E]``, for every entry whose value is nonzero (explicit zeros are no edge). Its arrays are read
@@ -272,12 +288,7 @@ def load_sparse(path: PathLike) -> tuple[int, np.ndarray]:
     fmt = _sparse_format(path)
     members = ["shape", "data", *(("indptr", "indices") if fmt != "coo" else ())]
     arrays = load_npz(path, members, optional=("row", "col", "coords"))
-    shape = arrays["shape"].reshape(-1)
-    if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer) or (shape < 0).any():
-        raise file_error(path, f"shape {shape.tolist()} is not two non-negative integers")
-    rows, cols = int(shape[0]), int(shape[1])
-    if rows != cols:
-        raise file_error(path, f"the adjacency matrix is {rows} x {cols}, not square")
+    rows = cols = square_shape(arrays["shape"], path, "shape")
     data = arrays.pop("data")
     data = data.reshape(-1) if data.ndim <= 1 else data
     # bool: GraphSAINT's own converter (ogbn_converter.py) saves adj_full with True for every edge
@@ -557,20 +568,6 @@ def _vector(a: np.ndarray, path: Path, what: str, kind: str) -> np.ndarray:
         raise file_error(path, f"{what} must be a one-dimensional {kind} (one entry per vertex), got shape "
                                f"{list(a.shape)}")
     return a
-
-
-def random_split(y: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Train/val/test masks of 50/25/25% of the labelled vertices (``y`` -1: unlabelled; a label matrix: all), drawn
-    from ``rng``: the split of a dataset whose files give none."""
-    n = y.shape[0]
-    labelled = rng.permutation(np.flatnonzero(y >= 0) if y.ndim == 1 else np.arange(n))
-    k = labelled.size
-    cut = (max(1, k // 2), max(1, k // 2) + k // 4) if k else (0, 0)
-    masks = {}
-    for name, part in zip(SPLITS, np.split(labelled, cut)):
-        masks[name] = np.zeros(n, dtype=bool)
-        masks[name][part] = True
-    return masks
 
 
 def load_split(path: Path, n: int, n_from: str) -> dict[str, np.ndarray]:

@@ -40,8 +40,20 @@ def transform(graph: Graph, undirected: bool = False, dedup: bool = False) -> Gr
     """
     ei = graph.edge_index
     if undirected:
-        ei, dedup = np.concatenate([ei, ei[::-1]], axis=1), True
-    if dedup and ei.size:
-        key = np.unique(np.multiply(ei[0], graph.num_nodes, dtype=np.int64) + ei[1])
-        ei = np.stack([key // graph.num_nodes, key % graph.num_nodes])
+        ei = undirected_edges(ei, graph.num_nodes)
+    elif dedup:
+        ei = distinct_edges(ei, graph.num_nodes)
     return dataclasses.replace(graph, edge_index=ei, masks=dict(graph.masks), meta=dict(graph.meta))
+
+
+def distinct_edges(ei: np.ndarray, n: int) -> np.ndarray:
+    """``[2, E]`` edges over ``n`` vertices once each, sorted by (source, target)."""
+    if not ei.size:
+        return ei
+    key = np.unique(np.multiply(ei[0], n, dtype=np.int64) + ei[1])
+    return np.stack([key // n, key % n])
+
+
+def undirected_edges(ei: np.ndarray, n: int) -> np.ndarray:
+    """Every edge of ``ei`` in both directions, once each, sorted: PyG's ``to_undirected``."""
+    return distinct_edges(np.concatenate([ei, ei[::-1]], axis=1), n)

@@ -24,11 +24,13 @@ from mggcn.data.formats.checks import (
     check_vertex_memory,
     file_error,
     load_npz,
-    random_split,
+    matrix_shape,
     require_file,
+    square_shape,
 )
 from mggcn.data.formats.labels import check_labels
-from mggcn.data.graph import SPLITS, Graph
+from mggcn.data.formats.memory import undirected_edges
+from mggcn.data.graph import SPLITS, Graph, random_split
 
 __all__ = ["read_npz"]
 
@@ -40,16 +42,14 @@ def read_npz(path: PathLike, seed: int = 0) -> Graph:
     """Read a gnn-benchmark ``.npz`` as PyG's ``torch_geometric.io.read_npz`` does (see the module docstring)."""
     path = require_file(path)
     arrays = load_npz(path, [*_ADJ, "labels"], optional=(*_ATTR, "attr_matrix"))
-    n = _square(arrays["adj_shape"], path, "adj_shape")
+    n = square_shape(arrays["adj_shape"], path, "adj_shape")
     indptr, indices = check_csr(arrays["adj_indptr"], arrays["adj_indices"], n, n, path)
     data = arrays["adj_data"].reshape(-1)
     if data.shape[0] != indices.shape[0]:
         raise file_error(path, f"adj_data has {data.shape[0]} entries for {indices.shape[0]} adj_indices")
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     keep = src != indices  # self loops dropped, as PyG drops them; a stored zero is an edge there too (tocoo)
-    src, dst = src[keep], indices[keep]
-    key = np.unique(np.concatenate([src * n + dst, dst * n + src]))  # PyG's to_undirected: sorted, each pair once
-    edge_index = np.stack([key // n, key % n])
+    edge_index = undirected_edges(np.stack([src[keep], indices[keep]]), n)
     n_from = f"adj_shape of {path.name}"
     x = check_features(_features(arrays, path, n, n_from), path, n, n_from)
     y = check_labels(arrays["labels"], path, n, n_from, nan_is_unlabelled=False)
@@ -62,7 +62,7 @@ def read_npz(path: PathLike, seed: int = 0) -> Graph:
 def _features(arrays: dict[str, np.ndarray], path: Path, n: int, n_from: str) -> np.ndarray:
     """``[n, F]`` float32 of the CSR ``attr_*`` arrays (or the dense ``attr_matrix``), positive values read as 1."""
     if all(k in arrays for k in _ATTR):
-        rows, cols = _shape(arrays["attr_shape"], path, "attr_shape")
+        rows, cols = matrix_shape(arrays["attr_shape"], path, "attr_shape")
         if rows != n:
             raise file_error(path, f"attr_shape has {rows} rows for {n} vertices ({n_from})")
         check_vertex_memory(path, n, n_from, cols)
@@ -83,16 +83,3 @@ def _features(arrays: dict[str, np.ndarray], path: Path, n: int, n_from: str) ->
     x[x > 0] = 1  # as PyG's read_npz: the attributes are presence flags
     return x
 
-
-def _shape(shape: np.ndarray, path: Path, name: str) -> tuple[int, int]:
-    shape = shape.reshape(-1)
-    if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer) or (shape < 0).any():
-        raise file_error(path, f"{name} {shape.tolist()} is not two non-negative integers")
-    return int(shape[0]), int(shape[1])
-
-
-def _square(shape: np.ndarray, path: Path, name: str) -> int:
-    rows, cols = _shape(shape, path, name)
-    if rows != cols:
-        raise file_error(path, f"the adjacency matrix is {rows} x {cols}, not square")
-    return rows
