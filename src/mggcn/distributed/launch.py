@@ -38,6 +38,7 @@ from mggcn.distributed.forkserver import (
 from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import atomic_write
+from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.system import (
     Terminated,
     children_wait_passively,
@@ -49,7 +50,7 @@ from mggcn.utils.system import (
 )
 
 __all__ = ["WorkerError", "WorkerBadInput", "WorkerNonFiniteLoss", "JobInterrupted", "run_workers", "exit_now",
-           "launch", "under_torchrun", "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT",
+           "launch", "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT",
            "peer_lost"]
 
 
@@ -469,13 +470,6 @@ def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
     causes = [f for f in failed.values() if not f.peer_lost] or list(failed.values())
     first = min(causes, key=lambda f: (f.when, f.rank))
     return WorkerError.of_kind(first.rank, first.message, first.detail, first.kind, first.option, first.reason)
-
-
-def under_torchrun() -> bool:
-    """Whether this process is a rank torchrun (or another launcher) started, not one of mggcn's own workers nor a
-    command that starts workers."""
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-                                                   and "MGGCN_INIT_METHOD" not in os.environ)
 
 
 def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], nprocs: int | None = None,

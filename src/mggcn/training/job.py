@@ -33,7 +33,6 @@ from mggcn.distributed.context import (
     resolve_device,
     shutdown,
 )
-from mggcn.distributed.launch import under_torchrun
 from mggcn.distributed.metis import require_pymetis
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard, check_partition
@@ -47,6 +46,7 @@ from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, open_output
+from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.parallel import available_cores
 from mggcn.utils.progress import epoch_progress
 from mggcn.utils.system import StopOnSignal, caller_settings_kept

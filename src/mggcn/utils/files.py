@@ -21,6 +21,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from mggcn.utils.errors import ConfigError
@@ -31,8 +32,10 @@ try:
 except ImportError:  # Windows: no advisory locks
     fcntl = None
 
-__all__ = ["OutputError", "atomic_write", "check_writable", "is_special", "open_output", "same_file", "write_output",
-           "written_in_place"]
+__all__ = ["LINK_LOOP", "OutputError", "atomic_write", "check_writable", "is_special", "open_output", "resolve_links",
+           "same_file", "write_output", "written_in_place"]
+
+LINK_LOOP = "a link that leads back to itself (a loop of symbolic links)"
 
 
 class OutputError(OSError):
@@ -72,6 +75,15 @@ def is_special(path: str | os.PathLike) -> bool:
     except (OSError, ValueError):
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def resolve_links(*paths: str | os.PathLike) -> list[Path] | None:
+    """``paths``, absolute, with every symbolic link followed; None where the links of one of them loop
+    (:data:`LINK_LOOP`: ``Path.resolve`` raises RuntimeError for it before Python 3.13, OSError (ELOOP) from it)."""
+    try:
+        return [Path(p).resolve() for p in paths]
+    except (OSError, RuntimeError):
+        return None
 
 
 def same_file(a: str, b: str) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 from mggcn.data.prepared.reader import MANIFEST
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import is_special
+from mggcn.utils.files import LINK_LOOP, is_special, resolve_links
 from mggcn.utils.outputs import follow_umask
 
 __all__ = ["output_dir", "replaceable", "remove_stale", "PartialDir"]
@@ -47,11 +47,10 @@ def output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
     if not overwrite:
         raise ConfigError(f"{out}: already exists; remove it or allow overwriting it", "overwrite")
     if isinstance(source, (str, os.PathLike)) and os.path.exists(source):
-        try:
-            real, held = out.resolve(), Path(source).resolve()
-        except (OSError, RuntimeError):  # a link loop: RuntimeError before Python 3.13, OSError (ELOOP) from it
-            raise ConfigError(f"{out}: a link that leads back to itself (a loop of symbolic links)",
-                              "overwrite") from None
+        resolved = resolve_links(out, source)
+        if resolved is None:
+            raise ConfigError(f"{out}: {LINK_LOOP}", "overwrite")
+        real, held = resolved
         if real == held or real in held.parents:
             raise ConfigError(f"{out}: holds the input {source}; write the dataset somewhere else", "overwrite")
     if out.is_symlink() or not out.is_dir():

@@ -56,6 +56,7 @@ from mggcn.data.graph import SPLITS
 from mggcn.data.messages import one_line
 from mggcn.data.prepared.edgesort import index_dtype
 from mggcn.utils.errors import GraphError
+from mggcn.utils.files import LINK_LOOP, resolve_links
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "BALANCE_PARTS", "PreparedDataset", "is_prepared", "nnz_per_rank",
            "describe"]
@@ -259,10 +260,10 @@ class PreparedDataset:
         if record is None:
             raise _err(self.path / MANIFEST, f"no record of the array '{name}'")
         file = self.path / record["file"]  # relative, without '..' (_check_manifest)
-        try:
-            target, home = file.resolve(), self.path.resolve()
-        except (OSError, RuntimeError):  # a link loop: RuntimeError before Python 3.13, OSError (ELOOP) from it
-            raise _err(file, "a link that leads back to itself (a loop of symbolic links)") from None
+        resolved = resolve_links(file, self.path)
+        if resolved is None:
+            raise _err(file, LINK_LOOP)
+        target, home = resolved
         if not target.is_relative_to(home):
             raise _err(file, f"a link to {target}, outside the dataset directory {self.path}")
         return file

@@ -22,6 +22,7 @@ from mggcn.tools.cli.common import HelpFormatter, flag_message
 from mggcn.tools.cli.process import prepare_process
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import OutputError
+from mggcn.utils.launcher import torchrun_world_size, under_torchrun
 from mggcn.utils.system import hold_signals, own_process, signals_end_process, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_BROKEN_PIPE"]
@@ -113,13 +114,6 @@ _ONE_PROCESS = {"prepare": "then train on what it wrote under torchrun",
                 "bench": "it starts its own workers: --nprocs"}
 
 
-def _torchrun_ranks() -> int:
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
-    except ValueError:
-        return 1
-
-
 def _main(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command or "")
@@ -128,9 +122,10 @@ def _main(argv: list[str]) -> int:
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.command_line = shlex.join(["mggcn", *argv])  # what a report says it was made by
-    if args.command in _ONE_PROCESS and _torchrun_ranks() > 1:  # each rank would run the whole command, all at once
-        print(f"mggcn {args.command}: error: runs as one process, not as torchrun's {_torchrun_ranks()} ranks: run it "
-              f"without torchrun ({_ONE_PROCESS[args.command]})", file=sys.stderr)
+    ranks = torchrun_world_size()
+    if args.command in _ONE_PROCESS and ranks > 1:  # each rank would run the whole command, all at once
+        print(f"mggcn {args.command}: error: runs as one process, not as torchrun's {ranks} ranks: run it without "
+              f"torchrun ({_ONE_PROCESS[args.command]})", file=sys.stderr)
         return 2
     try:
         with sigterm_as_interrupt():  # SIGTERM means Ctrl-C: outputs being written are removed, as on any error
@@ -145,7 +140,7 @@ def _main(argv: list[str]) -> int:
         print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
-        if not ("TORCHELASTIC_RUN_ID" in os.environ or {"RANK", "WORLD_SIZE"} <= os.environ.keys()):
+        if not under_torchrun():
             raise
         print(f"mggcn {args.command}: error: {_rank_failure(err)}", file=sys.stderr, flush=True)
         return 1

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from mggcn.config import MMAP_THRESHOLD_MAX, ORDERINGS, PRECISIONS
 from mggcn.data.catalog import named
 from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.units import parse_bytes
 
 if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse arguments must not
@@ -224,8 +225,6 @@ def read_options(args: argparse.Namespace) -> dict:
 
 def rank_zero() -> bool:
     """Whether this process speaks for the job: rank 0 under torchrun, and any command that is not a rank."""
-    from mggcn.distributed.launch import under_torchrun  # torch is loaded only by a command that runs a job
-
     return os.environ.get("RANK", "0") == "0" or not under_torchrun()
 
 

@@ -39,6 +39,7 @@ from mggcn.tools.cli.common import (
     read_options,
 )
 from mggcn.utils.errors import GraphError
+from mggcn.utils.launcher import under_torchrun
 
 HELP = "train a GCN, GraphSAGE, GIN or GAT"
 DESCRIPTION = """Train a GCN (GraphSAGE, GIN, GAT with --model) on the whole graph every epoch, its rows split across P
@@ -215,7 +216,7 @@ def _finish_train(args: argparse.Namespace, result) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import WorkerError, launch, under_torchrun
+    from mggcn.distributed.launch import WorkerError, launch
     from mggcn.distributed.shm import ShmUnavailable
     from mggcn.training.job import TrainJob, check_job, format_labels, run_train_job, share_dataset
     from mggcn.training.outputs import check_distinct, read_inputs
