@@ -241,7 +241,7 @@ def test_outputs_refuse_to_replace_the_dataset_and_checkpoints_they_read(capsys,
                  "--checkpoint-dir", str(ck), "--metrics", str(ck / "metrics.jsonl")]) == 0
 
 
-def test_a_checkpoint_dir_through_a_link_to_nothing_is_refused_before_training(capsys, tmp_path):
+def test_outputs_through_a_link_to_nothing_are_refused_before_training(capsys, tmp_path):
     """Checkpoints are written only when a signal stops the run (--checkpoint-every 0): a directory that cannot be
     made, behind a loop of links or a link to nothing, must be refused at the start, not when the checkpoint is due."""
     (tmp_path / "a").symlink_to(tmp_path / "b")
@@ -251,6 +251,8 @@ def test_a_checkpoint_dir_through_a_link_to_nothing_is_refused_before_training(c
                          ("gone/ck", ["gone is a link to", "which does not exist"]), ("gone", ["does not exist"])]:
         _refused([*KARATE, "--checkpoint-dir", str(tmp_path / given)], capsys, "--checkpoint-dir", *words)
     assert main([*KARATE, "--checkpoint-dir", str(tmp_path / "new" / "ck")]) == 0  # made when first needed
+    for option in ("--save-model", "--metrics", "--save-predictions"):  # a file's directory said as such
+        _refused([*KARATE, option, str(tmp_path / "a" / "out.csv")], capsys, option, "a loop of symbolic links")
 
 
 # -- plan checks its options as train does -----------------------------------------------------------------------------
