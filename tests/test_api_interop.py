@@ -418,3 +418,87 @@ def test_a_gin_of_other_mlps_is_refused_naming_its_mlp(mlps, message, tmp_path):
     data = _data()
     with pytest.raises(GraphError, match=message):
         predict(str(tmp_path / "gin.pt"), Data(x=data.x, edge_index=data.edge_index))
+
+
+def test_ids_that_list_every_vertex_of_a_tiny_graph_are_ids():
+    """On 1 or 2 vertices an integer [n] of 0/1 can list every vertex once ([0, 1], [0]): torch indexing reads it as
+    ids, and so does the split; 0/1 that repeat a vertex ([1, 1], [0, 0]) stay a mask."""
+    x, y = torch.eye(2), torch.tensor([0, 1])
+    none = torch.tensor([], dtype=torch.long)
+
+    def loss(train, n=2):
+        data = Data(x=x[:n], edge_index=torch.tensor([[0], [1]]) if n == 2 else torch.zeros(2, 0, dtype=torch.long),
+                    y=y[:n], train_mask=train, val_mask=none, test_mask=none)
+        return mggcn.train(data, hidden=(4,), epochs=1, seed=0, quiet=True).history[0]["loss"]
+
+    both = loss(torch.tensor([True, True]))
+    assert loss(torch.tensor([0, 1])) == loss(torch.tensor([1, 0])) == loss(torch.tensor([1, 1])) == both
+    assert loss(torch.tensor([0, 1])) != loss(torch.tensor([False, True]))
+    assert loss(torch.tensor([0]), n=1) == loss(torch.tensor([True]), n=1)  # vertex 0 trains (it would be empty)
+    with pytest.raises(mggcn.GraphError, match="training split is empty"):
+        loss(torch.tensor([0, 0]))
+
+
+def test_what_is_not_one_pyg_data_is_one_line_saying_what_to_give():
+    from torch_geometric.data import InMemoryDataset
+
+    class Two(InMemoryDataset):
+        def __init__(self, graphs):
+            super().__init__(None)
+            self.data, self.slices = self.collate(graphs)
+
+    for given, count in ((Two([_data()]), "1 graph "), (Two([_data(), _data(1)]), "2 graphs")):
+        for call in (_train, lambda d: predict("unused.pt", d)):
+            with pytest.raises(mggcn.GraphError, match=f"a PyG dataset of {count}.*give its graph: dataset\\[0\\]") \
+                    as err:
+                call(given)
+            _one_line(err)
+    sparse = _data()
+    sparse.adj_t, sparse.edge_index = torch.zeros(2), None
+    with pytest.raises(mggcn.GraphError, match=r"holds adj_t \(ToSparseTensor\), not edge_index") as err:
+        _train(sparse)
+    assert err.value.option == "edge_index" and _one_line(err)
+
+
+def test_a_graph_checks_its_vertex_count_labels_and_splits():
+    """``mggcn.Graph`` as built by hand: num_nodes an int (a 0-d integer tensor is one), labels [n, 1] one class
+    per vertex as in a PyG Data, and no split but train, val and test."""
+    d = _data()
+    masks = {s: d[f"{s}_mask"].numpy() for s in ("train", "val", "test")}
+    args = (d.edge_index.numpy(), d.x.numpy(), d.y.numpy(), masks)
+    assert mggcn.Graph(torch.tensor(N), *args).num_nodes == N and type(mggcn.Graph(np.int32(N), *args).num_nodes) is int
+    for bad in (float(N), str(N), True, -1, None):
+        with pytest.raises(mggcn.GraphError, match=f"num_nodes must be a non-negative int, got {re.escape(repr(bad))}"):
+            mggcn.Graph(bad, *args)
+    column = mggcn.Graph(N, *args[:2], d.y.numpy()[:, None], masks)
+    assert not column.multilabel and column.num_classes == C and np.array_equal(column.y, d.y.numpy())
+    with pytest.raises(mggcn.GraphError, match="masks has 'valid'; its splits are train, val, test") as err:
+        mggcn.Graph(N, *args[:3], {**masks, "valid": masks["val"]})
+    assert err.value.option == "masks" and _one_line(err)
+
+
+def test_predict_refuses_what_it_would_misread(tmp_path):
+    """A model object or state dict instead of its file, ``layer`` without embeddings (it would be ignored), an
+    unknown option: each one line; a ``pathlib.Path`` is a path."""
+    path = str(tmp_path / "m.pt")
+    mggcn.train(_data(), hidden=(6,), epochs=1, quiet=True, save_model=path)
+    model = pyg_models.GCN(F, 6, 2, C)
+    for given, what in ((model.state_dict(), "got a state dict"), (model, "got a GCN")):
+        with pytest.raises(mggcn.ConfigError, match=f"model must be the path of a saved model .*{what}") as err:
+            predict(given, _data())
+        assert err.value.option == "model" and _one_line(err)
+    with pytest.raises(mggcn.ConfigError, match="layer=1 is for output='embeddings'") as err:
+        predict(path, _data(), layer=1)
+    assert err.value.option == "layer"
+    with pytest.raises(TypeError, match=r"mggcn.predict\(\) got unknown options \['epochs'\]"):
+        predict(path, _data(), epochs=3)
+    import pathlib
+
+    assert np.array_equal(predict(pathlib.Path(path), _data()), predict(path, _data()))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="names a device this machine has not")
+def test_adjacency_operator_refuses_a_device_this_machine_has_not_before_building():
+    with pytest.raises(mggcn.ConfigError, match="device 'cuda' cannot be used here") as err:
+        mggcn.adjacency_operator(_EI, 3, device="cuda")
+    assert err.value.option == "device" and _one_line(err)

@@ -263,6 +263,11 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     except (RuntimeError, TypeError) as err:
         raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r} "
                           f"({' '.join(str(err).split())[:120]})", "device") from None
+    try:  # before Â is built: a device this torch has no support for, or none of its kind visible
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as err:
+        raise ConfigError(f"device {str(device)!r} cannot be used here ({' '.join(str(err).split())[:120]})",
+                          "device") from None
     _check_dtype(dtype)
     # Â and Âᵀ with their self loops: row offsets, degrees and scaling per vertex, an id and a value per nonzero
     check_memory("adjacency_operator", _OPERATOR_VERTEX_BYTES * num_nodes + _OPERATOR_EDGE_BYTES * ei.shape[1],

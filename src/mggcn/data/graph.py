@@ -9,6 +9,7 @@ Legend: n = vertices, E = edges, F = feature dimension, C = classes.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +49,18 @@ def label_array(values: np.ndarray, name: str) -> np.ndarray:
         if nan.any():
             values = np.where(nan, -1.0, values)
     return int64_array(values, "label", name)
+
+
+def _vertex_count(num_nodes: object, name: str) -> int:
+    """``num_nodes`` as an int: a Python or numpy integer, or anything that is one as an index (a 0-d integer
+    tensor); a float, a string or a bool is refused in one line (arithmetic with them fails deep in the reader)."""
+    try:
+        n = operator.index(num_nodes)  # type: ignore[arg-type]
+    except TypeError:
+        n = None
+    if n is None or isinstance(num_nodes, (bool, np.bool_)) or n < 0:
+        raise GraphError(f"{name}: num_nodes must be a non-negative int, got {num_nodes!r}", "num_nodes")
+    return n
 
 
 def is_label_matrix(y: np.ndarray) -> bool:
@@ -110,12 +123,19 @@ class Graph:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.num_nodes = _vertex_count(self.num_nodes, self.name)
+        unknown = sorted(set(self.masks) - set(SPLITS), key=str) if isinstance(self.masks, dict) else []
+        if unknown:  # a misspelt split would be trained without, or the split it meant refused as missing
+            raise GraphError(f"{self.name}: masks has {', '.join(map(repr, unknown))}; its splits are "
+                             f"{', '.join(SPLITS)}", "masks")
         self.edge_index = self._int64(self.edge_index, "vertex id")
         x = np.asarray(self.x)
         if x.dtype.kind not in "biuf":  # a cast would drop an imaginary part, or parse text: refused, as in files
             raise GraphError(f"{self.name}: the features must be real numbers, got dtype {x.dtype}")
         with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float32 becomes inf: validate refuses it
             self.x = np.ascontiguousarray(x, dtype=np.float32)
+        if np.ndim(self.y) == 2 and np.shape(self.y)[1] == 1:  # [n, 1], as OGB stores one class per vertex
+            self.y = np.asarray(self.y)[:, 0]
         width = np.shape(self.y)[1] if is_label_matrix(self.y) else 0
         self.y = one_hot_classes(multilabel_array(self.y, self.name)) if width else label_array(self.y, self.name)
         self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
@@ -275,8 +295,10 @@ def split_mask(values: np.ndarray, n: int, split: int | None, key: str, name: st
     if values.dtype.kind == "b" or values.dtype == np.uint8:
         return values.astype(bool)
     ids = int64_array(values, f"{key} entry", name, kinds="iuf")
-    if ids.shape == (n,) and np.isin(ids, (0, 1)).all():
-        return ids.astype(bool)  # 0/1 for every vertex: a mask (as ids, n > 2 entries from {0, 1} would repeat)
+    if ids.shape == (n,) and np.isin(ids, (0, 1)).all() and not np.array_equal(np.sort(ids), np.arange(n)):
+        # 0/1 for every vertex: a mask, as ids would repeat one; but where n <= 2 they can also list every vertex
+        # once ([0, 1], [0]), and then they are ids, as torch indexing reads them
+        return ids.astype(bool)
     if ids.size and (ids.min() < 0 or ids.max() >= n):
         bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
         raise GraphError(f"{name}: {key} holds vertex id {bad}, out of range for {n} vertices", key)
@@ -304,6 +326,10 @@ def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", la
     """A validated :class:`Graph` from a PyG ``Data``: ``y`` [n] or [n, 1]; masks as in :func:`split_mask`; ``split``
     the column of ``[n, k]`` masks. ``labelled=False`` (prediction): only ``edge_index`` and ``x`` are read, the
     labels and splits are placeholders (every vertex in ``train`` with class 0)."""
+    if any(c.__name__ == "Dataset" and c.__module__.startswith("torch_geometric.") for c in type(data).__mro__):
+        count = len(data)  # type: ignore[arg-type]
+        raise GraphError(f"{name}: a PyG dataset of {count} graph{'s' * (count != 1)} ({type(data).__name__}), not "
+                         "one graph; give its graph: dataset[0]")
     if hasattr(data, "node_types") and hasattr(data, "edge_types"):
         raise GraphError(f"{name}: a HeteroData (node types {list(data.node_types)}); mggcn trains on one vertex "
                          "and one edge type: convert it with data.to_homogeneous()")
@@ -311,6 +337,9 @@ def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", la
         raise ConfigError(f"split must be the column (an int) of a PyG Data's [n, k] masks, got {split!r}", "split")
     fields = PYG_FIELDS if labelled else PYG_FIELDS[:2]
     missing = [k for k in fields if getattr(data, k, None) is None]
+    if missing == ["edge_index"] and getattr(data, "adj_t", None) is not None:
+        raise GraphError(f"{name}: the PyG Data holds adj_t (ToSparseTensor), not edge_index; give the Data before "
+                         "that transform, or set data.edge_index", "edge_index")
     if missing:
         raise GraphError(f"{name}: the PyG Data has no {', '.join(missing)}; set data.{missing[0]}", missing[0])
     arrays = {k: tensor_array(getattr(data, k), k, name) for k in (*fields, "edge_weight")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -163,6 +163,14 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: output path, model, dataset against the model, P."""
     if job.output not in OUTPUTS:
         raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'", "output")
+    if job.layer is not None and job.output != "embeddings":  # else the classes of the last layer, as if not given
+        raise ConfigError(f"layer={job.layer} is for output='embeddings' (the outputs of that layer); "
+                          f"output='{job.output}' is the last layer's", "layer")
+    if not isinstance(job.model, str):
+        what = "a state dict" if isinstance(job.model, dict) else f"a {type(job.model).__name__}"
+        raise ConfigError(f"model must be the path of a saved model (mggcn's --save-model, or torch.save of a "
+                          f"state dict), got {what}; save it with torch.save(model.state_dict(), PATH) and give "
+                          "PATH", "model")
     check_output("out", job.out)
     model_files = [("the model ", job.model), ("the model description ", sidecar_path(job.model))]
     check_distinct([("out", job.out)], [*model_files, *read_inputs(job.dataset, job.read_options)])
@@ -249,7 +257,11 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int | None = None, o
         options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``kind``, ``device``,
             ``read_options``, ...).
     """
+    unknown = sorted(set(options) - {f.name for f in fields(PredictJob)} - {"model", "dataset", "output", "layer"})
+    if unknown:
+        raise TypeError(f"mggcn.predict() got unknown options {unknown}; see help(mggcn.predict)")
     if is_pyg(dataset):  # prediction reads only the edges and features: no labels or splits needed
         dataset = graph_from_pyg(dataset, labelled=False)
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
     return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), share=share_dataset)
