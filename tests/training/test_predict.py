@@ -140,7 +140,7 @@ def test_predict_reads_the_graph_as_its_training_did(tmp_path, capsys):
     assert main(["train", *data, "--undirected", "--hidden", "8", "--epochs", "5", "--quiet", "--save-model", model,
                  "--save-predictions", str(tmp_path / "trained.npy"), "--nprocs", "2"]) == 0  # its graph handed over
     assert json.loads(open(model + ".json").read())["dataset"]["read"] == {
-        "undirected": True, "dedup": False, "normalize_features": False}
+        "undirected": True, "dedup": False, "normalize_features": False, "random_features": False}
     trained = np.load(tmp_path / "trained.npy")
     capsys.readouterr()
     assert main(["predict", model, *data, "--out", str(tmp_path / "same.npy")]) == 0
@@ -163,6 +163,42 @@ def test_predict_reads_the_graph_as_its_training_did(tmp_path, capsys):
                                       (("features", "x"), ("labels", "y"), ("split", "split"))})
     np.testing.assert_array_equal(predict(model, graph), trained)
     np.testing.assert_array_equal(predict(model, graph, undirected=False), one_way)
+
+
+def test_predict_refuses_random_features_for_a_model_trained_on_given_ones(tmp_path, capsys):
+    """An edge list read without its features file gets random features: predictions from them are noise for a
+    model trained on the file's, so predict refuses, read directly or prepared; a model trained on random features
+    (its card says so) predicts from them, at P = 1 and 2 (the graph handed over), and a card that does not say
+    (PyG's weights) gets a note."""
+    data = _one_direction_edge_list(tmp_path)
+    given, rand = str(tmp_path / "given.pt"), str(tmp_path / "rand.pt")
+    bare = data[:3] + data[4:]  # no --features
+    for model, argv, nprocs in ((given, data, "2"), (rand, bare, "2")):
+        assert main(["train", *argv, "--hidden", "8", "--epochs", "2", "--quiet", "--save-model", model,
+                     "--nprocs", nprocs]) == 0
+    assert json.loads(open(given + ".json").read())["dataset"]["read"]["random_features"] is False
+    assert json.loads(open(rand + ".json").read())["dataset"]["read"]["random_features"] is True
+    out = str(tmp_path / "p.npy")
+    capsys.readouterr()
+    assert main(["predict", given, *bare, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "read without its features file (--features), it has random features, but " \
+        f"{given} was trained on given ones" in err, err
+    assert not os.path.exists(out)
+    assert main(["prepare", *bare[:3], str(tmp_path / "prep"), *bare[3:], "--quiet"]) == 0
+    assert main(["predict", given, str(tmp_path / "prep"), "--out", out]) == 2
+    assert "prepared without a features file" in capsys.readouterr().err
+    with pytest.raises(GraphError, match="read without its features file") as err:
+        predict(given, data[0], fmt="edgelist")
+    assert err.value.option == "features"
+    assert main(["predict", given, *data, "--out", out]) == 0  # with the file: as trained
+    assert main(["predict", rand, *bare, "--out", out]) == 0 and "random" not in capsys.readouterr().err
+    assert main(["predict", rand, str(tmp_path / "prep"), "--out", out]) == 0
+    card = json.loads(open(rand + ".json").read())
+    del card["dataset"]["read"]["random_features"]  # as a card from before the entry was recorded
+    open(rand + ".json", "w").write(json.dumps(card))
+    assert main(["predict", rand, *bare, "--out", out]) == 0
+    assert "has random features (no features file given: --features)" in capsys.readouterr().err
 
 
 def test_predict_normalizes_planetoid_features_as_training_did(tmp_path):

@@ -19,6 +19,7 @@ import torch
 
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
+from mggcn.data.formats import random_features
 from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.prepared.reader import PreparedDataset
@@ -87,7 +88,8 @@ class TrainJob:
         if self.read_as is not None:
             return dict(self.read_as)
         return {"undirected": bool(self.undirected), "dedup": bool(self.dedup),
-                "normalize_features": bool(self.read_options.get("normalize_features", False))}
+                "normalize_features": bool(self.read_options.get("normalize_features", False)),
+                "random_features": isinstance(self.dataset, str) and random_features(self.fmt, self.read_options)}
 
 
 @dataclass
@@ -443,9 +445,25 @@ def dataset_reading(job: TrainJob, dataset: Dataset) -> dict[str, bool]:
     """How the graph the model trains on was read, for its card: the job's switches, or those a prepared directory
     was made with (``mggcn prepare --undirected``; a named dataset's own, such as ogbn-products' reverse edges)."""
     reading = job.reading()
-    built = dataset.manifest.get("built", {}) if isinstance(dataset, PreparedDataset) else {}
-    made = {**built.get("options", {}), **built} if isinstance(built, dict) else {}
+    made = _built(dataset)
+    if made:
+        made["random_features"] = has_random_features(dataset, None, {})
     return {k: bool(on or made.get(k) is True) for k, on in reading.items()}
+
+
+def _built(dataset: Dataset) -> dict:
+    """What ``mggcn prepare`` made a prepared dataset with (its switches and reader options, flat); empty else."""
+    built = dataset.manifest.get("built", {}) if isinstance(dataset, PreparedDataset) else {}
+    return {**built.get("options", {}), **built} if isinstance(built, dict) else {}
+
+
+def has_random_features(dataset: Dataset, fmt: str | None, read_options: dict) -> bool:
+    """Whether ``dataset``, read as ``fmt`` with ``read_options``, has synthesized features: an edge list or a
+    Matrix Market file read (or prepared) without its features file."""
+    made = _built(dataset)
+    if made:
+        return random_features(made.get("format"), made)
+    return random_features(fmt, read_options)
 
 
 def _check_same_settings(ctx: DistContext, job: TrainJob) -> None:

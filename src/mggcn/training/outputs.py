@@ -350,12 +350,15 @@ def _read_card(path: str) -> dict | None:
     return card
 
 
-READING = ("undirected", "dedup", "normalize_features")  # how a model's training read its graph, in its card
+# how a model's training read its graph, in its card: its switches, and whether its features were synthesized (an
+# edge list or Matrix Market file without its features file)
+READING = ("undirected", "dedup", "normalize_features", "random_features")
 
 
 def trained_reading(path: str) -> dict[str, bool]:
     """How the training of the model file ``path`` read its dataset (its sidecar's ``dataset.read``: ``undirected``,
-    ``dedup``, ``normalize_features``); empty where the sidecar is missing or does not say."""
+    ``dedup``, ``normalize_features``, ``random_features``); empty where the sidecar is missing or does not say
+    (a card written before ``random_features`` was recorded lacks that one)."""
     card = _read_card(path)
     read = card.get("dataset", {}).get("read", {}) if card is not None and isinstance(card.get("dataset"), dict) \
         else {}

@@ -28,7 +28,7 @@ import torch
 from mggcn.data.catalog import named
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import Graph, graph_from_pyg, is_pyg
-from mggcn.data.prepared.reader import is_prepared
+from mggcn.data.prepared.reader import PreparedDataset, is_prepared
 from mggcn.distributed.context import DistContext, init_distributed, shutdown
 from mggcn.distributed.launch import launch
 from mggcn.distributed.parallel_layout import ParallelLayout
@@ -41,7 +41,7 @@ from mggcn.nn.loss import predictions
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import operator_for
 from mggcn.training.checkpoint import is_checkpoint
-from mggcn.training.job import check_threads, share_dataset
+from mggcn.training.job import check_threads, has_random_features, share_dataset
 from mggcn.training.outputs import (
     check_distinct,
     check_output,
@@ -128,7 +128,29 @@ def _open(job: PredictJob, note: bool = False) -> Dataset:
     options = {k: v for k, v in job.read_options.items() if k != "normalize_features"}
     if reading.pop("normalize_features"):
         options["normalize_features"] = True
-    return open_dataset(job.dataset, job.fmt, read_options=options, **reading)
+    dataset = open_dataset(job.dataset, job.fmt, read_options=options, **reading)
+    if note:
+        _check_features(job, dataset)
+    return dataset
+
+
+def _check_features(job: PredictJob, dataset: Dataset) -> None:
+    """A graph read without its features file has random ones: predictions from them are noise, unless the model
+    was trained on random ones too (its card's ``random_features``). Refused where the card says its training read
+    given features; said on stderr where the card does not say (a PyG model's weights, an older card)."""
+    if not has_random_features(dataset, job.fmt, job.read_options):
+        return
+    trained = trained_reading(job.model).get("random_features") if os.path.isfile(job.model) else None
+    if trained is False:
+        if isinstance(dataset, PreparedDataset):
+            raise GraphError(f"{_name(job.dataset)}: prepared without a features file, it has random features, but "
+                             f"{job.model} was trained on given ones: prepare it with that file (mggcn prepare "
+                             "--features)")
+        raise GraphError(f"{_name(job.dataset)}: read without its features file (features=), it has random features, "
+                         f"but {job.model} was trained on given ones: give that file", "features")
+    if trained is None and os.environ.get("RANK", "0") == "0":
+        print(f"mggcn: {_name(job.dataset)} has random features (no features file given: --features); predictions "
+              "from them mean something only for a model trained on the same", file=sys.stderr, flush=True)
 
 
 def _reading(job: PredictJob) -> dict[str, bool]:

@@ -56,6 +56,8 @@ from mggcn.utils.errors import GraphError
 
 __all__ = [
     "FORMATS",
+    "VERTEX_FILE_FORMATS",
+    "random_features",
     "check_path",
     "edgelist_vertex_data",
     "from_pyg",
@@ -76,6 +78,13 @@ __all__ = [
 ]
 
 FORMATS = ("ogb", "saint", "dgl-reddit", "mtx", "edgelist", "mggcn-bin", "planetoid", "npz")
+VERTEX_FILE_FORMATS = ("mtx", "edgelist")  # their vertex data come from files beside them, or are synthesized
+
+
+def random_features(fmt: str | None, read_options: dict) -> bool:
+    """Whether a graph of format ``fmt`` read with ``read_options`` has synthesized features (no ``features``
+    file given to a format whose features come from one)."""
+    return fmt in VERTEX_FILE_FORMATS and not read_options.get("features")
 
 _READERS: dict[str, Callable[..., Graph]] = {
     "ogb": read_ogb,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from mggcn.config import MMAP_THRESHOLD_MAX, ORDERINGS, PRECISIONS
 from mggcn.data.catalog import named
+from mggcn.data.formats import VERTEX_FILE_FORMATS
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.units import parse_bytes
@@ -210,7 +211,7 @@ def read_options(args: argparse.Namespace) -> dict:
             raise ConfigError(f"{option} '': an empty path names no file", option)
     if args.fmt == "ogb" and list(options) == ["split"]:  # the name of one of its split schemes (split/NAME)
         return options
-    if options and args.fmt not in ("mtx", "edgelist"):
+    if options and args.fmt not in VERTEX_FILE_FORMATS:
         raise GraphError(f"--{next(iter(options)).replace('_', '-')} is for --format mtx or edgelist (and --split "
                          "NAME for ogb: a split scheme); other sources carry their vertex data")
     if "num_nodes" in options and args.fmt != "edgelist":
