@@ -450,6 +450,22 @@ def test_edgelist_csv_gz_extra_columns(tmp_path, src):
     assert g.num_nodes == int(src.edge_index.max()) + 1
 
 
+@pytest.mark.parametrize("sep", [" ", "\t", ","])
+def test_edgelist_text_after_the_ids_on_the_first_line_is_no_header(tmp_path, src, sep):
+    """A first line whose two ids are numbers is an edge, whatever its other columns hold (a date, a relation):
+    only a line whose ids are words is a header; the prepared copy keeps the same edges."""
+    path = tmp_path / "g.txt"
+    path.write_text("".join(f"{s}{sep}{d}{sep}2020-01-0{i % 9 + 1}{sep}cites\n" for i, (s, d) in
+                            enumerate(src.edge_index.T)))
+    g = read_edgelist(path, **write_vertex_files(tmp_path, src))
+    np.testing.assert_array_equal(g.edge_index, src.edge_index)
+    from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.data.prepared.writer import prepare
+
+    prepare(str(path), tmp_path / "p", fmt="edgelist", progress=False)
+    assert PreparedDataset(tmp_path / "p").num_edges == src.num_edges
+
+
 def test_edgelist_bad_input(tmp_path, src):
     path = tmp_path / "g.txt"
     path.write_text("# c\n0 1\n\n1 2\n2 x\n")

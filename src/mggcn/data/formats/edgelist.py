@@ -187,10 +187,11 @@ def edgelist_vertex_data(path: PathLike, max_id: int, features: PathLike | None 
 
 
 def _edgelist_layout(path: Path, delimiter: str | None, comments: Sequence[str]) -> tuple[int, str | None]:
-    """``(lines to skip, delimiter)``: a first data line that is not all numbers is a header; ``;`` if the first
+    """``(lines to skip, delimiter)``: a first data line whose two ids are not numbers is a header; ``;`` if the first
     data line has one (the CSV spreadsheets write where ``,`` is the decimal mark), else ``,`` if it has one."""
     skiprows, first = 0, _first_data_line(path, comments, 0)
-    if first is not None and not all(_is_number(t) for t in first[1].replace(",", " ").replace(";", " ").split()):
+    ids = first[1].replace(",", " ").replace(";", " ").split()[:2] if first is not None else []
+    if first is not None and not all(_is_number(t) for t in ids):  # the columns after them may hold any text
         skiprows = first[0]  # a header line of column names
         first = _first_data_line(path, comments, skiprows)
     if delimiter is None and first is not None:
