@@ -30,6 +30,7 @@ from mggcn.data.formats import (
     read_mtx,
     read_ogb,
     read_saint,
+    sparse,
     transform,
     write_mggcn_bin,
 )
@@ -450,6 +451,20 @@ def test_edgelist_csv_gz_extra_columns(tmp_path, src):
     assert g.num_nodes == int(src.edge_index.max()) + 1
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_sparse_adjacency_entry_that_is_not_finite_is_refused(tmp_path, value):
+    """Any nonzero entry is an edge and a zero none; a NaN or an infinity is neither: refused, naming the entry
+    (a Matrix Market file's row and column, 1-based; a scipy .npz's entry and its edge)."""
+    mtx = tmp_path / "g.mtx"
+    mtx.write_text(f"%%MatrixMarket matrix coordinate real general\n4 4 3\n1 2 1\n2 3 {value}\n3 4 0.5\n")
+    with raises_naming(mtx, "entry at row 2, column 3 is", "must be finite"):
+        read_mtx(mtx)
+    mat = sp.coo_matrix((np.array([1.0, float(value), 2.0]), (np.array([0, 1, 2]), np.array([1, 2, 3]))), (4, 4))
+    sp.save_npz(tmp_path / "a.npz", mat.tocsr())
+    with raises_naming(tmp_path / "a.npz", "entry at 1 of 'data' (edge 1 -> 2) is", "must be finite"):
+        sparse.load_sparse(tmp_path / "a.npz")
+
+
 @pytest.mark.parametrize("sep", [" ", "\t", ","])
 def test_edgelist_text_after_the_ids_on_the_first_line_is_no_header(tmp_path, src, sep):
     """A first line whose two ids are numbers is an edge, whatever its other columns hold (a date, a relation):
@@ -627,9 +642,8 @@ def test_sparse_npz_edges_equal_scipys_nonzeros(tmp_path, monkeypatch, layout):
     """load_sparse writes each entry's edge straight into one int64 array, the row ids a few rows at a time (2 to 3
     here): the edges scipy's own loader finds, one per nonzero entry (duplicates of a COO file kept, explicit zeros
     dropped), whatever the file's layout and index dtype."""
-    from mggcn.data.formats import checks
 
-    monkeypatch.setattr(checks, "SPARSE_CHUNK", 7)
+    monkeypatch.setattr(sparse, "SPARSE_CHUNK", 7)
     rng = np.random.default_rng(5)
     n, e = 23, 90
     row, col = rng.integers(0, n, e), rng.integers(0, n, e)
@@ -640,7 +654,7 @@ def test_sparse_npz_edges_equal_scipys_nonzeros(tmp_path, monkeypatch, layout):
         mat.data[::4] = 0  # explicit zeros kept in the file
     path = tmp_path / f"{layout}.npz"
     sp.save_npz(path, mat, compressed=False)
-    got_n, got = checks.load_sparse(path)
+    got_n, got = sparse.load_sparse(path)
     ref = sp.load_npz(path).tocoo()
     keep = ref.data != 0
     want = np.stack([ref.row[keep], ref.col[keep]]).astype(np.int64)

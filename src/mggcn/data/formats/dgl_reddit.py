@@ -10,9 +10,9 @@ from mggcn.data.formats.checks import (
     check_splits,
     file_error,
     load_npz,
-    load_sparse,
 )
 from mggcn.data.formats.labels import check_labels
+from mggcn.data.formats.sparse import load_sparse
 from mggcn.data.graph import SPLITS, Graph
 
 __all__ = ["read_dgl_reddit"]

@@ -20,13 +20,13 @@ import numpy as np
 
 from mggcn.data.formats.checks import (
     PathLike,
-    check_csr,
     check_features,
     check_splits,
     file_error,
     require_file,
 )
 from mggcn.data.formats.labels import check_labels
+from mggcn.data.formats.sparse import check_csr
 from mggcn.data.graph import SPLITS, Graph
 
 __all__ = ["PIGO_MAGIC", "read_mggcn_bin", "write_mggcn_bin"]

@@ -12,13 +12,13 @@ from mggcn.data.formats.checks import (
     CORRUPT,
     PathLike,
     check_vertex_count,
-    edges_from_sparse,
     file_error,
     require_file,
     why,
     with_vertex_data,
 )
 from mggcn.data.formats.compressed import decompressor
+from mggcn.data.formats.sparse import edges_from_sparse
 from mggcn.data.graph import Graph
 
 __all__ = ["read_mtx"]
@@ -56,7 +56,7 @@ def read_mtx(path: PathLike, features: PathLike | None = None, labels: PathLike 
     if mat.shape[0] != mat.shape[1]:
         raise file_error(path, f"the adjacency matrix is {mat.shape[0]} x {mat.shape[1]}, not square")
     n = int(mat.shape[0])
-    ei = edges_from_sparse(sp.coo_matrix(mat))
+    ei = edges_from_sparse(sp.coo_matrix(mat), path)
     if features is None and labels is None:  # nothing but the header says n
         check_vertex_count(path, n, ei.shape[1], "give features=/labels= for its vertices to mean it",
                            "features")

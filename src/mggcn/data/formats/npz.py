@@ -18,18 +18,16 @@ import scipy.sparse as sp
 
 from mggcn.data.formats.checks import (
     PathLike,
-    check_csr,
     check_features,
     check_splits,
     check_vertex_memory,
     file_error,
     load_npz,
-    matrix_shape,
     require_file,
-    square_shape,
 )
 from mggcn.data.formats.labels import check_labels
 from mggcn.data.formats.memory import undirected_edges
+from mggcn.data.formats.sparse import check_csr, matrix_shape, square_shape
 from mggcn.data.graph import SPLITS, Graph, random_split
 
 __all__ = ["read_npz"]

@@ -16,9 +16,9 @@ from mggcn.data.formats.checks import (
     file_error,
     load_json,
     load_npy,
-    load_sparse,
     mask_from_ids,
 )
+from mggcn.data.formats.sparse import load_sparse
 from mggcn.data.graph import SPLITS, Graph, one_hot_classes
 
 __all__ = ["read_saint", "write_saint"]
