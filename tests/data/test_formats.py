@@ -481,6 +481,19 @@ def test_edgelist_text_after_the_ids_on_the_first_line_is_no_header(tmp_path, sr
     assert PreparedDataset(tmp_path / "p").num_edges == src.num_edges
 
 
+def test_edgelist_ids_beyond_64_bits_name_their_line(tmp_path):
+    from mggcn.data.formats.edgelist import iter_edgelist_chunks
+
+    path = tmp_path / "g.txt"
+    path.write_text("0 1\n1 99999999999999999999\n")
+    for read_it in (read_edgelist, lambda p: list(iter_edgelist_chunks(p))):
+        with raises_naming(path, "line 2: '99999999999999999999' is beyond the range of int64"):
+            read_it(path)
+    path.write_text(f"0 1\n1 {2**63 - 1}\n")  # an id, but n = id + 1 is not
+    with raises_naming(path, "line 2: vertex id", "n = largest id + 1 must fit in 64 bits"):
+        list(iter_edgelist_chunks(path))
+
+
 def test_edgelist_bad_input(tmp_path, src):
     path = tmp_path / "g.txt"
     path.write_text("# c\n0 1\n\n1 2\n2 x\n")

@@ -103,9 +103,11 @@ def locate_bad_line(path: Path, dtype: type, ncols: int | None, exact: bool, del
             return f"line {lineno}: expected {want} value(s), found {len(tokens)}: {short_repr(text)}"
         for tok in tokens[:ncols]:
             try:
-                parse(tok)
+                value = parse(tok)
             except ValueError:
                 return f"line {lineno}: cannot parse {short_repr(tok, 30)} as {kind}"
+            if parse is int and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
+                return f"line {lineno}: {short_repr(tok, 30)} is beyond the range of {np.dtype(dtype).name}"
     return None
 
 

@@ -78,6 +78,8 @@ def iter_edgelist_chunks(path: PathLike, chunk_edges: int = 1 << 20, delimiter: 
     comments = (comment,) if isinstance(comment, str) else tuple(comment)
     skiprows, delimiter = _edgelist_layout(path, delimiter, comments)
     bound = np.iinfo(np.int64).max if num_nodes is None else num_nodes
+    if num_nodes is None:
+        n_from = "n = largest id + 1 must fit in 64 bits"
     done = 0  # data rows before this chunk
 
     def line_of(e: int) -> str:
