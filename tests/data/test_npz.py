@@ -111,3 +111,15 @@ def test_a_stored_zero_is_an_edge_and_a_repeated_attribute_adds_up_as_in_pyg(tmp
     graph, data = read(path, "npz"), pyg_read_npz(str(path))
     np.testing.assert_array_equal(graph.edge_index, data.edge_index.numpy())
     np.testing.assert_array_equal(graph.x, data.x.numpy())
+
+
+@pytest.mark.parametrize("content, says", [(b"hello\n", "it begins as text"), (b"\x00\x01binary", "it begins as data"),
+                                           (b"", "it is empty")])
+def test_a_file_that_is_no_archive_says_what_it_begins_as(tmp_path, content, says):
+    """np.load takes any file that is neither a zip nor an array for a pickle, and says it could load one unsafely:
+    the file is named as what it is instead."""
+    path = tmp_path / "g.npz"
+    path.write_bytes(content)
+    with pytest.raises(GraphError, match=f"g\\.npz: not an .npz archive: {says}, not a zip archive") as err:
+        read(path, "npz")
+    assert "pickle" not in str(err.value) and "\n" not in str(err.value)

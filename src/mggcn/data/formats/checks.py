@@ -193,19 +193,35 @@ def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
         raise file_error(path, f"truncated or corrupt .npy file ({why(exc)})") from None
 
 
+def _start(path: Path) -> str | None:
+    """What ``path`` begins as: ``zip`` (an ``.npz``), ``npy`` (numpy's header), or else in words for an error
+    (``is empty``, ``begins as text``, ``begins as data``); None where it cannot be read (the loader says why)."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(6)
+    except OSError:
+        return None
+    if start[:2] == b"PK":
+        return "zip"
+    if start == b"\x93NUMPY":
+        return "npy"
+    if not start:
+        return "is empty"
+    text = all(32 <= c < 127 or c in b"\t\r\n" for c in start)
+    return f"begins as {'text' if text else 'data'}"
+
+
 def _npy_header_problem(path: Path) -> str | None:
     """What the start of ``path`` says is wrong with it as an ``.npy`` array (np.load takes any file without
     numpy's header for a pickle, and says so): not an array at all, or one of Python objects. None: np.load may
     read it (an array, or an ``.npz`` archive, which the caller refuses by name)."""
+    start = _start(path)
+    if start == "zip" or start is None:
+        return None
+    if start != "npy":
+        return f"not an .npy file: it {start}, without numpy's header (np.save writes one)"
     try:
         with open(path, "rb") as f:
-            start = f.read(6)
-            if start[:2] == b"PK":
-                return None
-            if start != b"\x93NUMPY":
-                kind = "text" if start and all(32 <= c < 127 or c in b"\t\r\n" for c in start) else "data"
-                return f"not an .npy file: it begins as {kind}, without numpy's header (np.save writes one)"
-            f.seek(0)
             version = np.lib.format.read_magic(f)
             reader = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
             if version not in reader:
@@ -220,7 +236,10 @@ def _npy_header_problem(path: Path) -> str | None:
 
 def open_npz(path: Path, what: str = "an .npz archive") -> np.lib.npyio.NpzFile:
     """``path`` opened as an ``.npz`` archive, or a one-line error: np.load opens an ``.npy`` array under any
-    name too, as a plain array."""
+    name too, as a plain array, and takes anything else for a pickle."""
+    start = _start(path)
+    if start not in ("zip", "npy", None):  # neither an archive nor an array
+        raise file_error(path, f"not {what}: it {start}, not a zip archive (np.savez writes one)")
     try:
         npz = np.load(path, allow_pickle=False, mmap_mode="r")  # an .npy is mapped, not read, to be refused
     except CORRUPT as exc:
