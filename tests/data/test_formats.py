@@ -556,6 +556,15 @@ def test_mggcn_bin_reads_prep_py_files(tmp_path, src, width, weighted):
     assert_same(read(tmp_path / "d", "mggcn-bin"), transform(ref, dedup=True))
 
 
+def test_mggcn_bin_weight_that_is_not_finite_is_refused(tmp_path, src):
+    ref = dataclasses_replace_y(src, np.where(src.y < 0, 0, src.y))
+    prep_py_layout(tmp_path / "d", ref, 4, True)
+    graph = tmp_path / "d" / "graph.bin"
+    graph.write_bytes(graph.read_bytes()[:-4] + struct.pack("<f", float("nan")))  # the last entry's value
+    with raises_naming(graph, "the adjacency's entry at", "is nan: its values must be finite"):
+        read(tmp_path / "d", "mggcn-bin")
+
+
 def test_mggcn_bin_bad_input(tmp_path, src):
     root = tmp_path / "b"
     write_mggcn_bin(src, root)
@@ -569,6 +578,12 @@ def test_mggcn_bin_bad_input(tmp_path, src):
         read_mggcn_bin(root)
     graph.write_bytes(good[:20])
     with raises_naming(graph, "truncated header"):
+        read_mggcn_bin(root)
+    header = bytearray(good)  # n of the header (after the magic and the two widths) one more than its rows
+    header[13:17] = struct.pack("<I", src.num_nodes + 1)
+    graph.write_bytes(bytes(header))
+    with raises_naming(graph, f"the header says n={src.num_nodes + 1} for a {src.num_nodes} x {src.num_nodes} "
+                              "matrix"):
         read_mggcn_bin(root)
     bad = bytearray(good)
     bad[-4 * src.num_edges - 8: -4 * src.num_edges - 4] = struct.pack("<I", 99)  # last source id

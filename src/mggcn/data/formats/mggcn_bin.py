@@ -26,7 +26,7 @@ from mggcn.data.formats.checks import (
     require_file,
 )
 from mggcn.data.formats.labels import check_labels
-from mggcn.data.formats.sparse import check_csr
+from mggcn.data.formats.sparse import check_csr, edge_entries
 from mggcn.data.graph import SPLITS, Graph
 
 __all__ = ["PIGO_MAGIC", "read_mggcn_bin", "write_mggcn_bin"]
@@ -77,20 +77,20 @@ def _read_pigo_csr(path: Path) -> tuple[int, np.ndarray]:
         n = int(np.frombuffer(f.read(width_l), lab)[0])
         nnz = int(np.frombuffer(f.read(width_o), ordi)[0])
         nrows, ncols = (int(v) for v in np.frombuffer(f.read(2 * width_l), lab))
+        if not n == nrows == ncols:  # before the size it implies: which of them would size the file is unknown
+            raise file_error(path, f"the header says n={n} for a {nrows} x {ncols} matrix; an adjacency is n x n")
         unweighted = header_end + width_o * (n + 1) + width_l * nnz
         weighted = unweighted + 4 * nnz
         if size not in (weighted, unweighted):
             state = "truncated" if size < weighted else "too long"
             raise file_error(path, f"{state}: the header (n={n}, nnz={nnz}) implies {weighted} bytes, found {size}")
-        if not n == nrows == ncols:
-            raise file_error(path, f"the header says n={n} for a {nrows} x {ncols} matrix; an adjacency is n x n")
         indptr, indices = np.fromfile(f, ordi, n + 1), np.fromfile(f, lab, nnz)  # cast to int64 once checked
         values = np.fromfile(f, "<f4", nnz) if size == weighted else None
     indptr, indices = check_csr(indptr, indices, n, n, path)
     targets = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     ei = np.stack([indices, targets])
     if values is not None:
-        ei = ei[:, values != 0]
+        ei = ei[:, edge_entries(values, path, lambda k: f"{k} (edge {int(ei[0, k])} -> {int(ei[1, k])})")]
     return n, ei
 
 
