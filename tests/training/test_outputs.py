@@ -28,6 +28,11 @@ def test_predictions_and_outputs_as_npy_and_csv(tmp_path):
     proba = np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32)
     save_output(str(tmp_path / "q.csv"), proba, "p")
     assert (tmp_path / "q.csv").read_text() == "vertex,p0,p1\n0,0.25,0.75\n1,1,0\n"
+    # a .tsv or .tab name (any case) is tab-separated, as its name says
+    save_predictions(str(tmp_path / "p.tsv"), classes)
+    assert (tmp_path / "p.tsv").read_text() == "vertex\tprediction\n0\t2\n1\t0\n2\t1\n"
+    save_output(str(tmp_path / "q.TAB"), proba, "p")
+    assert (tmp_path / "q.TAB").read_text() == "vertex\tp0\tp1\n0\t0.25\t0.75\n1\t1\t0\n"
 
 
 def test_model_file_round_trip_and_its_description(tmp_path):

@@ -138,12 +138,17 @@ _OTHER_FORMATS = (".npz", ".pt", ".pth", ".pkl", ".pickle", ".parquet", ".feathe
                   ".json", ".jsonl", ".xlsx", ".xls", ".mat", ".gz", ".bz2", ".xz", ".zip", ".zst", ".tar")
 
 
+_SEPARATORS = {"csv": ",", "tsv": "\t"}
+
+
 def table_format(option: str, path: str) -> str:
-    """``npy`` for a ``.npy`` name (any case), ``csv`` for any other but those of :data:`_OTHER_FORMATS`, which
-    raise :class:`ConfigError` naming ``option``."""
+    """``npy`` for a ``.npy`` name (any case), ``tsv`` (tab-separated) for ``.tsv`` or ``.tab``, ``csv`` for any
+    other but those of :data:`_OTHER_FORMATS`, which raise :class:`ConfigError` naming ``option``."""
     ext = os.path.splitext(path)[1].lower()
     if ext == ".npy":
         return "npy"
+    if ext in (".tsv", ".tab"):
+        return "tsv"
     if ext in _OTHER_FORMATS:
         raise ConfigError(f"{option} {path}: {ext} is not a format the outputs are written in; give a .npy file, or "
                           "a .csv (any other name) for CSV", option)
@@ -157,13 +162,15 @@ def save_predictions(path: str, predictions: np.ndarray) -> None:
     if predictions.ndim == 2:
         save_output(path, predictions, "label", "save_predictions")
         return
-    if table_format("save_predictions", path) == "npy":
+    fmt = table_format("save_predictions", path)
+    if fmt == "npy":
         write_output(path, lambda f: np.save(f, predictions))
         return
+    sep = _SEPARATORS[fmt]
 
     def write_csv(f) -> None:
-        f.write("vertex,prediction\n")
-        np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=",")
+        f.write(f"vertex{sep}prediction\n")
+        np.savetxt(f, np.stack([np.arange(predictions.shape[0]), predictions], axis=1), fmt="%d", delimiter=sep)
 
     write_output(path, write_csv, text=True)
 
@@ -174,15 +181,17 @@ def save_output(path: str, values: np.ndarray, column: str = "h", option: str = 
     if values.ndim == 1:
         save_predictions(path, values)
         return
-    if table_format(option, path) == "npy":
+    table_fmt = table_format(option, path)
+    if table_fmt == "npy":
         write_output(path, lambda f: np.save(f, values))
         return
+    sep = _SEPARATORS[table_fmt]
 
     def write_csv(f) -> None:
-        header = ",".join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
+        header = sep.join(["vertex"] + [f"{column}{k}" for k in range(values.shape[1])])
         table = np.concatenate([np.arange(values.shape[0])[:, None], values], axis=1)
         fmt = ["%d"] + ["%d" if values.dtype.kind in "iub" else "%.7g"] * values.shape[1]
-        np.savetxt(f, table, fmt=fmt, delimiter=",", header=header, comments="")
+        np.savetxt(f, table, fmt=fmt, delimiter=sep, header=header, comments="")
 
     write_output(path, write_csv, text=True)
 
