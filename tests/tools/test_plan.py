@@ -348,3 +348,28 @@ def test_cpu_ranks_are_told_the_peers_outboxes_their_resident_memory_counts(caps
         assert lines.index(peers[0]) == next(i for i, line in enumerate(lines) if line.startswith("  total")) + 1
     else:
         assert peers == []
+
+
+@pytest.mark.parametrize("model, options", [
+    ("gcn", {"dropout": 0.5}), ("gcn", {"batch_norm": True}), ("gcn", {"input_dropout": 0.1}),
+    ("gcn", {"input_dropout": 0.1, "order": "transform-first"}), ("gcn", {}), ("sage", {"dropout": 0.3}),
+    ("gin", {"gin_mlp_batch_norm": True}), ("gat", {"heads": 2, "attention_dropout": 0.3}), ("gat", {"heads": 2}),
+])
+def test_the_planned_exchanges_are_those_an_epoch_receives(model, options, tmp_path):
+    """A model that evaluates otherwise than it trains (dropout, batch norm, GAT's attention dropout) runs a forward
+    more per epoch to measure its accuracies: the plan counts its exchanges too (rank 0 of 2, 300 rows each)."""
+    import json
+
+    metrics = tmp_path / "m.jsonl"
+    assert main(["train", "synthetic:n=600,features=24", "--nprocs", "2", "--threads", "1", "--hidden", "16",
+                 "--epochs", "2", "--model", model, "--shm", "off", "--quiet", "--metrics", str(metrics),
+                 *[f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}") for k, v in options.items()]]) == 0
+    received = json.loads(metrics.read_text().splitlines()[-1])["recv_bytes"]
+    mine = {k: v for k, v in options.items() if k not in ("gin_mlp_batch_norm", "heads", "attention_dropout",
+                                                           "dropout", "input_dropout", "order")}
+    model_options = {"heads": options.get("heads", 8), "attention_dropout": options.get("attention_dropout", 0.0)} \
+        if model == "gat" else {"mlp_batch_norm": options.get("gin_mlp_batch_norm", False)} if model == "gin" else {}
+    plan = plan_memory(600, 12000, 24, 10, (16,), nprocs=2, model=model, dropout=options.get("dropout", 0.0),
+                       input_dropout=options.get("input_dropout", 0.0), order=options.get("order", "auto"),
+                       **mine, **model_options)
+    assert plan.comm_spmm == received, (plan.comm_spmm, received)

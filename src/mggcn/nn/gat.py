@@ -247,6 +247,16 @@ class GAT(LayerStack):
         return widths
 
     @classmethod
+    def evaluation_widths(cls, dims: Sequence[int], order: str = "auto", caches_input: bool = True, heads: int = 8,
+                          **options) -> list[int]:
+        return [cls._z_width(dims, i, heads) + heads for i in range(len(dims) - 1)]  # [Z | e_src] per layer
+
+    @classmethod
+    def evaluates_differently_with(cls, dropout: float = 0.0, input_dropout: float = 0.0, batch_norm: bool = False,
+                                   attention_dropout: float = 0.0, **options) -> bool:
+        return super().evaluates_differently_with(dropout, input_dropout, batch_norm) or attention_dropout > 0
+
+    @classmethod
     def allreduce_widths(cls, dims: Sequence[int], heads: int = 8, **options) -> list[int]:
         """Per layer the all-reduce of the destinations' score gradients, ``[P·m, H]``."""
         return [heads] * (len(dims) - 1)

@@ -328,6 +328,11 @@ class GIN(BranchedStack):
         return super().evaluates_differently or self.mlp_batch_norm  # the running statistics
 
     @classmethod
+    def evaluates_differently_with(cls, dropout: float = 0.0, input_dropout: float = 0.0, batch_norm: bool = False,
+                                   mlp_batch_norm: bool = False, **options) -> bool:
+        return super().evaluates_differently_with(dropout, input_dropout, batch_norm) or mlp_batch_norm
+
+    @classmethod
     def operator(cls, norm: str) -> str:
         return "sum"
 

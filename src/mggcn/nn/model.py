@@ -109,18 +109,19 @@ def aggregate_first(d_in: int, d_out: int, first: bool, order: str = "auto") -> 
     return d_in < d_out
 
 
-def spmm_widths(dims: list[int], order: str, caches_input: bool) -> list[int]:
-    """The width of every SpMM an epoch runs (forward and backward), for sizing buffers and counting traffic."""
+def spmm_widths(dims: list[int], order: str, caches_input: bool, forward: bool = False) -> list[int]:
+    """The width of every SpMM an epoch runs (forward and backward; ``forward``: the forward's alone, as an
+    evaluation runs them), for sizing buffers and counting traffic."""
     widths = []
     for i in range(len(dims) - 1):
         if i == 0 and caches_input:
             continue  # the trainer computes Â·X once and the first layer reads it, whatever the order policy
         agg = aggregate_first(dims[i], dims[i + 1], i == 0, order)
         if i == 0 and agg:
-            widths += [dims[0]]
+            widths += [dims[0]]  # the first layer's input needs no gradient: no backward SpMM
         else:
             width = dims[i] if agg else dims[i + 1]
-            widths += [width, width]
+            widths += [width] if forward else [width, width]
     return widths
 
 
@@ -353,6 +354,19 @@ class LayerStack(nn.Module):
         sized by the widest, the plan counts the traffic): the SpMMs' (:func:`spmm_widths`); ``options``: the
         model's own (:attr:`options`)."""
         return spmm_widths(list(dims), order, caches_input)
+
+    @classmethod
+    def evaluation_widths(cls, dims: Sequence[int], order: str = "auto", caches_input: bool = True,
+                          **options) -> list[int]:
+        """The exchanges of a forward alone: what measuring the accuracies adds to an epoch when the model
+        evaluates differently (:meth:`evaluates_differently_with`)."""
+        return spmm_widths(list(dims), order, caches_input, forward=True)
+
+    @classmethod
+    def evaluates_differently_with(cls, dropout: float = 0.0, input_dropout: float = 0.0, batch_norm: bool = False,
+                                   **options) -> bool:
+        """:attr:`evaluates_differently` of the model built with these settings (the plan has no model)."""
+        return dropout > 0 or input_dropout > 0 or batch_norm
 
     @classmethod
     def allreduce_widths(cls, dims: Sequence[int], **options) -> list[int]:

@@ -353,7 +353,10 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                                    multilabel=multilabel, **options)
     plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind, train_eps))
     plan.activation_detail = detail
-    _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options), 5 + 12 * multilabel)
+    evaluation = kind.evaluation_widths(dims, order, cached, **options) \
+        if kind.evaluates_differently_with(dropout, input_dropout, **options) else []
+    _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options), 5 + 12 * multilabel,
+                       evaluation)
     return plan
 
 
@@ -419,12 +422,14 @@ def _adjacency_parts(m: int, nprocs: int, tile_cols: int | None, nnz: int, nnz_t
 
 
 def _add_communication(plan: MemoryPlan, features: int, params: int, cached: bool,
-                       allreduces: Sequence[int] = (), stats: int = 5) -> None:
-    """What a rank receives: per epoch, the broadcasts of every SpMM and the gradient all-reduce (``params`` and the
-    epoch's ``stats`` numbers: 5, multi-label 17), and the layers' ring all-reduces of ``P·m`` rows of the widths
-    ``allreduces`` (``2 · (P − 1) / P`` of their bytes); once, Â·X's broadcasts when it is ``cached``."""
+                       allreduces: Sequence[int] = (), stats: int = 5, evaluation: Sequence[int] = ()) -> None:
+    """What a rank receives: per epoch, the broadcasts of every SpMM (and of the forward that measures the
+    accuracies, ``evaluation``, where the model evaluates otherwise than it trains) and the gradient all-reduce
+    (``params`` and the epoch's ``stats`` numbers: 5, multi-label 17), and the layers' ring all-reduces of ``P·m``
+    rows of the widths ``allreduces`` (``2 · (P − 1) / P`` of their bytes); once, Â·X's broadcasts when it is
+    ``cached``."""
     nprocs, m = plan.nprocs, plan.rows
-    plan.comm_spmm = sum((nprocs - 1) * m * w * plan.item for w in plan.widths)
+    plan.comm_spmm = sum((nprocs - 1) * m * w * plan.item for w in [*plan.widths, *evaluation])
     plan.comm_allreduce = round(2 * (nprocs - 1) / nprocs * FLOAT * (params + stats))
     plan.comm_layers = sum(2 * (nprocs - 1) * m * w * plan.item for w in allreduces)
     plan.comm_once = (nprocs - 1) * m * features * plan.item if cached else 0

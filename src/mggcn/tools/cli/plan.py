@@ -66,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-dropout", type=float, default=0.0,
                    help="as for mggcn train (above 0, Â·X is recomputed every epoch)")
     p.add_argument("--dropout", type=float, default=0.0, help="as for mggcn train")
+    p.add_argument("--attention-dropout", type=float, default=DEFAULTS.attention_dropout, metavar="P",
+                   help="--model gat, as for mggcn train (above 0, or with any dropout or batch norm, each epoch "
+                        "exchanges a forward more, to measure the accuracies)")
     add_precision_option(p)
     p.add_argument("--directed", action="store_true",
                    help="Â differs from Âᵀ (a directed graph, or --norm mean; always for --model sage): the blocks "
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{preset.name}: {preset.source}")
     cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
                       batch_norm=args.batch_norm,
-                      heads=args.heads, hidden=args.hidden,
+                      heads=args.heads, attention_dropout=args.attention_dropout, hidden=args.hidden,
                       order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                       tile_bytes=args.tile_bytes, precision=args.precision)
     check_config(cfg)  # what train refuses (an option of another model, a dropout of nan), plan refuses alike
