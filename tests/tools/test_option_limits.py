@@ -262,6 +262,7 @@ def test_outputs_through_a_link_to_nothing_are_refused_before_training(capsys, t
     (["--input-dropout", "1.5"], ["--input-dropout must be in [0, 1)"]),
     (["--edges", str(2**63)], ["argument --edges", "int64"]),
     (["--edges", "-1"], ["argument --edges"]),
+    (["--tile-bytes", "1K"], ["--tile-bytes is for --device cpu"]),  # the default device: cuda
     (["--nodes", str(10**22)], ["argument --nodes", "int64"]),
     (["--edges", "91"], ["--edges 91", "do not fit", "without self loops (at most 90)"]),
 ])

@@ -23,6 +23,13 @@ REFUSED = [
     (["--timeout", "nan"], {"timeout_s": math.nan}, " must be finite, got nan"),
     (["--patience", "-1"], {"patience": -1}, " must be at least 0, got -1"),
     (["--trace-epoch", "-1"], {"trace_epoch": -1}, " must be at least 0, got -1"),
+    # what acts on hidden layers, given a one-layer model (PyG's ignores it; the other no-ops are refused too)
+    (["--dropout", "0.5", "--hidden", ""], {"dropout": 0.5, "hidden": ()},
+     " acts on the hidden layers, and hidden is empty (one layer): it would have no effect"),
+    (["--batch-norm", "--hidden", ""], {"batch_norm": True, "hidden": ()},
+     " acts on the hidden layers, and hidden is empty (one layer): it would have no effect"),
+    (["--activation", "leaky_relu", "--hidden", ""], {"activation": "leaky_relu", "hidden": ()},
+     " acts on the hidden layers, and hidden is empty (one layer): it would have no effect"),
     # the setting it needs named by its flag, or as a keyword: (the command line's words, the API's)
     (["--checkpoint-every", "2"], {"checkpoint_every": 2},
      (" needs a checkpoint directory (--checkpoint-dir)", " needs a checkpoint directory (checkpoint_dir=)")),

@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{option} {sizes[option]}: {sizes['edges']} nonzeros do not fit in the adjacency matrix "
                           f"of {sizes['nodes']} vertices without self loops (at most {most})", option)
     check_precision_device(args.precision, args.device)  # tf32 on a CPU: refused as train refuses it
+    if args.tile_bytes is not None and args.device != "cpu":  # a GPU's blocks are not tiled: it would change nothing
+        raise ConfigError("tile_bytes is for --device cpu (a GPU multiplies whole blocks)", "tile_bytes")
     args.nprocs = list(dict.fromkeys(args.nprocs))  # each P once
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
