@@ -313,3 +313,17 @@ def test_an_unknown_option_is_said_by_its_command(capsys):
         main(["plan", "--nodes", "10", "--bogus"])
     assert done.value.code == 2
     assert capsys.readouterr().err.strip() == "mggcn plan: error: unrecognized arguments: --bogus (see mggcn plan -h)"
+
+
+def test_an_option_that_asks_for_a_precision_or_a_directory_is_named_as_given(capsys, tmp_path):
+    """bench's --compare-precision names itself, not --precision; prepare's directory is the positional OUT_DIR on
+    the command line and out_dir in Python."""
+    _refused(["bench", "--nodes", "50", "--degree", "3", "--compare-precision", "tf32", "--out",
+              str(tmp_path / "b.json")], capsys, "--compare-precision tf32 runs the GEMMs on CUDA tensor cores")
+    line = _refused(["prepare", "builtin:karate", ""], capsys, "OUT_DIR is empty")
+    assert "--out-dir" not in line
+    from mggcn.data.prepared.writer import prepare
+
+    with pytest.raises(ConfigError, match="^out_dir is empty") as err:
+        prepare("builtin:karate", "")
+    assert err.value.option == "out_dir"

@@ -34,7 +34,7 @@ def output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
     it is allowed only for what prepare would write: a prepared dataset (its manifest, perhaps damaged) or an
     empty directory; never a file, the working directory an empty path names, or a directory holding the input."""
     if not str(out_dir).strip():
-        raise ConfigError("OUT_DIR is empty: give the path of the dataset's directory", "out_dir")
+        raise ConfigError("out_dir is empty: give the path of the dataset's directory", "out_dir")
     out = Path(out_dir).absolute()
     if not out.parent.is_dir():
         why = "is not a directory" if out.parent.exists() else "does not exist"

@@ -51,8 +51,12 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: st
     check_output("out", out)  # before an hour of measuring, not after it
     if opts.device == "cuda":
         resolve_device("cuda")  # no GPU: one line now, not every configuration failing after the graph is made
-    for precision in (opts.precision, *opts.compare_precision):
-        check_precision_device(precision, opts.device)
+    check_precision_device(opts.precision, opts.device)
+    for precision in opts.compare_precision:
+        try:
+            check_precision_device(precision, opts.device)
+        except ConfigError as err:  # named as the option that asked for it
+            raise ConfigError(f"compare_{err}", "compare_precision") from None
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
     report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": describe_host(opts.device), "command": command,

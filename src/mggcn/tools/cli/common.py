@@ -241,7 +241,7 @@ def exit_status(result) -> int:
 
 
 # library options whose flag has another name; the rest: --name-with-dashes
-FLAGS = {"layer": "--embeddings", "timeout_s": "--timeout", "fmt": "--format"}
+FLAGS = {"layer": "--embeddings", "timeout_s": "--timeout", "fmt": "--format", "out_dir": "OUT_DIR"}
 
 # a setting's value that has a flag of its own on the command line
 VALUE_FLAGS = {"resume='auto'": "--resume-or-start"}
