@@ -84,3 +84,20 @@ def test_the_command_exits_2_for_bad_input_a_rank_found(kind, status, capsys):
                         reason="fmt=mtx: f.npy: bad")
     assert job_failure_status(named) == status
     assert capsys.readouterr().err == "mggcn: rank 1 failed: GraphError: --format mtx: f.npy: bad\n"
+
+
+def test_a_ranks_report_leaves_out_where_in_torchs_sources_its_backend_raised(tmp_path):
+    """gloo and c10d start their messages with a C++ source location ("[/__w/pytorch/.../unbound_buffer.cc:78]"):
+    a rank's one line says what happened without it, and a peer lost is still recognised."""
+    import json
+
+    from mggcn.distributed.launch import _report_failure, without_source_locations
+
+    raw = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+           "5000ms for recv operation to complete")
+    _report_failure(str(tmp_path), 1, RuntimeError(raw))
+    report = json.loads((tmp_path / "error.1").read_text())
+    assert report["error"] == "RuntimeError: Timed out waiting 5000ms for recv operation to complete"
+    assert _PEER_LOST.search(report["error"])
+    kept = "[enforce fail at inline_container.cc:672] . unexpected pos 1536 vs 1488"  # words, not a location
+    assert without_source_locations(kept) == kept

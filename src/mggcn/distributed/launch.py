@@ -143,7 +143,7 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
 
 def _report_failure(workdir: str, rank: int, exc: BaseException) -> None:
     option = getattr(exc, "option", None)
-    reason = " ".join(str(exc).split())  # one line
+    reason = without_source_locations(" ".join(str(exc).split()))  # one line
     report = {"time": time.time(), "error": f"{type(exc).__name__}: {reason}", "reason": reason,
               "option": option if isinstance(option, str) else None, "detail": traceback.format_exc(),
               "kind": _kind_of(exc)}
@@ -406,6 +406,15 @@ _PEER_LOST = re.compile(
     r"connectFullMesh|no route to host|connect timeout|"
     r"DistNetworkError|DistBackendError|ncclRemoteError|communicator was aborted",
     re.IGNORECASE)
+
+
+# where in its C++ sources gloo or c10d raised ("[/path/to/pytorch/.../unbound_buffer.cc:78] "): no help to a user
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*")
+
+
+def without_source_locations(message: str) -> str:
+    """``message`` without the C++ source locations torch's distributed backends put before their words."""
+    return _SOURCE_LOCATION.sub("", message)
 
 
 def peer_lost(message: str) -> bool:

@@ -158,6 +158,8 @@ def _rank_failure(err: Exception) -> str:
     if type(err).__name__ == "DistStoreError" and dist is not None and not dist.is_initialized():
         return f"rank {rank} gave up waiting for the other ranks to join the job: one of them failed or was " \
                f"stopped before it joined, or was never started (its node's log says why): {text[:200]}"
+    if launch is not None:
+        text = launch.without_source_locations(text)
     if launch is not None and launch.peer_lost(text):
         return f"rank {rank} lost its connection to the other ranks (one of them, or its node, failed or was " \
                f"stopped; its log says why): {text[:300]}"
