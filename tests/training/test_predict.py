@@ -312,3 +312,16 @@ def test_a_description_of_other_weights_is_refused(tmp_path):
         predict(str(first), "builtin:karate")
     os.remove(str(first) + ".json")
     predict(str(first), "builtin:karate", activation="leaky_relu")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_predict_gives_the_classes_training_measured_in_its_precision(tmp_path, precision):
+    """A model trained in bf16 records it in its card, and predict computes as its training measured it (Â·X first,
+    in bf16): on a noisy graph after 3 epochs, where many vertices are near ties, the classes agree exactly (in
+    float32 predict would differ on a few vertices)."""
+    spec, model = "synthetic:n=800,noise=50,classes=20", str(tmp_path / "m.pt")
+    assert main(["train", spec, "--precision", precision, "--epochs", "3", "--hidden", "16", "--quiet",
+                 "--save-model", model, "--save-predictions", str(tmp_path / "trained.npy")]) == 0
+    assert json.loads(open(model + ".json").read())["precision"] == precision
+    np.testing.assert_array_equal(predict(model, spec), np.load(tmp_path / "trained.npy"))
+    assert predict(model, spec, output="proba").dtype == np.float32

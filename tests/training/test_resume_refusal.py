@@ -160,8 +160,9 @@ def test_the_command_line_refuses_and_starts_afresh_as_asked(tmp_path):
     out = run_cli(*common, "--resume")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == (f"mggcn train: error: --resume: nothing to resume from in {ck}: no checkpoint "
-                                  "files (ckpt-*.pt); to start at epoch 1 when there is nothing to resume, ask for "
-                                  "--resume-or-start")
+                                  "files (ckpt-*.pt: a run writes them every K epochs, --checkpoint-every K, and "
+                                  "when a signal stops it); to start at epoch 1 when there is nothing to resume, ask "
+                                  "for --resume-or-start")
     out = run_cli(*common, "--resume-or-start", "--checkpoint-every", "1")
     assert out.returncode == 0, out.stderr
     assert "starting at epoch 1" in out.stderr and sorted(os.listdir(ck)) == ["ckpt-000001.pt", "ckpt-000002.pt"]

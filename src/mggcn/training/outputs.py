@@ -314,7 +314,7 @@ def save_model(path: str, state_dict: dict[str, torch.Tensor], config: TrainConf
     identity); none when ``path`` is a special file (``/dev/null``, a FIFO)."""
     card = {"format": CARD_FORMAT, "version": 1, "model": config.model,
             "dims": model_dims(state_dict, path), "activation": config.activation, "norm": config.norm,
-            "dataset": dataset, **extra}
+            "precision": config.precision, "dataset": dataset, **extra}
     if dataset.get("multilabel"):  # its outputs are read per label (σ, logit > 0), which an mggcn reading version 1
         card.update(version=2, multilabel=True)  # alone would take for classes: it refuses version 2
     buffer = io.BytesIO()

@@ -52,6 +52,7 @@ from mggcn.training.outputs import (
     table_format,
     trained_reading,
 )
+from mggcn.training.precision import compute_dtype
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept
@@ -70,16 +71,18 @@ def layer_output(model: LayerStack, x: torch.Tensor, adj, layer: int | None = No
     num_layers = len(model.convs)
     layer = num_layers if layer is None else _check_layer(layer, num_layers)
     model.eval()
+    # Â·X first where training computed it so (whatever the order policy): the same products, rounded alike
+    x_agg = adj.run(x) if model.caches_input_aggregation else None
     if layer == num_layers:
-        return model(x, adj)
+        return model(x, adj, x_aggregated=x_agg)
     head = LayerStack(model.dims[: layer + 1], activation=model.activation, seed=model.seed).to(x.device).eval()
     head.convs = model.convs[:layer]
     norms = getattr(model, "norms", None)  # --batch-norm: a norm after each hidden layer, before σ
     if norms is None:
-        return activate(head(x, adj), model.activation)
+        return activate(head(x, adj, x_aggregated=x_agg), model.activation)
     head.norms = norms[: layer - 1]
-    return activate(batch_norm_(head(x, adj), norms[layer - 1], adj, head.workspace, str(layer - 1)),
-                    model.activation)
+    return activate(batch_norm_(head(x, adj, x_aggregated=x_agg), norms[layer - 1], adj, head.workspace,
+                                str(layer - 1)), model.activation)
 
 
 def _check_layer(layer: int | None, num_layers: int) -> int:
@@ -223,15 +226,17 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     widths = [model.dims[i] if conv.aggregate_first else model.dims[i + 1] for i, conv in enumerate(model.convs)]
     operator = operator_for(card["model"], card["norm"])  # the Â the model was trained with
     layout = ParallelLayout(ctx.world_size, ordering="random")  # any renumbering: the rows are gathered back
-    shard = layout.shard(dataset, ctx, operator, max(widths)).to(ctx.device)
+    # a model trained in bf16 predicts in it, as its training measured it (its weights are float32 either way)
+    dtype = compute_dtype("bf16" if card.get("precision") == "bf16" else "fp32")
+    shard = layout.shard(dataset, ctx, operator, max(widths)).to(ctx.device, dtype)
     release_dataset(dataset)
     del dataset
-    model.to(ctx.device)
+    model.to(ctx.device, dtype)
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t)
     if job.output == "embeddings":
-        rows = layer_output(model, shard.x, adj, job.layer)
-    else:
-        rows = _read_logits(layer_output(model, shard.x, adj), job.output, card.get("multilabel", False))
+        rows = layer_output(model, shard.x, adj, job.layer).float()
+    else:  # the logits in float32, as the loss and the accuracies read them
+        rows = _read_logits(layer_output(model, shard.x, adj).float(), job.output, card.get("multilabel", False))
     out = ParallelLayout.gather_original(ctx, shard.partition, rows)
     if ctx.is_main and job.out is not None:
         save_output(job.out, out, {"proba": "p", "classes": "label"}.get(job.output, "h"))
