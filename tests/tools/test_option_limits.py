@@ -251,8 +251,10 @@ def test_outputs_through_a_link_to_nothing_are_refused_before_training(capsys, t
                          ("gone/ck", ["gone is a link to", "which does not exist"]), ("gone", ["does not exist"])]:
         _refused([*KARATE, "--checkpoint-dir", str(tmp_path / given)], capsys, "--checkpoint-dir", *words)
     assert main([*KARATE, "--checkpoint-dir", str(tmp_path / "new" / "ck")]) == 0  # made when first needed
-    for option in ("--save-model", "--metrics", "--save-predictions"):  # a file's directory said as such
-        _refused([*KARATE, option, str(tmp_path / "a" / "out.csv")], capsys, option, "a loop of symbolic links")
+    for option in ("--save-model", "--metrics", "--save-predictions"):  # the link on the way named, at any depth
+        for out in (tmp_path / "a" / "out.csv", tmp_path / "a" / "sub" / "out.csv"):
+            _refused([*KARATE, option, str(out)], capsys, option, f"{tmp_path / 'a'} is a link that leads back")
+        _refused([*KARATE, option, str(tmp_path / "gone" / "out.csv")], capsys, "gone is a link to")
 
 
 # -- plan checks its options as train does -----------------------------------------------------------------------------

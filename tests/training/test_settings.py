@@ -25,11 +25,11 @@ REFUSED = [
     (["--trace-epoch", "-1"], {"trace_epoch": -1}, " must be at least 0, got -1"),
     # what acts on hidden layers, given a one-layer model (PyG's ignores it; the other no-ops are refused too)
     (["--dropout", "0.5", "--hidden", ""], {"dropout": 0.5, "hidden": ()},
-     " acts on the hidden layers, and hidden is empty (one layer): it would have no effect"),
+     " acts between layers, and the model has one (no hidden layer): it would have no effect"),
     (["--batch-norm", "--hidden", ""], {"batch_norm": True, "hidden": ()},
-     " acts on the hidden layers, and hidden is empty (one layer): it would have no effect"),
+     " acts between layers, and the model has one (no hidden layer): it would have no effect"),
     (["--activation", "leaky_relu", "--hidden", ""], {"activation": "leaky_relu", "hidden": ()},
-     " acts on the hidden layers, and hidden is empty (one layer): it would have no effect"),
+     " acts between layers, and the model has one (no hidden layer): it would have no effect"),
     # the setting it needs named by its flag, or as a keyword: (the command line's words, the API's)
     (["--checkpoint-every", "2"], {"checkpoint_every": 2},
      (" needs a checkpoint directory (--checkpoint-dir)", " needs a checkpoint directory (checkpoint_dir=)")),
@@ -72,6 +72,13 @@ def test_malformed_lists_and_fractions_are_refused_by_the_parser(argv, where, ca
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2 and f"argument {where}:" in capsys.readouterr().err
+
+
+def test_a_one_layer_gin_takes_an_activation_its_mlp_applies():
+    """GIN's σ acts inside each layer's MLP too: with no hidden layer it still changes the model, unlike the others'."""
+    losses = {a: [r["loss"] for r in mggcn.train("builtin:karate", model="gin", hidden=(), epochs=2, quiet=True,
+                                                 activation=a).history] for a in ("relu", "leaky_relu")}
+    assert losses["relu"] != losses["leaky_relu"]
 
 
 def test_an_empty_hidden_list_is_one_layer_and_the_help_says_so(capsys):

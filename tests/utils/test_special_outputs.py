@@ -180,3 +180,20 @@ def test_the_output_check_lets_special_and_proc_paths_through_and_follows_links(
     (tmp_path / "out").mkdir()
     (tmp_path / "link.csv").symlink_to(tmp_path / "out" / "p.csv")
     check_output("save_predictions", str(tmp_path / "link.csv"))
+
+
+def test_links_that_loop_or_lead_nowhere_are_found_on_the_way_to_a_path(tmp_path):
+    """A loop is asked of the system (os.stat's ELOOP), not of Path.resolve, which from Python 3.13 returns a looping
+    path as it is; the nearest name on the way to a path that is such a link is the one named."""
+    from mggcn.utils.files import LINK_LOOP, link_to_nothing, resolve_links
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "dir").mkdir()
+    assert resolve_links(tmp_path / "a") is None and resolve_links(tmp_path / "dir", tmp_path / "a" / "x") is None
+    assert resolve_links(tmp_path / "dir", tmp_path / "new") == [tmp_path.resolve() / "dir", tmp_path.resolve() / "new"]
+    assert link_to_nothing(tmp_path / "a" / "sub" / "x") == f"{tmp_path / 'a'} is {LINK_LOOP}"
+    assert link_to_nothing(tmp_path / "gone" / "x") == f"{tmp_path / 'gone'} is a link to {tmp_path / 'nowhere'}, " \
+        "which does not exist"
+    assert link_to_nothing(tmp_path / "dir" / "new" / "x") is None and link_to_nothing(tmp_path / "dir") is None

@@ -280,6 +280,7 @@ class GIN(BranchedStack):
     kind = "gin"
     pyg_name = pyg_label = "GIN"
     options = ("gin_train_eps", "gin_mlp_batch_norm", "batch_norm")
+    activation_inside_layers = True  # each layer's MLP: Linear, σ, Linear
     layer_weight = "convs.{}.nn.lins.0.weight"
 
     @classmethod

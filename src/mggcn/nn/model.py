@@ -246,6 +246,7 @@ class LayerStack(nn.Module):
     pyg_takes_edge_index = False  # the bench gives PyG's layers the edge list instead of a CSR adjacency
     reads_training_columns = True  # the last layer's backward multiplies by Âᵀ's training columns when kept
     self_loops = True  # its Â adds the identity: nonzeros = edges + vertices
+    activation_inside_layers = False  # σ acts inside each layer too (GIN's MLP), not only between layers
     options: tuple[str, ...] = ()  # the TrainConfig fields only this model takes
     layer_weight = "convs.{}.lin.weight"  # layer l's weight [d_out, d_in]: a state dict's model and sizes by it
     layer_bias: str | None = None  # layer l's bias, where the model takes ``bias=`` (None: it does not)

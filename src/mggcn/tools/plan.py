@@ -329,14 +329,12 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
     dims = [features, *hidden, classes]
     m = -(-num_nodes // nprocs)
     kind = _model_with(model, options)
-    loops = num_nodes if kind.self_loops else 0
-    nnz_rank = -(-(edges + loops) // nprocs) if rank_nnz is None else rank_nnz
+    nnz_rank = -(-(edges + (num_nodes if kind.self_loops else 0)) // nprocs) if rank_nnz is None else rank_nnz
     nnz_rank_t = nnz_rank if rank_nnz_t is None else rank_nnz_t
     # the trainer computes Â·X once whenever there is no input dropout (GAT multiplies first: no Â·X)
     cached = input_dropout == 0.0 and not kind.plans_whole_layers
     widths = kind.exchange_widths(dims, order, cached, **options)
     plan = MemoryPlan(nprocs=nprocs, rows=m, widths=widths, item=float_bytes(precision))
-
     params = num_parameters(dims, model, train_eps, **options)
     ntrain = math.ceil(train * m)
     nnz_train = None
@@ -353,10 +351,9 @@ def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden:
                                    multilabel=multilabel, **options)
     plan.parts["activations"] = max(peak, _before_first_epoch(plan, features, cached, kind, train_eps))
     plan.activation_detail = detail
-    evaluation = kind.evaluation_widths(dims, order, cached, **options) \
-        if kind.evaluates_differently_with(dropout, input_dropout, **options) else []
+    evaluates = kind.evaluates_differently_with(dropout, input_dropout, **options)  # a forward more per epoch
     _add_communication(plan, features, params, cached, kind.allreduce_widths(dims, **options), 5 + 12 * multilabel,
-                       evaluation)
+                       kind.evaluation_widths(dims, order, cached, **options) if evaluates else [])
     return plan
 
 

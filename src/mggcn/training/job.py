@@ -46,7 +46,7 @@ from mggcn.training.precision import check_precision_device
 from mggcn.training.settings import check_job_settings
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import LINK_LOOP, check_writable, open_output, resolve_links
+from mggcn.utils.files import check_writable, link_to_nothing, open_output
 from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.parallel import available_cores
 from mggcn.utils.progress import epoch_progress
@@ -203,14 +203,12 @@ def check_checkpoint_dir(path: str | None) -> None:
             raise ConfigError(f"checkpoint_dir {path}: exists and is not a directory", "checkpoint_dir")
         check_writable("checkpoint_dir", path, path)
         return
-    ancestor = os.path.abspath(path)  # itself, where it is a link to nothing
-    while not os.path.lexists(ancestor):
+    nothing = link_to_nothing(path)  # no directory can be made through a link that loops or leads nowhere
+    if nothing is not None:
+        raise ConfigError(f"checkpoint_dir {path}: {nothing}", "checkpoint_dir")
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(ancestor):
         ancestor = os.path.dirname(ancestor)
-    if os.path.islink(ancestor) and resolve_links(ancestor) is None:
-        raise ConfigError(f"checkpoint_dir {path}: {ancestor} is {LINK_LOOP}", "checkpoint_dir")
-    if not os.path.exists(ancestor):  # a link to nothing: no directory can be made through it
-        raise ConfigError(f"checkpoint_dir {path}: {ancestor} is a link to {os.readlink(ancestor)}, which does "
-                          "not exist", "checkpoint_dir")
     if not os.path.isdir(ancestor):
         raise ConfigError(f"checkpoint_dir {path}: {ancestor} is not a directory", "checkpoint_dir")
     check_writable("checkpoint_dir", path, ancestor)

@@ -36,7 +36,7 @@ from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
 from mggcn.training.checkpoint import Checkpointer, complex_entry, non_finite_entry
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
-from mggcn.utils.files import LINK_LOOP, check_writable, is_special, same_file, write_output, written_in_place
+from mggcn.utils.files import check_writable, is_special, link_to_nothing, same_file, write_output, written_in_place
 
 __all__ = ["CARD_FORMAT", "READING", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims",
            "model_kind", "model_multilabel", "read_inputs", "save_model", "save_output", "save_predictions",
@@ -63,8 +63,10 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
             continue
         parent = os.path.dirname(os.path.realpath(target))  # where the temporary file goes (a link's target's)
         if not os.path.isdir(parent):
-            why = "is a file, not a directory" if os.path.exists(parent) else \
-                f"is {LINK_LOOP}" if os.path.islink(parent) else "does not exist"  # realpath stops at a loop
+            nothing = link_to_nothing(target)  # a link on the way that loops (realpath stops there) or leads nowhere
+            if nothing is not None:
+                raise ConfigError(f"{option} {path}: {nothing}", option)
+            why = "is a file, not a directory" if os.path.exists(parent) else "does not exist"
             raise ConfigError(f"{option} {path}: the directory {parent} {why}", option)
         if os.path.isdir(target):
             what = "is a directory" if target == path else f"its model description {target} is a directory"

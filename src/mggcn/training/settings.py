@@ -107,9 +107,10 @@ def check_config(cfg: TrainConfig) -> None:
     if any(h < 1 for h in hidden):
         raise ConfigError(f"hidden sizes must be positive, got {','.join(map(str, hidden))}", "hidden")
     _at_least("epochs", cfg.epochs, 0, integer=True)
-    for option in ("dropout", "batch_norm", "activation") if not hidden else ():
+    between = ("dropout", "batch_norm") + (() if kind.activation_inside_layers else ("activation",))
+    for option in between if not hidden else ():
         if getattr(cfg, option) != defaults[option]:  # it acts on hidden layers: a one-layer model would ignore it
-            raise ConfigError(f"{option} acts on the hidden layers, and hidden is empty (one layer): it would "
+            raise ConfigError(f"{option} acts between layers, and the model has one (no hidden layer): it would "
                               "have no effect", option)
     _check_optimizer(cfg)
     for option, p in (("dropout", cfg.dropout), ("input_dropout", cfg.input_dropout)):

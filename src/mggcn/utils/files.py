@@ -32,8 +32,8 @@ try:
 except ImportError:  # Windows: no advisory locks
     fcntl = None
 
-__all__ = ["LINK_LOOP", "OutputError", "atomic_write", "check_writable", "is_special", "open_output", "resolve_links",
-           "same_file", "write_output", "written_in_place"]
+__all__ = ["LINK_LOOP", "OutputError", "atomic_write", "check_writable", "is_special", "link_to_nothing", "open_output",
+           "resolve_links", "same_file", "write_output", "written_in_place"]
 
 LINK_LOOP = "a link that leads back to itself (a loop of symbolic links)"
 
@@ -79,11 +79,36 @@ def is_special(path: str | os.PathLike) -> bool:
 
 def resolve_links(*paths: str | os.PathLike) -> list[Path] | None:
     """``paths``, absolute, with every symbolic link followed; None where the links of one of them loop
-    (:data:`LINK_LOOP`: ``Path.resolve`` raises RuntimeError for it before Python 3.13, OSError (ELOOP) from it)."""
+    (:data:`LINK_LOOP`). The loop is asked of the system: ``Path.resolve`` raises RuntimeError for one before
+    Python 3.13, and from 3.13 returns the path as it is."""
+    if any(_loops(p) for p in paths):
+        return None
     try:
         return [Path(p).resolve() for p in paths]
     except (OSError, RuntimeError):
         return None
+
+
+def _loops(path: str | os.PathLike) -> bool:
+    try:
+        os.stat(path)
+    except OSError as err:
+        return err.errno == errno.ELOOP
+    except ValueError:  # a NUL in the name: no loop, the caller's open says what is wrong
+        return False
+    return False
+
+
+def link_to_nothing(path: str | os.PathLike) -> str | None:
+    """Why nothing can be made at ``path``, said of the nearest of it and its ancestors that is there as a name:
+    a link that loops (:data:`LINK_LOOP`) or leads to nothing; None where that one is no such link."""
+    near = os.path.abspath(path)
+    while not os.path.lexists(near) and os.path.dirname(near) != near:
+        near = os.path.dirname(near)
+    if not os.path.islink(near) or os.path.exists(near):
+        return None
+    return f"{near} is {LINK_LOOP}" if _loops(near) else f"{near} is a link to {os.readlink(near)}, which does " \
+        "not exist"
 
 
 def same_file(a: str, b: str) -> bool:
