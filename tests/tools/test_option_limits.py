@@ -264,7 +264,7 @@ def test_outputs_through_a_link_to_nothing_are_refused_before_training(capsys, t
     (["--input-dropout", "1.5"], ["--input-dropout must be in [0, 1)"]),
     (["--edges", str(2**63)], ["argument --edges", "int64"]),
     (["--edges", "-1"], ["argument --edges"]),
-    (["--tile-bytes", "1K"], ["--tile-bytes is for --device cpu"]),  # the default device: cuda
+    (["--tile-bytes", "1K"], ["--tile-bytes is for --device cpu", "the device is cuda"]),  # plan's default device
     (["--nodes", str(10**22)], ["argument --nodes", "int64"]),
     (["--edges", "91"], ["--edges 91", "do not fit", "without self loops (at most 90)"]),
 ])
@@ -329,3 +329,11 @@ def test_an_option_that_asks_for_a_precision_or_a_directory_is_named_as_given(ca
     with pytest.raises(ConfigError, match="^out_dir is empty") as err:
         prepare("builtin:karate", "")
     assert err.value.option == "out_dir"
+
+
+def test_train_refuses_a_cpu_tile_size_for_a_gpu_as_plan_does(capsys):
+    _refused([*KARATE, "--device", "cuda", "--tile-bytes", "1K"], capsys, "--tile-bytes is for --device cpu",
+             "the device is cuda")
+    with pytest.raises(ConfigError, match="^tile_bytes is for device=cpu") as err:
+        mggcn.train("builtin:karate", device="cuda", tile_bytes=1024, epochs=1, quiet=True)
+    assert err.value.option == "tile_bytes"

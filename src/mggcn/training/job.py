@@ -43,7 +43,7 @@ from mggcn.nn.models import make_model, model_options, model_type, num_parameter
 from mggcn.training.checkpoint import Checkpointer, CheckpointError, check_compatible, check_fits
 from mggcn.training.outputs import check_output, save_model, save_predictions, table_format
 from mggcn.training.precision import check_precision_device
-from mggcn.training.settings import check_job_settings
+from mggcn.training.settings import check_job_settings, check_tile_bytes
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, link_to_nothing, open_output
@@ -264,6 +264,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
         table_format("save_predictions", job.save_predictions)
     device = job.device if job.device in ("cpu", "cuda") else resolve_device(job.device)
     check_precision_device(cfg.precision, device)
+    check_tile_bytes(cfg.tile_bytes, device)
     if device == "cuda" and not under_torchrun():
         resolve_device(device)  # no GPU visible: that line first
         check_gpus(nprocs)  # more ranks than this host's GPUs only with MGGCN_SHARE_DEVICE=1 (torchrun: per node)

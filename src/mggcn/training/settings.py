@@ -132,6 +132,13 @@ def check_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {cfg.precision!r}", "precision")
 
 
+def check_tile_bytes(tile_bytes: int | None, device: str) -> None:
+    """``tile_bytes`` sizes a CPU's column tiles: on a GPU, which multiplies whole blocks, it would change nothing."""
+    if tile_bytes is not None and device != "cpu":
+        raise ConfigError(f"tile_bytes is for device=cpu (a GPU multiplies whole blocks), and the device is {device}",
+                          "tile_bytes")
+
+
 def check_job_settings(job: Any) -> None:
     """The job's own settings beside its config (a :class:`~mggcn.training.job.TrainJob`)."""
     check_config(job.config)

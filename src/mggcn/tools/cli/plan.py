@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from mggcn.nn.models import model_options, operator_for
     from mggcn.tools.plan import PRESETS, format_plan, plan_memory
     from mggcn.training.precision import check_precision_device
-    from mggcn.training.settings import check_config
+    from mggcn.training.settings import check_config, check_tile_bytes
     from mggcn.training.trainer import epoch_tile_columns
 
     preset = PRESETS.get(args.dataset)
@@ -95,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{option} {sizes[option]}: {sizes['edges']} nonzeros do not fit in the adjacency matrix "
                           f"of {sizes['nodes']} vertices without self loops (at most {most})", option)
     check_precision_device(args.precision, args.device)  # tf32 on a CPU: refused as train refuses it
-    if args.tile_bytes is not None and args.device != "cpu":  # a GPU's blocks are not tiled: it would change nothing
-        raise ConfigError("tile_bytes is for --device cpu (a GPU multiplies whole blocks)", "tile_bytes")
+    check_tile_bytes(args.tile_bytes, args.device)
     args.nprocs = list(dict.fromkeys(args.nprocs))  # each P once
     if preset is not None:
         print(f"{preset.name}: {preset.source}")
