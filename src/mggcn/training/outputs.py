@@ -152,8 +152,8 @@ def table_format(option: str, path: str) -> str:
     if ext in (".tsv", ".tab"):
         return "tsv"
     if ext in _OTHER_FORMATS:
-        raise ConfigError(f"{option} {path}: {ext} is not a format the outputs are written in; give a .npy file, or "
-                          "a .csv (any other name) for CSV", option)
+        raise ConfigError(f"{option} {path}: {ext} is not a format the outputs are written in; give a .npy file, "
+                          "a .tsv for tab-separated text, or a .csv (any other name) for CSV", option)
     return "csv"
 
 

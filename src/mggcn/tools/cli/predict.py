@@ -28,8 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=path_arg, help="a file written by `mggcn train --save-model`")
     p.add_argument("dataset", help="as for `mggcn train`: a spec, a prepared directory, or a path with --format")
     p.add_argument("--out", type=path_arg, required=True,
-                   help=".npy, or CSV for any other name ('vertex,prediction', multi-label 'vertex,label0,label1,...', "
-                        "or 'vertex,p0,p1,...') but another format's (.npz, .parquet, .gz, ... are refused)")
+                   help=".npy; .tsv or .tab: tab-separated; CSV for any other name ('vertex,prediction', multi-label "
+                        "'vertex,label0,label1,...', or 'vertex,p0,p1,...') but another format's (.npz, .parquet, "
+                        ".gz, ... are refused)")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--proba", action="store_true",
                       help="class probabilities (softmax; a multi-label model: σ per label) instead of classes")

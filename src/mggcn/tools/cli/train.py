@@ -164,8 +164,9 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-model", type=path_arg, default=None, metavar="FILE",
                    help="write the weights as a state dict that loads into PyG's GCN, GraphSAGE, GIN or GAT model")
     p.add_argument("--save-predictions", type=path_arg, default=None, metavar="FILE",
-                   help="write one predicted class per ORIGINAL vertex (.npy, or CSV 'vertex,prediction' for any "
-                        "other name but another format's: .npz, .parquet, .gz, ... are refused)")
+                   help="write one predicted class per ORIGINAL vertex (.npy; .tsv or .tab: tab-separated; CSV "
+                        "'vertex,prediction' for any other name but another format's: .npz, .parquet, .gz, ... are "
+                        "refused)")
     p.add_argument("--quiet", action="store_true", help="no per-epoch lines: only the final accuracies")
     p.add_argument("--log-every", type=positive_int, default=1, metavar="K", help="print every K-th epoch (default 1)")
     p.add_argument("--patience", type=int, default=DEFAULTS.patience, metavar="K",
