@@ -340,6 +340,9 @@ def test_dgl_reddit_bad_input(tmp_path, src):
     with raises_naming(graph, "30 x 30", "40 vertices"):
         read_dgl_reddit(root)
     graph.write_bytes(b"not a zip")
+    with raises_naming(graph, "not a scipy sparse .npz archive: it begins as text"):
+        read_dgl_reddit(root)
+    graph.write_bytes(b"PK\x03\x04 but cut short")  # a zip's start, then nothing of one
     with raises_naming(graph, "truncated or corrupt"):
         read_dgl_reddit(root)
     data = root / "reddit_data.npz"

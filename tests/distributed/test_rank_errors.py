@@ -91,7 +91,8 @@ def test_a_ranks_report_leaves_out_where_in_torchs_sources_its_backend_raised(tm
     a rank's one line says what happened without it, and a peer lost is still recognised."""
     import json
 
-    from mggcn.distributed.launch import _report_failure, without_source_locations
+    from mggcn.distributed.launch import _report_failure
+    from mggcn.utils.errors import without_source_locations
 
     raw = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
            "5000ms for recv operation to complete")

@@ -170,6 +170,10 @@ def test_a_rank_that_gave_up_waiting_to_join_says_so(monkeypatch):
                            "stopped before it joined"), line
     assert line.endswith("DistStoreError: wait timeout after 60000ms, keys: /default_pg/0//cpu//0/1"), line
     assert _rank_failure(RuntimeError("boom")) == "rank 0 failed: RuntimeError: boom"
+    located = dist.DistStoreError("[/__w/pytorch/torch/csrc/distributed/c10d/TCPStore.cpp:123] wait timeout")
+    assert _rank_failure(located).endswith("DistStoreError: wait timeout")  # torch's source location left out
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+    assert _rank_failure(gloo).endswith("): RuntimeError: Connection closed by peer")  # a peer lost, said as such
 
 
 def test_a_rank_whose_rendezvous_cannot_be_reached_says_so_in_one_line(tmp_path):

@@ -36,7 +36,7 @@ from mggcn.distributed.forkserver import (
     worker_context,
 )
 from mggcn.distributed.shm import sweep_outboxes
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, without_source_locations
 from mggcn.utils.files import atomic_write
 from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.system import (
@@ -406,15 +406,6 @@ _PEER_LOST = re.compile(
     r"connectFullMesh|no route to host|connect timeout|"
     r"DistNetworkError|DistBackendError|ncclRemoteError|communicator was aborted",
     re.IGNORECASE)
-
-
-# where in its C++ sources gloo or c10d raised ("[/path/to/pytorch/.../unbound_buffer.cc:78] "): no help to a user
-_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*")
-
-
-def without_source_locations(message: str) -> str:
-    """``message`` without the C++ source locations torch's distributed backends put before their words."""
-    return _SOURCE_LOCATION.sub("", message)
 
 
 def peer_lost(message: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["InputError", "ConfigError", "GraphError", "unpickling_reason"]
+__all__ = ["InputError", "ConfigError", "GraphError", "unpickling_reason", "without_source_locations"]
 
 
 class InputError(ValueError):
@@ -49,3 +49,12 @@ def unpickling_reason(err: BaseException) -> str:
     if first and "weights_only" not in first.lower() and len(first) < 200:
         return f"{type(err).__name__}: {first}"
     return type(err).__name__
+
+
+# where in its C++ sources gloo or c10d raised ("[/path/to/pytorch/.../unbound_buffer.cc:78] "): no help to a user
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*")
+
+
+def without_source_locations(message: str) -> str:
+    """``message`` without the C++ source locations torch's distributed backends put before their words."""
+    return _SOURCE_LOCATION.sub("", message)

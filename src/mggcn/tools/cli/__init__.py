@@ -20,7 +20,7 @@ from mggcn.config import __version__
 from mggcn.tools.cli import bench, datasets, info, plan, predict, prepare, report, train
 from mggcn.tools.cli.common import HelpFormatter, flag_message
 from mggcn.tools.cli.process import prepare_process
-from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.errors import ConfigError, GraphError, without_source_locations
 from mggcn.utils.files import OutputError
 from mggcn.utils.launcher import torchrun_world_size, under_torchrun
 from mggcn.utils.system import hold_signals, own_process, signals_end_process, sigterm_as_interrupt
@@ -150,7 +150,7 @@ def _rank_failure(err: Exception) -> str:
     """What ended a torchrun rank, in one line naming it: a lost connection to its peers (a rank or a node that
     failed or was stopped, whose own log says why) as such, rather than gloo's or NCCL's words alone."""
     rank = os.environ.get("RANK", "?")
-    text = " ".join(f"{type(err).__name__}: {err}".split())
+    text = without_source_locations(" ".join(f"{type(err).__name__}: {err}".split()))
     launch = sys.modules.get("mggcn.distributed.launch")  # loaded by any job that got as far as a collective
     dist = sys.modules.get("torch.distributed")
     if type(err).__name__ == "RendezvousUnreachable":
@@ -158,8 +158,6 @@ def _rank_failure(err: Exception) -> str:
     if type(err).__name__ == "DistStoreError" and dist is not None and not dist.is_initialized():
         return f"rank {rank} gave up waiting for the other ranks to join the job: one of them failed or was " \
                f"stopped before it joined, or was never started (its node's log says why): {text[:200]}"
-    if launch is not None:
-        text = launch.without_source_locations(text)
     if launch is not None and launch.peer_lost(text):
         return f"rank {rank} lost its connection to the other ranks (one of them, or its node, failed or was " \
                f"stopped; its log says why): {text[:300]}"
