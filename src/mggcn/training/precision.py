@@ -30,12 +30,13 @@ def compute_dtype(precision: str) -> torch.dtype:
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
-def check_precision_device(precision: str, device: torch.device | str) -> None:
-    """Refuse a precision the device cannot run, in one line naming both."""
+def check_precision_device(precision: str, device: torch.device | str, option: str = "precision") -> None:
+    """Refuse a precision the device cannot run, in one line naming both (and ``option``, the setting that asked
+    for it)."""
     kind = torch.device(device).type
     if precision == "tf32" and kind != "cuda":
-        raise ConfigError(f"precision tf32 runs the GEMMs on CUDA tensor cores; the device is {kind}: use fp32 "
-                          "(or bf16)", "precision")
+        raise ConfigError(f"{option} tf32 runs the GEMMs on CUDA tensor cores; the device is {kind}: use fp32 "
+                          "(or bf16)", option)
 
 
 @contextlib.contextmanager

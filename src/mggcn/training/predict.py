@@ -52,7 +52,7 @@ from mggcn.training.outputs import (
     table_format,
     trained_reading,
 )
-from mggcn.training.precision import compute_dtype
+from mggcn.training.precision import compute_dtype, precision_scope
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept
@@ -192,7 +192,8 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
         raise ConfigError(f"layer={job.layer} is for output='embeddings' (the outputs of that layer); "
                           f"output='{job.output}' is the last layer's", "layer")
     if not isinstance(job.model, str):
-        what = "a state dict" if isinstance(job.model, dict) else f"a {type(job.model).__name__}"
+        what = ("a state dict" if isinstance(job.model, dict) else "a path object (give it as str(path))"
+                if isinstance(job.model, os.PathLike) else f"a {type(job.model).__name__}")
         raise ConfigError(f"model must be the path of a saved model (mggcn's --save-model, or torch.save of a "
                           f"state dict), got {what}; save it with torch.save(model.state_dict(), PATH) and give "
                           "PATH", "model")
@@ -226,17 +227,20 @@ def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None =
     widths = [model.dims[i] if conv.aggregate_first else model.dims[i + 1] for i, conv in enumerate(model.convs)]
     operator = operator_for(card["model"], card["norm"])  # the Â the model was trained with
     layout = ParallelLayout(ctx.world_size, ordering="random")  # any renumbering: the rows are gathered back
-    # a model trained in bf16 predicts in it, as its training measured it (its weights are float32 either way)
+    # a model trained in bf16 (or tf32, on a GPU) predicts in it, as its training measured it (its weights are
+    # float32 either way)
     dtype = compute_dtype("bf16" if card.get("precision") == "bf16" else "fp32")
     shard = layout.shard(dataset, ctx, operator, max(widths)).to(ctx.device, dtype)
     release_dataset(dataset)
     del dataset
     model.to(ctx.device, dtype)
     adj = StagedSpMM(ctx, shard.adj, shard.adj_t)
-    if job.output == "embeddings":
-        rows = layer_output(model, shard.x, adj, job.layer).float()
-    else:  # the logits in float32, as the loss and the accuracies read them
-        rows = _read_logits(layer_output(model, shard.x, adj).float(), job.output, card.get("multilabel", False))
+    tf32 = card.get("precision") == "tf32" and torch.device(ctx.device).type == "cuda"  # a CPU has no TF32 GEMMs
+    with precision_scope("tf32" if tf32 else "fp32", ctx.device):
+        if job.output == "embeddings":
+            rows = layer_output(model, shard.x, adj, job.layer).float()
+        else:  # the logits in float32, as the loss and the accuracies read them
+            rows = _read_logits(layer_output(model, shard.x, adj).float(), job.output, card.get("multilabel", False))
     out = ParallelLayout.gather_original(ctx, shard.partition, rows)
     if ctx.is_main and job.out is not None:
         save_output(job.out, out, {"proba": "p", "classes": "label"}.get(job.output, "h"))
@@ -284,7 +288,7 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int | None = None, o
         options: :class:`PredictJob` fields (``fmt``, ``norm``, ``activation``, ``kind``, ``device``,
             ``read_options``, ...).
     """
-    unknown = sorted(set(options) - {f.name for f in fields(PredictJob)} - {"model", "dataset", "output", "layer"})
+    unknown = sorted(set(options) - {f.name for f in fields(PredictJob)})
     if unknown:
         raise TypeError(f"mggcn.predict() got unknown options {unknown}; see help(mggcn.predict)")
     if is_pyg(dataset):  # prediction reads only the edges and features: no labels or splits needed

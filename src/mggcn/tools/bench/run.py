@@ -53,10 +53,7 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: st
         resolve_device("cuda")  # no GPU: one line now, not every configuration failing after the graph is made
     check_precision_device(opts.precision, opts.device)
     for precision in opts.compare_precision:
-        try:
-            check_precision_device(precision, opts.device)
-        except ConfigError as err:  # named as the option that asked for it
-            raise ConfigError(f"compare_{err}", "compare_precision") from None
+        check_precision_device(precision, opts.device, "compare_precision")
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
     report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": describe_host(opts.device), "command": command,
