@@ -260,11 +260,17 @@ def test_saint_bad_input(tmp_path, src):
     cm.write_text(json.dumps({"0": 1, "1": -3}))
     with raises_naming(cm, "negative"):
         read_saint(root)
+    cm.write_text('{"0": 1, "1": 2, "0": 0}')  # json keeps the last: vertex 0's label would be replaced
+    with raises_naming(cm, "invalid JSON", "the key '0' appears twice"):
+        read_saint(root)
 
     root = write_saint(tmp_path / "t", src)
     role = root / "role.json"
     role.write_text(json.dumps({"tr": [0, 1], "va": [1]}))
     with raises_naming(role, "'te'"):
+        read_saint(root)
+    role.write_text('{"tr": [0], "va": [1], "te": [2], "tr": [3]}')
+    with raises_naming(role, "the key 'tr' appears twice"):
         read_saint(root)
     role.write_text(json.dumps({"tr": [0, 1], "va": [1], "te": [2]}))
     with raises_naming(role, "'train' and 'val'", "overlap"):

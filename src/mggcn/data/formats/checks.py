@@ -278,11 +278,22 @@ def load_npz(path: PathLike, keys: Sequence[str], optional: Sequence[str] = ()) 
         raise file_error(path, f"truncated or corrupt .npz file ({why(exc)})") from None
 
 
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object, refused where it repeats a key (json keeps the last: a vertex's label or a split would be
+    silently replaced)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {short_repr(key, 30)} appears twice in one object")
+    return obj
+
+
 def load_json(path: Path) -> Any:
     path = require_file(path)
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=_distinct_keys)
     except json.JSONDecodeError as exc:
         raise file_error(path, f"line {exc.lineno}: invalid JSON ({exc.msg})") from None
     except RecursionError:  # nesting deeper than the parser's recursion
