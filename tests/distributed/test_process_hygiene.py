@@ -253,3 +253,22 @@ def test_a_signal_that_stopped_mggcn_train_is_passed_on_to_the_callers_handler(t
         assert not any(line.startswith("returned") for line in ours), out
     assert (tmp_path / "model.pt").is_file()  # the outputs came first
     assert os.listdir(tmp) == []
+
+
+def test_a_ctrl_c_pending_when_a_worker_unblocks_its_signals_is_reported_not_a_traceback(tmp_path):
+    """The fork server holds SIGINT blocked; a Ctrl-C that came meanwhile arrives the moment a new worker unblocks
+    it, before the worker's job begins: it is reported as an interrupt, as one during the job is, not raised through
+    multiprocessing's bootstrap as a traceback."""
+    import json
+
+    script = textwrap.dedent(f"""
+        import os, signal
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})  # before any thread starts, as in the server
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        from mggcn.distributed import launch
+        os.kill(os.getpid(), signal.SIGINT)  # pending, as a Ctrl-C the fork server held
+        launch._worker_entry(0, 1, {str(tmp_path)!r}, print, ("the job ran",), dict(os.environ), os.getppid())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr and "the job ran" not in out.stdout, out
+    assert json.loads((tmp_path / "error.0").read_text())["kind"] == "interrupt"

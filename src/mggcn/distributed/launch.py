@@ -115,20 +115,20 @@ def _job_directory() -> str:
 
 def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], args: tuple,
                   environ: dict[str, str], launcher: int) -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKS)  # blocked since the server started (see there)
-    own_process()  # the settings a rank makes (threads, allocator) stay in this process
-    die_with_parent()
-    die_with_process(launcher)  # the fork server is the parent: a killed launcher ends it only at its exit
-    let_go_of_the_fork_server()
-    os.environ.clear()  # the launcher's environment as it is now, not as it was when the fork server started
-    os.environ.update(environ)
-    os.environ.update({
-        "RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs),
-        "MGGCN_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
-    })
     no_memory = _no_memory_mark(workdir, rank)  # named now: naming it after a MemoryError could fail as well
-    try:
+    try:  # from the first line: a Ctrl-C held while the server forked arrives as the signals are unblocked
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKS)  # blocked since the server started (see there)
+        own_process()  # the settings a rank makes (threads, allocator) stay in this process
+        die_with_parent()
+        die_with_process(launcher)  # the fork server is the parent: a killed launcher ends it only at its exit
+        let_go_of_the_fork_server()
+        os.environ.clear()  # the launcher's environment as it is now, not as it was when the fork server started
+        os.environ.update(environ)
+        os.environ.update({
+            "RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(nprocs),
+            "MGGCN_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
+        })
         result = fn(*args)
         shutdown(clean=True)
         atomic_write(os.path.join(workdir, f"result.{rank}"), lambda tmp: _pickle_to(tmp, result))
