@@ -255,6 +255,8 @@ def test_outputs_through_a_link_to_nothing_are_refused_before_training(capsys, t
         for out in (tmp_path / "a" / "out.csv", tmp_path / "a" / "sub" / "out.csv"):
             _refused([*KARATE, option, str(out)], capsys, option, f"{tmp_path / 'a'} is a link that leads back")
         _refused([*KARATE, option, str(tmp_path / "gone" / "out.csv")], capsys, "gone is a link to")
+    _refused(["prepare", "builtin:karate", str(tmp_path / "a" / "out")], capsys, f"{tmp_path / 'a'} is a link that "
+             "leads back")  # prepare's OUT_DIR alike
 
 
 # -- plan checks its options as train does -----------------------------------------------------------------------------

@@ -369,8 +369,6 @@ def graph_from_arrays(n: int, edge_index: np.ndarray, x: np.ndarray, y: np.ndarr
     edge_index = int64_array(edge_index, "vertex id", name, kinds="iuf")
     if edge_index.size == 0:
         edge_index = edge_index.reshape(2, 0)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]  # OGB's [n, 1] labels
     masks = {s: split_mask(masks[s], n, split, f"{s}_mask", name) for s in SPLITS}
     return Graph(n, edge_index, x, y, masks, name=name, meta={"format": fmt}).validate()
 

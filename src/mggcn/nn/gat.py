@@ -191,7 +191,8 @@ class GAT(LayerStack):
 
     @property
     def evaluates_differently(self) -> bool:
-        return super().evaluates_differently or self.attention_dropout > 0
+        return self.evaluates_differently_with(self.dropout, self.input_dropout, hasattr(self, "norms"),
+                                               attention_dropout=self.attention_dropout)
 
     @classmethod
     def build(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, attention_dropout: float = 0.0,

@@ -326,11 +326,13 @@ class GIN(BranchedStack):
 
     @property
     def evaluates_differently(self) -> bool:
-        return super().evaluates_differently or self.mlp_batch_norm  # the running statistics
+        return self.evaluates_differently_with(self.dropout, self.input_dropout, hasattr(self, "norms"),
+                                               mlp_batch_norm=self.mlp_batch_norm)
 
     @classmethod
     def evaluates_differently_with(cls, dropout: float = 0.0, input_dropout: float = 0.0, batch_norm: bool = False,
                                    mlp_batch_norm: bool = False, **options) -> bool:
+        # the MLPs' norms: their running statistics in eval mode
         return super().evaluates_differently_with(dropout, input_dropout, batch_norm) or mlp_batch_norm
 
     @classmethod

@@ -456,8 +456,9 @@ class LayerStack(nn.Module):
     @property
     def evaluates_differently(self) -> bool:
         """Whether the model in eval mode gives other logits than in training mode (dropout; GAT's attention
-        dropout, GIN's batch norm): then a training forward's logits do not measure its accuracy."""
-        return self.dropout > 0 or self.input_dropout > 0 or hasattr(self, "norms")
+        dropout, GIN's batch norm): then a training forward's logits do not measure its accuracy. Said by
+        :meth:`evaluates_differently_with`, the rule the plan asks too."""
+        return self.evaluates_differently_with(self.dropout, self.input_dropout, hasattr(self, "norms"))
 
     @property
     def caches_input_aggregation(self) -> bool:

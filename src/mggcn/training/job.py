@@ -445,8 +445,8 @@ def dataset_reading(job: TrainJob, dataset: Dataset) -> dict[str, bool]:
     was made with (``mggcn prepare --undirected``; a named dataset's own, such as ogbn-products' reverse edges)."""
     reading = job.reading()
     made = _built(dataset)
-    if made:
-        made["random_features"] = has_random_features(dataset, None, {})
+    if made:  # the features file was given to prepare, or none, and random ones were written
+        made["random_features"] = random_features(made.get("format"), made)
     return {k: bool(on or made.get(k) is True) for k, on in reading.items()}
 
 

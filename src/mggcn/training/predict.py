@@ -121,7 +121,8 @@ class PredictJob:
 
 
 def _open(job: PredictJob, note: bool = False) -> Dataset:
-    reading = _reading(job)
+    trained = trained_reading(job.model) if os.path.isfile(job.model) else {}  # the card, read once
+    reading = _reading(job, trained)
     from_card = [k for k, on in reading.items() if on and _given(job)[k] is None]
     if note and from_card and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 says it
         flags = " ".join(f"--{k.replace('_', '-')}" for k in from_card)
@@ -133,17 +134,17 @@ def _open(job: PredictJob, note: bool = False) -> Dataset:
         options["normalize_features"] = True
     dataset = open_dataset(job.dataset, job.fmt, read_options=options, **reading)
     if note:
-        _check_features(job, dataset)
+        _check_features(job, dataset, trained.get("random_features"))
     return dataset
 
 
-def _check_features(job: PredictJob, dataset: Dataset) -> None:
+def _check_features(job: PredictJob, dataset: Dataset, trained: bool | None) -> None:
     """A graph read without its features file has random ones: predictions from them are noise, unless the model
     was trained on random ones too (its card's ``random_features``). Refused where the card says its training read
-    given features; said on stderr where the card does not say (a PyG model's weights, an older card)."""
+    given features (``trained`` False); said on stderr where the card does not say (None: a PyG model's weights,
+    an older card)."""
     if not has_random_features(dataset, job.fmt, job.read_options):
         return
-    trained = trained_reading(job.model).get("random_features") if os.path.isfile(job.model) else None
     if trained is False:
         if isinstance(dataset, PreparedDataset):
             raise GraphError(f"{_name(job.dataset)}: prepared without a features file, it has random features, but "
@@ -156,12 +157,12 @@ def _check_features(job: PredictJob, dataset: Dataset) -> None:
               "from them mean something only for a model trained on the same", file=sys.stderr, flush=True)
 
 
-def _reading(job: PredictJob) -> dict[str, bool]:
+def _reading(job: PredictJob, trained: dict[str, bool]) -> dict[str, bool]:
     """``undirected``, ``dedup``, ``normalize_features``: as the job gives them, and where it leaves one open (None),
-    as the model's training read its graph (:func:`~mggcn.training.outputs.trained_reading`) where the dataset takes
-    it: a prepared directory was transformed when it was made, and only Planetoid files normalize features."""
+    as the model's training read its graph (``trained``: :func:`~mggcn.training.outputs.trained_reading`) where the
+    dataset takes it: a prepared directory was transformed when it was made, and only Planetoid files normalize
+    features."""
     given = _given(job)
-    trained = trained_reading(job.model) if os.path.isfile(job.model) else {}
     takes = {"undirected": True, "dedup": True, "normalize_features": _planetoid(job)}
     if isinstance(job.dataset, str) and (job.fmt == "prepared" or (job.fmt is None and is_prepared(job.dataset))):
         takes = dict.fromkeys(takes, False)

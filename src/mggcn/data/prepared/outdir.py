@@ -20,7 +20,7 @@ from typing import Any
 
 from mggcn.data.prepared.reader import MANIFEST
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import LINK_LOOP, is_special, resolve_links
+from mggcn.utils.files import LINK_LOOP, is_special, link_to_nothing, resolve_links
 from mggcn.utils.outputs import follow_umask
 
 __all__ = ["output_dir", "replaceable", "remove_stale", "PartialDir"]
@@ -37,6 +37,9 @@ def output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
         raise ConfigError("out_dir is empty: give the path of the dataset's directory", "out_dir")
     out = Path(out_dir).absolute()
     if not out.parent.is_dir():
+        nothing = link_to_nothing(out.parent)  # a link on the way that loops or leads nowhere, named as such
+        if nothing is not None:
+            raise GraphError(f"{out}: {nothing}")
         why = "is not a directory" if out.parent.exists() else "does not exist"
         raise GraphError(f"{out}: the parent directory {out.parent} {why}")
     if is_special(out):  # --overwrite would move a device node aside and remove it
