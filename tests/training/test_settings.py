@@ -23,6 +23,9 @@ REFUSED = [
     (["--timeout", "nan"], {"timeout_s": math.nan}, " must be finite, got nan"),
     (["--patience", "-1"], {"patience": -1}, " must be at least 0, got -1"),
     (["--trace-epoch", "-1"], {"trace_epoch": -1}, " must be at least 0, got -1"),
+    (["--trace-epoch", "5"], {"trace_epoch": 5},
+     (" 5 is after the last epoch (--epochs 1): no epoch would be traced",
+      " 5 is after the last epoch (epochs=1): no epoch would be traced")),
     # what acts on hidden layers, given a one-layer model (PyG's ignores it; the other no-ops are refused too)
     (["--dropout", "0.5", "--hidden", ""], {"dropout": 0.5, "hidden": ()},
      " acts between layers, and the model has one (no hidden layer): it would have no effect"),

@@ -120,6 +120,9 @@ def check_config(cfg: TrainConfig) -> None:
     _at_most("seed", cfg.seed, seed_limit(), "the seeds of its epochs' dropout masks must fit in 64 bits")
     _at_least("patience", cfg.patience, 0, integer=True)
     _at_least("trace_epoch", cfg.trace_epoch, 0, integer=True)
+    if cfg.trace_epoch != defaults["trace_epoch"] and cfg.trace_epoch > cfg.epochs:  # the default may pass a short run
+        raise ConfigError(f"trace_epoch {cfg.trace_epoch} is after the last epoch (epochs={cfg.epochs}): no epoch "
+                          "would be traced", "trace_epoch")
     if cfg.tile_bytes is not None:
         _at_least("tile_bytes", cfg.tile_bytes, 0, integer=True)
     _at_least("heads", cfg.heads, 1, integer=True)
