@@ -295,11 +295,12 @@ def flag_message(err: Exception) -> str:
     return head + (text if named else f"{text} ({flag(option)})")
 
 
-def job_failure_status(err: WorkerError) -> int:
+def job_failure_status(err: WorkerError, command: str = "train") -> int:
     """The exit status of a job the launcher could not finish, its one line said on stderr: 130 for Ctrl-C or
     SIGTERM before the workers could stop by themselves, 2 for bad input a rank found in its rows, 1 for another
     failure. A rank 0 whose output went away (``| head``) is re-raised as ``BrokenPipeError``, which the command
-    ends quietly."""
+    ends quietly. A non-finite loss is the job's, not a rank's (every rank has the all-reduced loss): it is said
+    as ``command`` says it in one process."""
     from mggcn.distributed.launch import JobInterrupted
 
     if isinstance(err, JobInterrupted):
@@ -307,5 +308,8 @@ def job_failure_status(err: WorkerError) -> int:
         return 130
     if err.kind == "broken_pipe":  # rank 0's reader went away (| head)
         raise BrokenPipeError from None
+    if err.kind == "non_finite" and err.reason:
+        print(f"mggcn {command}: error: {flag_message(ConfigError(err.reason, err.option))}", file=sys.stderr)
+        return 1
     print(f"mggcn: {flag_message(err)}", file=sys.stderr)
     return 2 if err.kind == "bad_input" else 1

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         launch(run_predict_job, job, check_predict, args.nprocs, grace_s=max(60.0, args.timeout), on_checked=note_size,
                share=share_dataset)
     except WorkerError as err:  # JobInterrupted too: a signal before the workers could stop by themselves
-        return job_failure_status(err)
+        return job_failure_status(err, "predict")
     if rank_zero():  # under torchrun, rank 0 says it
         _say_written(args, sizes["num_nodes"])
     return 0
