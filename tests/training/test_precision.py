@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import mggcn
 import workers
 from mggcn.config import TrainConfig
 from mggcn.distributed.context import DistContext
@@ -161,3 +162,49 @@ def test_plan_counts_bf16_bytes():
     nnz = -(-(100_000_000 + 2_000_000) // 4)
     assert p32.parts["adjacency A"] - p16.parts["adjacency A"] == 2 * nnz  # values: 4 bytes -> 2
     assert p32.parts["adjacency A"] > 2 * 4 * (m + 1)
+
+
+@pytest.fixture
+def callers_gemm_settings():
+    """Torch's float32 GEMM switches as a caller set them for its own work, put back after the test."""
+    saved = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(saved)
+
+
+@pytest.mark.parametrize("callers", ["process-wide", "per backend"])
+def test_fp32_is_exact_whatever_the_caller_set_for_its_gemms_and_leaves_the_setting(callers, callers_gemm_settings):
+    """A caller that lets torch's float32 GEMMs run in reduced precision (``set_float32_matmul_precision("medium")``:
+    TF32 on CUDA, bfloat16 passes on a CPU with bfloat16 instructions; or torch 2.9's per-backend switches, beside
+    which the process-wide one cannot even be read) still gets fp32's exact losses from ``mggcn.train``, and its
+    settings back."""
+    graph = _learnable_graph(n=400)
+    options = dict(hidden=(32,), epochs=3, trace_epoch=0, quiet=True)
+    exact = [r["loss"] for r in mggcn.train(graph, **options).history]
+    if callers == "per backend" and not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        pytest.skip("torch < 2.9 has one process-wide switch")
+    if callers == "per backend":
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+        states = lambda: (torch.backends.cuda.matmul.fp32_precision, torch.backends.mkldnn.matmul.fp32_precision)  # noqa: E731
+    else:
+        torch.set_float32_matmul_precision("medium")
+        states = torch.get_float32_matmul_precision
+    before = states()
+    assert [r["loss"] for r in mggcn.train(graph, **options).history] == exact  # bitwise: the same float32 GEMMs
+    assert states() == before
+
+
+def test_tf32_switches_cuda_gemms_only_and_puts_them_back(callers_gemm_settings):
+    """tf32's GEMM mode (set per job, on CUDA ranks): TF32 for CUDA's float32 GEMMs, IEEE float32 for a CPU's, and
+    afterwards what the caller had, whichever of torch's switches it used."""
+    from mggcn.training.precision import gemm_mode
+
+    torch.set_float32_matmul_precision("medium")
+    with gemm_mode(tf32=True):
+        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+            assert (torch.backends.cuda.matmul.fp32_precision, torch.backends.mkldnn.matmul.fp32_precision) == \
+                ("tf32", "ieee")
+        else:
+            assert torch.get_float32_matmul_precision() == "high" and torch.backends.cuda.matmul.allow_tf32
+    assert torch.get_float32_matmul_precision() == "medium"

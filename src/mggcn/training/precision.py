@@ -1,9 +1,11 @@
 """``precision`` (:data:`~mggcn.config.PRECISIONS`): what a rank stores its features, activations and exchanged rows in.
 
-* ``fp32`` — everything float32, exact (the default; nothing here runs).
+* ``fp32`` — everything float32, exact (the default): the GEMMs are IEEE float32 even where the caller switched
+  torch to TF32 (or, on a CPU, to bfloat16 passes) for its own work.
 * ``tf32`` — float32 storage; the GEMMs may use the tensor cores' TF32 mode (CUDA only: a CPU has no such mode, so
-  the setting is refused there rather than silently meaning fp32). Set for the duration of the training, then
-  restored: it is a process-wide switch of torch.
+  the setting is refused there rather than silently meaning fp32).
+
+Torch's GEMM mode is a process-wide switch: it is set for the duration of the job, then restored as it was.
 * ``bf16`` — the model computes in bfloat16: the features, Â's values, every activation and gradient of the epoch,
   and the rows the SpMMs exchange are bfloat16, halving the SpMM's bytes, the communication and the activation
   memory. The weights stay float32 (:class:`MasterWeights`): the model holds a bfloat16 copy that each update
@@ -22,7 +24,7 @@ import torch
 from mggcn.nn.model import LayerStack
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["compute_dtype", "check_precision_device", "precision_scope", "MasterWeights"]
+__all__ = ["compute_dtype", "check_precision_device", "precision_scope", "gemm_mode", "MasterWeights"]
 
 
 def compute_dtype(precision: str) -> torch.dtype:
@@ -41,18 +43,38 @@ def check_precision_device(precision: str, device: torch.device | str, option: s
 
 @contextlib.contextmanager
 def precision_scope(precision: str, device: torch.device | str) -> Iterator[None]:
-    """The process-wide math settings ``precision`` needs while it trains on ``device`` (TF32 GEMMs), restored
-    after."""
+    """The process-wide math settings ``precision`` needs while it trains on ``device``: torch's float32 GEMMs in
+    TF32 on CUDA for tf32, else in IEEE float32 (a caller's TF32, or bfloat16 passes on a CPU, would make fp32
+    inexact), restored after."""
     check_precision_device(precision, device)
-    if precision != "tf32":
+    with gemm_mode(tf32=precision == "tf32"):
         yield
+
+
+@contextlib.contextmanager
+def gemm_mode(tf32: bool) -> Iterator[None]:
+    """Torch's float32 GEMMs in TF32 on CUDA (``tf32``) or in IEEE float32 everywhere for the duration, then as they
+    were. From torch 2.9 each backend has a switch of its own (``fp32_precision``), and the older process-wide one
+    (``get_float32_matmul_precision``) cannot be read once a caller set those: the newer are used where they
+    exist."""
+    backends = [b for b in (torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None))
+                if hasattr(b, "fp32_precision")]
+    if not backends:
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")  # "high": TF32 on CUDA, float32 on a CPU
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(before)
         return
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    saved = [b.fp32_precision for b in backends]
+    for b in backends:
+        b.fp32_precision = "tf32" if tf32 and b is torch.backends.cuda.matmul else "ieee"
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        for b, value in zip(backends, saved):
+            b.fp32_precision = value
 
 
 class MasterWeights:
