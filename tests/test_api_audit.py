@@ -1,6 +1,7 @@
 """The Python API as user code drives it in one process: the layers under torch's modes and dtypes, and
 ``mggcn.train`` called again and again from the same script."""
 
+import contextlib
 import math
 import pickle
 import random
@@ -500,6 +501,35 @@ def test_train_in_this_process_ignores_the_callers_grad_mode_and_default_dtype(m
         torch.set_default_dtype(previous)
     assert [r["loss"] for r in run.history] == [r["loss"] for r in plain.history]
     assert {p.dtype for p in run.model.parameters()} == {torch.float32}
+
+
+@pytest.mark.parametrize("how", ["set_default_device", "with torch.device"])
+def test_train_and_predict_ignore_the_callers_default_device(how, tmp_path):
+    """A caller that made another device torch's default (``torch.set_default_device("cuda")`` in a GPU script, or a
+    ``with torch.device(...)`` block): mggcn places its tensors itself, and what it makes without a device belongs on
+    the host. "meta" stands in for the caller's device: a tensor mggcn made there would hold no data and fail. Train
+    and predict give what they give without it, in this process and in workers; the model comes back on the CPU and
+    the caller's default stays."""
+    spec, options = "synthetic:n=300,features=8,classes=3", dict(hidden=(8,), epochs=3, quiet=True, seed=1)
+    plain = mggcn.train(spec, **options)
+    plain.save(tmp_path / "model.pt")
+    expected = mggcn.predict(tmp_path / "model.pt", spec, output="proba")
+    runs, outputs = [], []
+    with contextlib.ExitStack() as stack:
+        if how == "set_default_device":
+            torch.set_default_device("meta")
+            stack.callback(torch.set_default_device, None)
+        else:
+            stack.enter_context(torch.device("meta"))
+        for nprocs in (1, 2):
+            runs.append(mggcn.train(spec, nprocs=nprocs, **options))
+            outputs.append(mggcn.predict(tmp_path / "model.pt", spec, nprocs=nprocs, output="proba"))
+        assert torch.get_default_device().type == "meta"
+    for run in runs:  # P = 2: the same epochs up to the sums' order across ranks
+        np.testing.assert_allclose([r["loss"] for r in run.history], [r["loss"] for r in plain.history], rtol=1e-5)
+        assert {p.device.type for p in run.model.parameters()} == {"cpu"}
+    for out in outputs:
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_process_group_the_caller_made_is_left_to_the_caller(tmp_path):

@@ -45,7 +45,7 @@ from mggcn.training.job import TrainJob, check_job, dataset_identity, dataset_re
 from mggcn.training.outputs import save_model
 from mggcn.training.trainer import build_model
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.system import float32_default, stop_signal_passed_on
+from mggcn.utils.system import job_defaults, stop_signal_passed_on
 from mggcn.utils.timing import SetupClock
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
@@ -177,11 +177,12 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
         identity.update(dataset_identity(dataset), read=dataset_reading(job, dataset))  # predict reads it so again
 
     grace_s = max(60.0, job.timeout_s) if isinstance(job.timeout_s, (int, float)) else 60.0  # refused when bad
-    with stop_signal_passed_on():  # a SIGTERM that stopped the job reaches the caller's handler once it is done
+    # a SIGTERM that stopped the job reaches the caller's handler once it is done; the model is the one trained, of
+    # float32 on the CPU, whatever default dtype or device the caller set
+    with stop_signal_passed_on(), job_defaults():
         result = launch(run_train_job, job, check_job, nprocs, grace_s=grace_s, on_checked=note_identity,
                         share=share_dataset)
-        with float32_default():  # the model trained, not one of the caller's default dtype
-            model = build_model(job.config, identity["num_features"], identity["num_classes"])
+        model = build_model(job.config, identity["num_features"], identity["num_classes"])
         model.load_state_dict(result.state_dict)
     return TrainedModel(model.eval(), result.history, result.predictions, job.config, identity, result.stopped,
                         result.best_epoch, result.final)

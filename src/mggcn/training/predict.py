@@ -55,7 +55,7 @@ from mggcn.training.outputs import (
 from mggcn.training.precision import compute_dtype, precision_scope
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.system import caller_settings_kept
+from mggcn.utils.system import caller_settings_kept, job_defaults
 
 __all__ = ["OUTPUTS", "PredictJob", "layer_output", "check_predict", "predict_on_rank",
            "run_predict_job", "predict"]
@@ -296,4 +296,6 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int | None = None, o
         dataset = graph_from_pyg(dataset, labelled=False)
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
-    return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s), share=share_dataset)
+    with job_defaults():  # the model file is read here too: as the job reads it, whatever the caller's defaults
+        return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s),
+                      share=share_dataset)

@@ -43,7 +43,8 @@ __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "
            "start_vector_math", "outside_inference_mode", "outside_autocast", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process",
-           "native_log_held", "float32_default", "note_stop_signal", "stop_signal_passed_on"]
+           "native_log_held", "job_defaults", "float32_default", "cpu_default_device", "note_stop_signal",
+           "stop_signal_passed_on"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -327,10 +328,10 @@ def caller_settings_kept() -> Iterator[None]:
     """In a process mggcn does not own, the thread count and the warning filters are put back as they were when the
     ``with`` block ends (the jobs run inside one); in a process it owns, nothing is put back. In either, the block
     runs as a job needs, whatever the caller's settings: with gradients (outside the caller's ``torch.no_grad`` or
-    ``torch.inference_mode``) and float32 as torch's default dtype (:func:`float32_default`)."""
+    ``torch.inference_mode``) and with torch's defaults as mggcn makes its tensors (:func:`job_defaults`)."""
     import torch
 
-    with float32_default(), torch.inference_mode(False), torch.enable_grad():
+    with job_defaults(), torch.inference_mode(False), torch.enable_grad():
         if _State.owned:
             yield
             return
@@ -341,6 +342,15 @@ def caller_settings_kept() -> Iterator[None]:
         finally:
             torch.set_num_threads(threads)
             set_threads(data_threads)
+
+
+@contextmanager
+def job_defaults() -> Iterator[None]:
+    """In the ``with`` block torch's defaults are those mggcn makes its models and tensors with, whatever the caller
+    set for its own: float32 as the default dtype (:func:`float32_default`), the CPU as the default device
+    (:func:`cpu_default_device`)."""
+    with float32_default(), cpu_default_device():
+        yield
 
 
 @contextmanager
@@ -358,6 +368,20 @@ def float32_default() -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(dtype)
+
+
+@contextmanager
+def cpu_default_device() -> Iterator[None]:
+    """torch's default device is the CPU in the ``with`` block, whatever device the caller made the default
+    (``torch.set_default_device``, ``with torch.device(...)``): mggcn puts each tensor on its rank's device itself, and
+    the tensors it makes without one (host buffers, indices it reads) belong on the host."""
+    import torch
+
+    if torch.get_default_device().type == "cpu":  # nothing to undo, and no mode that every torch call would pass
+        yield
+        return
+    with torch.device("cpu"):
+        yield
 
 
 @contextmanager
