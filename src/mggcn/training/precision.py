@@ -4,14 +4,14 @@
   torch to TF32 (or, on a CPU, to bfloat16 passes) for its own work.
 * ``tf32`` — float32 storage; the GEMMs may use the tensor cores' TF32 mode (CUDA only: a CPU has no such mode, so
   the setting is refused there rather than silently meaning fp32).
-
-Torch's GEMM mode is a process-wide switch: it is set for the duration of the job, then restored as it was.
 * ``bf16`` — the model computes in bfloat16: the features, Â's values, every activation and gradient of the epoch,
   and the rows the SpMMs exchange are bfloat16, halving the SpMM's bytes, the communication and the activation
   memory. The weights stay float32 (:class:`MasterWeights`): the model holds a bfloat16 copy that each update
   refreshes, its gradients are summed across ranks in float32, Adam's state is float32, and the loss reads the logits
   in float32. The GEMMs and SpMMs accumulate in float32 inside each kernel (cuBLAS, cuSPARSE, FBGEMM's bfloat16
   gather on a CPU) and round their result to bfloat16.
+
+Torch's GEMM mode is a process-wide switch: it is set for the duration of the job, then restored as it was.
 """
 
 from __future__ import annotations
