@@ -358,3 +358,32 @@ def test_a_float64_model_normalizes_in_float64(kind, options):
     for name, buf in model.named_buffers():
         if "running" in name:
             torch.testing.assert_close(buf, dict(pyg.named_buffers())[name], **tol, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
+def test_a_layer_built_alone_draws_glorot_from_the_global_rng_as_its_reset_does(kind):
+    """A layer built without a model's generator draws its weights as PyG's layers do and as its own
+    ``reset_parameters`` does (docs/api.md): PyG's ``glorot`` (uniform in ±sqrt(6 / (d_in + d_out))) from torch's
+    global RNG, not ``torch.nn.Linear``'s bound 1/sqrt(d_in), which for 1000 inputs and 10 outputs is 2.4× smaller;
+    the biases zero."""
+    import math
+
+    from mggcn.nn.gat import GATLayer
+
+    build = {"gcn": lambda: mggcn.GCNLayer(1000, 10), "sage": lambda: SAGELayer(1000, 10),
+             "gin": lambda: GINLayer(1000, 10), "gat": lambda: GATLayer(1000, 10)}[kind]
+    torch.manual_seed(0)
+    layer = build()
+    first = next(m for m in layer.modules() if isinstance(m, torch.nn.Linear)).weight
+    torch.manual_seed(0)
+    glorot = math.sqrt(6.0 / 1010)
+    assert torch.equal(first, torch.empty(10, 1000).uniform_(-glorot, glorot))
+    for reset in (False, True):
+        if reset:
+            layer.reset_parameters()
+        for m in layer.modules():
+            if isinstance(m, torch.nn.Linear):
+                w = m.weight.detach()
+                assert w.abs().max() <= math.sqrt(6.0 / sum(w.shape)) and w.abs().max() > 1.5 / math.sqrt(w.shape[1])
+        biases = [p for name, p in layer.named_parameters() if name.endswith("bias")]
+        assert biases and all(not b.any() for b in biases)

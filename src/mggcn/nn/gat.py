@@ -65,7 +65,7 @@ class GATLayer(nn.Module):
         bias: add a learnable bias (default True).
         index: the layer's position in its model (its dropout masks hash it).
         generator: draw ``W``, ``att_src``, ``att_dst`` with PyG's ``glorot`` from it (:class:`GAT` does); None:
-            ``W`` as ``torch.nn.Linear`` does, the attention vectors from torch's global RNG.
+            from torch's global RNG, as ``GATConv`` draws them.
 
     Shapes: ``h`` [m, d_in] -> [m, H·C] (concat) or [m, C].
     """

@@ -87,7 +87,7 @@ class GINLayer(nn.Module):
         mlp_batch_norm: batch-normalize the MLP's hidden layer before its σ, with statistics over every vertex
             (:mod:`mggcn.nn.batch_norm`; PyG's ``MLP(..., norm="batch_norm")``).
         generator: draw the MLP's weights from it (:func:`~mggcn.nn.model.glorot_linear`; :class:`GIN` does); None:
-            as ``torch.nn.Linear`` does.
+            with ``glorot`` from torch's global RNG.
 
     Shapes: ``h`` [m, d_in] -> [m, d_out].
     """

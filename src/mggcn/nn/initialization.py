@@ -44,15 +44,12 @@ class _GlorotLinear(nn.Linear):
 def glorot_linear(in_dim: int, out_dim: int, bias: bool = True,
                   generator: torch.Generator | None = None) -> nn.Linear:
     """A linear map with zero bias whose weight is drawn with PyG's ``glorot`` from ``generator`` (a model's seeded
-    one: nothing drawn from torch's global RNG); None: ``torch.nn.Linear``'s own initialization, from the global
-    RNG, as a layer built alone expects."""
+    one: nothing drawn from torch's global RNG); None: from torch's global RNG, as PyG's layers draw theirs when
+    built."""
     check_layer_sizes(in_dim, out_dim)
-    if generator is None:
-        lin = nn.Linear(in_dim, out_dim, bias=bias)
-    else:
-        lin = _GlorotLinear(in_dim, out_dim, bias=bias)
-        lin.built = True
-        glorot_(lin.weight, generator)
+    lin = _GlorotLinear(in_dim, out_dim, bias=bias)
+    lin.built = True
+    glorot_(lin.weight, generator)
     if bias:
         nn.init.zeros_(lin.bias)
     return lin

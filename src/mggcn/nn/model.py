@@ -133,8 +133,8 @@ class GCNLayer(nn.Module):
         first: the layer reads the input features (no input gradient needed).
         order: ``auto`` (the policy of the module docstring), ``aggregate-first`` or ``transform-first``.
         bias: add a learnable bias (default True).
-        generator: initialize ``W`` with PyG's ``glorot`` from this generator (:class:`GCN` does); None: as
-            ``torch.nn.Linear`` does, from torch's global RNG.
+        generator: initialize ``W`` with PyG's ``glorot`` from this generator (:class:`GCN` does); None: from
+            torch's global RNG, as ``GCNConv`` draws its weight.
 
     Shapes: ``h`` [m, d_in] -> [m, d_out].
     """

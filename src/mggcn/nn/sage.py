@@ -56,7 +56,7 @@ class SAGELayer(nn.Module):
         order: ``auto`` (:func:`~mggcn.nn.model.aggregate_first`), ``aggregate-first`` or ``transform-first``.
         bias: ``lin_l`` adds a learnable bias (default True).
         generator: draw ``W_l`` then ``W_r`` from it (:func:`~mggcn.nn.model.glorot_linear`; :class:`GraphSAGE`
-            does); None: as ``torch.nn.Linear`` does.
+            does); None: with ``glorot`` from torch's global RNG.
 
     Shapes: ``h`` [m, d_in] -> [m, d_out].
     """
