@@ -1,7 +1,7 @@
 """mggcn: full-batch GCN training across several GPUs or processes, the MG-GCN way.
 
 Python API: ``mggcn.train(...)`` returns a ``TrainedModel``; the layers run on their own in one process as
-``GCN`` / ``GCNLayer`` (``GraphSAGE``, ``GIN``) with ``adjacency_operator``. See ``mggcn.api``.
+``GCN`` / ``GCNLayer`` (``GraphSAGE``, ``GIN``, ``GAT``) with ``adjacency_operator``. See ``mggcn.api``.
 
 The package is laid out by layer, lowest first; a module imports only from its own layer and the ones below it
 (imports inside functions included), and no two modules import each other, even through others
@@ -14,8 +14,9 @@ The package is laid out by layer, lowest first; a module imports only from its o
                          graphs, file formats, prepared datasets (no torch)
 - ``mggcn.kernels``      the local sparse kernels (CSR column tiles, the CPU gather kernel) and which runs on which
                          device
-- ``mggcn.nn``           normalization, the models (GCN, GraphSAGE, GIN), their layers and the order policy (with the
-                         SpMM widths it implies), dropout from a seeded generator, the loss, the buffer workspace
+- ``mggcn.nn``           normalization, the models (GCN, GraphSAGE, GIN, GAT), their layers and the order policy
+                         (with the SpMM widths it implies), dropout from a seeded generator, the loss, the buffer
+                         workspace
 - ``mggcn.distributed``  the distributed context (the run's device decisions), the parallel layout (who holds which
                          blocks, which exchange), partitioning (+ METIS) and the one shard builder, the SpMM operators
                          (staged broadcast, sparse exchange; shared-memory transport), launching

@@ -47,7 +47,8 @@ DEFAULT_DATASET = "synthetic"
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Every training option and its default (the CLI's flags mirror these names)."""
+    """Every training option and its default (the CLI's flags mirror these names, but ``betas`` and ``eps``, which
+    have none, and ``overlap``: ``--no-overlap``)."""
 
     model: str = "gcn"  # one of MODELS
     hidden: tuple[int, ...] = (128,)

@@ -136,10 +136,10 @@ def test_ogb_binary(tmp_path, src):
     assert_same(read_ogb(write_ogb_npz(tmp_path / "ogbn_papers100M", src)), src)
 
 
-def test_ogb_split_choice(tmp_path, src):
+def test_ogb_split_choice(tmp_path, src, capsys):
     root = write_ogb_csv(tmp_path / "d", src, "a")
     write_ogb_csv(tmp_path / "d", src, "b")
-    with raises_naming(root / "split", "found ['a', 'b']; give its name (--split NAME, split=NAME)"):
+    with raises_naming(root / "split", "found ['a', 'b']; give its name (split=NAME)"):
         read_ogb(root)
     assert_same(read_ogb(root, split="b"), src)
     with raises_naming(root / "split", "split '../d' is not the name of a split scheme directory in it"):
@@ -148,6 +148,8 @@ def test_ogb_split_choice(tmp_path, src):
     from mggcn.tools.cli import main
 
     out = tmp_path / "p"
+    assert main(["train", str(root), "--format", "ogb", "--epochs", "1"]) == 2  # the flag, once
+    assert capsys.readouterr().err.endswith("found ['a', 'b']; give its name (--split NAME)\n")
     assert main(["prepare", str(root), str(out), "--format", "ogb", "--split", "b", "--quiet"]) == 0
     assert main(["train", str(root), "--format", "ogb", "--split", "a", "--epochs", "1", "--quiet"]) == 0
 

@@ -339,3 +339,22 @@ def test_train_refuses_a_cpu_tile_size_for_a_gpu_as_plan_does(capsys):
     with pytest.raises(ConfigError, match="^tile_bytes is for device=cpu") as err:
         mggcn.train("builtin:karate", device="cuda", tile_bytes=1024, epochs=1, quiet=True)
     assert err.value.option == "tile_bytes"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["prepare", "tiny.txt", "big", "--format", "edgelist", "--num-nodes", "100000000000000", "--quiet"],
+     "tiny.txt: 100,000,000,000,000 vertices (the count given): their arrays would take about"),
+    (["prepare", "builtin:karate", "full", "--overwrite", "--quiet"],
+     "is not a prepared dataset (no manifest.json); --overwrite replaces only a prepared dataset or an empty "
+     "directory\n"),
+])
+def test_a_library_message_says_each_setting_by_its_flag_once(argv, words, capsys, tmp_path, monkeypatch):
+    """The command line says a setting by its flag, once: not as Python passes it (``num_nodes=``), and not the
+    flag again after a message that named it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.txt").write_text("0 1\n")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("kept\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "=" not in err and err.count(argv[-2]) <= 1, err

@@ -165,6 +165,7 @@ def test_the_command_line_refuses_and_starts_afresh_as_asked(tmp_path):
                                   "for --resume-or-start")
     out = run_cli(*common, "--resume-or-start", "--checkpoint-every", "1")
     assert out.returncode == 0, out.stderr
+    assert f"nothing to resume from in {ck} (no checkpoint files); starting at epoch 1" in out.stderr  # no keyword
     assert "starting at epoch 1" in out.stderr and sorted(os.listdir(ck)) == ["ckpt-000001.pt", "ckpt-000002.pt"]
     crafted = ck / "ckpt-000002.pt"
     _rewrite(crafted, crafted, lambda s: s.__setitem__("model", "weights"))

@@ -155,11 +155,12 @@ def find_resume(job: TrainJob, dataset: Dataset, report: Callable[[str], None] =
     found = Checkpointer(job.checkpoint_dir).latest(skip)
     if found is None:
         why = (f"no intact checkpoint ({len(skipped)} skipped; the newest: {skipped[0]})" if skipped else
-               "no checkpoint files (ckpt-*.pt: a run writes them every K epochs, checkpoint_every=K, and when a "
-               "signal stops it)")
-        if job.resume != "auto":
-            raise ConfigError(f"resume: nothing to resume from in {job.checkpoint_dir}: {why}; to start at epoch 1 "
-                              "when there is nothing to resume, ask for resume='auto'", "resume")
+               "no checkpoint files")
+        if job.resume != "auto":  # the command line names the settings by their flags
+            hint = "" if skipped else (" (ckpt-*.pt: a run writes them every K epochs, checkpoint_every=K, and when "
+                                       "a signal stops it)")
+            raise ConfigError(f"resume: nothing to resume from in {job.checkpoint_dir}: {why}{hint}; to start at "
+                              "epoch 1 when there is nothing to resume, ask for resume='auto'", "resume")
         report(f"nothing to resume from in {job.checkpoint_dir} ({why}); starting at epoch 1")
         return None
     state, path = found

@@ -219,7 +219,7 @@ def known_vertex_count(num_nodes: int | None, features: PathLike | None,
     """``(n, where it came from)`` where it is known before the edges are read: ``num_nodes``, else the rows of the
     features/labels files; None: the edges' largest id decides."""
     if num_nodes is not None:
-        return num_nodes, f"num_nodes={num_nodes}"
+        return num_nodes, "the count given"  # as given: num_nodes= from Python, --num-nodes on the command line
     rows = {}
     for extra in (features, labels):
         if extra is not None:

@@ -84,7 +84,7 @@ def _ogb_split_dir(root: Path, split: str | None) -> Path:
     found = sorted(p.name for p in base.iterdir() if p.is_dir())
     if len(found) != 1:
         raise file_error(base, f"expected exactly one split scheme directory, found {found}; give its name "
-                               "(--split NAME, split=NAME)", "split")
+                               "(split=NAME)", "split")
     return base / found[0]
 
 

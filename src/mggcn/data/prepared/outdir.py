@@ -57,9 +57,9 @@ def output_dir(out_dir: Any, source: Any, overwrite: bool) -> Path:
         if real == held or real in held.parents:
             raise ConfigError(f"{out}: holds the input {source}; write the dataset somewhere else", "overwrite")
     if out.is_symlink() or not out.is_dir():
-        raise ConfigError(f"{out}: is not a directory; --overwrite replaces only a prepared dataset", "overwrite")
+        raise ConfigError(f"{out}: is not a directory; overwrite=True replaces only a prepared dataset", "overwrite")
     if not replaceable(out):
-        raise ConfigError(f"{out}: is not a prepared dataset (no {MANIFEST}); --overwrite replaces only a prepared "
+        raise ConfigError(f"{out}: is not a prepared dataset (no {MANIFEST}); overwrite=True replaces only a prepared "
                           "dataset or an empty directory", "overwrite")
     return out
 

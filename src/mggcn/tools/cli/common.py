@@ -188,7 +188,8 @@ def add_reader_options(p: argparse.ArgumentParser, as_trained: bool = False) -> 
     p.add_argument("--features", type=path_arg, default=None,
                    help="mtx/edgelist: features .npy [n, F] (default: random)")
     p.add_argument("--labels", type=path_arg, default=None,
-                   help="mtx/edgelist: labels .npy [n], -1 (or NaN) = unlabelled (default: random)")
+                   help="mtx/edgelist: labels .npy [n], -1 (or NaN) = unlabelled, or [n, C] of 0/1 for several "
+                        "labels per vertex (default: random)")
     p.add_argument("--split", type=path_arg, default=None,
                    help="mtx/edgelist: split .npy of 0/1/2/-1 (train/val/test/none) or .npz of masks "
                         "(default: random 50/25/25); ogb: the split scheme, split/NAME (default: the only one)")

@@ -34,7 +34,10 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from mggcn.tools import plan
 
-    p.add_argument("--dataset", choices=sorted(plan.PRESETS), help="sizes of a known dataset (other options override)")
+    p.add_argument("--dataset", choices=sorted(plan.PRESETS),
+                   help="the sizes of a graph of MG-GCN's paper: ogbn-products, ogbn-papers100M made undirected "
+                        "(3.2B nonzeros; as stored, directed, give --edges 1615685872), PyG's Reddit, or the protein "
+                        "graph of CAGNET and MG-GCN (8.7M vertices, not ogbn-proteins); other options override")
     p.add_argument("--nodes", type=lambda text: graph_count(text, 1), help="vertices")
     p.add_argument("--edges", type=graph_count,
                    help="nonzeros of A: both directions of an undirected edge, no self loops")

@@ -16,7 +16,7 @@ once, checked, and read.
 
 examples:
   mggcn prepare cora cora
-  mggcn prepare data/ogbn_products prod --format ogb
+  mggcn prepare data/ogbn_products prod --format ogb --undirected     # OGB's files hold each edge once
   mggcn prepare data/flickr flickr --format saint
   mggcn prepare data/reddit reddit --format dgl-reddit
   mggcn prepare web.mtx web --format mtx --features x.npy --labels y.npy --split split.npy
@@ -39,9 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dedup", action="store_true", help="drop duplicate edges")
     p.add_argument("--features", default=None, help="mtx/edgelist: features .npy [n, F] (default: random)")
     p.add_argument("--labels", default=None,
-                   help="mtx/edgelist: labels .npy [n], -1 (or NaN) = unlabelled (default: random)")
+                   help="mtx/edgelist: labels .npy [n], -1 (or NaN) = unlabelled, or [n, C] of 0/1 for several "
+                        "labels per vertex (default: random)")
     p.add_argument("--split", default=None,
-                   help="mtx/edgelist: split .npy of 0/1/2/-1 or .npz of train/val/test masks (default: random)")
+                   help="mtx/edgelist: split .npy of 0/1/2/-1 or .npz of train/val/test masks (default: random "
+                        "50/25/25); ogb: the split scheme, split/NAME (default: the only one)")
     p.add_argument("--normalize-features", action="store_true",
                    help="planetoid: divide each feature row by its sum, as PyG's NormalizeFeatures "
                         "(default: as stored)")
