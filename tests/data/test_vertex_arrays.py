@@ -42,7 +42,7 @@ def test_a_split_mask_of_another_shape_is_refused(tmp_path, edges):
 
 
 def _memory_refusal(edges) -> str:
-    return (f"{edges}: 100,000,000,000,000 vertices (num_nodes=100000000000000): their arrays would take about "
+    return (f"{edges}: 100,000,000,000,000 vertices (the count given): their arrays would take about "
             "15,273,690.2 GiB, more than this machine's ")
 
 
