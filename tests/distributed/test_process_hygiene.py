@@ -272,3 +272,42 @@ def test_a_ctrl_c_pending_when_a_worker_unblocks_its_signals_is_reported_not_a_t
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr and "the job ran" not in out.stdout, out
     assert json.loads((tmp_path / "error.0").read_text())["kind"] == "interrupt"
+
+
+def test_a_fork_server_this_process_cannot_wait_on_is_started_anew(tmp_path):
+    """multiprocessing asks its fork server whether it lives by waiting on it: where the server is not this
+    process's child, that fails for good (ChildProcessError), and every later job with workers failed with it.
+    Two ways there: the server died and another waiter reaped it (a library's ``os.wait``, SIGCHLD ignored), and a
+    process forked from the one that started the server (a ``ProcessPoolExecutor`` worker of a script that trained
+    with workers). Either starts a server of its own and trains as the first job did."""
+    env, _ = _env(tmp_path)
+    script = textwrap.dedent("""
+        import os, signal
+        import torch
+        import mggcn
+        from mggcn.distributed.forkserver import server_pid
+
+        def losses():
+            run = mggcn.train("builtin:karate", nprocs=2, epochs=2, hidden=(4,), quiet=True)
+            return [r["loss"] for r in run.history]
+
+        if __name__ == "__main__":
+            torch.set_num_threads(1)  # no OpenMP pool in this process: a forked child may compute
+            first = losses()
+            pid = server_pid()
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)  # reaped here, not by multiprocessing
+            assert losses() == first, "after the server was reaped"
+            child = os.fork()
+            if child == 0:
+                try:
+                    os._exit(0 if losses() == first else 3)
+                except BaseException as err:
+                    print(f"forked child: {type(err).__name__}: {err}", flush=True)
+                    os._exit(4)
+            assert os.waitpid(child, 0)[1] == 0, "the forked child failed"
+            print("ok")
+        """)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr

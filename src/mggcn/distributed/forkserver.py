@@ -136,7 +136,7 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKS)  # this thread's: the one that forks
         try:
             with start_method_left_alone(), children_wait_passively(), working_directory_not_imported(server=True):
-                _SERVER.ensure_running()  # the server loads torch for the workers
+                _ensure_server()  # the server loads torch for the workers
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     if cleaner is not None:
@@ -145,6 +145,23 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
             cleaner.stdin.flush()
         except OSError:
             pass  # the cleaner is gone: the directory goes at this process's exit all the same
+
+
+def _ensure_server() -> None:
+    """The fork server running, started anew where the one this process knows of is not its child: multiprocessing
+    asks a server whether it lives by waiting on it, which fails for good (``ChildProcessError``) in a process
+    forked from the one that started it (a ``ProcessPoolExecutor`` worker of a script that trained), or once
+    another waiter reaped the server after it died (SIGCHLD ignored, a library's ``os.wait``)."""
+    try:
+        _SERVER.ensure_running()
+    except ChildProcessError:
+        if _SERVER._forkserver_alive_fd is not None:
+            try:  # a forked copy of the parent's end of the server's pipe, or the end of a server that is gone
+                os.close(_SERVER._forkserver_alive_fd)
+            except OSError:
+                pass
+        _SERVER._forkserver_alive_fd = _SERVER._forkserver_address = _SERVER._forkserver_pid = None
+        _SERVER.ensure_running()
 
 
 @contextlib.contextmanager
