@@ -480,9 +480,10 @@ def test_torch_compile_of_a_model_gives_its_outputs_and_gradients(kind, dims):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "float64_default"])
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "float64_default", "autocast"])
 def test_train_in_this_process_ignores_the_callers_grad_mode_and_default_dtype(mode):
-    """``mggcn.train(nprocs=1)`` called inside ``torch.no_grad()`` / ``torch.inference_mode()``, or after
+    """``mggcn.train(nprocs=1)`` called inside ``torch.no_grad()`` / ``torch.inference_mode()`` /
+    ``torch.autocast("cpu", dtype=torch.bfloat16)`` (``precision`` decides a job's dtypes), or after
     ``torch.set_default_dtype(torch.float64)``: it trains as it does outside them (the same losses, bitwise: the
     same arithmetic), returns a float32 model, and leaves the caller's mode and default dtype as they were."""
     spec, options = "synthetic:n=300,features=8,classes=3", dict(hidden=(8,), epochs=3, quiet=True, seed=1)
@@ -493,6 +494,10 @@ def test_train_in_this_process_ignores_the_callers_grad_mode_and_default_dtype(m
             torch.set_default_dtype(torch.float64)
             run = mggcn.train(spec, **options)
             assert torch.get_default_dtype() == torch.float64
+        elif mode == "autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                run = mggcn.train(spec, **options)
+                assert torch.is_autocast_enabled("cpu")
         else:
             with getattr(torch, mode)():
                 run = mggcn.train(spec, **options)

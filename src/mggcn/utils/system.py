@@ -40,7 +40,7 @@ from mggcn.utils.parallel import configured_threads, set_threads
 __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
            "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
            "quiet_sparse_warnings", "set_mmap_threshold", "sigterm_as_interrupt", "sparse_warnings_silenced",
-           "start_vector_math", "outside_inference_mode", "outside_autocast", "eager_under_compile",
+           "start_vector_math", "outside_inference_mode", "outside_autocast", "autocast_off", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process",
            "native_log_held", "job_defaults", "float32_default", "cpu_default_device", "note_stop_signal",
@@ -328,10 +328,11 @@ def caller_settings_kept() -> Iterator[None]:
     """In a process mggcn does not own, the thread count and the warning filters are put back as they were when the
     ``with`` block ends (the jobs run inside one); in a process it owns, nothing is put back. In either, the block
     runs as a job needs, whatever the caller's settings: with gradients (outside the caller's ``torch.no_grad`` or
-    ``torch.inference_mode``) and with torch's defaults as mggcn makes its tensors (:func:`job_defaults`)."""
+    ``torch.inference_mode``), outside the caller's ``torch.autocast`` (the job's ``precision`` decides its dtypes)
+    and with torch's defaults as mggcn makes its tensors (:func:`job_defaults`)."""
     import torch
 
-    with job_defaults(), torch.inference_mode(False), torch.enable_grad():
+    with job_defaults(), autocast_off(), torch.inference_mode(False), torch.enable_grad():
         if _State.owned:
             yield
             return
@@ -427,14 +428,22 @@ def outside_autocast(forward: _Forward) -> _Forward:
 
     @wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
-            return forward(*args, **kwargs)
-        with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+        with autocast_off():
             return forward(*args, **kwargs)
 
     return run  # type: ignore[return-value]
+
+
+@contextmanager
+def autocast_off() -> Iterator[None]:
+    """No ``torch.autocast`` in the ``with`` block, on the CPU or CUDA, whatever the caller's block around it."""
+    import torch
+
+    if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        yield
+        return
+    with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+        yield
 
 
 def eager_under_compile(forward: _Forward) -> _Forward:
