@@ -311,3 +311,28 @@ def test_a_fork_server_this_process_cannot_wait_on_is_started_anew(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
+def test_an_interrupt_python_only_notes_stops_workers_as_ctrl_c_does(tmp_path):
+    """``_thread.interrupt_main()`` (a debugger's or an IDE's stop, a timer thread of the caller's) wakes no system
+    call: the launcher, waiting on its workers, handled it only once the job had ended, and dropped it. It now stops
+    the job at an epoch's end, as Ctrl-C does, in a job far from its last epoch."""
+    env, _ = _env(tmp_path)
+    script = textwrap.dedent("""
+        import _thread, os, threading, time
+        import mggcn
+
+        def interrupt_once_training():
+            while not (os.path.exists("m.jsonl") and os.path.getsize("m.jsonl")):
+                time.sleep(0.05)
+            _thread.interrupt_main()
+
+        if __name__ == "__main__":
+            threading.Thread(target=interrupt_once_training, daemon=True).start()
+            run = mggcn.train("builtin:karate", nprocs=2, epochs=20000, hidden=(4,), quiet=True, metrics="m.jsonl")
+            print(run.stopped, len(run.history))
+        """)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    stopped, epochs = out.stdout.split()
+    assert out.returncode == 0 and stopped == "interrupted" and 0 < int(epochs) < 20000, out.stdout + out.stderr

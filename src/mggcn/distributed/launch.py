@@ -344,11 +344,24 @@ def _stop_cleaner(cleaner: subprocess.Popen | None) -> None:
             cleaner.wait()
 
 
+# How long the launcher waits on its workers at a time: a signal Python only notes, waking no system call
+# (``_thread.interrupt_main``, as a debugger or an IDE's stop button sends it), is handled between two waits.
+_WAIT_SLICE_S = 0.5
+
+
+def _wait_sentinels(running: dict, deadline: float | None) -> list:
+    """The sentinels of the workers in ``running`` that have ended, once one has; [] at the ``deadline``."""
+    while True:
+        left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
+        ready = multiprocessing.connection.wait([p.sentinel for p in running.values()], timeout=max(0.0, left))
+        if ready or (deadline is not None and time.monotonic() >= deadline):
+            return ready
+
+
 def _wait_for_any(running: dict, deadline: float | None, timeout_s: float | None, procs, workdir: str,
                   settle_s: float, interrupted: signal.Signals | None) -> None:
     """Wait until some worker ends; drop the finished ones from ``running``; raise on failure or timeout."""
-    wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
-    ready = multiprocessing.connection.wait([p.sentinel for p in running.values()], timeout=wait_s)
+    ready = _wait_sentinels(running, deadline)
     if not ready:
         ranks = ", ".join(str(r) for r in sorted(running))
         raise WorkerError(min(running), f"did not finish within {timeout_s:g} s (still running: ranks {ranks})")
