@@ -336,3 +336,31 @@ def test_an_interrupt_python_only_notes_stops_workers_as_ctrl_c_does(tmp_path):
                          cwd=tmp_path)
     stopped, epochs = out.stdout.split()
     assert out.returncode == 0 and stopped == "interrupted" and 0 < int(epochs) < 20000, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("encoding", [{"PYTHONUTF8": "0", "LC_ALL": "C"}, {"PYTHONIOENCODING": "ascii"}],
+                         ids=["C locale", "PYTHONIOENCODING=ascii"])
+def test_a_locale_without_mggcns_characters_writes_them_as_question_marks(tmp_path, encoding):
+    """mggcn's lines hold Â, ε and ×: where the streams' encoding lacks them, the ranks failed on their first line
+    (UnicodeEncodeError, reported as bad input) and a job in the caller's process raised it. Ranks, the command
+    and a job in the caller's process now write "?" for them; the caller's streams keep their error handler."""
+    env, _ = _env(tmp_path)
+    env = {k: v for k, v in env.items() if k not in ("LC_ALL", "LANG", "PYTHONIOENCODING", "PYTHONUTF8")}
+    env.update(encoding)
+    out = subprocess.run([sys.executable, "-m", "mggcn", "train", "builtin:karate", "--epochs", "2", "--nprocs", "2"],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, errors="replace")
+    assert out.returncode == 0 and "% of ?)" in out.stdout, out.stdout + out.stderr
+    script = textwrap.dedent("""
+        import sys
+        import mggcn
+
+        if __name__ == "__main__":
+            before = sys.stdout.errors
+            for nprocs in (1, 2):
+                mggcn.train("builtin:karate", epochs=2, nprocs=nprocs, hidden=(4,))
+            print("handler kept" if sys.stdout.errors == before else f"handler {sys.stdout.errors}")
+        """)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path, errors="replace")
+    assert out.returncode == 0 and out.stdout.count("% of ?)") == 2, out.stdout + out.stderr
+    assert out.stdout.rstrip().endswith("handler kept")

@@ -45,6 +45,7 @@ from mggcn.utils.system import (
     die_with_parent,
     die_with_process,
     own_process,
+    replace_unwritable_characters,
     sigterm_as_interrupt,
     working_directory_not_imported,
 )
@@ -120,6 +121,7 @@ def _worker_entry(rank: int, nprocs: int, workdir: str, fn: Callable[..., Any], 
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, ignored by the fork server, counts here
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKS)  # blocked since the server started (see there)
         own_process()  # the settings a rank makes (threads, allocator) stay in this process
+        replace_unwritable_characters()  # its lines hold Â and ε, in whatever locale the launcher runs
         die_with_parent()
         die_with_process(launcher)  # the fork server is the parent: a killed launcher ends it only at its exit
         let_go_of_the_fork_server()

@@ -4,7 +4,6 @@ files a job needs. Each failure is one line, never a traceback from deep inside 
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import Any, TextIO
 
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import OutputError
+from mggcn.utils.system import replace_unwritable_characters
 
 __all__ = ["prepare_process", "GuardedStdout"]
 
@@ -30,7 +30,7 @@ def prepare_process() -> None:
         stream = getattr(sys, name)
         if stream is None:  # started with the descriptor closed: what is written goes nowhere
             setattr(sys, name, open(1 if name == "stdout" else 2, "w", closefd=False))  # noqa: SIM115
-        _replace_unwritable_characters(getattr(sys, name))
+    replace_unwritable_characters()
     sys.stdout = GuardedStdout(sys.stdout)
     try:
         os.getcwd()
@@ -51,17 +51,6 @@ def _open_on_devnull(fd: int) -> None:
             os.close(null)
         else:
             os.set_inheritable(fd, True)  # os.open's are not: the processes started from this one would lack it
-
-
-def _replace_unwritable_characters(stream: TextIO) -> None:
-    """A stream whose encoding cannot write some of mggcn's characters (Â, ε under ``PYTHONIOENCODING=ascii`` or an
-    old locale) writes ``?`` for them instead of failing; the processes started from this one (the ranks) too."""
-    encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
-    if encoding in ("utf-8", "utf8") or not isinstance(stream, io.TextIOWrapper):
-        return
-    stream.reconfigure(errors="replace")
-    if ":" not in os.environ.get("PYTHONIOENCODING", ":"):
-        os.environ["PYTHONIOENCODING"] = f"{os.environ.get('PYTHONIOENCODING') or stream.encoding}:replace"
 
 
 def _raise_open_files_limit() -> None:
