@@ -364,3 +364,29 @@ def test_a_locale_without_mggcns_characters_writes_them_as_question_marks(tmp_pa
                          cwd=tmp_path, errors="replace")
     assert out.returncode == 0 and out.stdout.count("% of ?)") == 2, out.stdout + out.stderr
     assert out.stdout.rstrip().endswith("handler kept")
+
+
+def test_a_temporary_directory_too_long_for_a_socket_path_still_runs_workers(tmp_path):
+    """HPC scratch paths are long: a ``TMPDIR`` beyond about 75 bytes left no room in a Unix socket's 108 for the
+    fork server's socket under it, and a job with workers ended in multiprocessing's traceback ("AF_UNIX path too
+    long"). Its socket directory now goes in /tmp, as Python 3.14's multiprocessing does, and is removed at exit."""
+    env, _ = _env(tmp_path)
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    env["TMPDIR"] = str(deep)
+    out = subprocess.run([sys.executable, "-m", "mggcn", "train", "builtin:karate", "--epochs", "2", "--nprocs", "2",
+                          "--quiet"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0 and "trained model" in out.stdout, out.stdout + out.stderr
+    script = textwrap.dedent("""
+        import multiprocessing.util
+        import mggcn
+
+        if __name__ == "__main__":
+            mggcn.train("builtin:karate", epochs=2, nprocs=2, hidden=(4,), quiet=True)
+            print(multiprocessing.util.get_temp_dir())
+        """)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    socket_dir = out.stdout.strip()
+    assert out.returncode == 0 and os.path.dirname(socket_dir) in ("/tmp", "/var/tmp", "/usr/tmp"), out.stderr
+    assert not os.path.exists(socket_dir) and os.listdir(deep) == []  # removed at its exit

@@ -17,13 +17,16 @@ import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import children_wait_passively, working_directory_not_imported
 
 __all__ = ["worker_context", "start_fork_server", "start_method_left_alone", "let_go_of_the_fork_server",
@@ -129,6 +132,7 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
     exit; the ``cleaner`` removes it should this process be killed."""
     if context.get_start_method() != "forkserver":
         return
+    _socket_directory_that_fits()
     # the resource tracker first: starting it unblocks SIGINT and SIGTERM (and would let them reach the server)
     with working_directory_not_imported(server=True):
         multiprocessing.resource_tracker.ensure_running()
@@ -145,6 +149,37 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
             cleaner.stdin.flush()
         except OSError:
             pass  # the cleaner is gone: the directory goes at this process's exit all the same
+
+
+# The longest path a Unix socket may have (sun_path, 108 bytes with its NUL), and what multiprocessing adds to its
+# temporary directory's for the fork server's socket: "/pymp-XXXXXXXX" then "/listener-XXXXXXXX"
+_SOCKET_PATH_MAX = 107
+_SOCKET_PATH_ADDED = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def _socket_directory_that_fits() -> None:
+    """Where ``TMPDIR`` is too long to hold the fork server's socket (HPC scratch paths often are), multiprocessing's
+    temporary directory of this process goes in the system's own one (``/tmp``), as Python 3.14's multiprocessing
+    does by itself; multiprocessing removes it at exit. One that was made already, too long, is said in one line."""
+    config = mp.process.current_process()._config
+    made = config.get("tempdir")
+    if made is not None:
+        if len(os.fsencode(made)) + len("/listener-XXXXXXXX") > _SOCKET_PATH_MAX:
+            raise ConfigError(f"TMPDIR: multiprocessing's temporary directory {made} is too long a path for the fork "
+                              f"server's socket ({_SOCKET_PATH_MAX} bytes): set TMPDIR to a shorter directory",
+                              "TMPDIR")
+        return
+    if len(os.fsencode(tempfile.gettempdir())) + _SOCKET_PATH_ADDED <= _SOCKET_PATH_MAX:
+        return
+    for base in ("/tmp", "/var/tmp", "/usr/tmp"):
+        if os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
+            made = tempfile.mkdtemp(prefix="pymp-", dir=base)
+            multiprocessing.util.Finalize(None, shutil.rmtree, args=(made, True), exitpriority=-100)
+            config["tempdir"] = made
+            return
+    raise ConfigError(f"TMPDIR {tempfile.gettempdir()} is too long a path for the fork server's socket "
+                      f"({_SOCKET_PATH_MAX} bytes with what is added to it), and /tmp cannot be written: set TMPDIR "
+                      "to a shorter directory", "TMPDIR")
 
 
 def _ensure_server() -> None:
