@@ -390,3 +390,22 @@ def test_a_temporary_directory_too_long_for_a_socket_path_still_runs_workers(tmp
     socket_dir = out.stdout.strip()
     assert out.returncode == 0 and os.path.dirname(socket_dir) in ("/tmp", "/var/tmp", "/usr/tmp"), out.stderr
     assert not os.path.exists(socket_dir) and os.listdir(deep) == []  # removed at its exit
+
+
+def test_a_job_directory_that_cannot_take_the_dataset_is_one_line(tmp_path):
+    """The dataset the launcher writes for its workers (under TMPDIR) past the file size limit (``ulimit -f``, or a
+    full disk) ended in a traceback from deep inside the writer; it is one line naming the directory and the
+    system's reason, and the job's directory is removed."""
+    import resource
+
+    env, tmp = _env(tmp_path)
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    out = subprocess.run([sys.executable, "-m", "mggcn", "train", "synthetic:n=3000", "--epochs", "2", "--nprocs", "2",
+                          "--quiet"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         preexec_fn=small_files)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "cannot write the dataset for the workers" in out.stderr and out.stderr.endswith(": File too large\n")
+    assert os.listdir(tmp) == []

@@ -33,7 +33,7 @@ except ImportError:  # Windows: no advisory locks
     fcntl = None
 
 __all__ = ["LINK_LOOP", "OutputError", "atomic_write", "check_writable", "is_special", "link_to_nothing", "open_output",
-           "resolve_links", "same_file", "write_output", "written_in_place"]
+           "resolve_links", "same_file", "write_failure", "write_output", "written_in_place"]
 
 LINK_LOOP = "a link that leads back to itself (a loop of symbolic links)"
 
