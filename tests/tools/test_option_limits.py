@@ -358,3 +358,29 @@ def test_a_library_message_says_each_setting_by_its_flag_once(argv, words, capsy
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and "=" not in err and err.count(argv[-2]) <= 1, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", "builtin:karate", "--epochs", "1", "--save-model", "a" * 300 + ".pt"],
+     "its name is 303 bytes long, and names in"),
+    (["train", "builtin:karate", "--epochs", "1", "--save-model", "b" * 252 + ".pt"],  # its .pt.json: 260
+     "the name of its model description is 260 bytes long, and names in"),
+    (["train", "builtin:karate", "--epochs", "1", "--save-predictions", "c" * 256 + ".csv"],
+     "its name is 260 bytes long, and names in"),
+    (["train", "edges.txt", "--format", "edgelist", "--features", "d" * 300 + ".npy"],
+     ".npy: a name in the path is longer than the file system takes (File name too long)"),
+    (["prepare", "builtin:karate", "e" * 300, "--quiet"],
+     ": a name in the path is longer than the file system takes (File name too long)"),
+    (["info", "f" * 300], ": a name in the path is longer than the file system takes (File name too long)"),
+])
+def test_a_name_longer_than_the_file_system_takes_is_one_line_before_any_work(argv, words, capsys, tmp_path,
+                                                                             monkeypatch):
+    """A name beyond the file system's limit (255 bytes on most) as an input was a traceback (ENAMETOOLONG from
+    deep inside a reader); as an output it trained to the end and failed on the rename, leaving a model without
+    its description. Each is one line, exit 2, before any training; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+    assert sorted(os.listdir(tmp_path)) == ["edges.txt"]

@@ -36,7 +36,16 @@ from mggcn.nn.model import LayerStack
 from mggcn.nn.models import MODEL_TYPES, make_model
 from mggcn.training.checkpoint import Checkpointer, complex_entry, non_finite_entry
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
-from mggcn.utils.files import check_writable, is_special, link_to_nothing, same_file, write_output, written_in_place
+from mggcn.utils.files import (
+    check_writable,
+    clipped,
+    is_special,
+    link_to_nothing,
+    name_limit,
+    same_file,
+    write_output,
+    written_in_place,
+)
 
 __all__ = ["CARD_FORMAT", "READING", "check_distinct", "check_output", "layers_as_convs", "load_model", "model_dims",
            "model_kind", "model_multilabel", "read_inputs", "save_model", "save_output", "save_predictions",
@@ -71,6 +80,11 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
         if os.path.isdir(target):
             what = "is a directory" if target == path else f"its model description {target} is a directory"
             raise ConfigError(f"{option} {path}: {what}", option)
+        name, limit = os.fsencode(os.path.basename(target)), name_limit(parent)
+        if len(name) > limit:  # the rename of the finished file would fail, after the training
+            what = "its name" if target == path else "the name of its model description"
+            raise ConfigError(f"{option} {clipped(path)}: {what} is {len(name)} bytes long, and names in {parent} "
+                              f"may have at most {limit}", option)
         check_writable(option, path, parent)
 
 

@@ -33,7 +33,7 @@ except ImportError:  # Windows: no advisory locks
     fcntl = None
 
 __all__ = ["LINK_LOOP", "OutputError", "atomic_write", "check_writable", "is_special", "link_to_nothing", "open_output",
-           "resolve_links", "same_file", "write_failure", "write_output", "written_in_place"]
+           "resolve_links", "same_file", "name_limit", "clipped", "write_failure", "write_output", "written_in_place"]
 
 LINK_LOOP = "a link that leads back to itself (a loop of symbolic links)"
 
@@ -144,6 +144,20 @@ def _check_reader(path: str) -> None:
             raise OutputError(path, "a FIFO that no process is reading (start its reader first)", err.errno) from None
         raise _failed(path, err) from None
     os.close(fd)
+
+
+def name_limit(directory: str | os.PathLike) -> int:
+    """The longest name, in bytes, a file in ``directory`` may have (255 on most file systems)."""
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def clipped(path: str | os.PathLike, keep: int = 100) -> str:
+    """``path`` as a message shows it: whole, or when longer than ``keep`` characters its start and its end."""
+    text = os.fsdecode(path)
+    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-(keep // 2):]}"
 
 
 def check_writable(option: str, path: str, directory: str) -> None:

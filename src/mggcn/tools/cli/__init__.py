@@ -11,6 +11,7 @@ could not be written (:class:`~mggcn.utils.files.OutputError`, naming the file) 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shlex
 import sys
@@ -21,7 +22,7 @@ from mggcn.tools.cli import bench, datasets, info, plan, predict, prepare, repor
 from mggcn.tools.cli.common import HelpFormatter, flag_message
 from mggcn.tools.cli.process import prepare_process
 from mggcn.utils.errors import ConfigError, GraphError, without_source_locations
-from mggcn.utils.files import OutputError
+from mggcn.utils.files import OutputError, clipped
 from mggcn.utils.launcher import torchrun_world_size, under_torchrun
 from mggcn.utils.system import hold_signals, own_process, signals_end_process, sigterm_as_interrupt
 
@@ -139,6 +140,12 @@ def _main(argv: list[str]) -> int:
     except (FloatingPointError, OutputError) as err:  # NonFiniteLoss; an output that could not be written
         print(f"mggcn {args.command}: error: {flag_message(err)}", file=sys.stderr)
         return 1
+    except OSError as err:  # a path the system refuses as it is written, before any file is read
+        if err.errno != errno.ENAMETOOLONG:
+            raise
+        print(f"mggcn {args.command}: error: {clipped(os.fsdecode(err.filename or ''))}: a name in the path is longer "
+              f"than the file system takes ({err.strerror})", file=sys.stderr)
+        return 2
     except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
         if not under_torchrun():
             raise
