@@ -409,3 +409,20 @@ def test_a_job_directory_that_cannot_take_the_dataset_is_one_line(tmp_path):
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
     assert "cannot write the dataset for the workers" in out.stderr and out.stderr.endswith(": File too large\n")
     assert os.listdir(tmp) == []
+
+
+def test_out_of_memory_in_one_process_is_one_line_as_in_a_worker(tmp_path):
+    """A job in the command's own process (--nprocs 1) that runs out of memory (here under a 3 GB address-space
+    limit, a layer of 2.4 GB) ended in torch's traceback, where a worker's is one line. It is one line, exit 1."""
+    import resource
+
+    env, _ = _env(tmp_path)
+
+    def three_gigabytes() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    out = subprocess.run([sys.executable, "-m", "mggcn", "train", "synthetic:n=3000", "--hidden", "200000", "--epochs",
+                          "1", "--quiet"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         preexec_fn=three_gigabytes)
+    assert out.returncode == 1 and out.stderr.startswith("mggcn train: error: out of memory (") and \
+        out.stderr.count("\n") == 1, out.stderr

@@ -147,10 +147,24 @@ def _main(argv: list[str]) -> int:
               f"than the file system takes ({err.strerror})", file=sys.stderr)
         return 2
     except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
+        if _out_of_memory(err) and not under_torchrun():  # as a worker's is said: one line, the run failed
+            text = without_source_locations(" ".join(f"{type(err).__name__}: {err}".split()))
+            print(f"mggcn {args.command}: error: out of memory ({text[:300]}); `mggcn plan` sizes a job before it "
+                  "runs", file=sys.stderr, flush=True)
+            return 1
         if not under_torchrun():
             raise
         print(f"mggcn {args.command}: error: {_rank_failure(err)}", file=sys.stderr, flush=True)
         return 1
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` says the host or the GPU had no memory left: Python's MemoryError, or torch's allocators'
+    words (its CPU allocator raises a plain RuntimeError)."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
 def _rank_failure(err: Exception) -> str:
