@@ -18,7 +18,7 @@ from cli_util import declared_command, run_cli
 from mggcn.utils.errors import ConfigError
 
 _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
-                   "MGGCN_INIT_METHOD")
+                   "MGGCN_INIT_METHOD", "MASTER_PORT")
 
 # (the environment, the one line of the refusal)
 _BROKEN = [
@@ -32,6 +32,10 @@ _BROKEN = [
     ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "1"},
      "LOCAL_RANK=3: must be less than LOCAL_WORLD_SIZE=1 (torchrun sets these for each rank)"),
     ({"LOCAL_WORLD_SIZE": "x"}, "LOCAL_WORLD_SIZE='x': must be a whole number (torchrun sets it for each rank)"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "abc"},
+     "MASTER_PORT='abc': must be a port number from 1 to 65535 (rank 0 serves the job's rendezvous there)"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "70000"},
+     "MASTER_PORT='70000': must be a port number from 1 to 65535 (rank 0 serves the job's rendezvous there)"),
 ]
 
 

@@ -94,6 +94,11 @@ def rank_environment() -> tuple[int, int, int, int]:
                                  f"LOCAL_RANK={local_rank}: must be less than LOCAL_WORLD_SIZE={local_world}")):
         if not fits:
             raise ConfigError(f"{message} (torchrun sets these for each rank)", name)
+    port = os.environ.get("MASTER_PORT")
+    if world > 1 and port is not None and "MGGCN_INIT_METHOD" not in os.environ and \
+            not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):  # int()'s or torch's words name none
+        raise ConfigError(f"MASTER_PORT={port!r}: must be a port number from 1 to 65535 (rank 0 serves the job's "
+                          "rendezvous there)", "MASTER_PORT")
     return rank, world, local_rank, local_world
 
 
