@@ -39,13 +39,13 @@ from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError, without_source_locations
 from mggcn.utils.files import atomic_write
 from mggcn.utils.launcher import under_torchrun
+from mggcn.utils.streams import replace_unwritable_characters
 from mggcn.utils.system import (
     Terminated,
     children_wait_passively,
     die_with_parent,
     die_with_process,
     own_process,
-    replace_unwritable_characters,
     sigterm_as_interrupt,
     working_directory_not_imported,
 )

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from mggcn.config import MMAP_THRESHOLD, MMAP_THRESHOLD_MAX
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.parallel import configured_threads, set_threads
+from mggcn.utils.streams import unwritable_characters_replaced
 
 __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "die_with_process",
            "caller_settings_kept", "enter_rank", "mmap_threshold", "own_process", "owns_process",
@@ -43,8 +44,8 @@ __all__ = ["SPARSE_WARNINGS", "StopOnSignal", "Terminated", "die_with_parent", "
            "start_vector_math", "outside_inference_mode", "outside_autocast", "autocast_off", "eager_under_compile",
            "torch_threads", "trim_heap", "OPENMP_WAIT_ENV", "OPENMP_WAIT", "openmp_waits_passively",
            "children_wait_passively", "working_directory_not_imported", "hold_signals", "signals_end_process",
-           "native_log_held", "job_defaults", "replace_unwritable_characters", "unwritable_characters_replaced",
-           "float32_default", "cpu_default_device", "note_stop_signal", "stop_signal_passed_on"]
+           "native_log_held", "job_defaults", "float32_default", "cpu_default_device", "note_stop_signal",
+           "stop_signal_passed_on"]
 
 # torch warns on every sparse CSR construction that the layout is beta; it is the layout MG-GCN is built on.
 SPARSE_WARNINGS = ("Sparse CSR tensor support is in beta state", "Sparse invariant checks are implicitly disabled")
@@ -353,47 +354,6 @@ def job_defaults() -> Iterator[None]:
     (:func:`unwritable_characters_replaced`)."""
     with float32_default(), cpu_default_device(), unwritable_characters_replaced():
         yield
-
-
-# error handlers that write any character (the others raise on one the encoding lacks)
-_WRITES_ANY = {"replace", "backslashreplace", "xmlcharrefreplace", "namereplace", "ignore"}
-
-
-def _streams_that_cannot_write_everything() -> list:
-    """``sys.stdout`` and ``sys.stderr`` where their encoding lacks characters mggcn's lines hold (Â, ε, ×: a C or
-    Latin-1 locale, ``PYTHONIOENCODING=ascii``) and their errors handler raises on them."""
-    import io
-
-    found = []
-    for stream in (sys.stdout, sys.stderr):
-        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
-        if isinstance(stream, io.TextIOWrapper) and encoding not in ("utf-8", "utf8") and \
-                stream.errors not in _WRITES_ANY:
-            found.append(stream)
-    return found
-
-
-def replace_unwritable_characters() -> None:
-    """In a process mggcn owns (a rank, the command): a character its streams cannot encode is written as ``?``."""
-    for stream in _streams_that_cannot_write_everything():
-        stream.reconfigure(errors="replace")
-
-
-@contextmanager
-def unwritable_characters_replaced() -> Iterator[None]:
-    """In the ``with`` block a character the caller's streams cannot encode is written as ``?`` by them, not raised
-    out of mggcn's line; their error handlers are as they were after it."""
-    changed = [(stream, stream.errors) for stream in _streams_that_cannot_write_everything()]
-    for stream, _ in changed:
-        stream.reconfigure(errors="replace")
-    try:
-        yield
-    finally:
-        for stream, errors in changed:
-            try:
-                stream.reconfigure(errors=errors)
-            except (ValueError, OSError):  # closed meanwhile, or its descriptor gone
-                pass
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import OutputError
-from mggcn.utils.system import replace_unwritable_characters
+from mggcn.utils.streams import replace_unwritable_characters
 
 __all__ = ["prepare_process", "GuardedStdout"]
 
