@@ -46,7 +46,7 @@ from mggcn.training.precision import check_precision_device
 from mggcn.training.settings import check_job_settings, check_tile_bytes
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.files import OutputError, check_writable, link_to_nothing, open_output, write_failure
+from mggcn.utils.files import check_writable, link_to_nothing, open_output, write_error
 from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.parallel import available_cores
 from mggcn.utils.progress import epoch_progress
@@ -327,11 +327,9 @@ def share_dataset(job: Any, dataset: Dataset, directory: str) -> Any:
     fingerprint = dataset.fingerprint if getattr(job, "checkpoint_dir", None) else None  # hashed only for those
     try:
         path = write_dataset(dataset, os.path.join(directory, "dataset"), checksums=False, fingerprint=fingerprint)
-    except OutputError:
-        raise
     except OSError as err:  # the job's directory under TMPDIR: full, or beyond the file size limit (ulimit -f)
-        raise OutputError(err.filename or directory, "cannot write the dataset for the workers (in the job's "
-                          f"directory, under TMPDIR): {write_failure(err, directory)}", err.errno) from None
+        raise write_error(err.filename or directory, err, "cannot write the dataset for the workers (in the job's "
+                          "directory, under TMPDIR)") from None
     release_dataset(dataset)
     if getattr(job, "clock", None) is not None:
         job.clock.mark("hand-over")

@@ -33,7 +33,8 @@ except ImportError:  # Windows: no advisory locks
     fcntl = None
 
 __all__ = ["LINK_LOOP", "OutputError", "atomic_write", "check_writable", "is_special", "link_to_nothing", "open_output",
-           "resolve_links", "same_file", "name_limit", "clipped", "write_failure", "write_output", "written_in_place"]
+           "resolve_links", "same_file", "name_limit", "clipped", "write_error", "write_failure", "write_output",
+           "written_in_place"]
 
 LINK_LOOP = "a link that leads back to itself (a loop of symbolic links)"
 
@@ -49,7 +50,9 @@ class OutputError(OSError):
         return f"{self.filename}: {self.strerror}"
 
 
-def _failed(path: str, err: OSError, doing: str = "cannot write") -> OutputError:
+def write_error(path: str, err: OSError, doing: str = "cannot write") -> OutputError:
+    """``err`` (a write of ``path`` that failed) as an :class:`OutputError`: ``path: doing: why``, in the system's
+    words (:func:`write_failure`); one already is returned as it is."""
     if isinstance(err, OutputError):
         return err
     return OutputError(path, f"{doing}: {write_failure(err, os.path.dirname(os.path.abspath(path)))}", err.errno)
@@ -142,7 +145,7 @@ def _check_reader(path: str) -> None:
     except OSError as err:
         if err.errno == errno.ENXIO:
             raise OutputError(path, "a FIFO that no process is reading (start its reader first)", err.errno) from None
-        raise _failed(path, err) from None
+        raise write_error(path, err) from None
     os.close(fd)
 
 
@@ -190,7 +193,7 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         except Exception as err:
             if _os_error(err) is None:
                 raise
-            raise _failed(path, _os_error(err)) from None
+            raise write_error(path, _os_error(err)) from None
         return
     target = os.path.realpath(path)  # a link stays a link: the file it points to is replaced
     parent = os.path.dirname(target)
@@ -198,7 +201,7 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=_TEMPORARY, suffix=os.path.splitext(path)[1])
     except OSError as err:
-        raise _failed(path, err, f"cannot write in {parent}") from None
+        raise write_error(path, err, f"cannot write in {parent}") from None
     if not _LOCKS:  # Windows: a file open here could not be renamed or removed
         os.close(fd)
     try:
@@ -214,7 +217,7 @@ def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) ->
         if os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(err, Exception) and _os_error(err) is not None:
-            raise _failed(path, _os_error(err)) from None
+            raise write_error(path, _os_error(err)) from None
         raise
     finally:
         if _LOCKS:
@@ -315,7 +318,7 @@ class _OutputStream:
         try:
             self._file = open(path, "a")  # noqa: SIM115 - closed by close(); emptied once it is this run's
         except OSError as err:
-            raise _failed(path, err) from None
+            raise write_error(path, err) from None
         # a regular file is cut back to what the last flush wrote whole when a write fails (a full disk): it never
         # ends in part of a line; a pipe or a device cannot be cut
         self._fd = os.dup(self._file.fileno()) if stat.S_ISREG(os.fstat(self._file.fileno()).st_mode) else None
@@ -345,7 +348,7 @@ class _OutputStream:
         except OSError as err:
             self._broken = True
             self._cut()
-            raise _failed(self.path, err) from None
+            raise write_error(self.path, err) from None
 
     def write(self, text: str) -> None:
         self._do(lambda: self._file.write(text))

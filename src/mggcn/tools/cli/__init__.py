@@ -148,14 +148,18 @@ def _main(argv: list[str]) -> int:
         return 2
     except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
         if _out_of_memory(err) and not under_torchrun():  # as a worker's is said: one line, the run failed
-            text = without_source_locations(" ".join(f"{type(err).__name__}: {err}".split()))
-            print(f"mggcn {args.command}: error: out of memory ({text[:300]}); `mggcn plan` sizes a job before it "
-                  "runs", file=sys.stderr, flush=True)
+            print(f"mggcn {args.command}: error: out of memory ({_said(err)[:300]}); `mggcn plan` sizes a job "
+                  "before it runs", file=sys.stderr, flush=True)
             return 1
         if not under_torchrun():
             raise
         print(f"mggcn {args.command}: error: {_rank_failure(err)}", file=sys.stderr, flush=True)
         return 1
+
+
+def _said(err: BaseException) -> str:
+    """``Type: message`` of ``err`` on one line, without the C++ source locations of torch's and gloo's words."""
+    return without_source_locations(" ".join(f"{type(err).__name__}: {err}".split()))
 
 
 def _out_of_memory(err: BaseException) -> bool:
@@ -171,7 +175,7 @@ def _rank_failure(err: Exception) -> str:
     """What ended a torchrun rank, in one line naming it: a lost connection to its peers (a rank or a node that
     failed or was stopped, whose own log says why) as such, rather than gloo's or NCCL's words alone."""
     rank = os.environ.get("RANK", "?")
-    text = without_source_locations(" ".join(f"{type(err).__name__}: {err}".split()))
+    text = _said(err)
     launch = sys.modules.get("mggcn.distributed.launch")  # loaded by any job that got as far as a collective
     dist = sys.modules.get("torch.distributed")
     if type(err).__name__ == "RendezvousUnreachable":
