@@ -16,9 +16,11 @@ import os
 import pickle
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -237,22 +239,64 @@ def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: di
     attempt's of a restarted job) would read that group's addresses there, of sockets long closed."""
     init_method = os.environ.get("MGGCN_INIT_METHOD", "env://")
     timeout = timedelta(seconds=timeout_s)
+    unreachable = _unreachable(init_method, rank, timeout_s)
     try:
         with native_log_held():
-            store, rank, world_size = next(dist.rendezvous(init_method, rank, world_size, timeout=timeout))
+            store, rank, world_size = _awaited(lambda: next(dist.rendezvous(init_method, rank, world_size,
+                                                                            timeout=timeout)),
+                                               timeout_s, unreachable)
     except RuntimeError as err:
         if type(err).__name__ != "DistNetworkError":
             raise
-        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}" \
-            if init_method == "env://" else init_method
-        raise RendezvousUnreachable(
-            f"rank {rank} could not connect to the job's rendezvous at {where} within {timeout_s:g} s: rank 0 (on "
-            f"node 0), which serves it, was not started, failed, or listens elsewhere (MASTER_ADDR, MASTER_PORT); "
-            f"torch said: {' '.join(str(err).split())[:200]}") from err
+        raise unreachable(f"torch said: {' '.join(str(err).split())[:200]}") from err
     store.set_timeout(timeout)
-    store = dist.PrefixStore(_fresh_prefix(store, rank, world_size, timeout_s), store)
+    prefix = _awaited(lambda: _fresh_prefix(store, rank, world_size, timeout_s), timeout_s,
+                      lambda said: getattr(dist, "DistStoreError", RuntimeError)(
+                          f"rank {rank}: the other ranks did not all join within {timeout_s:g} s ({said})"))
+    store = dist.PrefixStore(prefix, store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
     _Joined.group = True
+
+
+def _unreachable(init_method: str, rank: int, timeout_s: float) -> Callable[[str], RendezvousUnreachable]:
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}" \
+        if init_method == "env://" else init_method
+    return lambda said: RendezvousUnreachable(
+        f"rank {rank} could not connect to the job's rendezvous at {where} within {timeout_s:g} s: rank 0 (on "
+        f"node 0), which serves it, was not started, failed, or listens elsewhere (MASTER_ADDR, MASTER_PORT); {said}")
+
+
+_OVERRUN_S = 5.0  # past its own timeout, how long a wait in torch's store may go on before it is given up
+
+
+def _awaited(work: Callable[[], Any], timeout_s: float, late: Callable[[str], Exception]) -> Any:
+    """``work()`` (a wait on the job's store), done in a thread of its own while the main thread waits for it in
+    short slices: torch's store waits block in C++, where Python's signal handlers cannot run, so a rank waiting for
+    a peer that never comes would ignore SIGINT and SIGTERM (torchrun's or a scheduler's stop) until its timeout;
+    and a connection retried to an address that drops packets runs well past that timeout. A signal now ends the
+    wait as it ends any other part of the job, and a wait still going :data:`_OVERRUN_S` past ``timeout_s`` raises
+    ``late(...)``. The thread left waiting is a daemon: it ends with the process. Outside the main thread, which
+    alone receives signals, ``work()`` runs where it is."""
+    if threading.current_thread() is not threading.main_thread():
+        return work()
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = work()
+        except BaseException as err:  # noqa: BLE001 - raised again in the waiting thread
+            done["error"] = err
+
+    waiter = threading.Thread(target=run, name="mggcn-rendezvous", daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + timeout_s + _OVERRUN_S
+    while waiter.is_alive() and time.monotonic() < deadline:
+        waiter.join(0.2)
+    if waiter.is_alive():
+        raise late(f"no answer after {timeout_s + _OVERRUN_S:g} s")
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
 
 
 _ASK_S = 1.0  # how long a rank waits for rank 0 to answer a name that may be an earlier group's before reading again
