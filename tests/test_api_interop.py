@@ -75,6 +75,21 @@ def test_multi_split_masks_need_a_column():
         _train(data, split=1)
 
 
+def test_a_data_with_a_train_mask_alone_has_empty_validation_and_test_splits():
+    """KarateClub's Data holds a train_mask alone: it trains as with all-False val/test masks (an empty split, as a
+    split file may give), its accuracies there None; a Data without train_mask is one line naming it."""
+    data = _data()
+    alone = Data(x=data.x, edge_index=data.edge_index, y=data.y, train_mask=data.train_mask)
+    empty = _data(val_mask=torch.zeros(N, dtype=torch.bool), test_mask=torch.zeros(N, dtype=torch.bool))
+    assert _numbers(_train(alone)) == _numbers(_train(empty))
+    assert _train(alone).final["val_acc"] is None and _train(alone).final["test_acc"] is None
+    for masks in ({"test_mask": data.test_mask}, {}):
+        partial = Data(x=data.x, edge_index=data.edge_index, y=data.y, **masks)
+        with pytest.raises(mggcn.GraphError, match="has no train_mask; set data.train_mask .*RandomNodeSplit") as err:
+            _train(partial)
+        assert err.value.option == "train_mask" and _one_line(err)
+
+
 def test_edge_weights_are_refused_unless_all_one():
     """Â weighs every edge 1: training on weights other than 1 would silently ignore them."""
     with pytest.raises(mggcn.GraphError, match="edge_weight is not all 1") as err:

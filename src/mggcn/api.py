@@ -139,7 +139,8 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
             :class:`~mggcn.Graph` (``y`` [n, C] of 0/1: multi-label), or a PyG ``Data`` with ``x``, ``y`` ([n] or
             [n, 1]; -1: unlabelled, outside the splits) and ``train/val/test_mask``: bool masks, vertex ids (integer
             tensors, as torch indexing reads them), or ``[n, k]`` masks (WikiCS, geom-gcn) with ``split=`` the column
-            to use. ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored.
+            to use; without ``val_mask`` and ``test_mask`` (KarateClub's Data) those splits are empty.
+            ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored.
         nprocs: worker processes (1 or None: in this process; more: spawned, like ``--nprocs``). In a script that
             torchrun started, each of its processes is one rank of the job (leave ``nprocs`` out, or give torchrun's
             world size), and every rank returns the model; ``predictions`` are rank 0's (None on the others). Rank 0

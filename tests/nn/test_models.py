@@ -362,10 +362,10 @@ def test_a_float64_model_normalizes_in_float64(kind, options):
 
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
 def test_a_layer_built_alone_draws_glorot_from_the_global_rng_as_its_reset_does(kind):
-    """A layer built without a model's generator draws its weights as PyG's layers do and as its own
-    ``reset_parameters`` does (docs/api.md): PyG's ``glorot`` (uniform in ±sqrt(6 / (d_in + d_out))) from torch's
-    global RNG, not ``torch.nn.Linear``'s bound 1/sqrt(d_in), which for 1000 inputs and 10 outputs is 2.4× smaller;
-    the biases zero."""
+    """A layer built without a model's generator draws its weights as its own ``reset_parameters`` does
+    (docs/api.md): PyG's ``glorot`` (uniform in ±sqrt(6 / (d_in + d_out))) from torch's global RNG, not
+    ``torch.nn.Linear``'s bound 1/sqrt(d_in), which for 1000 inputs and 10 outputs is 2.4× smaller; the biases zero.
+    (PyG's ``GCNConv`` and ``GATConv`` draw glorot too; its ``SAGEConv`` and ``GIN``'s MLP draw torch's default.)"""
     import math
 
     from mggcn.nn.gat import GATLayer
@@ -387,3 +387,19 @@ def test_a_layer_built_alone_draws_glorot_from_the_global_rng_as_its_reset_does(
                 assert w.abs().max() <= math.sqrt(6.0 / sum(w.shape)) and w.abs().max() > 1.5 / math.sqrt(w.shape[1])
         biases = [p for name, p in layer.named_parameters() if name.endswith("bias")]
         assert biases and all(not b.any() for b in biases)
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
+def test_a_model_builds_under_a_default_device_as_pyg_models_do(kind):
+    """Built without a seed under ``with torch.device("meta")`` (how large models are sized before they are
+    materialized), a model draws its seed from the CPU generator ``torch.manual_seed`` seeds, and its parameters
+    are on that device; the same seed as a model built on the CPU."""
+    from mggcn.nn.models import model_type
+
+    torch.manual_seed(3)
+    on_cpu = model_type(kind)([4, 8, 3])
+    torch.manual_seed(3)
+    with torch.device("meta"):
+        on_meta = model_type(kind)([4, 8, 3])
+    assert on_meta.seed == on_cpu.seed
+    assert {p.device.type for p in on_meta.parameters()} == {"meta"}

@@ -336,7 +336,12 @@ def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", la
     if split is not None and (isinstance(split, bool) or not isinstance(split, (int, np.integer))):
         raise ConfigError(f"split must be the column (an int) of a PyG Data's [n, k] masks, got {split!r}", "split")
     fields = PYG_FIELDS if labelled else PYG_FIELDS[:2]
-    missing = [k for k in fields if getattr(data, k, None) is None]
+    # a Data with a train mask alone (KarateClub's) has empty validation and test splits, as a split file may give
+    missing = [k for k in fields if getattr(data, k, None) is None
+               and not (k in ("val_mask", "test_mask") and getattr(data, "train_mask", None) is not None)]
+    if missing and missing[0] == "train_mask":
+        raise GraphError(f"{name}: the PyG Data has no train_mask; set data.train_mask (and val_mask, test_mask), "
+                         "e.g. with torch_geometric.transforms.RandomNodeSplit", "train_mask")
     if missing == ["edge_index"] and getattr(data, "adj_t", None) is not None:
         raise GraphError(f"{name}: the PyG Data holds adj_t (ToSparseTensor), not edge_index; give the Data before "
                          "that transform, or set data.edge_index", "edge_index")
@@ -355,7 +360,7 @@ def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", la
         masks = {"train": np.ones(n, dtype=bool), "val": np.zeros(n, dtype=bool), "test": np.zeros(n, dtype=bool)}
         return graph_from_arrays(n, arrays["edge_index"], arrays["x"], np.zeros(n, dtype=np.int64), masks, name,
                                  "pyg")
-    masks = {s: arrays[f"{s}_mask"] for s in SPLITS}
+    masks = {s: arrays.get(f"{s}_mask", np.zeros(n, dtype=bool)) for s in SPLITS}
     if split is not None and not any(m.ndim == 2 and m.shape[1] > 1 for m in masks.values()):
         raise ConfigError(f"split={split}: the PyG Data's masks have one column; leave split out", "split")
     return graph_from_arrays(n, arrays["edge_index"], arrays["x"], arrays["y"], masks, name, "pyg", split)

@@ -106,7 +106,8 @@ class GINLayer(nn.Module):
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
 
     def reset_parameters(self) -> None:
-        """New weights from torch's global RNG and ε back to its initial value, as ``GINConv.reset_parameters``."""
+        """New weights from torch's global RNG (PyG's ``glorot``, zero biases) and ε back to its initial value, when
+        ``GINConv.reset_parameters`` does so; not the distribution of PyG's MLP (torch's default: docs/api.md)."""
         for module in self.nn.modules():
             if module is not self.nn and hasattr(module, "reset_parameters"):
                 module.reset_parameters()

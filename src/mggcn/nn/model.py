@@ -422,7 +422,8 @@ class LayerStack(nn.Module):
             self.norms = nn.ModuleList(BatchNorm(d) for d in self.dims[1:-1])
         self.workspace = Workspace() if reuse_buffers else None
         self._claims = WorkspaceClaims()
-        self.seed = int(torch.empty((), dtype=torch.int64).random_()) if seed is None else seed  # torch.manual_seed's
+        self.seed = int(torch.empty((), dtype=torch.int64, device="cpu").random_()) if seed is None else seed  # the
+        # CPU generator torch.manual_seed seeds, whatever the default device (a model built under "meta" or "cuda")
         self._dropout_generator: torch.Generator | None = None
 
     def reset_parameters(self) -> None:

@@ -71,7 +71,8 @@ class SAGELayer(nn.Module):
         self.aggregate_first = aggregate_first(in_dim, out_dim, first, order)
 
     def reset_parameters(self) -> None:
-        """New weights from torch's global RNG, as ``SAGEConv.reset_parameters``."""
+        """New weights from torch's global RNG (PyG's ``glorot``, zero bias), when ``SAGEConv.reset_parameters`` draws
+        its own; the distribution is not ``SAGEConv``'s (torch's default: docs/api.md)."""
         self.lin_l.reset_parameters()
         self.lin_r.reset_parameters()
 
