@@ -14,6 +14,7 @@ from mggcn.config import TrainConfig
 from mggcn.data.generators import parse_spec
 from mggcn.distributed.context import init_distributed
 from mggcn.distributed.launch import run_workers
+from mggcn.nn.models import model_type
 from mggcn.tools.cli import main
 from mggcn.training.job import TrainJob, run_train_job
 from mggcn.training.outputs import load_model
@@ -113,6 +114,13 @@ def test_sidecar_settles_norm_and_activation(trained, tmp_path, capsys):
     capsys.readouterr()
     assert load_model(bare)[1]["activation"] == "relu"
     assert "no bare.pt.json; assuming norm sym and activation relu" in capsys.readouterr().err
+    for kind in ("sage", "gin", "gat"):  # their Â is their own: no norm to assume, and --norm changes nothing
+        other = str(tmp_path / f"{kind}.pt")
+        torch.save(model_type(kind)([34, 8, 2], seed=0).pyg_state_dict(), other)
+        assert load_model(other)[1]["model"] == kind
+        assert f"no {kind}.pt.json; assuming activation relu\n" in capsys.readouterr().err
+        load_model(other, activation="relu")
+        assert capsys.readouterr().err == ""
     assert main(["predict", path, "builtin:digits", "--out", str(tmp_path / "x.npy")]) == 2
     assert "takes 34 features per vertex; builtin:digits has 64" in capsys.readouterr().err
     assert main(["predict", path, "builtin:karate", "--out", str(tmp_path / "x.npy"), "--embeddings", "4"]) == 2

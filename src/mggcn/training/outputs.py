@@ -454,9 +454,11 @@ def _card_of(path: str, found: str, dims: list[int], norm: str | None, activatio
     if card is None:
         card = {"model": found, "dims": dims, "activation": activation or _DEFAULTS.activation,
                 "norm": norm or _DEFAULTS.norm}
-        if note and (norm is None or activation is None):
-            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming norm {card['norm']} and "
-                  f"activation {card['activation']}", file=sys.stderr, flush=True)
+        normed = found == "gcn"  # the other models' Â is theirs alone (docs/models.md): --norm means nothing there
+        if note and ((normed and norm is None) or activation is None):
+            assumed = f"norm {card['norm']} and " if normed else ""
+            print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming {assumed}activation "
+                  f"{card['activation']}", file=sys.stderr, flush=True)
     else:
         if card.get("model", "gcn") != found:
             raise GraphError(f"{sidecar_path(path)} describes a {card.get('model', 'gcn')} model but {path} holds "
