@@ -3,6 +3,7 @@
 rank gets, and the refusal of more CUDA ranks than GPUs without MGGCN_SHARE_DEVICE=1."""
 
 import os
+import pickle
 import threading
 import uuid
 
@@ -115,11 +116,14 @@ def _fake_gpus(monkeypatch, count: int) -> list:
                         lambda backend, **kw: calls.append(("init_process_group", backend, kw.get("device_id"))))
     store, token = dist.HashStore(), uuid.uuid4().hex
 
-    def rank_0() -> None:  # its part in naming the group (context._fresh_prefix), for rank 1, the rank under test
-        store.set("mggcn-leader", token)
+    def rank_0() -> None:  # its part in naming the group (context._fresh_prefix) and in the roll call
+        store.set("mggcn-leader", token)  # (context._roll_call), for rank 1, the rank under test
         try:
             store.set(f"mggcn-answer/{store.get(f'mggcn-ask/{token}/1').decode()}", token)
-        except dist.DistStoreError:  # the rank under test was refused before it asked: nobody to answer
+            group = dist.PrefixStore(f"mggcn-{token}", store)
+            outcome = pickle.loads(group.get("mggcn-outcome/1"))
+            group.set("mggcn-verdict", pickle.dumps(None if outcome is None else (1, *outcome)))
+        except dist.DistStoreError:  # the rank under test did not join: nobody to answer
             pass
 
     threading.Thread(target=rank_0, daemon=True).start()

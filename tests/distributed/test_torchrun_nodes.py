@@ -52,6 +52,36 @@ def test_a_dataset_missing_on_one_node_ends_every_node_with_that_reason(tmp_path
     assert _ours(logs[0])[0].startswith("mggcn: rank 1 (on "), logs[0]
 
 
+@pytest.mark.parametrize("refusing", [0, 1])
+def test_a_node_whose_threads_or_switches_are_refused_ends_every_node_with_that_reason(tmp_path, refusing):
+    """A rank that refuses what its own host is asked (more --threads than its cores; a switch of its environment
+    that is neither 0 nor 1) never makes the process group: it tells the others through the store's roll call,
+    and every node ends at once with its reason, whichever rank refused (the one serving the store too)."""
+    env, _ = _env(tmp_path)
+    dirs = _nodes(tmp_path)
+    node_args, node_env = [(), ()], [{}, {}]
+    node_args[refusing] = ("--threads", "4096")
+    node_env[1 - refusing] = {"MGGCN_DETERMINISTIC": "yes"}  # refused too, on the other node: each says its own
+    nodes = _torchrun_nodes(tmp_path, env, GRAPH, "--epochs", "2", "--timeout", "900", "--hidden", "8", "--quiet",
+                            cwds=dirs, node_args=node_args, node_env=node_env)
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)  # well inside --timeout: no node waited it out
+    assert codes == [1, 1], logs
+    for i, log in enumerate(logs):
+        assert "exitcode  : 2" in log, log
+        said = "--threads 4096: must be between 1 and the" if i == refusing else "MGGCN_DETERMINISTIC=yes: must be 1"
+        assert _ours(log) == [next(line for line in log.splitlines() if line.startswith("mggcn train: error: "))], log
+        assert said in _ours(log)[-1], log
+    only_threads = [(), ()]
+    only_threads[refusing] = ("--threads", "4096")
+    nodes = _torchrun_nodes(tmp_path, env, GRAPH, "--epochs", "2", "--timeout", "900", "--hidden", "8", "--quiet",
+                            cwds=dirs, node_args=only_threads)
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)
+    assert codes == [1, 1], logs
+    other = _ours(logs[1 - refusing])
+    assert other[0].startswith(f"mggcn: rank {refusing} (on ") and other[0].endswith(") refused the job; its reason:")
+    assert other[-1].startswith("mggcn train: error: --threads 4096: must be between 1 and the"), logs
+
+
 def test_nodes_with_different_data_refuse_to_train(tmp_path):
     """The nodes' copies differ (same sizes, other edges and labels): every rank refuses, naming both."""
     env, _ = _env(tmp_path)
@@ -153,6 +183,34 @@ def test_a_run_resumes_from_rank_0s_checkpoint_on_every_node(tmp_path):
                [b[k] for k in ("loss", "train_acc", "val_acc", "test_acc")], (a, b)
     assert sorted(p.name for p in (dirs[1] / "ck").iterdir()) == theirs
     shutil.rmtree(dirs[1] / "ck")
+
+
+@pytest.mark.parametrize("node0_epochs", [0, 2])
+def test_a_newer_checkpoint_on_another_node_than_rank_0s_is_refused_not_dropped(tmp_path, node0_epochs):
+    """c10d may put a restarted job's rank 0 on another node than the run that wrote the checkpoints: where node 1
+    holds a newer checkpoint than node 0's newest (or node 0 none), --resume-or-start would start over (or go back)
+    without a word. Every node refuses, naming both ranks and the file, and no node's files change."""
+    env, _ = _env(tmp_path)
+    dirs = _nodes(tmp_path)
+    for d in dirs:
+        _prepare(d / "g", env)
+    for d, epochs in ((dirs[0], node0_epochs), (dirs[1], 3)):
+        if epochs:
+            subprocess.run([sys.executable, "-m", "mggcn", "train", "g", "--epochs", str(epochs), "--checkpoint-dir",
+                            "ck", "--checkpoint-every", "1", *COMMON], cwd=d, env=env, check=True,
+                           capture_output=True, timeout=300)
+    before = [sorted(p.name for p in (d / "ck").iterdir()) if (d / "ck").exists() else [] for d in dirs]
+    nodes = _torchrun_nodes(tmp_path, env, "g", "--epochs", "5", "--checkpoint-dir", "ck", "--checkpoint-every", "1",
+                            "--resume-or-start", *COMMON, cwds=dirs)
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)
+    assert codes == [1, 1], logs
+    start = f"resumes from epoch {node0_epochs}" if node0_epochs else "found nothing to resume from"
+    for log in logs:
+        assert "exitcode  : 2" in log, log
+        line = _ours(log)[-1]
+        assert line.startswith("mggcn train: error: --resume-or-start: rank 0 (on "), log
+        assert f") {start} in its ck, but rank 1 (on " in line and "holds ckpt-000003.pt, newer, in its own" in line
+    assert [sorted(p.name for p in (d / "ck").iterdir()) if (d / "ck").exists() else [] for d in dirs] == before
 
 
 def test_a_rank_that_gave_up_waiting_to_join_says_so(monkeypatch):

@@ -160,7 +160,7 @@ def rank_placement(device: str, local_rank: int, local_world: int, gpus: int | N
 
 
 def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int | None = None,
-                     mmap_threshold: int | None = MMAP_THRESHOLD) -> DistContext:
+                     mmap_threshold: int | None = MMAP_THRESHOLD, refusal: Exception | None = None) -> DistContext:
     """Join the job described by the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, ...:
     :func:`rank_environment`, which refuses values that do not fit together).
 
@@ -172,17 +172,32 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     over cores. ``mmap_threshold``: the host allocator's (:data:`mggcn.config.MMAP_THRESHOLD`; ``None``: glibc's
     default), set only in a process mggcn owns (:func:`mggcn.utils.system.enter_rank`; a job run in the caller's
     process puts the rest back on return: :func:`mggcn.utils.system.caller_settings_kept`).
+
+    Before the process group is made, the ranks hold a roll call through the store (:func:`_roll_call`): a rank
+    that refuses the job (``refusal``: what its own check raised; or this host's device, threads or switches) tells
+    the others, and every rank raises — the refusing rank its own error, the others its (after a line naming the
+    rank and its host) — instead of the others waiting out ``timeout_s`` for it and then blaming a lost peer.
     """
-    device = resolve_device(device)
     rank, world_size, local_rank, local_world = rank_environment()
     cores = available_cores()
-    if threads is not None and not 1 <= threads <= cores:
-        # Not clamped: a thread pool once told to start 10^5 threads crashes the process (SIGSEGV) at its next
-        # parallel region, even after being told fewer again; refuse before torch hears of it.
-        raise ConfigError(f"threads {threads}: must be between 1 and the {cores} core(s) this process may use",
-                          "threads")
-    dev, backend = rank_placement(device, local_rank, local_world)  # a refusal leaves the process as it was
-    deterministic = deterministic_kernels()
+    try:
+        device = resolve_device(device)
+        if threads is not None and not 1 <= threads <= cores:
+            # Not clamped: a thread pool once told to start 10^5 threads crashes the process (SIGSEGV) at its next
+            # parallel region, even after being told fewer again; refuse before torch hears of it.
+            raise ConfigError(f"threads {threads}: must be between 1 and the {cores} core(s) this process may "
+                              "use", "threads")
+        dev, backend = rank_placement(device, local_rank, local_world)  # a refusal leaves the process as it was
+        deterministic = deterministic_kernels()
+    except ConfigError as err:  # this host's: the other ranks hear of it instead of waiting out the timeout
+        if world_size > 1 and not dist.is_initialized():
+            try:
+                _join(None, rank, world_size, timeout_s, {}, refusal or err, local_rank)
+            except Exception:  # noqa: BLE001 - this rank's own refusal is the error to raise
+                pass
+        raise
+    if refusal is not None and world_size > 1 and not dist.is_initialized():
+        _join(None, rank, world_size, timeout_s, {}, refusal, local_rank)  # raises: the refusal, told
     enter_rank(threads or max(1, cores // max(1, local_world)), mmap_threshold)
     if deterministic:  # for the rest of the process: the caller asked it of the process's environment
         # the workspace setting torch requires of cuBLAS in this mode; read when the first cuBLAS handle is made
@@ -194,7 +209,8 @@ def init_distributed(device: str = "cpu", timeout_s: float = 300.0, threads: int
     if world_size > 1 and not dist.is_initialized():
         if backend == "gloo" and local_world < world_size:
             _bind_gloo_off_loopback(local_rank)
-        _join(backend, rank, world_size, timeout_s, {"device_id": dev} if backend == "nccl" else {})
+        _join(backend, rank, world_size, timeout_s, {"device_id": dev} if backend == "nccl" else {}, None,
+              local_rank)
     return DistContext(rank=rank, world_size=world_size, device=dev, backend=backend,
                        local_rank=local_rank, local_world_size=local_world)
 
@@ -228,7 +244,8 @@ def held_until_shutdown(ctx: DistContext, work: Any) -> Any:
     return work
 
 
-def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: dict[str, Any]) -> None:
+def _join(backend: str | None, rank: int, world_size: int, timeout_s: float, kwargs: dict[str, Any],
+          refusal: Exception | None = None, local_rank: int = 0) -> None:
     """Join the process group. The rendezvous (connecting to the store rank 0 serves) runs with torch's C++ log held
     back (:func:`mggcn.utils.system.native_log_held`: a rendezvous that cannot be reached logs each failed try with
     its stack), and one that cannot be reached is said in one line; the group is then made on that store.
@@ -254,6 +271,17 @@ def _join(backend: str, rank: int, world_size: int, timeout_s: float, kwargs: di
                       lambda said: getattr(dist, "DistStoreError", RuntimeError)(
                           f"rank {rank}: the other ranks did not all join within {timeout_s:g} s ({said})"))
     store = dist.PrefixStore(prefix, store)
+    verdict = _awaited(lambda: _roll_call(store, rank, world_size, refusal), timeout_s,
+                       lambda said: getattr(dist, "DistStoreError", RuntimeError)(
+                           f"rank {rank}: the other ranks did not all answer the roll call within {timeout_s:g} s "
+                           f"({said})"))
+    if verdict is not None:
+        if refusal is not None:
+            raise refusal
+        refused, host, error = verdict
+        if local_rank == 0:
+            print(f"mggcn: rank {refused} (on {host}) refused the job; its reason:", file=sys.stderr, flush=True)
+        raise error
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
     _Joined.group = True
 
@@ -343,6 +371,36 @@ def _fresh_prefix(store: Any, rank: int, world_size: int, timeout_s: float) -> s
         f"rank {rank}: rank 0 did not name the group within {timeout_s:g} s")
 
 
+_VERDICT_READ_S = 10.0  # how long rank 0 waits for the others to read a refusal before it goes on to raise it
+
+
+def _roll_call(store: Any, rank: int, world_size: int, refusal: Exception | None) -> tuple | None:
+    """Every rank's outcome of its checks, through the group's keys of ``store``: each rank posts its own (None, or
+    its host and ``refusal`` as another rank can raise it), rank 0 reads them all and posts the verdict, the first
+    refusal by rank as ``(rank, host, error)`` or None, which every rank returns. Rank 0's reads are one per rank,
+    so a thousand ranks make a thousand requests of its store, not a million. Before it returns a refusal, rank 0
+    waits (a few seconds at most) for the others to have read it: the store may be its own, and end with it."""
+    mine = None if refusal is None else (socket.gethostname(), _sendable(refusal))
+    if rank != 0:
+        store.set(f"mggcn-outcome/{rank}", pickle.dumps(mine))
+        verdict = pickle.loads(store.get("mggcn-verdict"))
+        if verdict is not None:
+            store.add("mggcn-verdict-read", 1)
+        return verdict
+    verdict = None if mine is None else (0, *mine)
+    for other in range(1, world_size):
+        outcome = pickle.loads(store.get(f"mggcn-outcome/{other}"))
+        _forget(store, f"mggcn-outcome/{other}")
+        if verdict is None and outcome is not None:
+            verdict = (other, *outcome)
+    store.set("mggcn-verdict", pickle.dumps(verdict))
+    deadline = time.monotonic() + _VERDICT_READ_S
+    while verdict is not None and store.add("mggcn-verdict-read", 0) < world_size - 1 \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return verdict
+
+
 def _forget(store: Any, key: str) -> None:
     """Delete ``key``: a store that outlives many jobs (torchrun's agent's) keeps no two keys per rank of each."""
     try:
@@ -361,21 +419,12 @@ def refuse_together(job: Any, failure: Exception | None) -> None:
     if rank_environment()[1] == 1:
         return
     try:
-        ctx = init_distributed(job.device, job.timeout_s, job.threads,
-                               getattr(job, "mmap_threshold", MMAP_THRESHOLD))
+        init_distributed(job.device, job.timeout_s, job.threads, getattr(job, "mmap_threshold", MMAP_THRESHOLD),
+                         failure)
     except Exception:
         if failure is None:
             raise
-        return  # this rank cannot join either: its own error is the one to tell
-    error = None if failure is None else _sendable(failure)
-    outcomes = all_gather_objects(ctx, None if error is None else (socket.gethostname(), error))
-    refused = [(rank, outcome) for rank, outcome in enumerate(outcomes) if outcome is not None]
-    if failure is not None or not refused:
-        return
-    rank, (host, error) = refused[0]
-    if ctx.local_rank == 0:
-        print(f"mggcn: rank {rank} (on {host}) refused the job; its reason:", file=sys.stderr, flush=True)
-    raise error
+        # its own error is the one to tell (told to the others, or the rendezvous could not be reached)
 
 
 def _sendable(error: Exception) -> Exception:

@@ -28,6 +28,7 @@ import io
 import math
 import os
 import re
+import socket
 import sys
 import warnings
 from collections.abc import Callable
@@ -36,10 +37,12 @@ from typing import Any
 import torch
 
 from mggcn.config import TrainConfig
-from mggcn.utils.errors import InputError, unpickling_reason
+from mggcn.distributed.context import DistContext, all_gather_objects
+from mggcn.utils.errors import ConfigError, InputError, unpickling_reason
 from mggcn.utils.files import OutputError, write_output
 
-__all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "is_checkpoint"]
+__all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "check_resumed_from_the_newest",
+           "is_checkpoint"]
 
 _MAGIC = b"mggcn-checkpoint "
 FORMAT_VERSION = 1
@@ -145,6 +148,30 @@ class Checkpointer:
                 if report is not None:
                     report(f"skipping {err}")
         return None
+
+
+def check_resumed_from_the_newest(ctx: DistContext, directory: str, resumed: int, asked: bool | str = True) -> None:
+    """Rank 0 alone finds the checkpoint a job resumes from (epoch ``resumed``; 0: none, it starts at epoch 1), in
+    its own ``directory``; torchrun's c10d rendezvous numbers the ranks itself, so the rank 0 of a restarted job may
+    be on another node than the one that wrote the checkpoints. Every rank refuses, before training, where a rank
+    with another directory (another host, or another path) holds a newer checkpoint file than the one resumed:
+    the job would start over, or go back, without a word. ``asked``: the job's ``resume`` (True, or ``"auto"``)."""
+    if ctx.world_size == 1:
+        return
+    files = Checkpointer(directory).files()
+    here = (socket.gethostname(), os.path.realpath(directory))
+    seen = all_gather_objects(ctx, (*here, os.path.basename(files[0]) if files else None))
+    newer = [(rank, host, name) for rank, (host, path, name) in enumerate(seen)
+             if name is not None and (host, path) != seen[0][:2] and int(name[5:-3]) > resumed]
+    if newer:
+        rank, host, name = newer[0]
+        start = f"resumes from epoch {resumed}" if resumed else "found nothing to resume from"
+        setting = "resume" if asked is True else f"resume={asked!r}"
+        raise ConfigError(f"{setting}: rank 0 (on {seen[0][0]}) {start} in its {directory}, but rank {rank} (on "
+                          f"{host}) holds {name}, newer, in its own: rank 0 alone reads and writes checkpoints, and "
+                          "torchrun's c10d rendezvous may put rank 0 on another node when a job restarts; give every "
+                          "node one shared checkpoint directory (or use torchrun's static rendezvous, --master-addr), "
+                          f"or move {name} aside to go on from rank 0's", "resume")
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -40,7 +40,13 @@ from mggcn.distributed.partition import Shard, check_partition
 from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import check_train_columns
 from mggcn.nn.models import make_model, model_options, model_type, num_parameters, operator_for
-from mggcn.training.checkpoint import Checkpointer, CheckpointError, check_compatible, check_fits
+from mggcn.training.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    check_compatible,
+    check_fits,
+    check_resumed_from_the_newest,
+)
 from mggcn.training.outputs import check_output, save_model, save_predictions, table_format
 from mggcn.training.precision import check_precision_device
 from mggcn.training.settings import check_job_settings, check_tile_bytes
@@ -439,6 +445,8 @@ def _rank_shard(job: TrainJob, ctx: DistContext, clock: SetupClock, dataset: Dat
     clock.mark("shard")
     # rank 0 finds the checkpoint and sends it: on other nodes the directory may hold other files, or none
     resume = broadcast_object(ctx, find_resume(job, dataset) if ctx.is_main else None)
+    if job.resume and job.checkpoint_dir:
+        check_resumed_from_the_newest(ctx, job.checkpoint_dir, resume[0]["epoch"] if resume else 0, job.resume)
     identity = dataset_identity(dataset, content=job.checkpoint_dir is not None)  # hashed only for checkpoints
     reading = dataset_reading(job, dataset)
     release_dataset(dataset)

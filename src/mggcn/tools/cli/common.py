@@ -286,10 +286,11 @@ def flag_message(err: Exception) -> str:
     head = ""
     if isinstance(reason, str) and reason and text.endswith(reason):
         head, text = text[:-len(reason)], reason
+    valued = any(value in text for value in VALUE_FLAGS)
     for value, value_flag in VALUE_FLAGS.items():
         text = text.replace(value, value_flag)
     starts = re.match(rf"{re.escape(option)}(?![\w=])", text) is not None
-    named = starts or _KEYWORD.search(text) is not None
+    named = starts or valued or _KEYWORD.search(text) is not None
     if starts:
         text = flag(option) + text[len(option):]
     text = _KEYWORD.sub(_keyword_flag, text)
