@@ -20,7 +20,10 @@ Legend: n = vertices, E = edges, F = feature dimension.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import tokenize
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +43,11 @@ PathLike = str | os.PathLike
 
 
 # what a damaged file makes a loader raise; OverflowError: an integer beyond 64 bits (scipy's Matrix Market reader)
-CORRUPT = (*DECOMPRESS_ERRORS, ValueError, KeyError, OverflowError, zipfile.BadZipFile)
+# tokenize.TokenError: an .npy header (a Python literal, which numpy tokenizes) cut or damaged
+CORRUPT = (*DECOMPRESS_ERRORS, ValueError, KeyError, OverflowError, zipfile.BadZipFile, tokenize.TokenError)
+# what numpy's reading of an .npy header raises where the header is damaged (its literal, its dtype, its shape)
+NPY_HEADER_ERRORS = (ValueError, SyntaxError, TypeError, OverflowError, MemoryError, RecursionError,
+                     tokenize.TokenError)
 MAX_LINE = 1 << 20  # characters of a header or comment line before the data of a text table; a longer one is refused
 
 
@@ -50,7 +57,7 @@ def file_error(path: PathLike, msg: str, option: str | None = None) -> GraphErro
 
 
 def why(exc: BaseException, limit: int = 100) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = re.sub(r" (object )?at 0x[0-9a-fA-F]+", "", " ".join(str(exc).split())) or type(exc).__name__
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -174,7 +181,7 @@ def load_npy(path: PathLike, mmap: bool = False) -> np.ndarray:
     """An ``.npy`` array (``mmap``: the read-only map), memory-mapped first: the header is checked against the file's
     size (a header may claim any shape) and a file of Python objects is refused before a byte of data is read."""
     path = require_file(path)
-    problem = _npy_header_problem(path)
+    problem = npy_header_problem(path)
     if problem:
         raise file_error(path, problem)
     try:
@@ -211,10 +218,12 @@ def _start(path: Path) -> str | None:
     return f"begins as {'text' if text else 'data'}"
 
 
-def _npy_header_problem(path: Path) -> str | None:
+def npy_header_problem(path: Path) -> str | None:
     """What the start of ``path`` says is wrong with it as an ``.npy`` array (np.load takes any file without
-    numpy's header for a pickle, and says so): not an array at all, or one of Python objects. None: np.load may
-    read it (an array, or an ``.npz`` archive, which the caller refuses by name)."""
+    numpy's header for a pickle, and says so): not an array at all, a header numpy cannot read (damaged, or cut),
+    one of Python objects, or a shape that claims more bytes than the file holds (counted in Python's integers: a
+    shape whose size overflows 64 bits would make numpy warn and then say something else). None: np.load may read
+    it (an array, or an ``.npz`` archive, which the caller refuses by name)."""
     start = _start(path)
     if start == "zip" or start is None:
         return None
@@ -226,11 +235,18 @@ def _npy_header_problem(path: Path) -> str | None:
             reader = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
             if version not in reader:
                 return None
-            dtype = reader[version](f)[2]
-    except (OSError, ValueError, SyntaxError):  # np.load says what is wrong with the header
+            shape, _, dtype = reader[version](f)
+            data_bytes = os.fstat(f.fileno()).st_size - f.tell()
+    except OSError:  # np.load says why it cannot read the file
         return None
+    except (*NPY_HEADER_ERRORS, *DECOMPRESS_ERRORS) as exc:
+        return f"truncated or corrupt .npy file (its header cannot be read: {why(exc, 60)})"
     if dtype.hasobject:
         return f"holds Python objects (dtype {dtype}), not numbers; save the numbers (np.save with a numeric dtype)"
+    claimed = math.prod(int(d) for d in shape) * dtype.itemsize
+    if claimed > data_bytes:
+        return (f"truncated or corrupt .npy file (its header says {dtype} {list(shape)}, "
+                f"{claimed:,} bytes, and the file holds {data_bytes:,} after it)")
     return None
 
 

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from mggcn.data.formats.checks import NPY_HEADER_ERRORS, npy_header_problem, why
 from mggcn.data.graph import SPLITS
 from mggcn.data.messages import one_line
 from mggcn.data.prepared.edgesort import index_dtype
@@ -290,12 +291,15 @@ class PreparedDataset:
         file = self._file(name)
         if not file.is_file():
             raise _err(file, "missing file" if not file.exists() else "not a regular file")
+        problem = npy_header_problem(file)
+        if problem:
+            raise _err(file, problem)
         try:
             arr = np.load(file, mmap_mode="r", allow_pickle=False)
         except PermissionError as exc:
             raise _err(file, f"unreadable ({exc.strerror}): this user may not read it") from None
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-            raise _err(file, f"truncated or corrupt .npy file ({' '.join(str(exc).split())[:100]})") from None
+        except (*NPY_HEADER_ERRORS, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise _err(file, f"truncated or corrupt .npy file ({why(exc)})") from None
         if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive under any name
             arr.close()
             raise _err(file, "an .npz archive, not an .npy array (the prepared arrays are .npy files)")
