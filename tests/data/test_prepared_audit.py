@@ -17,7 +17,7 @@ from test_formats import raises_naming
 
 from mggcn.data.prepared import writer
 from mggcn.data.prepared.outdir import PartialDir
-from mggcn.data.prepared.reader import PreparedDataset
+from mggcn.data.prepared.reader import PreparedDataset, _sha256
 from mggcn.data.prepared.writer import prepare
 from mggcn.utils.errors import ConfigError, GraphError
 from reference import random_graph
@@ -189,6 +189,33 @@ def test_verify_checks_every_rows_order_and_degree_as_a_shard_would(tmp_path, di
     np.save(out / f"{view}_indices.npy", indices)
     with raises_naming(out / f"{view}_indices.npy", f"the ids of row {row} are not sorted"):
         PreparedDataset(out, verify=True)
+
+
+def test_verify_checks_the_out_edges_are_the_in_edges_reversed(tmp_path):
+    """A directed graph's out-CSR (the backward pass's Aᵀ) replaced by its in-CSR, or an id of it moved to another
+    row's vertex, its rows still sorted and its checksums recomputed: every value in range, so ``info --verify``
+    passed it and training used another graph backward. Verify compares the two CSRs' edges."""
+    g = random_graph(30, 120, features=4, classes=3, directed=True, seed=2)
+    out = prepare(g, tmp_path / "ds", progress=False)
+    assert not json.loads((out / "manifest.json").read_text()).get("symmetric")
+    assert PreparedDataset(out, verify=True).num_nodes == 30
+    in_ptr, in_ids = np.load(out / "in_indptr.npy"), np.load(out / "in_indices.npy")
+    out_ptr, out_ids = np.load(out / "out_indptr.npy"), np.load(out / "out_indices.npy")
+    assert not (np.array_equal(in_ptr, out_ptr) and np.array_equal(in_ids, out_ids))
+    row = int(np.argmax(np.diff(out_ptr) >= 1))
+    moved = out_ids.copy()
+    moved[out_ptr[row]] = (moved[out_ptr[row]] + 1) % 30  # one edge's target changed
+    lo, hi = out_ptr[row], out_ptr[row + 1]
+    moved[lo:hi] = np.sort(moved[lo:hi])
+    for ptr, ids in ((in_ptr, in_ids), (out_ptr, moved)):
+        np.save(out / "out_indptr.npy", ptr)
+        np.save(out / "out_indices.npy", ids)
+        manifest = json.loads((out / "manifest.json").read_text())
+        for name in ("out_indptr", "out_indices"):
+            manifest["arrays"][name]["sha256"] = _sha256(np.load(out / f"{name}.npy", mmap_mode="r"))
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        with raises_naming(out / "out_indices.npy", "the out-edges (out_indptr, out_indices) are not the in-edges"):
+            PreparedDataset(out, verify=True)
 
 
 def test_a_graph_of_fewer_vertices_than_random_classes_is_refused_before_prepare_writes(tmp_path):

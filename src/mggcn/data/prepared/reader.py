@@ -350,6 +350,8 @@ class PreparedDataset:
         self._verify_totals({"num_labelled": labelled, **self._verify_rows()})
         if self.symmetric:
             self._verify_symmetric()
+        else:
+            self._verify_transpose()
 
     def _verify_totals(self, counted: dict[str, int]) -> None:
         """The manifest's totals (what ``info`` says of the dataset) against those counted in its arrays."""
@@ -404,20 +406,35 @@ class PreparedDataset:
             raise _err(self._file("labels"), f"a label is out of range [-1, {self.num_classes})")
         return y
 
-    def _verify_symmetric(self) -> None:
-        """A ``"symmetric": true`` claim, checked over every edge: the multiset of pairs ``(t, s)`` equals that of
-        ``(s, t)``, compared by a sum of 64-bit hashes of the pairs (order-free, so it streams)."""
-        indptr, indices, step = self.arrays["in_indptr"], self.arrays["in_indices"], _VERIFY_ROWS
+    def _pair_sums(self, view: str) -> tuple[np.uint64, np.uint64]:
+        """Over every entry of the ``view`` CSR (row r, id c): the sums of the 64-bit hashes of the pairs ``(r, c)``
+        and ``(c, r)``, which compare multisets of pairs order-free, so that they stream."""
+        indptr, indices, step = self.arrays[f"{view}_indptr"], self.arrays[f"{view}_indices"], _VERIFY_ROWS
         forward = backward = np.uint64(0)
         for b in range(0, self.num_nodes, step):
             ptr = np.asarray(indptr[b:b + step + 1])
-            targets = np.repeat(np.arange(b, b + ptr.shape[0] - 1, dtype=np.uint64), np.diff(ptr))
-            sources = np.asarray(indices[int(ptr[0]):int(ptr[-1])]).astype(np.uint64)
-            forward += pair_hash(targets, sources).sum(dtype=np.uint64)
-            backward += pair_hash(sources, targets).sum(dtype=np.uint64)
+            rows = np.repeat(np.arange(b, b + ptr.shape[0] - 1, dtype=np.uint64), np.diff(ptr))
+            ids = np.asarray(indices[int(ptr[0]):int(ptr[-1])]).astype(np.uint64)
+            with np.errstate(over="ignore"):
+                forward += pair_hash(rows, ids).sum(dtype=np.uint64)
+                backward += pair_hash(ids, rows).sum(dtype=np.uint64)
+        return forward, backward
+
+    def _verify_symmetric(self) -> None:
+        """A ``"symmetric": true`` claim, checked over every edge: the multiset of pairs ``(t, s)`` equals that of
+        ``(s, t)``."""
+        forward, backward = self._pair_sums("in")
         if forward != backward:
             raise _err(self.path / MANIFEST, "says \"symmetric\": true but the edges of in_indices are not "
                                              "symmetric: prepare the dataset again")
+
+    def _verify_transpose(self) -> None:
+        """The out-CSR (the backward pass's Aᵀ, each vertex's out-edges) holds the in-CSR's edges, each once per
+        multiplicity: the pairs (target, source) of one equal those of the other, read the other way round."""
+        if self._pair_sums("in")[0] != self._pair_sums("out")[1]:
+            raise _err(self._file("out_indices"), "the out-edges (out_indptr, out_indices) are not the in-edges "
+                                                  "(in_indptr, in_indices) reversed: the backward pass would use "
+                                                  "another graph; prepare the dataset again")
 
     def source(self, array: str) -> str:
         """The file of ``array`` (``manifest`` for the manifest), for the errors that name it."""
