@@ -61,6 +61,23 @@ def why(exc: BaseException, limit: int = 100) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+_BEYOND_IDS = 10**30  # what an id of more digits than any index holds reads as (int() refuses 4,300 and more)
+
+
+def decimal_int(text: str) -> int | None:
+    """``text`` as the integer it writes in ASCII decimal digits (a sign allowed), else None: Python's ``int`` also
+    reads ``1_0`` as 10, other scripts' digits and surrounding spaces, which would turn a damaged id into another
+    vertex's. One of more than 30 digits reads as ±10^30, beyond every range an id is checked against."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    if len(text.lstrip("+-").lstrip("0")) > 30:
+        return -_BEYOND_IDS if text.startswith("-") else _BEYOND_IDS
+    return int(text)
+
+
 def require_file(path: PathLike) -> Path:
     path = Path(path)
     if not path.is_file():

@@ -48,7 +48,8 @@ def read_edgelist(path: PathLike, features: PathLike | None = None, labels: Path
         num_nodes: ``n``; default: the row count of the features/labels files (an id beyond is an error), else
             max id + 1 unless that leaves more than ``ISOLATED_SLACK`` vertices beyond what the edges can touch.
 
-    A first data line whose tokens are not all numbers is a header and is skipped. The file may be compressed
+    A first data line with no number where the two ids go is a header and is skipped (one with a number there is
+    data: a typo in it is an error). The file may be compressed
     (gzip, bzip2 or xz, recognised by content).
     :func:`iter_edgelist_chunks` reads the same files in bounded memory.
     """
@@ -193,8 +194,10 @@ def _edgelist_layout(path: Path, delimiter: str | None, comments: Sequence[str])
     data line has one (the CSV spreadsheets write where ``,`` is the decimal mark), else ``,`` if it has one."""
     skiprows, first = 0, _first_data_line(path, comments, 0)
     ids = first[1].replace(",", " ").replace(";", " ").split()[:2] if first is not None else []
-    if first is not None and not all(_is_number(t) for t in ids):  # the columns after them may hold any text
-        skiprows = first[0]  # a header line of column names
+    # a line of column names holds no number where the ids go; one with a number there is data (0 1O: a typo in an
+    # edge, refused by the reader, not dropped as a header); the columns after the ids may hold any text
+    if first is not None and not any(_is_number(t) for t in ids):
+        skiprows = first[0]
         first = _first_data_line(path, comments, skiprows)
     if delimiter is None and first is not None:
         delimiter = next((d for d in (";", ",") if d in first[1]), None)

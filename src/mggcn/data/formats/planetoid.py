@@ -42,7 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mggcn.data.csr import MAX_KEY_NODES
-from mggcn.data.formats.checks import PathLike, check_memory, file_error, require_file
+from mggcn.data.formats.checks import PathLike, check_memory, decimal_int, file_error, require_file
 from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
 
@@ -357,10 +357,9 @@ def _test_index(path: Path) -> np.ndarray:
             text = line.strip()
             if not text:
                 continue
-            try:
-                vertex = int(text)
-            except ValueError:
-                raise file_error(path, f"line {lineno}: expected one vertex id, found {text[:40]!r}") from None
+            vertex = decimal_int(text)
+            if vertex is None:
+                raise file_error(path, f"line {lineno}: expected one vertex id, found {text[:40]!r}")
             if vertex < 0:
                 raise file_error(path, f"line {lineno}: negative vertex id {vertex}")
             if vertex >= MAX_KEY_NODES:

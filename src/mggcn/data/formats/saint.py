@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from mggcn.data.formats.checks import (
     PathLike,
     check_features,
     check_splits,
+    decimal_int,
     file_error,
     load_json,
     load_npy,
@@ -64,11 +66,14 @@ def read_saint(root: PathLike) -> Graph:
     return Graph(n, ei, x, y, masks, name=str(root), meta={"format": "saint", "source": str(root)}).validate()
 
 
+_JSON_ID = re.compile(r"0|[1-9][0-9]*")
+
+
 def _vertex_id(key: str, n: int, path: Path) -> int:
-    try:
-        v = int(key)
-    except ValueError:
-        raise file_error(path, f"key {key!r} is not a vertex id") from None
+    v = decimal_int(key) if _JSON_ID.fullmatch(key) else None
+    if v is None:  # one spelling per vertex: "01" or "+1" beside "1" would silently replace its label
+        raise file_error(path, f"key {key[:40]!r} is not a vertex id as JSON writes one (decimal digits, without "
+                               "a sign, spaces or leading zeros)")
     if not 0 <= v < n:
         raise file_error(path, f"vertex id {v} is out of range [0, {n})")
     return v
