@@ -310,6 +310,10 @@ def test_predict_from_a_saved_model_reads_each_label(tmp_path):
         json.dump({**card, "multilabel": "yes"}, f)
     with pytest.raises(mggcn.GraphError, match=r"m.pt.json: multilabel 'yes' is not true or false"):
         mggcn.predict(path, graph)
+    with open(path + ".json", "w") as f:  # a precision no run has: not read as fp32 without a word
+        json.dump({**card, "precision": "fp64"}, f)
+    with pytest.raises(mggcn.GraphError, match=r"m.pt.json: precision 'fp64' is not one of fp32, tf32, bf16"):
+        mggcn.predict(path, graph)
 
 
 @pytest.mark.parametrize("first", ["single", "multi"])

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mggcn.config import ACTIVATIONS, NORMS, TrainConfig
+from mggcn.config import ACTIVATIONS, NORMS, PRECISIONS, TrainConfig
 from mggcn.data.formats.checks import check_memory
 from mggcn.data.prepared.reader import MANIFEST, is_prepared
 from mggcn.nn.model import LayerStack
@@ -372,6 +372,9 @@ def _read_card(path: str) -> dict | None:
                          f"reads up to {CARD_VERSION}); upgrade mggcn")
     if not isinstance(card.get("multilabel", False), bool):
         raise GraphError(f"{card_path}: multilabel {card['multilabel']!r} is not true or false")
+    if card.get("precision", "fp32") not in PRECISIONS:  # predict computes in the precision the model trained in
+        raise GraphError(f"{card_path}: precision {str(card['precision'])[:40]!r} is not one of "
+                         f"{', '.join(PRECISIONS)}")
     return card
 
 
