@@ -190,6 +190,25 @@ def test_the_api_names_settings_not_flags(tmp_path, monkeypatch):
     assert err.value.option == "lr" and "--" not in str(err.value)
 
 
+def test_a_loss_not_finite_before_any_update_blames_the_features_not_the_learning_rate(tmp_path):
+    """Features near float32's largest value (finite, so no reader refuses them) overflow the first layer's sums:
+    at epoch 1 no update has happened, so the rate cannot be the cause, and the message says what is."""
+    from mggcn.tools.cli import main
+    from mggcn.training.trainer import NonFiniteLoss
+
+    g = parse_spec("synthetic:n=60,features=4,classes=3")
+    huge = mggcn.Graph(g.num_nodes, g.edge_index, np.full_like(g.x, 3e38), g.y, g.masks)
+    said = (r"^epoch 1: the loss is nan; first non-finite output: layer 0 \(before any update, so not the learning "
+            r"rate: the features (reach 3e\+38 in absolute value, too large for float32's sums|aggregated \(Â·X\) "
+            r"overflow float32); scale the features \(row-normalized, as normalize_features=True reads them\)\)$")
+    with pytest.raises(NonFiniteLoss, match=said):
+        mggcn.train(huge, epochs=2, quiet=True)
+    np.save(tmp_path / "x.npy", huge.x)
+    np.savetxt(tmp_path / "g.txt", g.edge_index.T, fmt="%d")
+    assert main(["train", str(tmp_path / "g.txt"), "--format", "edgelist", "--features", str(tmp_path / "x.npy"),
+                 "--epochs", "2", "--quiet", "--nprocs", "2"]) == 1
+
+
 @pytest.mark.parametrize("kwargs", _BAD_TYPES, ids=[repr(k) for k in _BAD_TYPES])
 def test_the_api_refuses_a_wrong_type_naming_the_setting(kwargs):
     err = _api_error(kwargs)

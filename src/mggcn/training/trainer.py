@@ -496,7 +496,16 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
     if checkpointer is not None:
         files = checkpointer.files()
         kept = f"; last good checkpoint: {files[0]}" if files else "; no checkpoint was saved yet"
-    return f"epoch {epoch}: the loss is {loss}{where} (try a smaller lr=){kept}"
+    advice = "try a smaller lr="
+    if epoch == 1:  # no update yet: the first weights (glorot, bounded) and the features gave it, not the rate
+        held, named = (x, "the features") if x is not None else (x_agg, "the features aggregated (Â·X)")
+        local = held.abs().max().double() if held.numel() else torch.zeros((), dtype=torch.float64, device=held.device)
+        largest = float(all_reduce_max(ctx, local.reshape(1)).item())
+        reach = (f"reach {largest:.3g} in absolute value, too large for float32's sums" if math.isfinite(largest)
+                 else "overflow float32")
+        advice = (f"before any update, so not the learning rate: {named} {reach}; scale the features "
+                  "(row-normalized, as normalize_features=True reads them)")
+    return f"epoch {epoch}: the loss is {loss}{where} ({advice}){kept}"
 
 
 @torch.no_grad()
