@@ -358,3 +358,22 @@ def test_features_beyond_float32_are_one_line_without_warnings(tmp_path, capsys,
     else:
         argv, named = ["train", _saint(tmp_path, feats=x), "--format", "saint", *TRAIN], "feats.npy"
     assert "NaN or inf" in _one_line_error(capsys, argv, named)
+
+
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+@pytest.mark.parametrize("role", ["dataset", "dataset with --format", "features"])
+def test_a_link_that_loops_or_leads_nowhere_is_said_so_not_missing(tmp_path, capsys, link, role):
+    """A symbolic link in the dataset's or a vertex file's place that loops or leads to nothing: said as such
+    (as the prepared reader and the outputs say it), not "missing file" or "no such file or directory"."""
+    path = tmp_path / "bad"
+    if link == "loop":
+        os.symlink(tmp_path / "other", path)
+        os.symlink(path, tmp_path / "other")
+    else:
+        os.symlink(tmp_path / "nowhere", path)
+    (tmp_path / "g.txt").write_text("0 1\n1 2\n2 0\n")
+    argv = {"dataset": ["train", path], "dataset with --format": ["train", path, "--format", "edgelist"],
+            "features": ["train", tmp_path / "g.txt", "--format", "edgelist", "--features", path]}[role]
+    line = _one_line_error(capsys, [*argv, *TRAIN], str(path))
+    said = "is a link that leads back to itself" if link == "loop" else "nowhere, which does not exist"
+    assert said in line and "missing" not in line and "no such file" not in line, line

@@ -33,6 +33,7 @@ from mggcn.data.generators.common import GeneratedGraph
 from mggcn.data.generators.spec import generate_spec, is_generated
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.files import link_to_nothing
 
 __all__ = ["ROW_ARRAYS", "Dataset", "GeneratedDataset", "InMemoryDataset", "cache_copy_error", "cached_state",
            "check_not_named", "graph_arrays", "layout_fingerprint", "load_graph", "named_dataset_dir", "open_dataset",
@@ -313,6 +314,8 @@ def _not_a_dataset(spec: str) -> GraphError:
     from mggcn.data.formats import FORMATS
 
     built_in = "synthetic[:n=...], rmat:scale=..., builtin:karate or builtin:digits"
+    if os.path.lexists(spec) and not os.path.exists(spec):  # a link that loops or leads nowhere
+        return GraphError(link_to_nothing(spec) or f"{spec}: a link to nothing")
     if not os.path.exists(spec):
         return GraphError(f"{spec}: no such file or directory, and not a built-in dataset ({built_in}) nor a named one "
                           f"({', '.join(CATALOG)}; `mggcn datasets` lists them)")

@@ -53,6 +53,7 @@ from mggcn.data.formats.planetoid import read_planetoid
 from mggcn.data.formats.saint import read_saint
 from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
+from mggcn.utils.files import link_to_nothing
 
 __all__ = [
     "FORMATS",
@@ -116,7 +117,7 @@ def check_path(source: PathLike, fmt: str) -> None:
         return
     path = Path(text)
     if not path.exists():
-        raise GraphError(f"{text}: no such file or directory")
+        raise GraphError(link_to_nothing(path) or f"{text}: no such file or directory")  # a link: where it leads
     if path.is_dir() and (path / "manifest.json").is_file():
         raise GraphError(f"{text}: a prepared dataset directory, which needs no fmt=; drop fmt={fmt}", "fmt")
     if path.is_dir() and fmt in _FILE_FORMATS:

@@ -38,6 +38,7 @@ from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph, random_split
 from mggcn.data.messages import one_line
 from mggcn.utils.errors import GraphError
+from mggcn.utils.files import link_to_nothing
 
 PathLike = str | os.PathLike
 
@@ -81,7 +82,10 @@ def decimal_int(text: str) -> int | None:
 def require_file(path: PathLike) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise file_error(path, "missing file" if not path.exists() else "not a regular file")
+        if path.exists():
+            raise file_error(path, "not a regular file")
+        nothing = link_to_nothing(path)  # a link on the way that loops or leads nowhere: "missing" would mislead
+        raise GraphError(one_line(path, "missing file") if nothing is None else nothing)
     return path
 
 
