@@ -60,3 +60,19 @@ def test_an_edge_lists_first_line_with_a_number_where_the_ids_go_is_data_not_a_h
     for header in ("source target", "src,dst", "from to weight"):
         path.write_text(f"{header}\n0 1\n1 2\n2 0\n".replace(" ", "," if "," in header else " "))
         np.testing.assert_array_equal(np.sort(read_edgelist(path).edge_index[0]), [0, 1, 2])
+
+
+def test_an_edge_list_compressed_twice_is_binary_data_not_a_header_and_no_graph(tmp_path):
+    """Decompressed once, a gzip inside a gzip is binary: its first line was taken for a header and the rest gave
+    "the graph has no vertices"."""
+    import gzip
+
+    from mggcn.data.prepared.writer import prepare
+
+    path = tmp_path / "g.txt.gz"
+    path.write_bytes(gzip.compress(gzip.compress(b"0 1\n1 2\n2 0\n")))
+    for read in (lambda: read_edgelist(path), lambda: prepare(path, tmp_path / "out", fmt="edgelist", progress=False)):
+        with pytest.raises(GraphError, match=r"g.txt.gz: line 1 holds binary data, not text: not an edge list \(or one "
+                                             r"compressed twice\)"):
+            read()
+    assert not (tmp_path / "out").exists()

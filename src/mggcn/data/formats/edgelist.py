@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -193,6 +194,9 @@ def _edgelist_layout(path: Path, delimiter: str | None, comments: Sequence[str])
     """``(lines to skip, delimiter)``: a first data line whose two ids are not numbers is a header; ``;`` if the first
     data line has one (the CSV spreadsheets write where ``,`` is the decimal mark), else ``,`` if it has one."""
     skiprows, first = 0, _first_data_line(path, comments, 0)
+    if first is not None and _BINARY.search(first[1]):  # taken for a header, it left a graph of no vertices
+        raise file_error(path, f"line {first[0]} holds binary data, not text: not an edge list (or one compressed "
+                               "twice)")
     ids = first[1].replace(",", " ").replace(";", " ").split()[:2] if first is not None else []
     # a line of column names holds no number where the ids go; one with a number there is data (0 1O: a typo in an
     # edge, refused by the reader, not dropped as a header); the columns after the ids may hold any text
@@ -231,6 +235,9 @@ def known_vertex_count(num_nodes: int | None, features: PathLike | None,
     if rows:
         return max(rows.values()), f"the rows of {' and '.join(rows)}"
     return None
+
+
+_BINARY = re.compile("[\x00-\x08\x0e-\x1f\ufffd]")  # control characters, bytes that are no UTF-8: not text
 
 
 def _first_data_line(path: Path, comments: Sequence[str], skiprows: int) -> tuple[int, str] | None:
