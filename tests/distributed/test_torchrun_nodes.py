@@ -82,6 +82,20 @@ def test_a_node_whose_threads_or_switches_are_refused_ends_every_node_with_that_
     assert other[-1].startswith("mggcn train: error: --threads 4096: must be between 1 and the"), logs
 
 
+def test_rank_0s_log_alone_says_what_the_job_trains(tmp_path):
+    """The line naming the dataset, its sizes and the ranks is said once, by rank 0 (every rank printing it would
+    repeat it in every node's log; none did, and no log said what the job trained)."""
+    env, _ = _env(tmp_path)
+    nodes = _torchrun_nodes(tmp_path, env, GRAPH, "--epochs", "1", "--hidden", "8", "--threads", "1",
+                            "--log-every", "1")
+    codes, logs = _node_results(tmp_path, nodes, timeout=200)
+    assert codes == [0, 0], logs
+    said = [[line for line in log.splitlines() if "vertices" in line and "under torchrun" in line] for log in logs]
+    assert said[1] == [] and len(said[0]) == 1, logs
+    assert said[0][0] == ("mggcn: synthetic:n=400,features=8,classes=3: 400 vertices, 8000 edges, 8 features, "
+                          "3 classes; 2 rank(s) under torchrun on cpu"), said
+
+
 def test_nodes_with_different_data_refuse_to_train(tmp_path):
     """The nodes' copies differ (same sizes, other edges and labels): every rank refuses, naming both."""
     env, _ = _env(tmp_path)

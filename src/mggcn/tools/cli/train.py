@@ -258,11 +258,12 @@ def run(args: argparse.Namespace) -> int:
     if not torchrun:
         _check_tensorboard(args)
 
-    def announce(dataset, nprocs: int) -> None:
-        if not (torchrun or args.quiet):
+    def announce(dataset, nprocs: int) -> None:  # under torchrun, once: rank 0's log says what the job trains
+        if not args.quiet and (not torchrun or rank_zero()):
+            workers = f"{nprocs} rank(s) under torchrun" if torchrun else f"{nprocs} worker(s)"
             print(f"mggcn: {dataset.name}: {dataset.num_nodes} vertices, {dataset.num_edges} edges, "
-                  f"{dataset.num_features} features, {format_labels(dataset)}; {nprocs} worker(s) on "
-                  f"{args.device}", flush=True)
+                  f"{dataset.num_features} features, {format_labels(dataset)}; {workers} on {args.device}",
+                  flush=True)
 
     try:
         result = launch(run_train_job, job, check_job, args.nprocs, grace_s=max(60.0, args.timeout),
