@@ -33,7 +33,7 @@ from mggcn.config import ACTIVATIONS, NORMS, PRECISIONS, TrainConfig
 from mggcn.data.formats.checks import check_memory
 from mggcn.data.prepared.reader import MANIFEST, is_prepared
 from mggcn.nn.model import LayerStack
-from mggcn.nn.models import MODEL_TYPES, make_model
+from mggcn.nn.models import MODEL_TYPES, make_model, operator_for
 from mggcn.training.checkpoint import Checkpointer, complex_entry, non_finite_entry
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
 from mggcn.utils.files import (
@@ -457,7 +457,8 @@ def _card_of(path: str, found: str, dims: list[int], norm: str | None, activatio
     if card is None:
         card = {"model": found, "dims": dims, "activation": activation or _DEFAULTS.activation,
                 "norm": norm or _DEFAULTS.norm}
-        normed = found == "gcn"  # the other models' Â is theirs alone (docs/models.md): --norm means nothing there
+        # a model whose Â is its own whatever --norm says (GraphSAGE's, GIN's, GAT's) assumes no norm
+        normed = len({operator_for(found, norm) for norm in NORMS}) > 1
         if note and ((normed and norm is None) or activation is None):
             assumed = f"norm {card['norm']} and " if normed else ""
             print(f"mggcn: {path}: no {os.path.basename(sidecar_path(path))}; assuming {assumed}activation "
