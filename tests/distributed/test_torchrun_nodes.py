@@ -52,7 +52,7 @@ def test_a_dataset_missing_on_one_node_ends_every_node_with_that_reason(tmp_path
     assert _ours(logs[0])[0].startswith("mggcn: rank 1 (on "), logs[0]
 
 
-@pytest.mark.parametrize("refusing", [0, 1])
+@pytest.mark.parametrize("refusing", [pytest.param(0, marks=pytest.mark.slow), 1])  # 0: the store's rank refuses
 def test_a_node_whose_threads_or_switches_are_refused_ends_every_node_with_that_reason(tmp_path, refusing):
     """A rank that refuses what its own host is asked (more --threads than its cores; a switch of its environment
     that is neither 0 nor 1) never makes the process group: it tells the others through the store's roll call,
@@ -199,7 +199,7 @@ def test_a_run_resumes_from_rank_0s_checkpoint_on_every_node(tmp_path):
     shutil.rmtree(dirs[1] / "ck")
 
 
-@pytest.mark.parametrize("node0_epochs", [0, 2])
+@pytest.mark.parametrize("node0_epochs", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_newer_checkpoint_on_another_node_than_rank_0s_is_refused_not_dropped(tmp_path, node0_epochs):
     """c10d may put a restarted job's rank 0 on another node than the run that wrote the checkpoints: where node 1
     holds a newer checkpoint than node 0's newest (or node 0 none), --resume-or-start would start over (or go back)
