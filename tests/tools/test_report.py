@@ -176,3 +176,35 @@ def test_a_metrics_file_that_cannot_be_drawn_leaves_no_out_directory(tmp_path, c
     existing.mkdir()
     assert main(["report", str(metrics), "--out", str(existing), *args]) == 2
     assert existing.is_dir() and list(existing.iterdir()) == []
+
+
+def test_a_long_run_draws_bars_of_runs_of_epochs_at_their_means():
+    """200,000 epochs drew a bar per epoch and phase: minutes and gigabytes. Beyond 1,000 epochs a bar is the mean
+    of a run of consecutive epochs (here 5: 5,000 epochs in 1,000 bars), whose heights the bars show."""
+    base = _records()[0]
+    records = [{**base, "epoch": e, "spmm": 0.001 * (e % 5)} for e in range(1, 5001)]
+    fig, _ = plot_phases(records)
+    ax = fig.axes[0]
+    bars = ax.patches
+    assert len(bars) == len(STACKED) * 1000
+    spmm = bars[:1000]
+    assert spmm[0].get_x() == 1 and spmm[0].get_width() == 5 and spmm[1].get_x() == 6
+    assert spmm[0].get_height() == pytest.approx(1e3 * 0.001 * (1 + 2 + 3 + 4 + 0) / 5)  # ms: epochs under 1 s
+    assert "each bar the mean of 5 epochs" in ax.get_title()
+
+
+@pytest.mark.parametrize("key, value", [("val_acc", "NaN"), ("spmm", "Infinity"), ("loss", "1e308"),
+                                        ("epoch", "1e300")])
+def test_a_number_no_run_writes_is_one_line_naming_the_file_and_line(tmp_path, capsys, key, value):
+    """Python's json reads NaN and Infinity; a run writes neither (a non-finite loss ends it) nor numbers a plot's
+    axis cannot hold: the plots failed with matplotlib's words (``max() arg is an empty sequence``, ``Axis limits
+    cannot be NaN or Inf``) naming neither file nor line, or warned over two lines."""
+    lines = [json.dumps(r) for r in _records()]
+    lines[2] = lines[2].replace(f'"{key}": {json.dumps(_records()[2][key])}', f'"{key}": {value}')
+    assert value in lines[2]
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["report", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"m.jsonl line 3: '{key}' is {value if value[0] != '1' else float(value)}" in err
+    assert "not a finite number of at most 1e+15 in size, as a run writes" in err
+    assert not (tmp_path / "out").exists()

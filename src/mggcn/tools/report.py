@@ -48,6 +48,8 @@ _MAX_HEIGHT = 60.0
 # the numbers of a record the plots read (each optional: an older record may lack a phase)
 _SCORES = ("train_acc", "val_acc", "test_acc")
 _NUMBERS = (*_SCORES, "epoch_s", *STACKED, *_FOLDED)
+_LARGEST = 1e15  # a record's numbers (epochs, a loss, seconds) are far below; beyond, a plot's axis overflows
+_BARS = 1000  # epochs drawn one bar each in the phase plot; more are drawn as the means of runs of epochs
 
 
 class MetricsError(InputError):
@@ -145,6 +147,12 @@ def _epoch_of(path: str, number: int, record: Any) -> int:
            and not (k in _SCORES and record[k] is None)]  # None: a split without a vertex
     if bad or not math.isfinite(record["epoch"]) or record["epoch"] != int(record["epoch"]):
         raise MetricsError(f"{path} line {number}: '{(bad or ['epoch'])[0]}' is not a number of an epoch record")
+    # a run writes no NaN (a non-finite loss ends it first) and no value a plot's axis cannot hold
+    wild = [k for k in ("epoch", "loss", *_NUMBERS) if _is_number(record.get(k))
+            and not (math.isfinite(record[k]) and abs(record[k]) <= _LARGEST)]
+    if wild:
+        raise MetricsError(f"{path} line {number}: '{wild[0]}' is {_shown(record[wild[0]])}, not a finite number "
+                           f"of at most {_LARGEST:g} in size, as a run writes")
     problem = _timeline_problem(record.get("timeline"))
     if problem:
         raise MetricsError(f"{path} line {number}: malformed 'timeline' ({problem}); expected a list per rank of "
@@ -228,7 +236,9 @@ def plot_curves(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
 
 
 def plot_phases(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
-    """Per-epoch seconds stacked by phase (series in seconds; drawn in ms when epochs are shorter than a second)."""
+    """Per-epoch seconds stacked by phase (series in seconds; drawn in ms when epochs are shorter than a second).
+    Beyond :data:`_BARS` epochs, each bar is the mean of a run of consecutive epochs: a bar per epoch of a run of
+    hundreds of thousands costs minutes and gigabytes to draw, and more bars than pixels show nothing more."""
     series: dict[str, list] = {"epoch": [int(r["epoch"]) for r in records]}
     for phase in STACKED:
         series[phase] = _column(records, phase)
@@ -237,14 +247,18 @@ def plot_phases(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
     series["epoch_s"] = _column(records, "epoch_s")
     scale, unit = (1e3, "ms") if max(series["epoch_s"], default=0.0) < 1.0 else (1.0, "s")
     fig, ax = _figure(10, 3.6)
-    bottom = [0.0] * len(records)
+    run = -(-len(records) // _BARS)  # epochs per bar
+    starts = series["epoch"][::run]
+    bottom = [0.0] * len(starts)
     for phase in STACKED:
-        heights = [v * scale for v in series[phase]]
-        ax.bar(series["epoch"], heights, width=1.0, bottom=bottom, color=COLORS[phase], label=_LABELS[phase],
-               linewidth=0)
+        values = series[phase]
+        heights = [scale * sum(values[i:i + run]) / len(values[i:i + run]) for i in range(0, len(values), run)]
+        ax.bar(starts, heights, width=float(run), align="edge" if run > 1 else "center", bottom=bottom,
+               color=COLORS[phase], label=_LABELS[phase], linewidth=0)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    each = f"; each bar the mean of {run} epochs" if run > 1 else ""
     ax.set(xlabel="epoch", ylabel=f"time per epoch ({unit})",
-           title="Where the time goes (per phase, max over ranks; other = criterion, optimizer, rest)")
+           title=f"Where the time goes (per phase, max over ranks; other = criterion, optimizer, rest{each})")
     ax.legend(loc="upper right", fontsize="small", ncol=len(STACKED))
     ax.margins(x=0.01)
     # the first epoch (warm-up: allocations, first collectives) may dwarf the rest: cut its bar and label it
