@@ -231,6 +231,13 @@ def test_bench_options_from_the_command_line(monkeypatch):
             opts.mmap_threshold, opts.tile_bytes, opts.compare_tiles, opts.shm, opts.compare_shm) == (
         500, (8, 8), (1, 2, 4), ("random", "random-local"), False, 1, 3, 0, 2 << 20, (0, 1 << 20), "off", True)
     assert opts.features == bench.BenchOptions().features and opts.repeat_pyg
+    # a configuration listed twice runs once (its rows would have the same name); hidden sizes repeat by design
+    seen.clear()
+    main(["bench", "--nodes", "500", "--hidden", "8,8", "--nprocs", "1,2,1", "--partition", "random,random",
+          "--no-pyg", "--compare-tiles", "0,0", "--compare-precision", "bf16,bf16"])
+    opts = seen["opts"]
+    assert (opts.hidden, opts.nprocs, opts.partitions, opts.compare_tiles, opts.compare_precision) == (
+        (8, 8), (1, 2), ("random",), (0,), ("bf16",))
 
 
 def test_saint_graph_repeats_pyg_in_every_round():

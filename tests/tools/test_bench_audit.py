@@ -71,6 +71,19 @@ def test_a_graph_cache_under_a_file_is_one_line(tmp_path, capsys):
                   "exists)\n"
 
 
+def test_a_graph_cache_that_cannot_be_written_or_is_the_report_is_one_line_before_the_graph(tmp_path, capsys):
+    """A --graph-cache where no file can be made (/proc) failed after the graph was generated, with a rank's
+    FileNotFoundError (exit 1); one that is also --out was found only once the report overwrote the graph."""
+    assert main(["bench", "--small", "--no-pyg", "--nprocs", "1", "--graph-cache", "/proc/mggcn-graph"]) == 2
+    assert capsys.readouterr().err == "mggcn bench: error: --graph-cache /proc/mggcn-graph: cannot write in /proc " \
+                                      "(No such file or directory)\n"
+    both = str(tmp_path / "g")
+    assert main(["bench", "--small", "--no-pyg", "--nprocs", "1", "--graph-cache", both, "--out", both]) == 2
+    assert capsys.readouterr().err == f"mggcn bench: error: --graph-cache {both}: is the same file as --out {both}; " \
+                                      "give each output a path of its own\n"
+    assert not os.path.exists(both)
+
+
 @pytest.mark.parametrize("overrides, option", [
     ({"nodes": 1}, "nodes"),
     ({"degree": 0.0}, "degree"),

@@ -74,6 +74,9 @@ def model_settings(opts: BenchOptions) -> dict:
     return {"heads": opts.heads, "gin_mlp_batch_norm": opts.gin_mlp_batch_norm}
 
 
+_RUN_LISTS = ("nprocs", "partitions", "compare_tiles", "compare_precision")  # lists of the configurations to run
+
+
 def options_from(small: bool = False, saint: bool = False, **overrides) -> BenchOptions:
     """The defaults (or :data:`SMALL`, or :data:`SAINT`; ``small`` and ``saint``: the small graph in GraphSAINT's
     layout) with the given options replaced (``None`` keeps the default). ``gpu_memory`` and ``host_memory`` may be
@@ -82,6 +85,9 @@ def options_from(small: bool = False, saint: bool = False, **overrides) -> Bench
     for key in ("gpu_memory", "host_memory"):
         if overrides.get(key) is not None:
             overrides[key] = parse_bytes(overrides[key], key)
+    for key in _RUN_LISTS:  # a value given twice would run its configuration twice, under the same name
+        if overrides.get(key) is not None:
+            overrides[key] = tuple(dict.fromkeys(overrides[key]))
     opts = replace(base, **{k: v for k, v in overrides.items() if v is not None})
     from mggcn.nn.models import MODEL_TYPES, models_taking  # torch: not for the command line's --help
 

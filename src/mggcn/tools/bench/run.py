@@ -30,9 +30,10 @@ from mggcn.tools.bench.pyg import PYG_LAST_SETUP_PHASE, pyg_adjacency, pyg_worke
 from mggcn.tools.bench.summary import Run, add_ratios, median, summarize
 from mggcn.tools.bench.table import write_report
 from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
-from mggcn.training.outputs import check_output
+from mggcn.training.outputs import check_distinct, check_output
 from mggcn.training.precision import check_precision_device
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.files import check_writable
 from mggcn.utils.parallel import available_cores
 
 __all__ = ["run_bench", "configurations", "rounds", "run_one"]
@@ -49,6 +50,7 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: st
     says whether every step ran.
     """
     check_output("out", out)  # before an hour of measuring, not after it
+    check_distinct([("out", out), ("graph_cache", opts.graph_cache)])  # the report would be written over the graph
     if opts.device == "cuda":
         resolve_device("cuda")  # no GPU: one line now, not every configuration failing after the graph is made
     check_precision_device(opts.precision, opts.device)
@@ -137,6 +139,7 @@ def _make_parent(path: str) -> None:
     except OSError as err:  # a file on the way, no permission
         raise ConfigError(f"graph_cache: {path}: cannot make its folder {parent} ({err.strerror})",
                           "graph_cache") from None
+    check_writable("graph_cache", path, parent)  # before the graph is generated (/proc, a read-only mount)
 
 
 def _prepare_step(path: str, tmp: str, opts: BenchOptions, log, report: dict) -> str:

@@ -259,7 +259,10 @@ def _keyword_flag(m: re.Match) -> str:
     name, switch, after = m.groups()
     if switch == "False":
         return "--no-" + flag(name)[2:]
-    return flag(name) + (" " if not switch and after and after not in ",;:.)]/" else "")
+    # "features=/labels=" names two settings; "out=/tmp/x" a setting and its value, an absolute path
+    another = after == "/" and re.match(r"/[a-z][a-z0-9_]*=", m.string[m.end():]) is not None
+    value = not switch and after and (after not in ",;:.)]/" or (after == "/" and not another))
+    return flag(name) + (" " if value else "")
 
 
 def flag(option: str) -> str:
