@@ -194,7 +194,7 @@ def test_a_long_run_draws_bars_of_runs_of_epochs_at_their_means():
 
 
 @pytest.mark.parametrize("key, value", [("val_acc", "NaN"), ("spmm", "Infinity"), ("loss", "1e308"),
-                                        ("epoch", "1e300")])
+                                        ("epoch", "1e300")])  # 1e308: matplotlib's "arange: cannot compute length"
 def test_a_number_no_run_writes_is_one_line_naming_the_file_and_line(tmp_path, capsys, key, value):
     """Python's json reads NaN and Infinity; a run writes neither (a non-finite loss ends it) nor numbers a plot's
     axis cannot hold: the plots failed with matplotlib's words (``max() arg is an empty sequence``, ``Axis limits
@@ -206,5 +206,13 @@ def test_a_number_no_run_writes_is_one_line_naming_the_file_and_line(tmp_path, c
     assert main(["report", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"m.jsonl line 3: '{key}' is {value if value[0] != '1' else float(value)}" in err
-    assert "not a finite number of at most 1e+15 in size, as a run writes" in err
+    assert "not a finite number of at most 1e+39 in size, as a run writes" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_diverging_runs_largest_finite_loss_still_makes_a_report(tmp_path):
+    """A loss as large as float32 holds (a run diverging before its loss turns inf, which ends it) is a number a
+    run writes: its records make a report."""
+    records = _records()
+    records[3]["loss"] = 3.4e38
+    assert main(["report", str(_write(tmp_path / "m.jsonl", records)), "--out", str(tmp_path / "out")]) == 0

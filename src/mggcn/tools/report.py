@@ -48,7 +48,7 @@ _MAX_HEIGHT = 60.0
 # the numbers of a record the plots read (each optional: an older record may lack a phase)
 _SCORES = ("train_acc", "val_acc", "test_acc")
 _NUMBERS = (*_SCORES, "epoch_s", *STACKED, *_FOLDED)
-_LARGEST = 1e15  # a record's numbers (epochs, a loss, seconds) are far below; beyond, a plot's axis overflows
+_LARGEST = 1e39  # beyond float32's largest (3.4e38): no loss a run writes, no epoch count or seconds; plots overflow
 _BARS = 1000  # epochs drawn one bar each in the phase plot; more are drawn as the means of runs of epochs
 
 

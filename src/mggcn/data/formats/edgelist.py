@@ -237,7 +237,7 @@ def known_vertex_count(num_nodes: int | None, features: PathLike | None,
     return None
 
 
-_BINARY = re.compile("[\x00-\x08\x0e-\x1f\ufffd]")  # control characters, bytes that are no UTF-8: not text
+_BINARY = re.compile("[\x00-\x08\x0e-\x1f]")  # control characters: no text (gzip data has them at once)
 
 
 def _first_data_line(path: Path, comments: Sequence[str], skiprows: int) -> tuple[int, str] | None:
