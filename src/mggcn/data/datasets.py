@@ -314,8 +314,9 @@ def _not_a_dataset(spec: str) -> GraphError:
     from mggcn.data.formats import FORMATS
 
     built_in = "synthetic[:n=...], rmat:scale=..., builtin:karate or builtin:digits"
-    if os.path.lexists(spec) and not os.path.exists(spec):  # a link that loops or leads nowhere
-        return GraphError(link_to_nothing(spec) or f"{spec}: a link to nothing")
+    nothing = link_to_nothing(spec)  # a link on the way that loops or leads nowhere
+    if nothing is not None:
+        return GraphError(nothing)
     if not os.path.exists(spec):
         return GraphError(f"{spec}: no such file or directory, and not a built-in dataset ({built_in}) nor a named one "
                           f"({', '.join(CATALOG)}; `mggcn datasets` lists them)")

@@ -252,7 +252,7 @@ def plot_phases(records: list[dict]) -> tuple[Any, dict[str, list[float]]]:
     bottom = [0.0] * len(starts)
     for phase in STACKED:
         values = series[phase]
-        heights = [scale * sum(values[i:i + run]) / len(values[i:i + run]) for i in range(0, len(values), run)]
+        heights = [scale * sum(chunk) / len(chunk) for chunk in (values[i:i + run] for i in range(0, len(values), run))]
         ax.bar(starts, heights, width=float(run), align="edge" if run > 1 else "center", bottom=bottom,
                color=COLORS[phase], label=_LABELS[phase], linewidth=0)
         bottom = [b + h for b, h in zip(bottom, heights)]

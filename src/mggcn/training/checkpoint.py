@@ -44,6 +44,8 @@ from mggcn.utils.files import OutputError, write_output
 __all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "check_resumed_from_the_newest",
            "is_checkpoint"]
 
+_FILE_NAME = re.compile(r"ckpt-(\d+)\.pt")  # Checkpointer.path's names: the epoch after which it was saved
+
 _MAGIC = b"mggcn-checkpoint "
 FORMAT_VERSION = 1
 _DEFAULTS = {"norm": TrainConfig.norm, "activation": TrainConfig.activation}
@@ -137,7 +139,7 @@ class Checkpointer:
     def files(self) -> list[str]:
         """Checkpoint files, newest epoch first."""
         found = glob.glob(os.path.join(self.directory, "ckpt-*.pt"))
-        return sorted((f for f in found if re.fullmatch(r"ckpt-\d+\.pt", os.path.basename(f))), reverse=True)
+        return sorted((f for f in found if _FILE_NAME.fullmatch(os.path.basename(f))), reverse=True)
 
     def latest(self, report: Callable[[str], None] | None = None) -> tuple[dict, str] | None:
         """The newest checkpoint that reads back intact, or None; corrupt ones are reported and skipped."""
@@ -148,6 +150,11 @@ class Checkpointer:
                 if report is not None:
                     report(f"skipping {err}")
         return None
+
+
+def _epoch_of(name: str) -> int:
+    """The epoch of a checkpoint file's name (one :meth:`Checkpointer.files` lists)."""
+    return int(_FILE_NAME.fullmatch(name).group(1))
 
 
 def check_resumed_from_the_newest(ctx: DistContext, directory: str, resumed: int, asked: bool | str = True) -> None:
@@ -162,7 +169,7 @@ def check_resumed_from_the_newest(ctx: DistContext, directory: str, resumed: int
     here = (socket.gethostname(), os.path.realpath(directory))
     seen = all_gather_objects(ctx, (*here, os.path.basename(files[0]) if files else None))
     newer = [(rank, host, name) for rank, (host, path, name) in enumerate(seen)
-             if name is not None and (host, path) != seen[0][:2] and int(name[5:-3]) > resumed]
+             if name is not None and (host, path) != seen[0][:2] and _epoch_of(name) > resumed]
     if newer:
         rank, host, name = newer[0]
         start = f"resumes from epoch {resumed}" if resumed else "found nothing to resume from"
