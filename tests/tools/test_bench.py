@@ -436,7 +436,8 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
 def test_bench_model_against_pygs_own(model):
     """`bench --model sage|gin|gat` trains the model at P = 1 and 2 and PyG's GraphSAGE / GIN / GAT from the same
     weights (GAT: 4 heads, PyG's layers on the edge list; GIN with `--gin-mlp-batch-norm`: PyG's GINConv with
-    MLP(norm="batch_norm")): the same losses after the same epochs, and the plan's parameters."""
+    MLP(norm="batch_norm")): the same losses after the same epochs, the same accuracies (with batch norms: of an eval
+    forward on both sides), and the plan's parameters."""
     batch_norm = model == "gin+bn"
     model = model.removesuffix("+bn")
     opts = bench.options_from(small=True, model=model, nprocs=(1, 2), partitions=("random-local",), epochs=2,
@@ -452,6 +453,9 @@ def test_bench_model_against_pygs_own(model):
     with pytest.raises(ConfigError, match=r"one hidden width, got hidden=16,8 \(or give pyg=False\)$"):
         bench.options_from(small=True, model=model, hidden=(16, 8))
     if batch_norm:  # mggcn's runs did normalize: their workspaces hold the norms' x̂
+        # both sides' accuracies come from an eval forward (running statistics) of the same weights: the same test
+        # vertices right; PyG's share is a float32 mean
+        assert pyg["test_acc"] == pytest.approx(rows["mggcn P=1 random-local"]["test_acc"], abs=1e-6)
         assert "bn 0" in rows["mggcn P=1 random-local"]["memory"][0]["workspace"]
         with pytest.raises(ConfigError, match="^gin_mlp_batch_norm is for model gin, not sage$"):
             bench.options_from(small=True, model="sage", gin_mlp_batch_norm=True)
