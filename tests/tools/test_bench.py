@@ -152,7 +152,7 @@ def test_saint_graph_bench_reports_the_whole_process(tmp_path, capsys):
         assert row["whole"] == max(m["whole"] for m in row["memory"])
         assert row["whole_vs_pyg"] == pytest.approx(row["whole"] / pyg["whole"])
         assert row["name"] in printed
-    for column in ("whole MB", "w/(p+b)", "interpreter baseline"):
+    for column in ("whole MiB", "w/(p+b)", "interpreter baseline"):
         assert column in printed
 
 

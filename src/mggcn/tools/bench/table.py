@@ -12,8 +12,8 @@ __all__ = ["format_table", "format_markdown", "report_source", "markdown_cell", 
 
 _MIB = 2**20
 _HEAD = (f"{'configuration':<34}{'epoch s':>8}{'xPyG':>6}{'setup s':>8}{'xPyG':>6}{'floor s':>8}{'xfloor':>7}"
-         f"{'spmm':>7}{'wait':>7}{'gemm':>7}{'allred':>7}{'loss':>6}{'opt':>6}{'other':>7}{'test':>6}{'peak MB':>9}"
-         f"{'net MB':>8}{'xPyG':>6}{'plan MB':>9}{'net/plan':>9}{'whole MB':>9}{'xPyG':>6}{'w/(p+b)':>8}")
+         f"{'spmm':>7}{'wait':>7}{'gemm':>7}{'allred':>7}{'loss':>6}{'opt':>6}{'other':>7}{'test':>6}{'peak MiB':>9}"
+         f"{'net MiB':>8}{'xPyG':>6}{'plan MiB':>9}{'net/plan':>9}{'whole MiB':>10}{'xPyG':>6}{'w/(p+b)':>8}")
 _NOTES = ("epoch s: median after the warm-up (max over ranks), the median round; setup s: from opening the graph to "
           "the first epoch (max over ranks; PyG: reading the arrays, edge_index, gcn_norm, CSR, to the device, model, "
           "optimizer); phases: medians; floor: SpMM bytes (a row per nonzero) / bandwidth + GEMM flops / rate, with "
@@ -47,7 +47,7 @@ def _row_line(r: dict) -> str:
             + f"{_fmt(r.get('test_acc'), '6.3f')}{_fmt(_mib(r.get('peak')), '9.0f')}{_fmt(_mib(r.get('net')), '8.0f')}"
             f"{_fmt(r.get('net_vs_pyg'), '6.2f')}{_fmt(_mib(r.get('predicted')), '9.0f')}"
             f"{_fmt(r.get('measured_over_predicted'), '9.2f')}"
-            f"{_fmt(_mib(r.get('whole')), '9.0f')}{_fmt(r.get('whole_vs_pyg'), '6.2f')}"
+            f"{_fmt(_mib(r.get('whole')), '10.0f')}{_fmt(r.get('whole_vs_pyg'), '6.2f')}"
             f"{_fmt(r.get('whole_over_plan_base'), '8.2f')}")
     return line + "  out of memory" if r.get("oom") else line
 
@@ -111,9 +111,9 @@ def _detail_lines(report: dict, g: dict | None) -> list[str]:
     if base:
         over = ", ".join(f"P={r['nprocs']} {r['whole_net_over_plan']:.2f}" for r in rows
                          if r.get("whole_net_over_plan") is not None)
-        lines.append(f"interpreter baseline (a process that imported torch and mggcn): {base['import'] / _MIB:.0f} MB, "
-                     f"{base['warm'] / _MIB:.0f} MB once its kernels and optimizer ran (PyTorch code loaded on first "
-                     f"use{'; whole - that, over plan: ' + over if over else ''})")
+        lines.append(f"interpreter baseline (a process that imported torch and mggcn): "
+                     f"{base['import'] / _MIB:.0f} MiB, {base['warm'] / _MIB:.0f} MiB once its kernels and optimizer "
+                     f"ran (PyTorch code loaded on first use{'; whole - that, over plan: ' + over if over else ''})")
     pyg = next((r for r in rows if r["kind"] == "pyg" and not r.get("oom")), None)
     n = markdown_cell  # a number, or "-" for none (null in a report read back, NaN in one just measured)
     if pyg:
