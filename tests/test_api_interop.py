@@ -403,15 +403,44 @@ def test_a_users_model_with_more_than_convolutions_is_one_line(extra, tmp_path):
     assert f"{extra}.weight" in _one_line(err) and "conv1, conv2" in str(err.value)
 
 
-def test_a_gat_of_pygs_example_with_other_heads_per_layer_is_one_line_saying_so(tmp_path):
-    """PyG's GAT example: 8 heads, then 1 head for the output; mggcn's GAT has one head count for every layer."""
-    from torch_geometric.nn import GATConv
+class _ExampleGAT(torch.nn.Module):
+    """PyG's GAT example: 8 heads concatenated, then 1 head for the output (``heads`` of each layer given)."""
 
-    torch.save({**{f"conv1.{k}": v for k, v in GATConv(F, 4, heads=8).state_dict().items()},
-                **{f"conv2.{k}": v for k, v in GATConv(32, C, heads=1, concat=False).state_dict().items()}},
-               tmp_path / "gat.pt")
-    with pytest.raises(mggcn.GraphError, match=r"layer 1 has 1 attention head\(s\) and layer 0 8: mggcn's GAT") as err:
-        predict(str(tmp_path / "gat.pt"), _data(), norm="sym", activation="relu")
+    def __init__(self, heads):
+        from torch_geometric.nn import GATConv
+
+        super().__init__()
+        widths = [F, *(4 * h for h in heads[:-1]), C]
+        self.convs = [GATConv(a, b // h if i + 1 < len(heads) else b, heads=h, concat=i + 1 < len(heads))
+                      for i, (a, b, h) in enumerate(zip(widths[:-1], widths[1:], heads))]
+        for i, conv in enumerate(self.convs):
+            setattr(self, f"conv{i + 1}", conv)
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            x = x.relu() if i + 1 < len(self.convs) else x
+        return x
+
+
+def test_a_gat_of_pygs_example_with_one_output_head_predicts_as_it(tmp_path):
+    """PyG's GAT example: 8 heads, then 1 head for the output (mggcn's output_heads); the weights predict what the
+    model computes (σ relu: mggcn has no ELU)."""
+    torch.manual_seed(0)
+    model = _ExampleGAT([8, 1])
+    torch.save(model.state_dict(), tmp_path / "gat.pt")
+    data = _data()
+    with torch.no_grad():
+        expected = model.eval()(data.x, data.edge_index).softmax(1)
+    got = predict(str(tmp_path / "gat.pt"), data, output="proba", activation="relu")
+    torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
+
+
+def test_a_gat_whose_hidden_layers_have_other_heads_is_one_line_saying_so(tmp_path):
+    """Hidden layers of 8 and then 4 heads: mggcn's GAT has one head count for its hidden layers."""
+    torch.save(_ExampleGAT([8, 4, 1]).state_dict(), tmp_path / "gat.pt")
+    with pytest.raises(mggcn.GraphError, match=r"layer 1 has 4 attention head\(s\) and layer 0 8: mggcn's GAT") as err:
+        predict(str(tmp_path / "gat.pt"), _data(), activation="relu")
     _one_line(err)
 
 

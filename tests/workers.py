@@ -531,8 +531,8 @@ def gat_worker(cases, seed):
             op = SparseExchangeSpMM(ctx, shard.adj, shard.adj_t, mode=comm, overlap=overlap)
         op.vertex_ids = torch.from_numpy(part.order[part.rows(ctx.rank)])
         dims = [x_orig.shape[1]] + list(options["hidden"]) + [g_orig.shape[1]]
-        model = GAT(dims, heads=options["heads"], attention_dropout=options.get("attention_dropout", 0.0),
-                    seed=0)
+        model = GAT(dims, heads=options["heads"], output_heads=options.get("output_heads"),
+                    attention_dropout=options.get("attention_dropout", 0.0), seed=0)
         model.load_state_dict(state, strict=True)
         model = model.to(dtype)
         if attention_seed is not None:

@@ -65,6 +65,7 @@ class TrainConfig:
     batch_norm: bool = False  # a batch norm after each hidden layer, before σ (PyG's BasicGNN norm="batch_norm")
     gin_mlp_batch_norm: bool = False  # GIN: batch-normalize each MLP's hidden layer (PyG's MLP(norm="batch_norm"))
     heads: int = 8  # GAT: attention heads per layer (hidden sizes are totals over the heads)
+    output_heads: int | None = None  # GAT: the last layer's heads, which it averages (None: heads)
     attention_dropout: float = 0.0  # GAT: dropout on the attention coefficients
     order: str = "auto"
     overlap: bool = True

@@ -1,11 +1,12 @@
 """GAT across ranks (mggcn/nn/gat.py on mggcn/distributed/attention.py): at P = 1..4, with every exchange (broadcast,
 sparse, auto), with and without overlap, whole and tiled blocks, each rank's rows of the logits and of the input
 gradient and the sum over ranks of the parameter gradients equal PyG's GAT on the whole directed graph (parallel
-edges, self loops, isolated vertices, n not divisible by 3 or 4); with attention dropout, every P draws the masks
-P = 1 draws."""
+edges, self loops, isolated vertices, n not divisible by 3 or 4), with the last layer's heads as the others' or one
+(output_heads, PyG's GAT example); with attention dropout, every P draws the masks P = 1 draws."""
 
 import pytest
 import torch
+from torch_geometric.nn import GATConv
 from torch_geometric.nn.models import GAT as PygGAT
 
 import workers
@@ -23,9 +24,9 @@ TOL64 = dict(rtol=1e-9, atol=1e-10)
 TOL32 = dict(rtol=1e-5, atol=1e-5)
 
 
-def _state(seed: int) -> dict[str, torch.Tensor]:
+def _state(seed: int, output_heads: int | None = None) -> dict[str, torch.Tensor]:
     """Initial weights with random biases, so that every term shows."""
-    model = GAT([FEATURES, HIDDEN, CLASSES], heads=HEADS, seed=seed)
+    model = GAT([FEATURES, HIDDEN, CLASSES], heads=HEADS, output_heads=output_heads, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     for k, v in state.items():
@@ -48,11 +49,20 @@ def _cases():
     dropped = options | {"attention_dropout": 0.4}
     cases += [(graph, comm, overlap, None, dropped, _state(10), x, g, torch.float64, 7)
               for comm, overlap in (("broadcast", True), ("sparse", False), ("auto", True))]
+    one_head = options | {"output_heads": 1}
+    cases += [(graph, comm, overlap, None, one_head, _state(11 + k, 1), x, g, torch.float64, None)
+              for k, (comm, overlap) in enumerate((("broadcast", True), ("sparse", False)))]
     return cases
 
 
 def _pyg_reference(graph, state, x, g, dtype):
-    model = PygGAT(FEATURES, HIDDEN, 2, CLASSES, heads=HEADS)
+    if state["convs.1.att_src"].shape[1] == HEADS:
+        model = PygGAT(FEATURES, HIDDEN, 2, CLASSES, heads=HEADS)
+    else:  # one output head: GATConv layers as PyG's example builds them
+        model = torch.nn.Module()
+        model.convs = torch.nn.ModuleList([GATConv(FEATURES, HIDDEN // HEADS, heads=HEADS),
+                                           GATConv(HIDDEN, CLASSES, heads=1, concat=False)])
+        model.forward = lambda h, ei: model.convs[1](model.convs[0](h, ei).relu(), ei)
     model.load_state_dict(state, strict=True)
     model = model.to(dtype)
     xr = x.to(dtype).clone().requires_grad_()

@@ -50,18 +50,22 @@ def _epoch_peak(shard, cfg) -> int:
     (4000, 4000, (256,), 4, False, "fp32"),  # per-row values most of it
     (3000, 15000, (64,), 8, True, "bf16"),  # 2-byte activations, the SDDMM in float32
     (4000, 4000, (256,), 4, False, "bf16"),
+    (3000, 15000, (64,), (8, 1), True, "fp32"),  # one output head (output_heads)
 ])
 def test_the_activation_peak_is_the_measured_peak_of_an_epoch(n, e, hidden, heads, edges_matter, precision):
     """What a GAT's epoch allocates at its peak (P = 1) equals the plan's activation peak less the loss's workspace
     vectors (allocated in the first epoch), within 10% both ways: the walk names every tensor the layers and the
     loss keep and the attention's transients; the per-edge step's temporaries are the kernels' own and shift a few
     percent with how torch lays out their intermediates."""
+    heads, output_heads = heads if isinstance(heads, tuple) else (heads, None)
     graph = random_graph(n, e, features=16, classes=5, directed=True, seed=1)
     shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, "gat")
-    cfg = TrainConfig(model="gat", heads=heads, hidden=hidden, epochs=2, trace_epoch=0, precision=precision)
+    cfg = TrainConfig(model="gat", heads=heads, output_heads=output_heads, hidden=hidden, epochs=2, trace_epoch=0,
+                      precision=precision)
     measured = _epoch_peak(shard, cfg)
     tiles = [tile for block in shard.adj for tile in block.tiles]
     peak, alive = activation_peak(shard.x.shape[0], [16, *hidden, 5], model="gat", heads=heads,
+                                  output_heads=output_heads,
                                   block_edges=max(t._nnz() for t in tiles), columns=max(t.shape[1] for t in tiles),
                                   precision=precision)
     planned = peak - sum(v for k, v in alive.items() if k.startswith("ws:"))
@@ -107,6 +111,13 @@ def test_the_plan_counts_a_gat_by_its_heads():
     assert four.parts["activations"] < plan.parts["activations"]  # fewer heads: fewer per-head values
     with pytest.raises(ConfigError, match="takes no option heads"):
         plan_memory(n, 100_000, 128, 40, (64,), p, heads=8)
+    # one output head: the last layer's exchanges, parameters and all-reduce by its one head
+    one = plan_memory(n, 100_000, 128, 40, (64,), p, model="gat", heads=heads, output_heads=1)
+    assert one.widths == [64 + 8, 64 + 24, 40 + 1, 40 + 3]
+    assert one.comm_layers == 2 * (p - 1) * m * (heads + 1) * 4
+    for dims in ([24, 64, 6], [10, 16, 16, 3]):
+        assert num_parameters(dims, "gat", heads=8, output_heads=1) == sum(
+            t.numel() for t in GAT(dims, heads=8, output_heads=1).parameters())
 
 
 def test_the_trainer_sizes_the_exchange_by_the_models_widths():

@@ -62,8 +62,8 @@ CASES = {
     "a NaN weight": ("gcn", _set("convs.0.bias", torch.full((8,), float("nan"))),
                      ["convs.0.bias holds NaN or infinite values; the model would predict NaN"]),
     "attention vectors of one dimension": ("gat", _set("convs.0.att_src", torch.zeros(8)), ["convs.0.att_src"]),
-    "attention heads that differ by layer": ("gat", _set("convs.0.att_src", torch.zeros(1, 4, 2)),
-                                             ["has 2 attention head(s) and layer 0 4"]),
+    "attention vectors of another last layer": ("gat", _set("convs.1.att_src", torch.zeros(1, 1, 4)),
+                                                ["describes layers [34, 8, 2]", "has [34, 8, 4]"]),
 }
 
 

@@ -36,6 +36,7 @@ Legend: m = rows of this rank, H = heads, C = channels per head.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import torch
@@ -138,6 +139,8 @@ class GAT(LayerStack):
     Args:
         dims: ``[d_0, hidden..., classes]``, each hidden width the total over the heads (divisible by ``heads``).
         heads: attention heads of every layer (default 8).
+        output_heads: the last layer's heads, which it averages; None (default): ``heads``, as PyG's ``GAT`` model
+            builds it; 1 as PyG's GAT example and the GAT paper's Cora model.
         attention_dropout: dropout probability on the attention weights.
         order: accepted for the common signature; a GAT layer always multiplies first.
         bias: every layer adds a learnable bias (default True).
@@ -149,7 +152,7 @@ class GAT(LayerStack):
     pyg_name = "GAT"
     pyg_label = "GATConv"
     pyg_one_hidden_width = True
-    options = ("heads", "attention_dropout")
+    options = ("heads", "output_heads", "attention_dropout")
     layer_weight = "convs.{}.lin.weight"  # [H·C, d_in]
     layer_bias = "convs.{}.bias"
     pyg_takes_edge_index = True  # GATConv computes its attention per edge of an edge list
@@ -164,19 +167,18 @@ class GAT(LayerStack):
         """Hidden layers give ``H·C`` (their weight's rows), the last one its ``C`` (each head's channels, the
         attention vectors' last size)."""
         dims = super().state_dims(state)
-        heads = None
-        for layer in range(len(dims) - 1):  # every layer's vectors: the heads the model is built with are layer 0's
+        heads, last = None, len(dims) - 2
+        for layer in range(len(dims) - 1):  # every layer's vectors: the hidden layers' heads are layer 0's
             att = state.get(f"convs.{layer}.att_src")
             if (not isinstance(att, torch.Tensor) or att.dim() != 3 or att.shape[0] != 1
                     or att.shape[1] * att.shape[2] != dims[layer + 1]):
                 raise ValueError(f"convs.{layer}.att_src is not the [1, heads, channels] of its layer's weight")
-            if heads not in (None, att.shape[1]):  # e.g. PyG's example: 8 heads, then 1 head for the output
+            if layer < last and heads not in (None, att.shape[1]):
                 raise ValueError(f"layer {layer} has {att.shape[1]} attention head(s) and layer 0 {heads}: mggcn's "
-                                 "GAT has the same heads in every layer (PyG's GAT(heads=H))")
-            heads = att.shape[1]
+                                 "GAT has the same heads in every hidden layer (PyG's GAT(heads=H))")
+            heads = att.shape[1]  # the last layer's may differ (output_heads: PyG's example, the GAT paper's)
         if heads is None:
             raise ValueError("convs.0.att_src is not the [1, heads, channels] of its layer's weight")
-        last = len(dims) - 2
         dims[-1] = int(state[f"convs.{last}.att_src"].shape[2])
         bias = state.get(f"convs.{last}.bias")
         if heads > 1 and isinstance(bias, torch.Tensor) and bias.shape == (heads * dims[-1],):
@@ -186,8 +188,17 @@ class GAT(LayerStack):
         return dims
 
     @classmethod
+    def same_model_options(cls, options: dict) -> dict:
+        if options.get("output_heads") is not None and options.get("output_heads") == options.get("heads"):
+            return options | {"output_heads": None}
+        return options
+
+    @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
-        return {"heads": int(state["convs.0.att_src"].shape[1])} | cls.bias_option(state)
+        heads = [int(state[key].shape[1]) for key in sorted(
+            (k for k in state if re.fullmatch(r"convs\.\d+\.att_src", k)), key=lambda k: int(k.split(".")[1]))]
+        output = {"output_heads": heads[-1]} if heads[-1] != heads[0] else {}
+        return {"heads": heads[0]} | output | cls.bias_option(state)
 
     @property
     def evaluates_differently(self) -> bool:
@@ -195,9 +206,9 @@ class GAT(LayerStack):
                                                attention_dropout=self.attention_dropout)
 
     @classmethod
-    def build(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, attention_dropout: float = 0.0,
-              **common) -> GAT:
-        return cls(dims, heads=heads, attention_dropout=attention_dropout, **common)
+    def build(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, output_heads: int | None = None,
+              attention_dropout: float = 0.0, **common) -> GAT:
+        return cls(dims, heads=heads, output_heads=output_heads, attention_dropout=attention_dropout, **common)
 
     @classmethod
     def operator(cls, norm: str) -> str:
@@ -210,12 +221,13 @@ class GAT(LayerStack):
         return [(d_in, d_out * heads if last else d_out, False)]
 
     @classmethod
-    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8, **options) -> int:
+    def num_parameters(cls, dims: Sequence[int], train_eps: bool = False, heads: int = 8,
+                       output_heads: int | None = None, **options) -> int:
         """Per hidden layer ``d_in·d_out`` (W) + ``2·d_out`` (att_src, att_dst) + ``d_out`` (bias); the last layer
-        has ``H·C`` outputs before its mean, so ``(d_in + 2)·H·C + C``."""
+        has ``H·C`` outputs (``H`` its own heads) before its mean, so ``(d_in + 2)·H·C + C``."""
         total = 0
         for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
-            width = b * heads if i == len(dims) - 2 else b
+            width = cls._z_width(dims, i, cls._layer_heads(dims, i, heads, output_heads))
             total += (a + 2) * width + b
         return total
 
@@ -229,28 +241,40 @@ class GAT(LayerStack):
 
     @classmethod
     def pyg_convs(cls, dims: Sequence[int], state: dict[str, torch.Tensor], normalize: bool) -> nn.ModuleList:
-        from torch_geometric.nn import models
+        """PyG's ``GAT`` model's layers; with other heads in the last layer (``output_heads``), ``GATConv`` layers
+        as PyG's example builds them."""
+        from torch_geometric.nn import GATConv, models
 
-        heads = int(state["convs.0.att_src"].shape[1])
-        model = models.GAT(dims[0], dims[1], len(dims) - 1, dims[-1], heads=heads)
+        options = cls.state_options(state)
+        heads, output_heads = options["heads"], options.get("output_heads")
+        if output_heads is None:
+            model = models.GAT(dims[0], dims[1], len(dims) - 1, dims[-1], heads=heads)
+        else:
+            last = len(dims) - 2
+            model = nn.Module()
+            model.convs = nn.ModuleList(
+                GATConv(dims[i], dims[i + 1] if i == last else dims[i + 1] // heads,
+                        heads=output_heads if i == last else heads, concat=i != last) for i in range(last + 1))
         model.load_state_dict(state, strict=True)
         return model.convs
 
     @classmethod
     def exchange_widths(cls, dims: Sequence[int], order: str = "auto", caches_input: bool = True, heads: int = 8,
-                        **options) -> list[int]:
+                        output_heads: int | None = None, **options) -> list[int]:
         """Per layer the attention's two exchanges: ``[Z | e_src]`` (``H·C + H``) forward, ``[∂out | e_dst | lse |
-        c]`` (``H·C + 3H``) backward; the last layer's ``Z`` has ``H·classes`` columns."""
+        c]`` (``H·C + 3H``) backward; the last layer's ``Z`` has ``H·classes`` columns (``H`` its own heads)."""
         widths = []
         for i in range(len(dims) - 1):
-            width = cls._z_width(dims, i, heads)
-            widths += [width + heads, width + 3 * heads]
+            h = cls._layer_heads(dims, i, heads, output_heads)
+            width = cls._z_width(dims, i, h)
+            widths += [width + h, width + 3 * h]
         return widths
 
     @classmethod
     def evaluation_widths(cls, dims: Sequence[int], order: str = "auto", caches_input: bool = True, heads: int = 8,
-                          **options) -> list[int]:
-        return [cls._z_width(dims, i, heads) + heads for i in range(len(dims) - 1)]  # [Z | e_src] per layer
+                          output_heads: int | None = None, **options) -> list[int]:
+        layer_heads = [cls._layer_heads(dims, i, heads, output_heads) for i in range(len(dims) - 1)]
+        return [cls._z_width(dims, i, h) + h for i, h in enumerate(layer_heads)]  # [Z | e_src] per layer
 
     @classmethod
     def evaluates_differently_with(cls, dropout: float = 0.0, input_dropout: float = 0.0, batch_norm: bool = False,
@@ -258,12 +282,18 @@ class GAT(LayerStack):
         return super().evaluates_differently_with(dropout, input_dropout, batch_norm) or attention_dropout > 0
 
     @classmethod
-    def allreduce_widths(cls, dims: Sequence[int], heads: int = 8, **options) -> list[int]:
+    def allreduce_widths(cls, dims: Sequence[int], heads: int = 8, output_heads: int | None = None,
+                         **options) -> list[int]:
         """Per layer the all-reduce of the destinations' score gradients, ``[P·m, H]``."""
-        return [heads] * (len(dims) - 1)
+        return [cls._layer_heads(dims, i, heads, output_heads) for i in range(len(dims) - 1)]
 
     plans_whole_layers = True
     kept_bytes_per_edge = 4  # the attention's chunks' row ids (int32), per block (mggcn.kernels.attention)
+
+    @staticmethod
+    def _layer_heads(dims: Sequence[int], i: int, heads: int, output_heads: int | None) -> int:
+        """Layer ``i``'s heads: the last layer's ``output_heads`` where given, ``heads`` otherwise."""
+        return output_heads if output_heads is not None and i == len(dims) - 2 else heads
 
     @staticmethod
     def _z_width(dims: Sequence[int], i: int, heads: int) -> int:
@@ -299,11 +329,13 @@ class GAT(LayerStack):
         walk.free("edge step")
 
     @classmethod
-    def plan_layer(cls, walk: BufferWalk, i: int, dims: Sequence[int], *, heads: int = 8, block_edges: int = 0,
-                   columns: int = 0, nprocs: int = 1, **options) -> str:
+    def plan_layer(cls, walk: BufferWalk, i: int, dims: Sequence[int], *, heads: int = 8,
+                   output_heads: int | None = None, block_edges: int = 0, columns: int = 0, nprocs: int = 1,
+                   **options) -> str:
         """Layer ``i``'s forward in :class:`~mggcn.nn.workspace.BufferWalk`'s terms (the module docstring's
         buffers; none on the workspace): ``block_edges`` and ``columns``, the nonzeros and columns of a block of
         Â (a tile's on a CPU), size the per-edge step. Returns the name of the layer's output."""
+        heads = cls._layer_heads(dims, i, heads, output_heads)
         width, last = cls._z_width(dims, i, heads), i == len(dims) - 2
         walk.alloc(f"Z {i}", width + 2 * heads)  # the GEMM's [Z | e_src | e_dst]
         walk.alloc("running max", heads)
@@ -326,9 +358,11 @@ class GAT(LayerStack):
 
     @classmethod
     def plan_layer_backward(cls, walk: BufferWalk, i: int, dims: Sequence[int], grad: str, *, heads: int = 8,
-                            block_edges: int = 0, columns: int = 0, nprocs: int = 1, **options) -> str:
+                            output_heads: int | None = None, block_edges: int = 0, columns: int = 0,
+                            nprocs: int = 1, **options) -> str:
         """Layer ``i``'s backward from the gradient ``grad`` of its output, as :meth:`plan_layer`; the name of its
         input's gradient (layer 0: ``grad``, none computed)."""
+        heads = cls._layer_heads(dims, i, heads, output_heads)
         width, last = cls._z_width(dims, i, heads), i == len(dims) - 2
         if last:  # the mean over heads' backward: a new [m, H, C]; the logits' gradient (over them) stays
             grad = walk.alloc("grad heads", width)
@@ -351,20 +385,24 @@ class GAT(LayerStack):
 
     def __init__(self, dims: Sequence[int], heads: int = 8, attention_dropout: float = 0.0,
                  activation: str = "relu", dropout: float = 0.0, input_dropout: float = 0.0, order: str = "auto",
-                 bias: bool = True, seed: int | None = None, reuse_buffers: bool = True) -> None:
+                 bias: bool = True, seed: int | None = None, reuse_buffers: bool = True,
+                 output_heads: int | None = None) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed)
         check_order(order)
-        if not isinstance(heads, int) or heads < 1:
-            raise ConfigError(f"heads must be a positive integer, got {heads}", "heads")
+        for name, value in (("heads", heads), ("output_heads", heads if output_heads is None else output_heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}", name)
         for width in dims[1:-1]:
             if width % heads:
                 raise ConfigError(f"every hidden width must be divisible by heads: hidden {width} with {heads} "
                                   "heads", "heads")
         self.heads, self.attention_dropout = heads, attention_dropout
+        self.output_heads = heads if output_heads is None else output_heads
         generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
         last = len(dims) - 2
         self.convs.extend(
-            GATLayer(dims[i], dims[i + 1] if i == last else dims[i + 1] // heads, heads, concat=i != last,
+            GATLayer(dims[i], dims[i + 1] if i == last else dims[i + 1] // heads,
+                     self.output_heads if i == last else heads, concat=i != last,
                      attention_dropout=attention_dropout, bias=bias, index=i, generator=generator)
             for i in range(len(dims) - 1))
         self.seed_attention(self.seed)

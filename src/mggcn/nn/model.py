@@ -292,6 +292,11 @@ class LayerStack(nn.Module):
         return dims
 
     @classmethod
+    def same_model_options(cls, options: dict) -> dict:
+        """The model's own settings spelled one way per model they build (GAT: ``output_heads == heads`` is None)."""
+        return options
+
+    @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
         """The model's own options (:func:`mggcn.nn.models.make_model`'s keywords) a state dict fixes by its
         keys and shapes (GAT's heads, norms between the layers)."""

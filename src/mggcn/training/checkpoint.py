@@ -38,6 +38,7 @@ import torch
 
 from mggcn.config import TrainConfig
 from mggcn.distributed.context import DistContext, all_gather_objects
+from mggcn.nn.models import model_type
 from mggcn.utils.errors import ConfigError, InputError, unpickling_reason
 from mggcn.utils.files import OutputError, write_output
 
@@ -438,8 +439,13 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
     if theirs_model != model:
         raise CheckpointError(f"{path}: the checkpoint is of a {theirs_model} model, this run trains a {model} "
                               "(check model=)", "model")
-    for option, value in (options or {}).items():
-        saved = state.get("config", {}).get(option, False)
+    kind = model_type(model)
+    ours = kind.same_model_options(dict(options or {}))
+    saved_config = state.get("config", {})
+    theirs_options = kind.same_model_options(
+        {option: saved_config.get(option, getattr(TrainConfig, option, False)) for option in ours})  # older: default
+    for option, value in ours.items():
+        saved = theirs_options[option]
         if saved != value:
             raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {saved!r}, this run {value!r} "
                                   f"(check {option}=)", option)

@@ -126,6 +126,8 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.tile_bytes is not None:
         _at_least("tile_bytes", cfg.tile_bytes, 0, integer=True)
     _at_least("heads", cfg.heads, 1, integer=True)
+    if cfg.output_heads is not None:
+        _at_least("output_heads", cfg.output_heads, 1, integer=True)
     if not 0.0 <= _number("attention_dropout", cfg.attention_dropout) < 1.0:
         raise ConfigError(f"attention_dropout must be in [0, 1), got {cfg.attention_dropout}", "attention_dropout")
     if "heads" in kind.options and any(h % cfg.heads for h in hidden):

@@ -54,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=positive_int, default=DEFAULTS.heads,
                    help=f"--model gat: attention heads per layer (default {DEFAULTS.heads}; hidden sizes are totals "
                         "over the heads)")
+    p.add_argument("--output-heads", type=positive_int, default=None, metavar="H",
+                   help="--model gat: the last layer's heads (default: --heads)")
     p.add_argument("--hidden", type=hidden_sizes, default=DEFAULTS.hidden, help="hidden layer sizes (default 128)")
     p.add_argument("--nprocs", type=int_list, default=(1,), help="ranks, or a list such as 1,2,4,8 (default 1)")
     p.add_argument("--memory", type=byte_size, default=None,
@@ -104,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{preset.name}: {preset.source}")
     cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
                       batch_norm=args.batch_norm,
-                      heads=args.heads, attention_dropout=args.attention_dropout, hidden=args.hidden,
+                      heads=args.heads, output_heads=args.output_heads, attention_dropout=args.attention_dropout,
+                      hidden=args.hidden,
                       order=args.order, dropout=args.dropout, input_dropout=args.input_dropout,
                       tile_bytes=args.tile_bytes, precision=args.precision)
     check_config(cfg)  # what train refuses (an option of another model, a dropout of nan), plan refuses alike

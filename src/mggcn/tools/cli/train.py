@@ -103,6 +103,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=positive_int, default=DEFAULTS.heads,
                    help="--model gat: attention heads per layer; hidden layers concatenate them (--hidden is their "
                         f"total, e.g. 64 = 8 heads of 8), the last layer averages them (default {DEFAULTS.heads})")
+    p.add_argument("--output-heads", type=positive_int, default=None, metavar="H",
+                   help="--model gat: the last layer's heads (default: --heads, as PyG's GAT model; 1 as PyG's GAT "
+                        "example and the GAT paper's Cora model)")
     p.add_argument("--attention-dropout", type=float, default=DEFAULTS.attention_dropout, metavar="P",
                    help="--model gat: dropout on the attention coefficients (default 0)")
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="epochs to train; with --resume, the total")
@@ -231,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = TrainConfig(model=args.model, gin_train_eps=args.gin_train_eps, gin_mlp_batch_norm=args.gin_mlp_batch_norm,
                       batch_norm=args.batch_norm,
-                      heads=args.heads,
+                      heads=args.heads, output_heads=args.output_heads,
                       attention_dropout=args.attention_dropout, precision=args.precision,
                       hidden=args.hidden, epochs=args.epochs,
                       lr=args.lr, weight_decay=args.weight_decay,
