@@ -3,28 +3,30 @@
 # docs/benchmarks.md).
 # Seven steps, each under its own `timeout -k`, each run whatever the previous ones did:
 #   1. imports: everything the other steps need, with versions, and the GPUs PyTorch sees (printed first);
-#   2. CUDA tests: the SpMM on CUDA = CPU (outputs filled with NaN first), 3 epochs on CUDA = CPU, 2 ranks over
-#      NCCL when there are 2+ GPUs, the benchmark's CUDA memory accounting;
-#   3. shared GPU: P = 2 and 3 ranks on the GPUs there, more ranks than GPUs sharing them (MGGCN_SHARE_DEVICE=1,
+#   2. CUDA tests: the SpMM on CUDA = CPU (outputs filled with NaN first), 3 epochs on CUDA = CPU (fp32, bf16, and
+#      a GAT), 2 ranks over NCCL when there are 2+ GPUs, the benchmark's CUDA memory accounting;
+#   3. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
+#   4. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 in fp32 and bf16, tf32 too with
+#      GPU_PRECISIONS=bf16,tf32, and PyG's GCNConv) on that graph; below its table, each precision's epoch time
+#      against fp32's and its change of test accuracy;
+#   5. shared GPU: P = 2 and 3 ranks on the GPUs there, more ranks than GPUs sharing them (MGGCN_SHARE_DEVICE=1,
 #      gloo), with the broadcast, sparse and auto exchange, overlap on and off, and GIN with batch norms (their
 #      statistics all-reduced over the ranks) with the broadcast: each one's losses against P = 1's
 #      (scripts/rank_check.py ranks: the largest relative difference, PASS within 1e-4);
-#   4. reproducible: GCN, GraphSAGE, GIN and GIN with batch norms, with dropout, trained twice at P = 1 and 2, the
+#   6. models: `mggcn bench --model sage`, `gin` and `gat` (P = 1 against PyG's GraphSAGE, GIN and GAT with 8 heads:
+#      epoch, floor and GPU peak) on the models' graph, generated once for the three;
+#   7. reproducible: GCN, GraphSAGE, GIN and GIN with batch norms, with dropout, trained twice at P = 1 and 2, the
 #      losses compared bit for bit, and torch.use_deterministic_algorithms's list of non-deterministic kernels asked
-#      about each model (scripts/rank_check.py repeat);
-#   5. plan: `mggcn plan` for the benchmark graph against the GPU's memory;
-#   6. bench: `mggcn bench --device cuda` (one GPU: mggcn P = 1 in fp32, bf16 and tf32, and PyG's GCNConv) on that
-#      graph; below its table, each precision's epoch time against fp32's and its change of test accuracy;
-#   7. models: `mggcn bench --model sage`, `gin` and `gat` (P = 1 against PyG's GraphSAGE, GIN and GAT with 8 heads:
-#      epoch, floor and GPU peak) on the models' graph, generated once for the three.
+#      about each model (scripts/rank_check.py repeat).
 #
 # Time: the steps together get GPU_CHECK_BUDGET seconds (default 465, their kill grace included): a step runs under
 # its own limit or what is left of the budget, whichever is less, so the check ends within 8 minutes whatever
-# hangs. Expected on an H200: imports ~10 s, CUDA tests ~1-1.5 min, shared GPU ~1.5-2 min (16 runs on 100k vertices,
-# each P > 1 starting P CUDA contexts), reproducible ~1.5 min (16 runs and 4 audited ones), plan ~5 s, bench ~3 min
-# (its graph, then fp32, bf16, tf32 and PyG), models ~2 min (its graph, then three models and PyG's three): more
-# than the budget leaves when every earlier step takes its expected time, so the models step, the last, is the one
-# a slow run cuts short (its rows up to then are in its JSON).
+# hangs. Expected on an H200: imports ~10 s, CUDA tests ~1-1.5 min, plan ~5 s, bench ~2.5 min (its graph, then
+# fp32, bf16 and PyG), shared GPU ~1.5-2 min (16 runs on 100k vertices, each P > 1 starting P CUDA contexts),
+# models ~2 min (its graph, then three models and PyG's three), reproducible ~1.5 min (16 runs and 4 audited ones):
+# more than the budget leaves when every step takes its expected time. The steps run in the order of what they
+# show (the headline bench first), so a slow run cuts the last ones short (a bench's rows up to then are in its
+# JSON).
 #
 # Sizes: the bench's graph is generated and sharded on the CPU (single-threaded numpy/scipy), which is what bounds
 # the time, so the GPU is filled with a wide hidden layer rather than with more edges. The defaults, 1M vertices x
@@ -45,8 +47,8 @@
 #   gpu_bench.json        the bench's report, written as it grows (after every configuration, failed ones too)
 #   gpu_bench.txt         the bench's table, made from gpu_bench.json (also when the bench was stopped midway)
 #   gpu_sage.json, gpu_gin.json, gpu_gat.json (and .txt)   step 7's reports and tables, the same way
-# Exit status: 0 when every step passed, else the sum of the failed steps' bits (imports 1, CUDA tests 2, shared
-# GPU 4, reproducible 8, plan 16, bench 32, models 64), and the last line names them.
+# Exit status: 0 when every step passed, else the sum of the failed steps' bits (imports 1, CUDA tests 2, plan 4,
+# bench 8, shared GPU 16, models 32, reproducible 64), and the last line names them.
 #
 # It checks this checkout's mggcn (src/ goes first on PYTHONPATH; no install needed) and runs `python3` (the
 # Python that holds PyTorch on the GPU machines lent here), else `python`, or $PYTHON.
@@ -90,10 +92,9 @@ STEPS_JSON=""
 # step NAME SECONDS COMMAND...: run_step under SECONDS or what is left of the budget (less the kill grace), then
 # bring the step JSON (and the bench tables, once a bench has written its report) up to date.
 step() {
-    local name=$1 limit=$2 left
+    local name=$1 limit
+    limit=$(limited "$2")
     shift 2
-    left=$((BUDGET - SECONDS - 15))
-    [ "$left" -lt "$limit" ] && limit=$((left > 1 ? left : 1))
     run_step "$name" "$limit" "$@"
     STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$name\", \"exit\": $STEP_RC, \"seconds\": $STEP_S}"
     echo "{\"device\": \"$DEVICE\", \"steps\": [$STEPS_JSON]}" > "$OUT_DIR/gpu_check.json"
@@ -190,7 +191,7 @@ rank_check() {
 export -f imports memory plan bench models rank_check
 # the bench's precision rows beside fp32 on a GPU (a CPU rehearsal runs none unless asked: a CPU has no TF32 mode,
 # and tests/tools/test_bench.py checks the comparison itself)
-if [ "$DEVICE" = cuda ]; then PRECISIONS=${GPU_PRECISIONS-bf16,tf32}; else PRECISIONS=${GPU_PRECISIONS-}; fi
+if [ "$DEVICE" = cuda ]; then PRECISIONS=${GPU_PRECISIONS-bf16}; else PRECISIONS=${GPU_PRECISIONS-}; fi
 MODEL_NODES=${GPU_MODEL_NODES:-1000000}
 MODEL_DEGREE=${GPU_MODEL_DEGREE:-20}
 MODEL_FEATURES=${GPU_MODEL_FEATURES:-128}
@@ -213,10 +214,10 @@ if [ -z "$HIDDEN" ]; then
 fi
 # shellcheck disable=SC2086  # TESTS is a list of paths
 step "CUDA tests" 180 "$PY" -m pytest $TESTS -q -k cuda -rs -p no:cacheprovider
-step "shared GPU" 150 bash -c "rank_check ranks"
-step reproducible 120 bash -c "rank_check repeat"
 step plan 30 bash -c plan
 step bench 300 bash -c bench
+step "shared GPU" 150 bash -c "rank_check ranks"
 step models 300 bash -c models
+step reproducible 120 bash -c "rank_check repeat"
 
 finish_steps

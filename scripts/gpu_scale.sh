@@ -12,6 +12,10 @@
 #   5. table: one table of both (scripts/scale_check.py table): generation s and nonzeros/s, time to the first
 #      epoch, s/epoch, GPU peak, plan and net/plan, and PyG's numbers or "out of memory".
 #
+# Time: the steps before the table get SCALE_BUDGET seconds (default 440, their kill grace and the table's remakes
+# included): each runs under its own limit or what is left of the budget, whichever is less; the table step has its
+# own 20 s after them, so the check ends within 8 minutes whatever hangs.
+#
 # Outputs in OUT_DIR (default: $OUT where that is set, else the current folder), all there after every step:
 #   gpu_scale.log                 everything printed
 #   gpu_scale_steps.txt           one line per step so far: name, exit status, seconds
@@ -38,6 +42,7 @@ HIDDEN=${SCALE_HIDDEN:-128,128}
 EPOCHS=${SCALE_EPOCHS:-5}
 CAP=${SCALE_GPU_MEMORY:-64G}
 CACHE=${SCALE_CACHE:-/tmp/mggcn_scale}
+BUDGET=${SCALE_BUDGET:-440}
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's mggcn, whatever else is installed
 mkdir -p "$OUT_DIR" || exit 1
@@ -58,10 +63,14 @@ table() {
         --out "$OUT_DIR/gpu_scale.md"
 }
 
-# step NAME SECONDS COMMAND...: run_step, then remake the table
+# step NAME SECONDS COMMAND...: run_step under SECONDS or what is left of the budget (the table: its SECONDS), then
+# remake the table
 step() {
-    run_step "$@"
-    [ "$1" = table ] || timeout -k 5 60 bash -c table > /dev/null || echo "gpu_scale: the table could not be made"
+    local name=$1 limit=$2
+    [ "$name" = table ] || limit=$(limited "$2")
+    shift 2
+    run_step "$name" "$limit" "$@"
+    [ "$name" = table ] || timeout -k 5 60 bash -c table > /dev/null || echo "gpu_scale: the table could not be made"
 }
 
 imports() {
@@ -117,7 +126,7 @@ export -f imports plan bench table
 export PY DEVICE REDDIT PROTEINS HIDDEN EPOCHS CAP CACHE OUT_DIR
 [ "$DEVICE" = cuda ] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
 step imports 45 bash -c imports
-step plan 20 bash -c plan
+step plan 40 bash -c plan
 step reddit 130 bash -c "bench reddit 100"
 step proteins 260 bash -c "bench proteins 190"
 step table 20 bash -c table

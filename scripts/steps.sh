@@ -28,6 +28,13 @@ run_step() {
     printf '%-12s exit %3d %5d s\n' "$name" "$STEP_RC" "$STEP_S" >> "$STEPS_FILE"
 }
 
+# limited SECONDS: SECONDS, or what is left of BUDGET less the kill grace, whichever is less (at least 1)
+limited() {
+    local limit=$1 left=$((BUDGET - SECONDS - 15))
+    [ "$left" -lt "$limit" ] && limit=$((left > 1 ? left : 1))
+    echo "$limit"
+}
+
 # finish_steps: print the step table and exit with STATUS, naming the failed steps
 finish_steps() {
     echo

@@ -368,7 +368,8 @@ def test_cuda_bench_reports_device_memory_against_the_plan():
                               device="cuda", gpu_memory="8G")
     report = bench.run_bench(opts, log=lambda line: None)
     assert report["gpu_memory"]["cap"] == 8 << 30 and report["failed"] == []
-    assert [r["oom"] for r in report["rows"]] == [False, False, False]
+    assert [(r["name"], r["oom"]) for r in report["rows"]] == [("mggcn P=1 random-local", False),
+                                                               ("PyG GCNConv (csr)", False)]
     mggcn_row = report["rows"][0]
     assert all("cuda_peak" in m for m in mggcn_row["memory"])
     assert mggcn_row["net"] == max(m["cuda_peak"] for m in mggcn_row["memory"])
@@ -400,19 +401,19 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     assert done.stdout.rstrip().splitlines()[-1] == "gpu_check: failed steps: CUDA tests (exit 1); exit status 2"
     log = (out / "gpu_check.log").read_text()
     steps = [line for line in log.splitlines() if line.startswith("== ")]
-    assert steps == ["== imports", "== CUDA tests", "== shared GPU", "== reproducible", "== plan", "== bench",
-                     "== models"]
+    assert steps == ["== imports", "== CUDA tests", "== plan", "== bench", "== shared GPU", "== models",
+                     "== reproducible"]
     imports = log[log.index("== imports"): log.index("== CUDA tests")]
     for module in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn.tools.bench"):
         assert f"\n{module} " in imports or f"\n{module}\n" in imports, imports
     assert os.path.join(root, "src", "mggcn") in imports  # this checkout's mggcn, not an installed one
     assert "7 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
     table = json.loads((out / "gpu_check.json").read_text())
-    assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("shared GPU", 0),
-                                                                 ("reproducible", 0), ("plan", 0), ("bench", 0),
-                                                                 ("models", 0)]
+    assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("plan", 0),
+                                                                 ("bench", 0), ("shared GPU", 0), ("models", 0),
+                                                                 ("reproducible", 0)]
     assert [line.split()[0] for line in (out / "gpu_check_steps.txt").read_text().splitlines()] == \
-        ["imports", "CUDA", "shared", "reproducible", "plan", "bench", "models"]
+        ["imports", "CUDA", "plan", "bench", "shared", "models", "reproducible"]
     report = json.loads((out / "gpu_bench.json").read_text())
     assert report["options"]["nodes"] == 1500 and report["options"]["device"] == "cpu" and report["complete"]
     assert {r["kind"] for r in report["rows"]} == {"mggcn", "pyg"} and report["failed"] == []

@@ -153,7 +153,7 @@ def _gpu_check(tmp_path, **env):
     return done, out, time.monotonic() - start
 
 
-STEPS = ["imports", "CUDA tests", "shared GPU", "reproducible", "plan", "bench", "models"]
+STEPS = ["imports", "CUDA tests", "plan", "bench", "shared GPU", "models", "reproducible"]
 
 
 @pytest.mark.slow

@@ -156,3 +156,26 @@ def test_gpu_scale_script_rehearses_every_step_on_cpu(tmp_path):
     assert table[4].startswith("| proteins | not made | - | no report (") and "see the log" in table[4]
     assert "nodes" in log[log.index("== proteins"):]  # the bench's one-line refusal of 0 vertices
     assert not (tmp_path / "cache" / "graphs").exists()  # the graphs are removed at the end
+
+
+@pytest.mark.slow
+def test_gpu_scale_script_ends_within_its_budget_whatever_hangs(tmp_path):
+    """A Proteins shape far too large for the CPU: its step is stopped when the budget (less the kill grace) runs
+    out, the table step still runs its own 20 s and holds the Reddit rows, and the script ends within budget + 20 s
+    (+ the kill grace) rather than the steps' limits."""
+    import time
+
+    out, budget = tmp_path / "out", 60
+    env = dict(os.environ, SCALE_DEVICE="cpu", SCALE_REDDIT="1500 12 8 3", SCALE_PROTEINS="50000000 40 8 6",
+               SCALE_HIDDEN="8,8", SCALE_EPOCHS="2", SCALE_CACHE=str(tmp_path / "cache"), SCALE_BUDGET=str(budget),
+               OUT_DIR=str(out), PYTHON=sys.executable)
+    start = time.monotonic()
+    done = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_scale.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    took = time.monotonic() - start
+    assert took < budget + 20 + 15, (took, done.stdout[-3000:])
+    steps = [line.split()[:3] for line in (out / "gpu_scale_steps.txt").read_text().splitlines()]
+    assert [s[0] for s in steps] == ["imports", "plan", "reddit", "proteins", "table"], steps
+    assert steps[3][2] in ("124", "137") and steps[4][2] == "0", steps
+    assert "gpu_scale: proteins: stopped after its" in done.stdout
+    assert "mggcn P=1 random-local" in (out / "gpu_scale.md").read_text()
