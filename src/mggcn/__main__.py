@@ -1,13 +1,34 @@
 """``python -m mggcn`` is the ``mggcn`` command (and what ``torchrun -m mggcn`` runs on every rank)."""
 
+import atexit
 import os
+import signal
 import sys
 
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _ignore_stop_signals() -> None:
+    # the last of the exit handlers (registered first): past them the interpreter puts the default handlers back
+    # (not an ignore), and a stop signal in its teardown, taken by any of its threads, would kill the finished
+    # command without a word (status 143); ignored, the process ends with the command's status
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+atexit.register(_ignore_stop_signals)
+# SIGTERM while the command loads means what Ctrl-C means (main() takes over once loaded); a worker started from
+# this module loads with both blocked, and gets back the handler it had
+_loading = signal.signal(signal.SIGTERM, _interrupt)
 try:
     from mggcn.tools.cli import main
-except KeyboardInterrupt:  # Ctrl-C while the command loads: as during its run, one line and 130
+except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the command loads: as during its run, one line and 130
     print("mggcn: interrupted", file=sys.stderr, flush=True)
     os._exit(130)
+finally:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL if _loading is None else _loading)
 
 
 def entry() -> None:

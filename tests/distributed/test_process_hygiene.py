@@ -210,6 +210,42 @@ def test_a_torchrun_rank_stopped_while_importing_ends_with_one_line(tmp_path, mo
     assert out.stderr.splitlines() == [line], out.stderr
 
 
+_SIGTERM_AT_IMPORT = """import os, signal, sys
+class _Term:  # a scheduler's SIGTERM, arriving while the command loads (before main() takes the signals)
+    def find_spec(self, name, path=None, target=None):
+        if name == "mggcn.tools.cli.bench":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+sys.meta_path.insert(0, _Term())
+"""
+
+
+def test_sigterm_while_the_command_loads_is_one_line_and_130(tmp_path):
+    """As Ctrl-C there: not a silent death by the signal (143)."""
+    env, _ = _env(tmp_path)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_SIGTERM_AT_IMPORT)
+    env.update(PYTHONPATH=os.pathsep.join([str(hook), env["PYTHONPATH"]]))
+    out = subprocess.run([sys.executable, "-m", "mggcn", "report", "m.jsonl", "--out", "r"], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=tmp_path)
+    assert (out.returncode, out.stderr.splitlines()) == (130, ["mggcn: interrupted"]), (out.returncode, out.stderr)
+
+
+def test_sigterm_as_a_finished_command_exits_leaves_its_status(tmp_path):
+    """A signal in the interpreter's last teardown, where it puts the default handlers back (taken by any thread
+    of the process), does not kill a command that has done its work: it ends with its own status."""
+    env, _ = _env(tmp_path)
+    del env["PYTHONUNBUFFERED"]  # stderr as a user's: line-buffered, the line written as the command ends
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-m", "mggcn", "report", "m.jsonl"], stderr=subprocess.PIPE,
+                                text=True, env=env, cwd=tmp_path)
+        line = proc.stderr.readline()  # said as the command ends: the signal lands in its exit
+        proc.send_signal(signal.SIGTERM)
+        assert line.startswith("mggcn report: error: the following arguments are required: --out")
+        assert proc.wait(timeout=60) in (2, 130)
+
+
 @pytest.mark.parametrize("nprocs", [1, 2])
 @pytest.mark.parametrize("handler, sig, times", [("callers", "SIGTERM", 1), ("default", "SIGTERM", 1),
                                                  ("callers", "SIGINT", 1), ("callers", "SIGTERM", 2)])

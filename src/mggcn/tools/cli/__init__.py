@@ -82,21 +82,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with sigterm_as_interrupt():  # to the end: a signal after the command's own handling is still Ctrl-C's
-            status = _main(sys.argv[1:])
-            sys.stdout.flush()  # a closed pipe shows here at the latest, not in the interpreter's teardown
-            hold_signals()  # the command is done: a signal from here ends it with 130 (signals_end_process)
+            try:
+                status = _main(sys.argv[1:])
+                sys.stdout.flush()  # a closed pipe shows here at the latest, not in the interpreter's teardown
+            finally:  # however the command ended, before the default SIGTERM is back: a signal from here ends it
+                hold_signals()  # with 130 (signals_end_process)
     except BrokenPipeError:
-        hold_signals()
         status = _stdout_gone()
     except OutputError as err:  # standard output itself could not be written (a full disk): said once
-        hold_signals()
         _stdout_gone()
         print(f"mggcn: error: {err}", file=sys.stderr, flush=True)
         status = 1
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM once the command had handled its own (a second, a third)
-        hold_signals()
         print("mggcn: interrupted", file=sys.stderr, flush=True)
         status = 130
+    except SystemExit as done:  # argparse's usage error or --help: its status
+        status = done.code if isinstance(done.code, int) else int(done.code is not None)
     signals_end_process()  # and in the interpreter's teardown
     return status
 
