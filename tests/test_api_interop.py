@@ -546,3 +546,17 @@ def test_adjacency_operator_refuses_a_device_this_machine_has_not_before_buildin
     with pytest.raises(mggcn.ConfigError, match="device 'cuda' cannot be used here") as err:
         mggcn.adjacency_operator(_EI, 3, device="cuda")
     assert err.value.option == "device" and _one_line(err)
+
+
+def test_numpy_scalars_and_a_torch_device_are_the_values_they_hold(tmp_path):
+    """A seed from np.arange, counts from a sweep's grid, torch.device("cpu"): the run that Python's ints and "cpu"
+    make (they were refused as not integers, or failed inside the model with "an integer is required")."""
+    data = _data()
+    want = _numbers(mggcn.train(data, hidden=(8,), epochs=3, seed=3, lr=0.05, quiet=True, model="gat", heads=2,
+                                save_model=str(tmp_path / "m.pt")))
+    got = mggcn.train(data, hidden=(np.int64(8),), epochs=np.int32(3), seed=np.int64(3), lr=np.float32(0.05),
+                      quiet=True, model="gat", heads=np.int64(2), nprocs=np.int64(1), device=torch.device("cpu"))
+    assert _numbers(got) == want
+    assert mggcn.GCN([F, 8, C], seed=np.int64(3)).seed == 3
+    classes = predict(str(tmp_path / "m.pt"), data, nprocs=np.int64(1), device=torch.device("cpu"))
+    assert classes.shape == (N,)

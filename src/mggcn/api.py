@@ -47,6 +47,7 @@ from mggcn.training.trainer import build_model
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import job_defaults, stop_signal_passed_on
 from mggcn.utils.timing import SetupClock
+from mggcn.utils.values import plain
 
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 
@@ -168,6 +169,8 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
         FloatingPointError: the loss stopped being finite (from workers a ``WorkerNonFiniteLoss``, which is both).
         mggcn.distributed.launch.WorkerError: a worker failed (one that refused its input is also a ``ValueError``).
     """
+    nprocs, epochs, device = plain(nprocs), plain(epochs), plain(device)
+    options = {key: plain(value) for key, value in options.items()}
     if isinstance(nprocs, int) and nprocs > 1:
         refuse_unguarded_script()  # a worker re-running an unguarded script: it ends here, the launcher says why
     dataset = graph_from_pyg(dataset, options.pop("split", None)) if is_pyg(dataset) else dataset  # split: a column
@@ -197,7 +200,7 @@ def _train_job(dataset: Any, hidden: Any, epochs: Any, device: str, options: dic
     if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):  # numpy's ints too
         hidden = (hidden,)
     elif not isinstance(hidden, (str, bytes, Mapping, Set)):  # refused whole by the settings' check: no order
-        hidden = tuple(hidden) if hasattr(hidden, "__iter__") else hidden
+        hidden = tuple(plain(h) for h in hidden) if hasattr(hidden, "__iter__") else hidden
     config = TrainConfig(hidden=hidden, epochs=epochs, **{k: v for k, v in options.items() if k in _CONFIG_KEYS})
     read_options = {k: _read_option(k, options[k]) for k in _READ_KEYS if options.get(k) is not None}
     job_options = {"keep_predictions": True, **{k: _path(v) for k, v in options.items() if k in _JOB_KEYS}}

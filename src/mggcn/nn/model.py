@@ -56,6 +56,7 @@ from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, Workspa
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import eager_under_compile, outside_autocast, outside_inference_mode
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
+from mggcn.utils.values import plain
 
 __all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "spmm_widths", "check_order"]
 
@@ -298,8 +299,7 @@ class LayerStack(nn.Module):
 
     @classmethod
     def state_options(cls, state: dict[str, torch.Tensor]) -> dict:
-        """The model's own options (:func:`mggcn.nn.models.make_model`'s keywords) a state dict fixes by its
-        keys and shapes (GAT's heads, norms between the layers)."""
+        """The model's own options (:func:`~mggcn.nn.models.make_model`'s) a state dict's keys and shapes fix."""
         return ({"batch_norm": True} if "norms.0.module.weight" in state else {}) | cls.bias_option(state)
 
     @classmethod
@@ -427,8 +427,8 @@ class LayerStack(nn.Module):
             self.norms = nn.ModuleList(BatchNorm(d) for d in self.dims[1:-1])
         self.workspace = Workspace() if reuse_buffers else None
         self._claims = WorkspaceClaims()
-        self.seed = int(torch.empty((), dtype=torch.int64, device="cpu").random_()) if seed is None else seed  # the
-        # CPU generator torch.manual_seed seeds, whatever the default device (a model built under "meta" or "cuda")
+        # from the CPU generator torch.manual_seed seeds, whatever the default device (a model built under "meta")
+        self.seed = int(torch.empty((), dtype=torch.int64, device="cpu").random_()) if seed is None else plain(seed)
         self._dropout_generator: torch.Generator | None = None
 
     def reset_parameters(self) -> None:

@@ -56,6 +56,7 @@ from mggcn.training.precision import compute_dtype, precision_scope
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.system import caller_settings_kept, job_defaults
+from mggcn.utils.values import plain
 
 __all__ = ["OUTPUTS", "PredictJob", "layer_output", "check_predict", "predict_on_rank",
            "run_predict_job", "predict"]
@@ -292,6 +293,7 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int | None = None, o
     unknown = sorted(set(options) - {f.name for f in fields(PredictJob)})
     if unknown:
         raise TypeError(f"mggcn.predict() got unknown options {unknown}; see help(mggcn.predict)")
+    nprocs, layer, options = plain(nprocs), plain(layer), {key: plain(value) for key, value in options.items()}
     if is_pyg(dataset):  # prediction reads only the edges and features: no labels or splits needed
         dataset = graph_from_pyg(dataset, labelled=False)
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
