@@ -54,6 +54,26 @@ def test_a_forward_under_inference_mode_leaves_the_model_trainable(kind):
         torch.testing.assert_close(model(x, adj), expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_a_layer_on_its_own_under_inference_mode_and_autocast_computes_what_it_does_without(kind):
+    """A layer called by itself (``model.convs[i]``, as a user's own model calls PyG's ``GCNConv``) as the model:
+    under ``torch.inference_mode`` its kernels' pool threads write ordinary tensors (on a graph large enough to
+    split the rows among them), and under ``torch.autocast`` it computes in its weights' dtype."""
+    n, g = 20_000, torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, n, (2, 10 * n), generator=g)
+    model = _model(kind, dims=[F, 8, C])
+    adj = mggcn.adjacency_operator(edge_index, n, norm=model.operator("sym"))
+    for i, conv in enumerate(model.convs):
+        h = torch.randn(n, model.dims[i], generator=g)
+        with torch.no_grad():
+            expected = conv(h, adj)
+        with torch.inference_mode():  # the same ops in the same order: equal bit for bit
+            torch.testing.assert_close(conv(h, adj), expected, rtol=0, atol=0)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = conv(h, adj)
+        torch.testing.assert_close(out.detach(), expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
 def test_a_float64_model_runs_on_a_float64_operator(kind):
     """``model.double()`` as with PyG's models: the operator built in float64 gives the float32 model's values to

@@ -48,7 +48,7 @@ from mggcn.nn.initialization import glorot_, glorot_linear
 from mggcn.nn.model import Adj, LayerStack, check_order
 from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import eager_under_compile, outside_autocast, outside_inference_mode
+from mggcn.utils.system import sparse_forward
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GATLayer", "GAT"]
@@ -113,6 +113,7 @@ class GATLayer(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.channels}, heads={self.heads}, concat={self.concat}"
 
+    @sparse_forward
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, **_unused) -> torch.Tensor:
         """``adj``: the :class:`~mggcn.distributed.spmm.SpMMOperator` of the ``gat`` operator (its exchange moves
@@ -417,9 +418,7 @@ class GAT(LayerStack):
     def caches_input_aggregation(self) -> bool:
         return False  # every layer multiplies first
 
-    @outside_inference_mode  # what the attention's kernel threads write must be ordinary tensors
-    @outside_autocast  # the layers compute in their weights' dtype
-    @eager_under_compile
+    @sparse_forward
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
                 loss_on_train_rows: bool = False) -> torch.Tensor:

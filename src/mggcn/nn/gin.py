@@ -51,6 +51,7 @@ from mggcn.nn.initialization import glorot_linear
 from mggcn.nn.model import Adj, aggregate_first, check_order, input_slope
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.autograd import once_differentiable
+from mggcn.utils.system import sparse_forward
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["GINLayer", "GIN"]
@@ -114,6 +115,7 @@ class GINLayer(nn.Module):
         with torch.no_grad():
             self.eps.fill_(self.initial_eps)
 
+    @sparse_forward
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
                 output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:

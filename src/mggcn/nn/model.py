@@ -54,7 +54,7 @@ from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, ch
 from mggcn.nn.initialization import glorot_linear
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
 from mggcn.utils.errors import ConfigError
-from mggcn.utils.system import eager_under_compile, outside_autocast, outside_inference_mode
+from mggcn.utils.system import sparse_forward
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 from mggcn.utils.values import plain
 
@@ -159,6 +159,7 @@ class GCNLayer(nn.Module):
         # The bias is the layer's, added after the SpMM, so ``lin`` itself shows bias=False.
         return f"{self.lin.in_features}, {self.lin.out_features}, bias={self.bias is not None}"
 
+    @sparse_forward
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
                 output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:
@@ -477,9 +478,7 @@ class LayerStack(nn.Module):
         let go of X. None where forward reads ``x`` beside it (:meth:`reads_input`). The GCN's is ``Â·x``."""
         return None if self.reads_input() else x_aggregated
 
-    @outside_inference_mode  # the workspace outlives the call
-    @outside_autocast  # the layers compute in their weights' dtype
-    @eager_under_compile  # its workspace's buffers and autograd functions are more than dynamo traces soundly
+    @sparse_forward
     def forward(self, x: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 x_aggregated: torch.Tensor | None = None, logits_in_workspace: bool = False,
                 loss_on_train_rows: bool = False) -> torch.Tensor:

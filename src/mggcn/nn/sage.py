@@ -41,6 +41,7 @@ from mggcn.nn.initialization import glorot_linear
 from mggcn.nn.model import Adj, aggregate_first, check_order, input_slope
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.autograd import once_differentiable
+from mggcn.utils.system import sparse_forward
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
 
 __all__ = ["SAGELayer", "GraphSAGE"]
@@ -76,6 +77,7 @@ class SAGELayer(nn.Module):
         self.lin_l.reset_parameters()
         self.lin_r.reset_parameters()
 
+    @sparse_forward
     def forward(self, h: torch.Tensor, adj: Adj, timer: PhaseTimer = NULL_TIMER,
                 h_aggregated: torch.Tensor | None = None, workspace: Workspace | None = None, key: str = "",
                 output_in_workspace: bool = False, input_activation: str | None = None) -> torch.Tensor:

@@ -448,6 +448,15 @@ def autocast_off() -> Iterator[None]:
         yield
 
 
+def sparse_forward(forward: _Forward) -> _Forward:
+    """A model's or a layer's ``forward``: outside ``torch.inference_mode`` (:func:`outside_inference_mode`: the
+    workspace outlives the call, and the kernels' pool threads must write ordinary tensors), outside
+    ``torch.autocast`` (:func:`outside_autocast`: the layers compute in their weights' dtype), eager under
+    ``torch.compile`` (:func:`eager_under_compile`: workspace buffers and autograd functions over sparse tiles are
+    more than dynamo traces soundly). A layer called by its model finds them off already."""
+    return outside_inference_mode(outside_autocast(eager_under_compile(forward)))
+
+
 def eager_under_compile(forward: _Forward) -> _Forward:
     """``forward`` (a model's) runs eagerly where ``torch.compile`` traces it, a graph break around it: what it runs
     (kernels over tiles of sparse CSR tensors, which have no strides) is more than the tracer follows. Outside a
