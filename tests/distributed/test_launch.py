@@ -382,3 +382,50 @@ def test_nprocs_in_a_pool_worker_is_refused_in_one_line():
         assert pool.apply(workers.train_in_a_pool_worker, (1,), ) == "trained"
         said = pool.apply(workers.train_in_a_pool_worker, (2,))
     assert said.startswith("ConfigError: nprocs > 1 starts worker processes, and this process is a daemonic one"), said
+
+
+_CALLERS_GROUP = """import os, sys
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import mggcn
+
+
+def work(rank, port, env):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    if env:
+        os.environ.update(RANK=str(rank if env == "right" else 1 - rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                          LOCAL_WORLD_SIZE="2")
+    try:
+        run = mggcn.train("synthetic:n=301", hidden=4, epochs=3, quiet=True)
+        print(rank, "losses", [r["loss"] for r in run.history], flush=True)
+    except ValueError as err:
+        print(rank, "refused", err, flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(work, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
+"""
+
+
+@pytest.mark.parametrize("env", ["", "right", "swapped"])
+def test_a_group_the_caller_made_is_the_jobs_or_refused(tmp_path, env):
+    """Processes of a torch.distributed group made by the caller (mp.spawn, init_process_group): with torchrun's
+    variables naming each one's place, the job runs across that group (P = 2's losses); without them each would
+    train alone on the whole graph, and with other values the collectives would not match: one line each."""
+    env_vars, _ = _env(tmp_path)
+    script = tmp_path / "group.py"
+    script.write_text(_CALLERS_GROUP)
+    out = subprocess.run([sys.executable, str(script), str(_free_port()), env], capture_output=True, text=True,
+                         timeout=300, env=env_vars, cwd=tmp_path)
+    lines = sorted(line for line in out.stdout.splitlines() if line[:2] in ("0 ", "1 "))
+    assert len(lines) == 2, out.stdout + out.stderr
+    if env == "right":
+        expected = [r["loss"] for r in mggcn.train("synthetic:n=301", hidden=4, epochs=3, quiet=True, nprocs=2).history]
+        assert all(line.split(" ", 2)[2] == str(expected) for line in lines), (lines, expected)
+    elif env == "swapped":
+        assert lines[0].startswith("0 refused RANK=1 and WORLD_SIZE=2, but this process is rank 0 of a torch.")
+    else:
+        assert lines[0].startswith("0 refused this process is rank 0 of a torch.distributed group of 2 made before "
+                                   "the job, and RANK and WORLD_SIZE are not set: each process would train alone")

@@ -487,6 +487,26 @@ def _root_cause(failed: dict[int, _Failure]) -> WorkerError:
     return WorkerError.of_kind(first.rank, first.message, first.detail, first.kind, first.option, first.reason)
 
 
+def _refuse_a_group_the_job_would_not_match(rank: int, world: int) -> None:
+    """A torch.distributed group the caller made before the job (``mp.spawn`` and ``init_process_group``) is the
+    job's where the environment names this process's place in it, as torchrun's variables do; without them each of
+    its processes would run a job of its own on the whole graph, without a word, and with other values the job's
+    collectives would not match the group's."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    theirs = (dist.get_rank(), dist.get_world_size())
+    if theirs == (rank, world) if under_torchrun() else theirs[1] == 1:
+        return
+    group = f"this process is rank {theirs[0]} of a torch.distributed group of {theirs[1]} made before the job"
+    if under_torchrun():
+        raise ConfigError(f"RANK={rank} and WORLD_SIZE={world}, but {group}: set them to its rank and size", "RANK")
+    raise ConfigError(f"{group}, and RANK and WORLD_SIZE are not set: each process would train alone on the whole "
+                      "graph. Set RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE as torchrun does (the job then "
+                      "runs across the group), or call mggcn outside the group", "nprocs")
+
+
 def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], nprocs: int | None = None,
            grace_s: float = 60.0, on_checked: Callable[[Any, int], None] | None = None,
            share: Callable[[Any, Any, str], Any] | None = None) -> Any:
@@ -513,7 +533,8 @@ def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], n
     Returns this process's result (under torchrun) or rank 0's. Raises :class:`WorkerError` when a worker fails
     (:class:`JobInterrupted` when Ctrl-C or SIGTERM ended the workers before they could stop by themselves).
     """
-    world = rank_environment()[1]  # a stray or broken RANK or WORLD_SIZE: one line, before anything reads it
+    rank, world = rank_environment()[:2]  # a stray or broken RANK or WORLD_SIZE: one line, before anything reads it
+    _refuse_a_group_the_job_would_not_match(rank, world)
     if under_torchrun():
         return _as_torchrun_rank(fn, job, check, world, nprocs, on_checked)
     nprocs = 1 if nprocs is None else nprocs
