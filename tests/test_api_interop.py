@@ -83,6 +83,9 @@ def test_a_data_with_a_train_mask_alone_has_empty_validation_and_test_splits():
     empty = _data(val_mask=torch.zeros(N, dtype=torch.bool), test_mask=torch.zeros(N, dtype=torch.bool))
     assert _numbers(_train(alone)) == _numbers(_train(empty))
     assert _train(alone).final["val_acc"] is None and _train(alone).final["test_acc"] is None
+    graph = mggcn.Graph(num_nodes=N, edge_index=data.edge_index.numpy(), x=data.x.numpy(), y=data.y.numpy(),
+                        masks={"train": data.train_mask.numpy()})  # the same graph as mggcn's own: the same
+    assert _numbers(_train(graph)) == _numbers(_train(empty))
     for masks in ({"test_mask": data.test_mask}, {}):
         partial = Data(x=data.x, edge_index=data.edge_index, y=data.y, **masks)
         with pytest.raises(mggcn.GraphError, match="has no train_mask; set data.train_mask .*RandomNodeSplit") as err:

@@ -33,7 +33,7 @@ def test_a_valid_graph_with_its_sizes_and_dtypes():
     (dict(x=np.ones((3, 2))), "the feature matrix has 3 rows but the graph has 4 vertices"),
     (dict(x=np.array([[1.0, np.nan]] * 4)), "the features contain NaN or inf"),
     (dict(y=[0, 1, 0]), "3 labels for 4 vertices"),
-    (dict(masks={"train": [True, False, False, False], "val": [False] * 4}), "the 'test' split is missing"),
+    (dict(masks={"val": [False] * 4, "test": [True, False, False, False]}), "the 'train' split is missing"),
     (dict(masks={"train": [False] * 4, "val": [False] * 4, "test": [False] * 4}), "the training split is empty"),
     (dict(masks={"train": [True, True, False, False], "val": [False, True, False, False], "test": [False] * 4}),
      "the 'train' and 'val' splits overlap \\(vertex 1\\)"),

@@ -108,7 +108,8 @@ class Graph:
             Multi-label: ``uint8 [n, C]`` (given as bool or 0/1 numbers, ``C`` ≥ 2 columns), 1 where the vertex has
             that label; every vertex is labelled. A matrix with exactly one 1 in every row is one-hot: one class
             per vertex (:func:`one_hot_classes`).
-        masks: ``{"train", "val", "test"} -> bool [n]``; disjoint; train must be non-empty.
+        masks: ``{"train", "val", "test"} -> bool [n]``; disjoint; train must be non-empty (val and test left out:
+            empty).
         num_classes: ``C``; inferred as ``max(y) + 1`` when not given.
         name: where the graph came from, used in error messages.
     """
@@ -139,6 +140,8 @@ class Graph:
         width = np.shape(self.y)[1] if is_label_matrix(self.y) else 0
         self.y = one_hot_classes(multilabel_array(self.y, self.name)) if width else label_array(self.y, self.name)
         self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
+        if "train" in self.masks:  # validation and test left out: empty, as for a PyG Data with a train mask alone
+            self.masks.update({s: np.zeros(self.num_nodes, dtype=bool) for s in SPLITS if s not in self.masks})
         if self.num_classes < 0:
             self.num_classes = width or (int(self.y.max()) + 1 if self.y.size else 0)
 
