@@ -123,6 +123,23 @@ def test_a_model_and_an_operator_of_other_dtypes_are_one_line(kind):
     _one_line(err)
 
 
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_under_a_float64_default_dtype_the_operator_and_the_model_agree(kind):
+    """``torch.set_default_dtype(torch.float64)``: the model's parameters are made in float64 (as nn.Linear's), and
+    so is the operator by default (the float32 one was refused with the model): the float64 operator's values."""
+    x, edge_index = _graph()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = _model(kind)
+        out = model(x.double(), mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym")))
+    finally:
+        torch.set_default_dtype(previous)
+    adj64 = mggcn.adjacency_operator(edge_index, N, norm=model.operator("sym"), dtype=torch.float64)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, model(x.double(), adj64), rtol=0, atol=0)
+
+
 def test_a_gat_of_any_float_dtype_takes_the_float32_operator():
     """GAT reads the operator's pattern and edge counts only (its coefficients are its own): the float32 operator
     serves it in float64 as before."""

@@ -226,7 +226,7 @@ def _read_option(option: str, value: Any) -> Any:
 
 
 def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
-                       device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> StagedSpMM:
+                       device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> StagedSpMM:
     r"""The normalized adjacency as an operator ``H -> Â·H`` (with autograd), for :class:`~mggcn.nn.model.GCN` and
     :class:`~mggcn.nn.model.GCNLayer` in a single process.
 
@@ -250,6 +250,8 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
         dtype: of Â's values and of the rows it multiplies: ``torch.float32``, or ``torch.float64`` /
             ``torch.bfloat16`` for a model cast with ``.double()`` / ``.bfloat16()`` (Â is normalized in float64 for
             float64, else in float32 as training does, then cast). Rows of another dtype are refused in one line.
+            None (default): torch's default dtype, which the models' parameters are made in too (float32 unless
+            ``torch.set_default_dtype`` said otherwise).
 
     Shapes:
         ``H`` [n, d] -> ``Â·H`` [n, d]; the backward computes ``Âᵀ·G`` with a CSR of Âᵀ built here, once.
@@ -273,6 +275,7 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     except (RuntimeError, AssertionError) as err:
         raise ConfigError(f"device {str(device)!r} cannot be used here ({' '.join(str(err).split())[:120]})",
                           "device") from None
+    dtype = torch.get_default_dtype() if dtype is None else dtype
     _check_dtype(dtype)
     # Â and Âᵀ with their self loops: row offsets, degrees and scaling per vertex, an id and a value per nonzero
     check_memory("adjacency_operator", _OPERATOR_VERTEX_BYTES * num_nodes + _OPERATOR_EDGE_BYTES * ei.shape[1],
