@@ -560,6 +560,12 @@ def test_numpy_scalars_and_a_torch_device_are_the_values_they_hold(tmp_path):
     got = mggcn.train(data, hidden=(np.int64(8),), epochs=np.int32(3), seed=np.int64(3), lr=np.float32(0.05),
                       quiet=True, model="gat", heads=np.int64(2), nprocs=np.int64(1), device=torch.device("cpu"))
     assert _numbers(got) == want
+    tensors = mggcn.train(data, hidden=torch.tensor([8]), epochs=torch.tensor(3), seed=3, lr=0.05, quiet=True,
+                          model="gat", heads=2)
+    assert _numbers(tensors) == want
     assert mggcn.GCN([F, 8, C], seed=np.int64(3)).seed == 3
     classes = predict(str(tmp_path / "m.pt"), data, nprocs=np.int64(1), device=torch.device("cpu"))
     assert classes.shape == (N,)
+    with pytest.raises(mggcn.ConfigError, match=r"^output embeddings needs the layer whose output to give: "
+                                                r"layer= 1\.\.2$"):
+        predict(str(tmp_path / "m.pt"), data, output="embeddings")

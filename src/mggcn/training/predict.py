@@ -87,7 +87,9 @@ def layer_output(model: LayerStack, x: torch.Tensor, adj, layer: int | None = No
 
 
 def _check_layer(layer: int | None, num_layers: int) -> int:
-    if layer is None or not 1 <= layer <= num_layers:
+    if layer is None:
+        raise ConfigError(f"output embeddings needs the layer whose output to give: layer= 1..{num_layers}", "layer")
+    if not 1 <= layer <= num_layers:
         raise ConfigError(f"layer {layer}: the model has layers 1..{num_layers}", "layer")
     return layer
 
