@@ -503,3 +503,18 @@ def test_bench_compares_precisions_in_the_same_run():
         assert entry["test_acc_change"] == pytest.approx(100 * (half["test_acc"] - full["test_acc"]))
     table = bench.format_table(report)
     assert "bf16 P=1: " in table and "x fp32's" in table and " points" in table
+
+
+def test_an_interrupted_bench_says_its_report_is_not_complete(tmp_path, monkeypatch, capsys):
+    """Ctrl-C or SIGTERM midway: the report written so far stays (marked "complete": false), and the line says so,
+    so that nobody takes it for a whole report."""
+    import mggcn.tools.bench as bench_module
+
+    out = tmp_path / "b.json"
+
+    def stopped(opts, log, out, command):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_module, "run_bench", stopped)
+    assert main(["bench", "--small", "--no-pyg", "--out", str(out)]) == 130
+    assert capsys.readouterr().err == f'mggcn bench: interrupted (the report so far, "complete": false: {out})\n'

@@ -194,10 +194,12 @@ def test_nan_loss_stops_with_the_epoch_named(tmp_path):
 
 @pytest.mark.parametrize("quiet", [False, True])
 def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path, quiet):
-    """--quiet too says the run was stopped (on stderr), not only its accuracies, as if it had run to its end."""
-    metrics = tmp_path / "m.jsonl"
+    """--quiet too says the run was stopped (on stderr), not only its accuracies, as if it had run to its end; the
+    line names the outputs written of that epoch (not the last one asked for), and the model's card says it."""
+    metrics, model = tmp_path / "m.jsonl", tmp_path / "model.pt"
     proc = popen_cli("train", SPEC, "--nprocs", "2", "--epochs", "100000", "--metrics", str(metrics),
-                     "--checkpoint-dir", str(tmp_path / "ck"), "--trace-epoch", "0", *(["--quiet"] if quiet else []))
+                     "--checkpoint-dir", str(tmp_path / "ck"), "--trace-epoch", "0", "--save-model", str(model),
+                     *(["--quiet"] if quiet else []))
     try:
         _wait_for_epochs(metrics, 2, proc)
         children = _workers_of(proc)
@@ -208,9 +210,12 @@ def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path, quiet):
             proc.kill()
     assert proc.returncode == 130, err
     assert "stopped by a signal after epoch" in (err if quiet else out)
+    assert f"; {model} is of that epoch\n" in (err if quiet else out)
     files = Checkpointer(str(tmp_path / "ck")).files()
     assert len(files) == 1
     epochs_done = len(_losses(metrics))
+    card = json.loads((tmp_path / "model.pt.json").read_text())
+    assert (card["stopped"], card["epochs"]) == ("interrupted", epochs_done)
     assert files[0].endswith(f"ckpt-{epochs_done:06d}.pt")
     time.sleep(0.5)
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)

@@ -314,8 +314,7 @@ def check_model_size(cfg: TrainConfig, features: int, classes: int, num_nodes: i
         option, given = ("heads", f"heads {cfg.heads} (hidden '{sizes}')") if cfg.model == "gat" else \
             ("hidden", f"hidden {sizes}")
         raise ConfigError(f"{given}: layers of {dims} need {need / 2**30:,.1f} GiB for weights, Adam's state "
-                          f"and one activation per rank, more than this machine's {memory / 2**30:,.1f} GiB",
-                          option)
+                          f"and one activation per rank, more than this machine's {memory / 2**30:,.1f} GiB", option)
 
 
 def _mark(job: TrainJob, phase: str) -> None:
@@ -413,9 +412,9 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         predictions = _write_outputs(job, ctx, shard, result, dict(identity, read=reading))
         empty = tuple(s for s in SPLITS if shard.split_sizes[s] == 0)
         if ctx.is_main and not job.quiet:
-            _report_end(result, cfg.patience)
+            _report_end(result, job)
         elif ctx.is_main and result.stopped == "interrupted":  # quiet, it is still no run to its last epoch
-            print(_stopped_line(result), file=sys.stderr, flush=True)
+            print(_stopped_line(result, job), file=sys.stderr, flush=True)
         outcome = JobResult(result.history, result.state_dict, predictions, result.stopped, result.best_epoch,
                             result.checkpoint, resume[1] if resume else None, result.final, empty)
     except BaseException:
@@ -578,22 +577,24 @@ def _write_outputs(job: TrainJob, ctx: DistContext, shard: Shard, result: TrainR
     if ctx.is_main:
         if job.save_model:
             save_model(job.save_model, result.state_dict, job.config, identity, epochs=len(result.history),
-                       best_epoch=result.best_epoch)
+                       best_epoch=result.best_epoch, stopped=result.stopped)
         if job.save_predictions:
             save_predictions(job.save_predictions, predictions)
     return predictions
 
 
-def _stopped_line(result: TrainResult) -> str:
+def _stopped_line(result: TrainResult, job: TrainJob) -> str:
     saved = f"; checkpoint {result.checkpoint}" if result.checkpoint else " (no checkpoint directory)"
-    return f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}"
+    written = "".join(f"; {path} is of that epoch" for path in (job.save_model, job.save_predictions) if path)
+    return f"mggcn: stopped by a signal after epoch {len(result.history)}{saved}{written}"
 
 
-def _report_end(result: TrainResult, patience: int) -> None:
+def _report_end(result: TrainResult, job: TrainJob) -> None:
     """How the run ended (a signal, early stopping) and the final accuracies."""
     if result.stopped == "interrupted":
-        print(_stopped_line(result), flush=True)
+        print(_stopped_line(result, job), flush=True)
     elif result.stopped == "early":
         print(f"mggcn: early stop after epoch {len(result.history)}; keeping the weights of epoch "
               f"{result.best_epoch}", flush=True)
-    print(format_final(result.history, result.final, result.best_epoch if patience > 0 else None), flush=True)
+    best = result.best_epoch if job.config.patience > 0 else None
+    print(format_final(result.history, result.final, best), flush=True)

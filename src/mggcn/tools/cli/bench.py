@@ -134,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         saved = f" (the report so far: {args.out})" if args.out else ""
         print(f"mggcn bench: error: {err}{saved}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the report so far is there, marked so: a later reader must not take it for whole
+        saved = f" (the report so far, \"complete\": false: {args.out})" if args.out else ""
+        print(f"mggcn bench: interrupted{saved}", file=sys.stderr)
+        return 130
     print(format_table(report))
     # running out of memory is a result (a row); an mggcn configuration that fails otherwise, or no row, is not
     failed = [f["name"] for f in report["failed"] if f.get("kind") == "mggcn" and not f.get("oom")]
