@@ -462,3 +462,29 @@ def test_out_of_memory_in_one_process_is_one_line_as_in_a_worker(tmp_path):
                          preexec_fn=three_gigabytes)
     assert out.returncode == 1 and out.stderr.startswith("mggcn train: error: out of memory (") and \
         out.stderr.count("\n") == 1, out.stderr
+
+
+
+def test_the_fork_server_ends_before_the_launcher_does(tmp_path):
+    """No process of a job outlives its launcher (docs/reliability.md): the launcher stopped by SIGTERM lets its
+    fork server go and waits for it at its exit (the server went on for its own teardown, torch loaded, after the
+    launcher had returned to the shell). Output goes to a file: a pipe's end would wait for the server anyway."""
+    env, _ = _env(tmp_path)
+    metrics, log = tmp_path / "m.jsonl", open(tmp_path / "log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=3000", "--nprocs", "2", "--epochs",
+                             "100000", "--metrics", str(metrics), "--quiet"], stdout=log, stderr=log, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "log").read_text()
+            time.sleep(0.2)
+        servers = [c for c in psutil.Process(proc.pid).children()
+                   if "multiprocessing.forkserver" in " ".join(c.cmdline())]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130
+        lingering = [s.pid for s in servers if s.is_running() and s.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        log.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert len(servers) == 1 and not lingering, (servers, lingering)

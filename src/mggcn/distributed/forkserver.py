@@ -11,6 +11,7 @@ never inherit those (their ``terminate()`` would do nothing, a ``Pool`` would ha
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing as mp
 import multiprocessing.forkserver
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -143,12 +145,46 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
                 _ensure_server()  # the server loads torch for the workers
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    if not _Exit.registered:
+        _Exit.registered, _Exit.pid = True, os.getpid()
+        atexit.register(_stop_server)
     if cleaner is not None:
         try:
             cleaner.stdin.write(f"{multiprocessing.util.get_temp_dir()}\n".encode())
             cleaner.stdin.flush()
         except OSError:
             pass  # the cleaner is gone: the directory goes at this process's exit all the same
+
+
+class _Exit:
+    registered = False  # _stop_server is one of this process's exit handlers
+    pid = 0  # of the process that registered it (a process forked from it inherits the handler, not the server)
+
+
+_SERVER_EXIT_S = 5.0  # how long the process's exit waits for the server to end by itself
+
+
+def _stop_server() -> None:
+    """At this process's exit: close its end of the server's pipe (the server then ends, as it would once this
+    process is gone) and wait for it, so that no process of the job outlives the launcher; one that has not ended
+    within :data:`_SERVER_EXIT_S` (its interpreter's teardown, torch loaded) is killed, its workers long done."""
+    pid, fd = _SERVER._forkserver_pid, _SERVER._forkserver_alive_fd
+    if pid is None or os.getpid() != _Exit.pid:
+        return
+    try:
+        if fd is not None:
+            os.close(fd)
+        _SERVER._forkserver_alive_fd = None
+        deadline = time.monotonic() + _SERVER_EXIT_S
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.01)
+    except OSError:  # ChildProcessError included: reaped by another waiter, or gone
+        pass
+    _SERVER._forkserver_pid = None
 
 
 # The longest path a Unix socket may have (sun_path, 108 bytes with its NUL), and what multiprocessing adds to its
