@@ -30,11 +30,15 @@ def _one_error_line(out, *words: str) -> None:
     assert all(w in lines[0] for w in words), lines[0]
 
 
-def test_a_model_file_that_does_not_fit_is_one_line_and_no_file(tmp_path):
-    """torch.save reports the failed write as a RuntimeError of its own (the OSError behind it): still one line."""
-    out = _limited(1500, *TRAIN, "--epochs", "2", "--save-model", "m.pt", cwd=tmp_path)
+@pytest.mark.parametrize("nprocs", ["1", "2"])
+def test_a_model_file_that_does_not_fit_is_one_line_and_no_file(tmp_path, nprocs):
+    """torch.save reports the failed write as a RuntimeError of its own (the OSError behind it): still one line, the
+    same at any P (rank 0's output is the job's: not "rank 0 failed: OutputError")."""
+    # the dataset the launcher hands its workers fits (a few KB), the model of hidden 512 (70 KB) does not
+    out = _limited(20_000, *TRAIN, "--epochs", "2", "--hidden", "512", "--save-model", "m.pt", "--nprocs", nprocs,
+                   cwd=tmp_path)
     assert out.returncode == 1
-    _one_error_line(out, "m.pt: cannot write: File too large")
+    _one_error_line(out, "mggcn train: error: m.pt: cannot write: File too large")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

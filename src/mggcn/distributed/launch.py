@@ -37,7 +37,7 @@ from mggcn.distributed.forkserver import (
 )
 from mggcn.distributed.shm import sweep_outboxes
 from mggcn.utils.errors import ConfigError, without_source_locations
-from mggcn.utils.files import atomic_write
+from mggcn.utils.files import OutputError, atomic_write
 from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.streams import replace_unwritable_characters
 from mggcn.utils.system import (
@@ -94,9 +94,12 @@ class WorkerNonFiniteLoss(WorkerError, FloatingPointError):
 def _kind_of(exc: BaseException) -> str:
     """What a worker's exception says of how the job ended (:attr:`WorkerError.kind`), by its type: ``"bad_input"``
     for what the command line reports as bad input (a ``ValueError``: GraphError, ConfigError, found by the rank
-    that reads the rows), ``"non_finite"`` for a loss that stopped being finite (a ``FloatingPointError``)."""
+    that reads the rows), ``"non_finite"`` for a loss that stopped being finite (a ``FloatingPointError``),
+    ``"output"`` for an output that could not be written (an ``OutputError``, naming the file)."""
     if isinstance(exc, BrokenPipeError):
         return "broken_pipe"
+    if isinstance(exc, OutputError):
+        return "output"
     if isinstance(exc, ValueError):
         return "bad_input"
     if isinstance(exc, FloatingPointError):

@@ -304,8 +304,8 @@ def job_failure_status(err: WorkerError, command: str = "train") -> int:
     """The exit status of a job the launcher could not finish, its one line said on stderr: 130 for Ctrl-C or
     SIGTERM before the workers could stop by themselves, 2 for bad input a rank found in its rows, 1 for another
     failure. A rank 0 whose output went away (``| head``) is re-raised as ``BrokenPipeError``, which the command
-    ends quietly. A non-finite loss is the job's, not a rank's (every rank has the all-reduced loss): it is said
-    as ``command`` says it in one process."""
+    ends quietly. A non-finite loss is the job's, not a rank's (every rank has the all-reduced loss), and so is an
+    output rank 0 could not write (it names the file): each is said as ``command`` says it in one process."""
     from mggcn.distributed.launch import JobInterrupted
 
     if isinstance(err, JobInterrupted):
@@ -315,6 +315,9 @@ def job_failure_status(err: WorkerError, command: str = "train") -> int:
         raise BrokenPipeError from None
     if err.kind == "non_finite" and err.reason:
         print(f"mggcn {command}: error: {flag_message(ConfigError(err.reason, err.option))}", file=sys.stderr)
+        return 1
+    if err.kind == "output" and err.reason:  # rank 0's file, said as the command says it in one process
+        print(f"mggcn {command}: error: {err.reason}", file=sys.stderr)
         return 1
     print(f"mggcn: {flag_message(err)}", file=sys.stderr)
     return 2 if err.kind == "bad_input" else 1
