@@ -388,6 +388,7 @@ def test_cuda_bench_reports_device_memory_against_the_plan():
                               device="cuda", gpu_memory="8G")
     report = bench.run_bench(opts, log=lambda line: None)
     assert report["gpu_memory"]["cap"] == 8 << 30 and report["failed"] == []
+    assert report["host"]["gpus"] == [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     assert [(r["name"], r["oom"]) for r in report["rows"]] == [("mggcn P=1 random-local", False),
                                                                ("PyG GCNConv (csr)", False)]
     mggcn_row = report["rows"][0]

@@ -50,7 +50,7 @@ def test_a_report_without_provenance_says_so():
 
 
 def test_the_host_description_names_this_checkouts_commit():
-    host = describe_host("cpu")
+    host = describe_host()
     assert host["cores"] == os.cpu_count() and host["gpus"] == [] and host["memory"] > 0 and host["cpu"]
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:  # a git checkout (CI clones one)

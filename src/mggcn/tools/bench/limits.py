@@ -77,10 +77,11 @@ def lift_caps(gpu_memory: int | None, host_memory: int | None, device: torch.dev
         torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
-def gpu_memory_worker() -> list[int]:
-    """The memory of each GPU PyTorch sees (run in a worker, so that the bench's own process holds no CUDA
-    context)."""
-    return [torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())]
+def gpu_memory_worker() -> dict[str, list]:
+    """The name and memory of each GPU PyTorch sees (run in a worker, so that the bench's own process holds no CUDA
+    context, which would take memory of the GPU its configurations measure)."""
+    found = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    return {"names": [p.name for p in found], "totals": [p.total_memory for p in found]}
 
 
 def check_gpu_memory(gpu_memory: int, totals: list[int], gpus_used: int) -> None:

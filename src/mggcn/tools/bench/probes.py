@@ -16,9 +16,10 @@ from mggcn.utils.system import torch_threads
 __all__ = ["baseline_worker", "machine_worker", "measure", "measure_after", "broadcast_worker", "describe_host"]
 
 
-def describe_host(device: str) -> dict:
-    """What the figures were measured on: the CPU, its cores and memory, the GPUs (on CUDA), the software, and the
-    commit of the checkout mggcn runs from (None outside a git checkout)."""
+def describe_host() -> dict:
+    """What the figures were measured on: the CPU, its cores and memory, the software, and the commit of the checkout
+    mggcn runs from (None outside a git checkout); ``gpus`` empty, for :func:`~mggcn.tools.bench.run.run_bench` to
+    fill in on CUDA (from a worker, as this process must make no CUDA context)."""
     import os
     import platform
     import subprocess
@@ -35,14 +36,13 @@ def describe_host(device: str) -> dict:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         memory = None
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if device == "cuda" else []
     try:
         here = os.path.dirname(os.path.abspath(__file__))
         commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "gpus": gpus, "python": platform.python_version(),
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "gpus": [], "python": platform.python_version(),
             "torch": torch.__version__, "mggcn": __version__, "commit": commit}
 
 

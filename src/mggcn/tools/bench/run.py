@@ -58,7 +58,7 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: st
         check_precision_device(precision, opts.device, "compare_precision")
     threads = opts.threads or available_cores()
     gpus = torch.cuda.device_count() if opts.device == "cuda" else 0
-    report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": describe_host(opts.device), "command": command,
+    report = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "host": describe_host(), "command": command,
               "options": {**asdict(opts), "threads": threads}, "graph": None, "machine": None, "broadcast": None,
               "rows": [], "failed": [], "load_average": {"before": os.getloadavg(), "after": None},
               "complete": False}
@@ -82,10 +82,12 @@ def run_bench(opts: BenchOptions, log=print, out: str | None = None, command: st
 
 def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, save) -> None:
     """Every step of the bench, into ``report``; ``save()`` after each."""
-    if opts.gpu_memory is not None:
-        totals = run_workers(gpu_memory_worker, 1, timeout_s=opts.timeout_s)[0]
-        check_gpu_memory(opts.gpu_memory, totals, max(opts.nprocs))
-        report["gpu_memory"] = {"cap": opts.gpu_memory, "totals": totals}
+    if opts.device == "cuda":
+        found = run_workers(gpu_memory_worker, 1, timeout_s=opts.timeout_s)[0]
+        report["host"]["gpus"] = found["names"]
+        if opts.gpu_memory is not None:
+            check_gpu_memory(opts.gpu_memory, found["totals"], max(opts.nprocs))
+            report["gpu_memory"] = {"cap": opts.gpu_memory, "totals": found["totals"]}
     with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
         path = _graph_step(opts, threads, tmp, log, report)
         baseline = run_workers(baseline_worker, 1, (opts.device,), timeout_s=opts.timeout_s)[0]
