@@ -135,3 +135,15 @@ def test_host_memory_cap_makes_pyg_an_out_of_memory_row(tmp_path):
     assert lines[3].startswith("PyG GCNConv (edge_index)")
     assert any(line.startswith("PyG GCNConv (edge_index): out of memory in its training: rank 0") for line in lines)
     assert f"memory caps: host memory (RLIMIT_DATA) {format_bytes(cap_mib << 20)} per process" in table
+
+
+def test_a_host_memory_cap_below_what_the_threads_need_is_an_out_of_memory_row():
+    """A cap the configuration cannot set up in, with every core's thread: OpenMP's threads are made before the cap
+    (under it OpenMP could not make them and ended the process, "libgomp: Thread creation failed", a failed row
+    with status 1), so that what runs out is an allocation, said as out of memory."""
+    cap_mib = _interpreter_data_mib()  # no room beyond the interpreter's own: the setup's first arrays fail
+    opts = bench.options_from(small=True, nprocs=(1,), partitions=("random",), epochs=1, warmup=1, pyg=False,
+                              host_memory=f"{cap_mib}M", probe_gemm=256, probe_copy=16 << 20)
+    report = bench.run_bench(opts, log=lambda line: None)
+    assert report["complete"] and report["failed"] == [], report["failed"]
+    assert [(r["name"], r["oom"]) for r in report["rows"]] == [("mggcn P=1 random", True)]

@@ -37,15 +37,17 @@ __all__ = ["cap_memory", "lift_caps", "out_of_memory", "gpu_memory_worker", "che
 # (mggcn.distributed.launch).
 _RAISED = re.compile(r"failed: ([\w.]+): (.*)", re.DOTALL)
 # torch's allocators, CUDA, C++'s std::bad_alloc, MKL's sparse routines (SPARSE_STATUS_ALLOC_FAILED)
-_ALLOCATION_FAILED = re.compile(r"can't allocate memory|cannot allocate memory|out of memory|bad_alloc|_ALLOC_FAILED",
-                                re.I)
+# a thread whose stack cannot be mapped is an allocation that failed too (Python's words for it)
+_ALLOCATION_FAILED = re.compile(r"can't allocate memory|cannot allocate memory|out of memory|bad_alloc|_ALLOC_FAILED"
+                                r"|can't start new thread", re.I)
 _RUNTIME_ERRORS = ("RuntimeError", "AcceleratorError", "OSError")
 
 
 def out_of_memory(error: str) -> bool:
     """Whether a worker's error (:class:`~mggcn.distributed.launch.WorkerError`'s text) says it ran out of memory:
     ``torch.cuda.OutOfMemoryError``, ``MemoryError`` (numpy's included), a ``RuntimeError`` (or ``OSError``) whose
-    message says an allocation failed, or death by SIGKILL (on Linux usually the kernel's out-of-memory killer)."""
+    message says an allocation (or a thread's stack) failed, or death by SIGKILL (on Linux usually the kernel's
+    out-of-memory killer)."""
     if "killed by signal SIGKILL" in error:
         return True
     raised = _RAISED.search(error)
@@ -59,6 +61,9 @@ def cap_memory(gpu_memory: int | None, host_memory: int | None, device: torch.de
     """In a configuration's process: cap what it may allocate on ``device`` (``gpu_memory``) or on the host
     (``host_memory``, RLIMIT_DATA)."""
     if host_memory is not None:
+        # OpenMP's threads made first: a thread's stack counts against the cap, and OpenMP, unable to make one
+        # under it, ends the process (status 1, "libgomp: Thread creation failed") instead of raising
+        torch.ones(torch.get_num_threads() << 16).add_(1)
         hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
         soft = host_memory if hard == resource.RLIM_INFINITY else min(host_memory, hard)
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
