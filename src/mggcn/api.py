@@ -137,7 +137,8 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
 
     Args:
         dataset: a spec (``"synthetic:n=10000"``, ``"builtin:karate"``), a path (with ``fmt=``), a
-            :class:`~mggcn.Graph` (``y`` [n, C] of 0/1: multi-label), or a PyG ``Data`` with ``x``, ``y`` ([n] or
+            :class:`~mggcn.Graph` (``y`` [n, C] of 0/1: multi-label, unless one-hot: exactly one 1 in every row
+            is one class per vertex), or a PyG ``Data`` with ``x``, ``y`` ([n] or
             [n, 1]; -1: unlabelled, outside the splits) and ``train/val/test_mask``: bool masks, vertex ids (integer
             tensors, as torch indexing reads them), or ``[n, k]`` masks (WikiCS, geom-gcn) with ``split=`` the column
             to use; without ``val_mask`` and ``test_mask`` (KarateClub's Data) those splits are empty.
