@@ -35,18 +35,18 @@
 # of under 120 GiB, an H100, gets hidden 2048: ~38 GiB for PyG). The
 # bench step takes about half the 300-340 s measured for 2M vertices x 20, 1024 features. Override with GPU_NODES,
 # GPU_DEGREE, GPU_FEATURES, GPU_HIDDEN, GPU_CLASSES, GPU_EPOCHS; GPU_CHECK_TESTS names the test files of step 2;
-# GPU_RANK_NODES (default 100000) and GPU_RANK_EPOCHS (5) size steps 3 and 4 (64 features, hidden 64, 8 classes);
-# GPU_MODEL_NODES, GPU_MODEL_DEGREE, GPU_MODEL_FEATURES, GPU_MODEL_HIDDEN, GPU_MODEL_CLASSES step 7 (default 1M
+# GPU_RANK_NODES (default 100000) and GPU_RANK_EPOCHS (5) size steps 5 and 7 (64 features, hidden 64, 8 classes);
+# GPU_MODEL_NODES, GPU_MODEL_DEGREE, GPU_MODEL_FEATURES, GPU_MODEL_HIDDEN, GPU_MODEL_CLASSES step 6 (default 1M
 # vertices x 20 nonzeros, 128 features, hidden 256,256, 40 classes: the graph issue 29 measured them on).
 #
 # Outputs in OUT_DIR (default: $OUT where that is set, else the current folder), all there after every step:
 #   gpu_check.log         everything printed
 #   gpu_check_steps.txt   one line per step so far: name, exit status, seconds (gpu_check.json: the same as JSON)
-#   gpu_ranks.json        step 3's rows (configuration, losses, difference, pass), written after each
-#   gpu_repeat.json       step 4's rows, written after each
+#   gpu_ranks.json        step 5's rows (configuration, losses, difference, pass), written after each
+#   gpu_repeat.json       step 7's rows, written after each
 #   gpu_bench.json        the bench's report, written as it grows (after every configuration, failed ones too)
 #   gpu_bench.txt         the bench's table, made from gpu_bench.json (also when the bench was stopped midway)
-#   gpu_sage.json, gpu_gin.json, gpu_gat.json (and .txt)   step 7's reports and tables, the same way
+#   gpu_sage.json, gpu_gin.json, gpu_gat.json (and .txt)   step 6's reports and tables, the same way
 # Exit status: 0 when every step passed, else the sum of the failed steps' bits (imports 1, CUDA tests 2, plan 4,
 # bench 8, shared GPU 16, models 32, reproducible 64), and the last line names them.
 #
@@ -90,7 +90,7 @@ STEPS_FILE="$OUT_DIR/gpu_check_steps.txt"
 STEPS_JSON=""
 
 # step NAME SECONDS COMMAND...: run_step under SECONDS or what is left of the budget (less the kill grace), then
-# bring the step JSON (and the bench tables, once a bench has written its report) up to date.
+# bring the step JSON (and the tables of the bench reports written since they were made) up to date.
 step() {
     local name=$1 limit
     limit=$(limited "$2")
@@ -98,13 +98,16 @@ step() {
     run_step "$name" "$limit" "$@"
     STEPS_JSON="${STEPS_JSON:+$STEPS_JSON, }{\"step\": \"$name\", \"exit\": $STEP_RC, \"seconds\": $STEP_S}"
     echo "{\"device\": \"$DEVICE\", \"steps\": [$STEPS_JSON]}" > "$OUT_DIR/gpu_check.json"
-    local report
-    for report in bench $MODELS; do
-        [ -f "$OUT_DIR/gpu_$report.json" ] || continue
-        timeout -k 5 60 "$PY" -c "import json, sys; from mggcn.tools.bench import format_table
-print(format_table(json.load(open(sys.argv[1]))))" "$OUT_DIR/gpu_$report.json" > "$OUT_DIR/gpu_$report.txt" \
-            || echo "gpu_check: could not make a table of $OUT_DIR/gpu_$report.json"
+    local report stale=()
+    for report in bench $MODELS; do  # the reports written since their tables were made, in one interpreter
+        [ "$OUT_DIR/gpu_$report.json" -nt "$OUT_DIR/gpu_$report.txt" ] && stale+=("$OUT_DIR/gpu_$report.json")
     done
+    [ ${#stale[@]} -eq 0 ] && return 0
+    timeout -k 5 "$(limited 60)" "$PY" -c "import json, sys; from mggcn.tools.bench import format_table
+for path in sys.argv[1:]:
+    with open(path.removesuffix('.json') + '.txt', 'w') as f:
+        print(format_table(json.load(open(path))), file=f)" "${stale[@]}" \
+        || echo "gpu_check: could not make the tables of ${stale[*]}"
     return 0
 }
 
@@ -181,7 +184,7 @@ models() {
     return $rc
 }
 
-# rank_check.py's graph and model (steps 3 and 4): small, so that each run's cost is its ranks' start
+# rank_check.py's graph and model (steps 5 and 7): small, so that each run's cost is its ranks' start
 rank_check() {
     MGGCN_SHARE_DEVICE=1 "$PY" scripts/rank_check.py "$1" --device "$DEVICE" --nodes "$RANK_NODES" --degree 10 \
         --features 64 --hidden 64 --classes 8 --epochs "$RANK_EPOCHS" --out "$OUT_DIR/gpu_$1.json"

@@ -13,8 +13,8 @@
 #      epoch, s/epoch, GPU peak, plan and net/plan, and PyG's numbers or "out of memory".
 #
 # Time: the steps before the table get SCALE_BUDGET seconds (default 440, their kill grace and the table's remakes
-# included): each runs under its own limit or what is left of the budget, whichever is less; the table step has its
-# own 20 s after them, so the check ends within 8 minutes whatever hangs.
+# included): each, and each remake after it, runs under its own limit or what is left of the budget, whichever is
+# less; the table step has its own 20 s after them, so the check ends within 8 minutes whatever hangs.
 #
 # Outputs in OUT_DIR (default: $OUT where that is set, else the current folder), all there after every step:
 #   gpu_scale.log                 everything printed
@@ -70,7 +70,8 @@ step() {
     [ "$name" = table ] || limit=$(limited "$2")
     shift 2
     run_step "$name" "$limit" "$@"
-    [ "$name" = table ] || timeout -k 5 60 bash -c table > /dev/null || echo "gpu_scale: the table could not be made"
+    [ "$name" = table ] || timeout -k 5 "$(limited 60)" bash -c table > /dev/null ||
+        echo "gpu_scale: the table could not be made"
 }
 
 imports() {

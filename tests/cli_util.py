@@ -193,3 +193,13 @@ def _run_one(argv: list[str], cwd: str, out: str, err: str, timeout: float, env:
 
 if __name__ == "__main__":
     _serve(sys.argv[1])
+
+
+def process_alive(process) -> bool:
+    """Whether a psutil process runs and is no zombie; one reaped between the two questions is gone."""
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

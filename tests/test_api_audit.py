@@ -607,6 +607,11 @@ def test_a_loss_that_stops_being_finite_is_a_floating_point_error_at_any_nprocs(
     assert isinstance(bad, WorkerBadInput) and isinstance(bad, ValueError) and bad.rank == 1
     again = pickle.loads(pickle.dumps(bad))  # as a ProcessPoolExecutor's task hands it back
     assert type(again) is WorkerBadInput and str(again) == str(bad) and again.kind == "bad_input"
+    # an output rank 0 could not write: an OSError at any nprocs, as train's OutputError is in this process
+    unwritten = WorkerError.of_kind(0, "failed: OutputError: m.pt: cannot write: File too large", kind="output",
+                                    reason="m.pt: cannot write: File too large")
+    assert isinstance(unwritten, OSError) and isinstance(unwritten, WorkerError)
+    assert type(pickle.loads(pickle.dumps(unwritten))) is type(unwritten)
 
 
 def test_a_trained_model_prints_in_one_short_line():

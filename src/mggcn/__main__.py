@@ -10,18 +10,18 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _ignore_stop_signals() -> None:
-    # the last of the exit handlers (registered first): past them the interpreter puts the default handlers back
-    # (not an ignore), and a stop signal in its teardown, taken by any of its threads, would kill the finished
-    # command without a word (status 143); ignored, the process ends with the command's status
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
+def _ignore_sigterm() -> None:
+    # past the exit handlers the interpreter puts the default handlers back (not an ignore), and a SIGTERM in its
+    # teardown, taken by any of its threads, would kill the finished command without a word (status 143): ignored,
+    # the process ends with the command's status. Ctrl-C keeps its default, which still ends a teardown that hangs.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-atexit.register(_ignore_stop_signals)
-# SIGTERM while the command loads means what Ctrl-C means (main() takes over once loaded); a worker started from
-# this module loads with both blocked, and gets back the handler it had
-_loading = signal.signal(signal.SIGTERM, _interrupt)
+# SIGTERM while the command loads means what Ctrl-C means (main() takes over once loaded), unless the process was
+# started with it ignored; a worker started from this module loads with both blocked, and gets back its handler
+_loading = signal.getsignal(signal.SIGTERM)
+if _loading != signal.SIG_IGN:
+    signal.signal(signal.SIGTERM, _interrupt)
 try:
     from mggcn.tools.cli import main
 except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the command loads: as during its run, one line and 130
@@ -34,6 +34,7 @@ finally:
 def entry() -> None:
     """The command: ``main()``, then the exit a torchrun rank takes (the ``mggcn`` script runs this too, so that
     ``torchrun --no-python mggcn`` ends its ranks as ``torchrun -m mggcn`` does)."""
+    atexit.register(_ignore_sigterm)  # the command's exit only, not a process that imports this module
     status = main()
     if "TORCHELASTIC_RUN_ID" in os.environ:
         # A torchrun rank skips the teardown of gloo's state, which occasionally aborts (as launch.exit_now does).

@@ -127,7 +127,7 @@ class TrainedModel:
         """Write the model as ``--save-model`` does (``path`` and its sidecar ``path.json``, which records a
         multi-label model as such), for ``mggcn predict``."""
         save_model(os.fspath(path), self.model.pyg_state_dict(), self.config, self.dataset, epochs=len(self.history),
-                   best_epoch=self.best_epoch)
+                   best_epoch=self.best_epoch, stopped=self.stopped)
 
 
 def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | Sequence[int] = (128,),
@@ -198,6 +198,7 @@ def _train_job(dataset: Any, hidden: Any, epochs: Any, device: str, options: dic
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
+    hidden = plain(hidden)  # one width as a 0-d tensor or array
     if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):  # numpy's ints too
         hidden = (hidden,)
     elif not isinstance(hidden, (str, bytes, Mapping, Set)):  # refused whole by the settings' check: no order

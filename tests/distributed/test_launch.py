@@ -428,4 +428,4 @@ def test_a_group_the_caller_made_is_the_jobs_or_refused(tmp_path, env):
         assert lines[0].startswith("0 refused RANK=1 and WORLD_SIZE=2, but this process is rank 0 of a torch.")
     else:
         assert lines[0].startswith("0 refused this process is rank 0 of a torch.distributed group of 2 made before "
-                                   "the job, and RANK and WORLD_SIZE are not set: each process would train alone")
+                                   "the job, and RANK and WORLD_SIZE are not set: each process would run the job alone")

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from test_launch import _env, _signal_group
 
-from cli_util import declared_command
+from cli_util import declared_command, process_alive
 
 
 def test_a_job_leaves_the_global_start_method_unchosen(tmp_path):
@@ -482,7 +482,7 @@ def test_the_fork_server_ends_before_the_launcher_does(tmp_path):
                    if "multiprocessing.forkserver" in " ".join(c.cmdline())]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130
-        lingering = [s.pid for s in servers if s.is_running() and s.status() != psutil.STATUS_ZOMBIE]
+        lingering = [s.pid for s in servers if process_alive(s)]
     finally:
         log.close()
         if proc.poll() is None:

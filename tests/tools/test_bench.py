@@ -3,6 +3,7 @@ CUDA path (skipped without GPUs)."""
 
 import json
 import statistics
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -506,16 +507,29 @@ def test_bench_compares_precisions_in_the_same_run():
     assert "bf16 P=1: " in table and "x fp32's" in table and " points" in table
 
 
-def test_an_interrupted_bench_says_its_report_is_not_complete(tmp_path, monkeypatch, capsys):
-    """Ctrl-C or SIGTERM midway: the report written so far stays (marked "complete": false), and the line says so,
-    so that nobody takes it for a whole report."""
+@pytest.mark.parametrize("when", ["midway", "before the first report"])
+def test_an_interrupted_bench_says_its_report_is_not_complete(tmp_path, monkeypatch, capsys, when):
+    """SIGTERM ending a step's workers (the graph's, before they could stop by themselves) or Ctrl-C: status 130 and
+    "interrupted", the report written so far named as not complete; a file there from before this run is not
+    named as its report."""
     import mggcn.tools.bench as bench_module
+    from mggcn.distributed.launch import JobInterrupted
 
     out = tmp_path / "b.json"
+    out.write_text("{}")  # an earlier run's
+    stamp = out.stat().st_mtime_ns
 
     def stopped(opts, log, out, command):
-        raise KeyboardInterrupt
+        if when == "midway":
+            time.sleep(0.01)  # a later modification time than the earlier run's file
+            bench_module.write_report({"complete": False, "rows": []}, out)
+        raise JobInterrupted(0, "was stopped by SIGTERM before it could stop by itself")
 
     monkeypatch.setattr(bench_module, "run_bench", stopped)
     assert main(["bench", "--small", "--no-pyg", "--out", str(out)]) == 130
-    assert capsys.readouterr().err == f'mggcn bench: interrupted (the report so far, "complete": false: {out})\n'
+    said = capsys.readouterr().err
+    if when == "midway":
+        assert out.stat().st_mtime_ns != stamp
+        assert said == f'mggcn bench: interrupted (the report so far, "complete": false: {out})\n'
+    else:
+        assert said == "mggcn bench: interrupted\n"

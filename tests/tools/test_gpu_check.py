@@ -158,8 +158,8 @@ STEPS = ["imports", "CUDA tests", "plan", "bench", "shared GPU", "models", "repr
 
 @pytest.mark.slow
 def test_gpu_check_rehearses_the_shared_gpu_and_reproducibility_steps_on_cpu(tmp_path):
-    """At a tiny size on the CPU: the seven steps pass, in order; step 3's 16 runs (14 at P > 1, two of them GIN
-    with batch norms) agree with P = 1 and step 4's runs are bitwise equal with no kernel named, their rows in
+    """At a tiny size on the CPU: the seven steps pass, in order; step 5's 16 runs (14 at P > 1, two of them GIN
+    with batch norms) agree with P = 1 and step 7's runs are bitwise equal with no kernel named, their rows in
     gpu_ranks.json and gpu_repeat.json."""
     passing = tmp_path / "tests" / "test_cuda_passes.py"
     passing.parent.mkdir()

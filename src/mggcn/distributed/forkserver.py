@@ -145,8 +145,8 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
                 _ensure_server()  # the server loads torch for the workers
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    if not _Exit.registered:
-        _Exit.registered, _Exit.pid = True, os.getpid()
+    if _Exit.pid != os.getpid():  # once per process (a process forked from this one starts its own server)
+        _Exit.pid = os.getpid()
         atexit.register(_stop_server)
     if cleaner is not None:
         try:
@@ -157,8 +157,7 @@ def start_fork_server(context: mp.context.BaseContext, cleaner: subprocess.Popen
 
 
 class _Exit:
-    registered = False  # _stop_server is one of this process's exit handlers
-    pid = 0  # of the process that registered it (a process forked from it inherits the handler, not the server)
+    pid = 0  # of the process that registered _stop_server (one forked from it inherits the handler, not the server)
 
 
 _SERVER_EXIT_S = 5.0  # how long the process's exit waits for the server to end by itself

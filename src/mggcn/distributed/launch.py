@@ -50,9 +50,9 @@ from mggcn.utils.system import (
     working_directory_not_imported,
 )
 
-__all__ = ["WorkerError", "WorkerBadInput", "WorkerNonFiniteLoss", "JobInterrupted", "run_workers", "exit_now",
-           "launch", "refuse_unguarded_script", "refuse_script_without_a_file", "UNGUARDED_EXIT",
-           "peer_lost"]
+__all__ = ["WorkerError", "WorkerBadInput", "WorkerNonFiniteLoss", "WorkerOutputError", "JobInterrupted",
+           "run_workers", "exit_now", "launch", "refuse_unguarded_script", "refuse_script_without_a_file",
+           "UNGUARDED_EXIT", "peer_lost"]
 
 
 class WorkerError(RuntimeError):
@@ -77,9 +77,11 @@ class WorkerError(RuntimeError):
                 reason: str | None = None) -> WorkerError:
         """The error of a rank's failure, of the class its ``kind`` says: a worker's bad input is also a
         ``ValueError`` (:class:`WorkerBadInput`), its non-finite loss a ``FloatingPointError``
-        (:class:`WorkerNonFiniteLoss`), as the same errors are when the job runs in the caller's process; one
+        (:class:`WorkerNonFiniteLoss`), an output it could not write an ``OSError`` (:class:`WorkerOutputError`),
+        as the same errors are when the job runs in the caller's process; one
         ``except`` clause then catches them at any ``nprocs``."""
-        cls = {"bad_input": WorkerBadInput, "non_finite": WorkerNonFiniteLoss}.get(kind, WorkerError)
+        cls = {"bad_input": WorkerBadInput, "non_finite": WorkerNonFiniteLoss,
+               "output": WorkerOutputError}.get(kind, WorkerError)
         return cls(rank, message, detail, kind, option, reason)
 
 
@@ -89,6 +91,10 @@ class WorkerBadInput(WorkerError, ValueError):
 
 class WorkerNonFiniteLoss(WorkerError, FloatingPointError):
     """A worker's loss stopped being finite (a NonFiniteLoss in its process)."""
+
+
+class WorkerOutputError(WorkerError, OSError):
+    """Rank 0 could not write an output (an OutputError in its process, naming the file)."""
 
 
 def _kind_of(exc: BaseException) -> str:
@@ -505,9 +511,9 @@ def _refuse_a_group_the_job_would_not_match(rank: int, world: int) -> None:
     group = f"this process is rank {theirs[0]} of a torch.distributed group of {theirs[1]} made before the job"
     if under_torchrun():
         raise ConfigError(f"RANK={rank} and WORLD_SIZE={world}, but {group}: set them to its rank and size", "RANK")
-    raise ConfigError(f"{group}, and RANK and WORLD_SIZE are not set: each process would train alone on the whole "
-                      "graph. Set RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE as torchrun does (the job then "
-                      "runs across the group), or call mggcn outside the group", "nprocs")
+    raise ConfigError(f"{group}, and RANK and WORLD_SIZE are not set: each process would run the job alone on the "
+                      "whole graph. Set RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE as torchrun does (the job "
+                      "then runs across the group), or call mggcn outside the group", "nprocs")
 
 
 def launch(fn: Callable[..., Any], job: Any, check: Callable[[Any, int], Any], nprocs: int | None = None,

@@ -442,13 +442,12 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
     kind = model_type(model)
     ours = kind.same_model_options(dict(options or {}))
     saved_config = state.get("config", {})
-    theirs_options = kind.same_model_options(
-        {option: saved_config.get(option, getattr(TrainConfig, option, False)) for option in ours})  # older: default
+    theirs = {option: saved_config.get(option, getattr(TrainConfig, option, False)) for option in ours}  # or default
+    theirs_same = kind.same_model_options(theirs)
     for option, value in ours.items():
-        saved = theirs_options[option]
-        if saved != value:
-            raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {saved!r}, this run {value!r} "
-                                  f"(check {option}=)", option)
+        if theirs_same[option] != value:  # said as each was given
+            raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {theirs[option]!r}, this run "
+                                  f"{(options or {})[option]!r} (check {option}=)", option)
     # weights trained under one Â or σ compute another function under another: training on would silently start over
     for option, value in (function or {}).items():
         saved = state.get("config", {}).get(option, _DEFAULTS.get(option))

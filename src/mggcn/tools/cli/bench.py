@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from mggcn.config import MODELS, SHM_MODES
@@ -117,8 +118,16 @@ def check_pyg(pyg: bool) -> None:
         require("torch_geometric", "bench", "the PyG baseline", hint="or leave it out: --no-pyg")
 
 
+def _modified(path: str | None) -> int | None:
+    """When ``path`` was last written (ns), None when there is none."""
+    try:
+        return os.stat(path).st_mtime_ns if path else None
+    except OSError:
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
-    from mggcn.distributed.launch import WorkerError
+    from mggcn.distributed.launch import JobInterrupted, WorkerError
     from mggcn.tools.bench import format_table, options_from, run_bench
 
     keys = ("model", "nodes", "degree", "features", "classes", "hidden", "epochs", "warmup", "repeats", "repeat_pyg",
@@ -127,17 +136,19 @@ def run(args: argparse.Namespace) -> int:
             "heads", "gin_mlp_batch_norm", "precision", "compare_precision")
     opts = options_from(args.small, saint=args.saint_graph, **{k: getattr(args, k) for k in keys})
     check_pyg(opts.pyg)
+    before = _modified(args.out)  # a report there before this run is not "the report so far"
     try:  # with --out, the report is written as it grows and before the table is printed
         report = run_bench(opts, log=lambda line: print(line, flush=True), out=args.out,
                            command=getattr(args, "command_line", None))
+    except (KeyboardInterrupt, JobInterrupted):  # a signal in any step, the workers' too: the report so far stays,
+        # marked so, which a later reader must not take for a whole one
+        saved = f" (the report so far, \"complete\": false: {args.out})" if _modified(args.out) != before else ""
+        print(f"mggcn bench: interrupted{saved}", file=sys.stderr)
+        return 130
     except WorkerError as err:  # a step every configuration needs (the graph) failed: the report names it
         saved = f" (the report so far: {args.out})" if args.out else ""
         print(f"mggcn bench: error: {err}{saved}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # the report so far is there, marked so: a later reader must not take it for whole
-        saved = f" (the report so far, \"complete\": false: {args.out})" if args.out else ""
-        print(f"mggcn bench: interrupted{saved}", file=sys.stderr)
-        return 130
     print(format_table(report))
     # running out of memory is a result (a row); an mggcn configuration that fails otherwise, or no row, is not
     failed = [f["name"] for f in report["failed"] if f.get("kind") == "mggcn" and not f.get("oom")]
