@@ -252,8 +252,7 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
         dtype: of Â's values and of the rows it multiplies: ``torch.float32``, or ``torch.float64`` /
             ``torch.bfloat16`` for a model cast with ``.double()`` / ``.bfloat16()`` (Â is normalized in float64 for
             float64, else in float32 as training does, then cast). Rows of another dtype are refused in one line.
-            None (default): torch's default dtype, which the models' parameters are made in too (float32 unless
-            ``torch.set_default_dtype`` said otherwise).
+            None (default): torch's default dtype, as the models make their parameters (float32 unless set).
 
     Shapes:
         ``H`` [n, d] -> ``Â·H`` [n, d]; the backward computes ``Âᵀ·G`` with a CSR of Âᵀ built here, once.
