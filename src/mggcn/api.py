@@ -137,12 +137,12 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
 
     Args:
         dataset: a spec (``"synthetic:n=10000"``, ``"builtin:karate"``), a path (with ``fmt=``), a
-            :class:`~mggcn.Graph` (``y`` [n, C] of 0/1: multi-label, unless one-hot: exactly one 1 in every row
-            is one class per vertex), or a PyG ``Data`` with ``x``, ``y`` ([n] or
-            [n, 1]; -1: unlabelled, outside the splits) and ``train/val/test_mask``: bool masks, vertex ids (integer
-            tensors, as torch indexing reads them), or ``[n, k]`` masks (WikiCS, geom-gcn) with ``split=`` the column
-            to use; without ``val_mask`` and ``test_mask`` (KarateClub's Data) those splits are empty.
-            ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr`` is ignored.
+            :class:`~mggcn.Graph` (``y`` [n, C] of 0/1: multi-label, one 1 per row: one-hot), or a PyG ``Data``
+            with ``x``, ``y`` ([n] or [n, 1]; -1: unlabelled, outside the splits) and ``train/val/test_mask``: bool
+            masks, vertex ids (integer tensors, as torch indexing reads them), or ``[n, k]`` masks (WikiCS,
+            geom-gcn) with ``split=`` the column to use; without ``val_mask`` and ``test_mask`` (KarateClub's Data)
+            those splits are empty. ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr``
+            is ignored.
         nprocs: worker processes (1 or None: in this process; more: spawned, like ``--nprocs``). In a script that
             torchrun started, each of its processes is one rank of the job (leave ``nprocs`` out, or give torchrun's
             world size), and every rank returns the model; ``predictions`` are rank 0's (None on the others). Rank 0
@@ -170,8 +170,7 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
         FloatingPointError: the loss stopped being finite (from workers a ``WorkerNonFiniteLoss``, which is both).
         mggcn.distributed.launch.WorkerError: a worker failed (one that refused its input is also a ``ValueError``).
     """
-    nprocs, epochs, device = plain(nprocs), plain(epochs), plain(device)
-    options = {key: plain(value) for key, value in options.items()}
+    nprocs = plain(nprocs)  # numpy's ints, 0-d tensors (and the others': _train_job)
     if isinstance(nprocs, int) and nprocs > 1:
         refuse_unguarded_script()  # a worker re-running an unguarded script: it ends here, the launcher says why
     dataset = graph_from_pyg(dataset, options.pop("split", None)) if is_pyg(dataset) else dataset  # split: a column
@@ -198,7 +197,8 @@ def _train_job(dataset: Any, hidden: Any, epochs: Any, device: str, options: dic
     unknown = sorted(set(options) - _CONFIG_KEYS - _JOB_KEYS - set(_READ_KEYS))
     if unknown:
         raise TypeError(f"mggcn.train() got unknown options {unknown}; see help(mggcn.train)")
-    hidden = plain(hidden)  # one width as a 0-d tensor or array
+    hidden, epochs, device = plain(hidden), plain(epochs), plain(device)  # one width as a 0-d tensor or array too
+    options = {key: plain(value) for key, value in options.items()}
     if isinstance(hidden, numbers.Integral) and not isinstance(hidden, bool):  # numpy's ints too
         hidden = (hidden,)
     elif not isinstance(hidden, (str, bytes, Mapping, Set)):  # refused whole by the settings' check: no order
