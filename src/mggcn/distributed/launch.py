@@ -505,11 +505,11 @@ def _refuse_a_group_the_job_would_not_match(rank: int, world: int) -> None:
 
     if not (dist.is_available() and dist.is_initialized()):
         return
-    theirs = (dist.get_rank(), dist.get_world_size())
-    if theirs == (rank, world) if under_torchrun() else theirs[1] == 1:
+    theirs, torchrun = (dist.get_rank(), dist.get_world_size()), under_torchrun()
+    if (theirs == (rank, world)) if torchrun else theirs[1] == 1:  # outside torchrun, a group of one is its own
         return
     group = f"this process is rank {theirs[0]} of a torch.distributed group of {theirs[1]} made before the job"
-    if under_torchrun():
+    if torchrun:
         raise ConfigError(f"RANK={rank} and WORLD_SIZE={world}, but {group}: set them to its rank and size", "RANK")
     raise ConfigError(f"{group}, and RANK and WORLD_SIZE are not set: each process would run the job alone on the "
                       "whole graph. Set RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE as torchrun does (the job "

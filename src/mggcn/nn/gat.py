@@ -228,7 +228,7 @@ class GAT(LayerStack):
         has ``H·C`` outputs (``H`` its own heads) before its mean, so ``(d_in + 2)·H·C + C``."""
         total = 0
         for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
-            width = cls._z_width(dims, i, cls._layer_heads(dims, i, heads, output_heads))
+            width = cls._layer(dims, i, heads, output_heads)[1]
             total += (a + 2) * width + b
         return total
 
@@ -266,16 +266,15 @@ class GAT(LayerStack):
         c]`` (``H·C + 3H``) backward; the last layer's ``Z`` has ``H·classes`` columns (``H`` its own heads)."""
         widths = []
         for i in range(len(dims) - 1):
-            h = cls._layer_heads(dims, i, heads, output_heads)
-            width = cls._z_width(dims, i, h)
+            h, width = cls._layer(dims, i, heads, output_heads)
             widths += [width + h, width + 3 * h]
         return widths
 
     @classmethod
     def evaluation_widths(cls, dims: Sequence[int], order: str = "auto", caches_input: bool = True, heads: int = 8,
                           output_heads: int | None = None, **options) -> list[int]:
-        layer_heads = [cls._layer_heads(dims, i, heads, output_heads) for i in range(len(dims) - 1)]
-        return [cls._z_width(dims, i, h) + h for i, h in enumerate(layer_heads)]  # [Z | e_src] per layer
+        layers = [cls._layer(dims, i, heads, output_heads) for i in range(len(dims) - 1)]
+        return [width + h for h, width in layers]  # [Z | e_src] per layer
 
     @classmethod
     def evaluates_differently_with(cls, dropout: float = 0.0, input_dropout: float = 0.0, batch_norm: bool = False,
@@ -286,20 +285,19 @@ class GAT(LayerStack):
     def allreduce_widths(cls, dims: Sequence[int], heads: int = 8, output_heads: int | None = None,
                          **options) -> list[int]:
         """Per layer the all-reduce of the destinations' score gradients, ``[P·m, H]``."""
-        return [cls._layer_heads(dims, i, heads, output_heads) for i in range(len(dims) - 1)]
+        return [cls._layer(dims, i, heads, output_heads)[0] for i in range(len(dims) - 1)]
 
     plans_whole_layers = True
     kept_bytes_per_edge = 4  # the attention's chunks' row ids (int32), per block (mggcn.kernels.attention)
 
     @staticmethod
-    def _layer_heads(dims: Sequence[int], i: int, heads: int, output_heads: int | None) -> int:
-        """Layer ``i``'s heads: the last layer's ``output_heads`` where given, ``heads`` otherwise."""
-        return output_heads if output_heads is not None and i == len(dims) - 2 else heads
-
-    @staticmethod
-    def _z_width(dims: Sequence[int], i: int, heads: int) -> int:
-        """Columns of layer ``i``'s ``Z``: its width (``H·C``), the last layer's ``H·classes``."""
-        return dims[i + 1] * heads if i == len(dims) - 2 else dims[i + 1]
+    def _layer(dims: Sequence[int], i: int, heads: int, output_heads: int | None) -> tuple[int, int]:
+        """Layer ``i``'s heads (the last layer's ``output_heads`` where given) and the columns of its ``Z``: its
+        width (``H·C``), the last layer's ``H·classes``."""
+        if i < len(dims) - 2:
+            return heads, dims[i + 1]
+        last_heads = heads if output_heads is None else output_heads
+        return last_heads, dims[i + 1] * last_heads
 
     @staticmethod
     def _edge_step(walk: BufferWalk, edges: int, columns: int, heads: int, width: int, forward: bool) -> None:
@@ -336,8 +334,7 @@ class GAT(LayerStack):
         """Layer ``i``'s forward in :class:`~mggcn.nn.workspace.BufferWalk`'s terms (the module docstring's
         buffers; none on the workspace): ``block_edges`` and ``columns``, the nonzeros and columns of a block of
         Â (a tile's on a CPU), size the per-edge step. Returns the name of the layer's output."""
-        heads = cls._layer_heads(dims, i, heads, output_heads)
-        width, last = cls._z_width(dims, i, heads), i == len(dims) - 2
+        (heads, width), last = cls._layer(dims, i, heads, output_heads), i == len(dims) - 2
         walk.alloc(f"Z {i}", width + 2 * heads)  # the GEMM's [Z | e_src | e_dst]
         walk.alloc("running max", heads)
         walk.alloc("running sum", heads)
@@ -363,8 +360,7 @@ class GAT(LayerStack):
                             nprocs: int = 1, **options) -> str:
         """Layer ``i``'s backward from the gradient ``grad`` of its output, as :meth:`plan_layer`; the name of its
         input's gradient (layer 0: ``grad``, none computed)."""
-        heads = cls._layer_heads(dims, i, heads, output_heads)
-        width, last = cls._z_width(dims, i, heads), i == len(dims) - 2
+        (heads, width), last = cls._layer(dims, i, heads, output_heads), i == len(dims) - 2
         if last:  # the mean over heads' backward: a new [m, H, C]; the logits' gradient (over them) stays
             grad = walk.alloc("grad heads", width)
         else:
@@ -403,7 +399,7 @@ class GAT(LayerStack):
         last = len(dims) - 2
         self.convs.extend(
             GATLayer(dims[i], dims[i + 1] if i == last else dims[i + 1] // heads,
-                     self.output_heads if i == last else heads, concat=i != last,
+                     self._layer(dims, i, heads, output_heads)[0], concat=i != last,
                      attention_dropout=attention_dropout, bias=bias, index=i, generator=generator)
             for i in range(len(dims) - 1))
         self.seed_attention(self.seed)
