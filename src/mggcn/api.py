@@ -149,7 +149,7 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
             writes the outputs (``save_model=``, ...) before any rank returns.
         hidden: hidden layer sizes, e.g. ``(128, 128)`` for a 3-layer GCN.
         epochs: epochs to train (fewer with ``patience``).
-        device: ``cpu``, ``cuda`` (one GPU per process) or ``auto``.
+        device: ``cpu``, ``cuda`` (one GPU per process), ``cuda:K`` (GPU K, one process) or ``auto``.
         options: any :class:`~mggcn.config.TrainConfig` field (``model``, ``gin_train_eps``, ``lr``,
             ``weight_decay``, ``dropout``, ``norm``,
             ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,

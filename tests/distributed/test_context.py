@@ -258,3 +258,84 @@ def test_a_restarted_job_joins_on_the_store_an_earlier_attempt_used():
                 rank.kill()
         assert [rank.returncode for rank in ranks] == [0, 0], outputs
         assert [out.strip() for out, _ in outputs] == ["3", "3"]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A device as PyTorch users write it: cuda:K (or torch.device("cuda", K)) names one GPU, for a job of one rank per host.
+
+def test_a_device_is_read_as_torch_spells_it_and_anything_else_is_refused_in_one_line():
+    import torch
+
+    from mggcn.utils.devices import parse_device
+    from mggcn.utils.errors import ConfigError
+
+    for given, read in (("cpu", "cpu"), ("cpu:0", "cpu"), (torch.device("cpu"), "cpu"), ("cuda", "cuda"),
+                        ("cuda:0", "cuda:0"), ("cuda:01", "cuda:1"), (torch.device("cuda", 3), "cuda:3"),
+                        (torch.device("cuda"), "cuda"), ("auto", "auto")):
+        assert parse_device(given) == read, given
+    for refused in ("CUDA", "gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:0 ", "mps", "", None, 0, torch.device("meta")):
+        with pytest.raises(ConfigError) as err:
+            parse_device(refused)
+        assert str(err.value) == f"device must be cpu, cuda, cuda:K (GPU K) or auto, got {str(refused)!r}"
+        assert err.value.option == "device"
+
+
+def test_a_named_gpu_is_the_device_of_a_one_rank_host_and_refused_for_several(monkeypatch):
+    import torch
+
+    from mggcn.distributed.context import check_host_gpus, rank_placement
+    from mggcn.utils.errors import ConfigError
+
+    assert rank_placement("cuda:1", 0, 1, gpus=2) == (torch.device("cuda", 1), "nccl")
+    expected = ("device cuda:0 names one GPU, and this host runs 2 ranks: use cuda (local rank i takes GPU i; "
+                "CUDA_VISIBLE_DEVICES chooses which GPUs those are)")
+    with pytest.raises(ConfigError) as err:
+        rank_placement("cuda:0", 1, 2, gpus=2)
+    assert str(err.value) == expected and err.value.option == "device"
+    _fake_gpus(monkeypatch, 2)
+    check_host_gpus("cuda:1", 1)
+    for device, nprocs, message in (("cuda:0", 2, expected),
+                                    ("cuda:2", 1, "device cuda:2: 2 GPU(s) visible to PyTorch, numbered from 0")):
+        with pytest.raises(ConfigError) as err:
+            check_host_gpus(device, nprocs)
+        assert str(err.value) == message
+
+
+def test_a_rank_given_a_named_gpu_joins_on_it(monkeypatch):
+    import torch
+
+    from mggcn.distributed.context import init_distributed
+    from mggcn.utils.system import caller_settings_kept
+
+    calls = _fake_gpus(monkeypatch, 2)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MGGCN_INIT_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+    with caller_settings_kept():
+        ctx = init_distributed(torch.device("cuda", 1), threads=1)
+    assert (ctx.device, ctx.world_size) == (torch.device("cuda", 1), 1)
+    assert calls == [("set_device", torch.device("cuda", 1))]
+
+
+def test_train_and_predict_take_a_named_gpu_and_say_when_none_is_visible(tmp_path):
+    """On a machine without a GPU, cuda:0 gets as far as the device check: the line names the device as given."""
+    import mggcn
+    from cli_util import run_cli
+    from mggcn.utils.errors import ConfigError
+
+    for device in ("cuda:0", __import__("torch").device("cuda", 0)):
+        with pytest.raises(ConfigError, match=r"^device cuda:0: no CUDA device is visible to PyTorch$"):
+            mggcn.train("builtin:karate", epochs=1, device=device)
+    model = mggcn.train("builtin:karate", epochs=1, device=__import__("torch").device("cpu"))
+    model.save(str(tmp_path / "m.pt"))
+    with pytest.raises(ConfigError, match=r"^device cuda:0: no CUDA device is visible to PyTorch$"):
+        mggcn.predict(str(tmp_path / "m.pt"), "builtin:karate", nprocs=2, device="cuda:0")
+    for command in ("train", "predict"):
+        args = [command, "builtin:karate"]
+        if command == "predict":
+            args = [command, str(tmp_path / "m.pt"), "builtin:karate", "--out", str(tmp_path / "p.npy")]
+        out = run_cli(*args, "--device", "cuda:0")
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == \
+            f"mggcn {command}: error: --device cuda:0: no CUDA device is visible to PyTorch", out.stderr
+        out = run_cli(*args, "--device", "gpu")
+        assert out.returncode == 2 and "argument --device: expected cpu, cuda, cuda:K (GPU K) or auto, got 'gpu'" \
+            in out.stderr, out.stderr

@@ -30,14 +30,16 @@ import torch.distributed as dist
 
 from mggcn.config import MMAP_THRESHOLD
 from mggcn.distributed.network import GLOO_IFNAME_ENV, gloo_interface
+from mggcn.utils.devices import gpu_index, parse_device
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.parallel import available_cores
 from mggcn.utils.system import enter_rank, native_log_held
 
 __all__ = ["DistContext", "init_distributed", "shutdown", "all_reduce_sum", "all_reduce_max", "all_reduce_min",
-           "all_gather_objects", "all_gather_rows", "resolve_device", "SHARE_DEVICE_ENV",
-           "shares_devices", "check_gpus", "rank_placement", "DETERMINISTIC_ENV", "deterministic_kernels",
-           "RANK_ENV", "rank_environment", "RendezvousUnreachable", "held_until_shutdown"]
+           "all_gather_objects", "all_gather_rows", "parse_device", "resolve_device", "SHARE_DEVICE_ENV",
+           "shares_devices", "check_gpus", "check_gpu_index", "check_host_gpus", "job_device", "rank_placement",
+           "DETERMINISTIC_ENV", "deterministic_kernels", "RANK_ENV", "rank_environment", "RendezvousUnreachable",
+           "held_until_shutdown"]
 
 # Set to 1, it lets a host run more CUDA ranks than it has GPUs (rank r on GPU r mod G, the job over gloo): the
 # multi-rank CUDA path runs where one GPU is all there is. For testing: the ranks share the GPU's time and memory.
@@ -104,14 +106,18 @@ def rank_environment() -> tuple[int, int, int, int]:
     return rank, world, local_rank, local_world
 
 
-def resolve_device(kind: str) -> str:
-    """``auto`` means CUDA where a GPU is visible, else CPU."""
+def resolve_device(kind: Any) -> str:
+    """``kind`` (:func:`parse_device`) where this process runs: ``auto`` means CUDA where a GPU is visible, else
+    CPU; a GPU asked for must be visible."""
+    kind = parse_device(kind)
     if kind == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if kind not in ("cpu", "cuda"):
-        raise ConfigError(f"device must be cpu, cuda or auto, got '{kind}'", "device")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device cuda: no CUDA device is visible to PyTorch", "device")
+    if kind != "cpu" and not torch.cuda.is_available():
+        raise ConfigError(f"device {kind}: no CUDA device is visible to PyTorch", "device")
+    index = gpu_index(kind)
+    if index is not None and index >= torch.cuda.device_count():
+        raise ConfigError(f"device {kind}: {torch.cuda.device_count()} GPU(s) visible to PyTorch, numbered from 0",
+                          "device")
     return kind
 
 
@@ -145,14 +151,40 @@ def check_gpus(nprocs: int, gpus: int | None = None, share: bool | None = None) 
     return True
 
 
+def job_device(kind: Any) -> str:
+    """A job's device (:func:`parse_device`) with ``auto`` decided by the GPUs visible here."""
+    device = parse_device(kind)
+    return resolve_device(device) if device == "auto" else device
+
+
+def check_host_gpus(device: str, nprocs: int) -> None:
+    """A job of ``nprocs`` ranks on this host can have the GPUs ``device`` asks for: some visible, one per rank
+    (:func:`check_gpus`), none named for several ranks (:func:`check_gpu_index`)."""
+    if device != "cpu":
+        resolve_device(device)  # no GPU visible: that line first
+        check_gpu_index(device, nprocs)
+        check_gpus(nprocs)  # more ranks than GPUs only with MGGCN_SHARE_DEVICE=1 (torchrun: per node)
+
+
+def check_gpu_index(device: str, local_world: int) -> int | None:
+    """The GPU that ``device`` names (:func:`gpu_index`), refused in one line for a host of several ranks."""
+    index = gpu_index(device)
+    if index is not None and local_world > 1:
+        raise ConfigError(f"device {device} names one GPU, and this host runs {local_world} ranks: use cuda (local "
+                          "rank i takes GPU i; CUDA_VISIBLE_DEVICES chooses which GPUs those are)", "device")
+    return index
+
+
 def rank_placement(device: str, local_rank: int, local_world: int, gpus: int | None = None,
                    share: bool | None = None) -> tuple[torch.device, str]:
     """The device that local rank ``local_rank`` of this host's ``local_world`` ranks computes on, and the job's
     backend. ``device`` ``cpu``: the CPU, gloo. ``cuda``: GPU ``local_rank``, NCCL; with fewer GPUs than ranks
     (:func:`check_gpus`), GPU ``local_rank mod gpus`` and gloo, whose collectives take CUDA tensors through host
     memory: NCCL refuses two ranks on one GPU. Every rank of the host decides the same backend."""
-    if device != "cuda":
+    if device == "cpu":
         return torch.device("cpu"), "gloo"
+    if check_gpu_index(device, local_world) is not None:
+        return torch.device(device), "nccl"
     gpus = torch.cuda.device_count() if gpus is None else gpus
     if check_gpus(local_world, gpus, share):
         return torch.device("cuda", local_rank % gpus), "gloo"

@@ -28,10 +28,10 @@ from mggcn.distributed.context import (
     DistContext,
     all_gather_objects,
     broadcast_object,
-    check_gpus,
+    check_host_gpus,
     init_distributed,
+    job_device,
     rank_environment,
-    resolve_device,
     shutdown,
 )
 from mggcn.distributed.metis import require_pymetis
@@ -269,12 +269,11 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     check_job_settings(job)
     if job.save_predictions is not None:
         table_format("save_predictions", job.save_predictions)
-    device = job.device if job.device in ("cpu", "cuda") else resolve_device(job.device)
+    device = job_device(job.device)
     check_precision_device(cfg.precision, device)
     check_tile_bytes(cfg.tile_bytes, device)
-    if device == "cuda" and not under_torchrun():
-        resolve_device(device)  # no GPU visible: that line first
-        check_gpus(nprocs)  # more ranks than this host's GPUs only with MGGCN_SHARE_DEVICE=1 (torchrun: per node)
+    if not under_torchrun():  # else each rank checks its own host's GPUs as it starts
+        check_host_gpus(device, nprocs)
     check_train_columns(cfg.train_columns)
     check_checkpoint_dir(job.checkpoint_dir)
     check_threads(job.threads)

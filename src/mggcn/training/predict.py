@@ -29,7 +29,7 @@ from mggcn.data.catalog import named
 from mggcn.data.datasets import Dataset, as_dataset, open_dataset
 from mggcn.data.graph import Graph, graph_from_pyg, is_pyg
 from mggcn.data.prepared.reader import PreparedDataset, is_prepared
-from mggcn.distributed.context import DistContext, init_distributed, shutdown
+from mggcn.distributed.context import DistContext, check_host_gpus, init_distributed, job_device, shutdown
 from mggcn.distributed.launch import launch
 from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import check_partition
@@ -55,6 +55,7 @@ from mggcn.training.outputs import (
 from mggcn.training.precision import compute_dtype, precision_scope
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.system import caller_settings_kept, job_defaults
 from mggcn.utils.values import plain
 
@@ -208,6 +209,8 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
         table_format("out", job.out)
     check_timeout(job.timeout_s)
     check_threads(job.threads)
+    if not under_torchrun():  # else each rank checks its own host's GPUs as it starts
+        check_host_gpus(job_device(job.device), nprocs)
     if isinstance(job.model, str) and is_checkpoint(job.model):
         raise GraphError(f"{job.model}: a training checkpoint, not a model file; to predict with its weights, resume "
                          "from it with its epoch as epochs= and save_model=FILE, then give FILE", "save_model")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from mggcn.config import MMAP_THRESHOLD_MAX, ORDERINGS, PRECISIONS
 from mggcn.data.catalog import named
 from mggcn.data.formats import VERTEX_FILE_FORMATS
+from mggcn.utils.devices import parse_device
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.units import parse_bytes
@@ -19,8 +20,8 @@ from mggcn.utils.units import parse_bytes
 if TYPE_CHECKING:  # the launcher imports torch; the commands that only parse arguments must not
     from mggcn.distributed.launch import WorkerError
 
-__all__ = ["hidden_sizes", "byte_size", "byte_sizes", "mmap_threshold_size", "path_arg", "graph_count", "positive_int",
-           "int_list", "orderings", "add_dataset_options",
+__all__ = ["hidden_sizes", "device_arg", "byte_size", "byte_sizes", "mmap_threshold_size", "path_arg", "graph_count",
+           "positive_int", "int_list", "orderings", "add_dataset_options",
            "add_reader_options", "read_options", "rank_zero", "node_speaker", "exit_status", "HelpFormatter",
            "FORMAT_HELP", "flag", "flag_message", "job_failure_status"]
 
@@ -112,6 +113,14 @@ def path_arg(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("expected a path, got ''")
     return text
+
+
+def device_arg(text: str) -> str:
+    """A job's device: ``cpu``, ``cuda``, ``cuda:K`` or ``auto`` (:func:`mggcn.utils.devices.parse_device`)."""
+    try:
+        return parse_device(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:K (GPU K) or auto, got '{text}'") from None
 
 
 def graph_count(text: str, low: int = 0) -> int:

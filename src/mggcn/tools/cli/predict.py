@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from mggcn.config import ACTIVATIONS, DEVICES, MODELS, NORMS, TIMEOUT_MAX
+from mggcn.config import ACTIVATIONS, MODELS, NORMS, TIMEOUT_MAX
 from mggcn.tools.cli.common import (
     add_dataset_options,
+    device_arg,
     job_failure_status,
     path_arg,
     positive_int,
@@ -44,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--activation", choices=ACTIVATIONS, default=None,
                    help="when MODEL has no MODEL.json (default relu)")
     p.add_argument("--nprocs", type=positive_int, default=None, help="local worker processes (default 1)")
-    p.add_argument("--device", default="cpu", choices=DEVICES,
-                   help="cpu or cuda (one GPU per rank, as for train); auto picks cuda when visible (default cpu)")
+    p.add_argument("--device", default="cpu", type=device_arg,
+                   help="cpu or cuda (one GPU per rank, as for train); cuda:K: GPU K, for one rank per host; auto "
+                        "picks cuda when visible (default cpu)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads per rank (default: cores / local ranks)")
     p.add_argument("--timeout", type=float, default=60.0,

@@ -10,7 +10,6 @@ from mggcn.config import (
     ACTIVATIONS,
     COMM_MODES,
     DEFAULT_DATASET,
-    DEVICES,
     GATHER_BYTES,
     MMAP_THRESHOLD,
     MODELS,
@@ -27,6 +26,7 @@ from mggcn.tools.cli.common import (
     add_dataset_options,
     add_precision_option,
     byte_size,
+    device_arg,
     exit_status,
     flag_message,
     hidden_sizes,
@@ -73,10 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_dataset_options(p)
     p.add_argument("--nprocs", type=positive_int, default=None, metavar="P",
                    help="local worker processes to start (default 1; not used under torchrun)")
-    p.add_argument("--device", default="cpu", choices=DEVICES,
+    p.add_argument("--device", default="cpu", type=device_arg,
                    help="cpu (gloo) or cuda (one GPU per rank, NCCL; more ranks than GPUs only with "
-                        "MGGCN_SHARE_DEVICE=1 set: they share them over gloo, for testing); auto picks cuda when "
-                        "visible (default cpu)")
+                        "MGGCN_SHARE_DEVICE=1 set: they share them over gloo, for testing); cuda:K: GPU K, for one "
+                        "rank per host; auto picks cuda when visible (default cpu)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads per rank (default: cores / local ranks)")
     _add_model_options(p)
