@@ -48,7 +48,7 @@ def gcn_losses(graph: Graph, weights: list[tuple[torch.Tensor, torch.Tensor]], e
         for i in range(0, len(params), 2):
             h = a @ (h @ params[i].t()) + params[i + 1]
             if i + 2 < len(params):
-                h = F.relu(h) if activation == "relu" else F.leaky_relu(h, 0.01)
+                h = F.relu(h) if activation == "relu" else F.elu(h) if activation == "elu" else F.leaky_relu(h, 0.01)
         loss = F.cross_entropy(h[train], y[train])
         loss.backward()
         opt.step()
@@ -79,26 +79,28 @@ def random_graph(n: int, e: int, features: int = 8, classes: int = 3, directed: 
 def pyg_model_losses(graph: Graph, kind: str, state: dict[str, torch.Tensor], hidden: int, num_layers: int,
                      epochs: int, lr: float, weight_decay: float, train_eps: bool = False,
                      mlp_batch_norm: bool = False, final: dict | None = None,
-                     batch_norm: bool = False) -> list[float]:
+                     batch_norm: bool = False, activation: str = "relu") -> list[float]:
     """Training losses of PyG's own ``GCN`` (``kind="gcn"``), ``GraphSAGE`` (``"sage"``) or ``GIN`` (``"gin"``) in
     float64, one process, started from ``state`` (mggcn's initial weights under PyG's names), Adam on every
     parameter, cross-entropy (for a multi-label graph ``BCEWithLogitsLoss``). ``batch_norm``: the model's
     ``norm="batch_norm"`` (after each hidden layer); ``mlp_batch_norm``: each GINConv's MLP is PyG's
-    ``MLP(..., norm="batch_norm")``; ``final``: filled with the state dict after training."""
+    ``MLP(..., norm="batch_norm")``; ``final``: filled with the state dict after training; ``activation``: the
+    models' ``act``."""
     from torch_geometric.nn.models import GCN, GIN, MLP, GraphSAGE
 
     norm = "batch_norm" if batch_norm else None
+    options = {"norm": norm, "act": activation}
     if kind == "sage":
-        model = GraphSAGE(graph.num_features, hidden, num_layers, graph.num_classes, norm=norm)
+        model = GraphSAGE(graph.num_features, hidden, num_layers, graph.num_classes, **options)
     elif kind == "gcn":
-        model = GCN(graph.num_features, hidden, num_layers, graph.num_classes, norm=norm)
+        model = GCN(graph.num_features, hidden, num_layers, graph.num_classes, **options)
     else:
-        model = GIN(graph.num_features, hidden, num_layers, graph.num_classes, train_eps=train_eps, norm=norm)
+        model = GIN(graph.num_features, hidden, num_layers, graph.num_classes, train_eps=train_eps, **options)
         if batch_norm or mlp_batch_norm:  # PyG's GIN(norm=...) puts the norm in its MLPs too
             for conv in model.convs:
                 lins = conv.nn.lins
                 conv.nn = MLP([lins[0].in_channels, lins[0].out_channels, lins[1].out_channels],
-                              norm="batch_norm" if mlp_batch_norm else None)
+                              norm="batch_norm" if mlp_batch_norm else None, act=activation)
     model.load_state_dict(state, strict=True)
     model = model.double()
     x = torch.as_tensor(graph.x, dtype=torch.float64)

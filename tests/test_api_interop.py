@@ -171,14 +171,15 @@ def test_saved_models_load_into_pyg_with_its_outputs(kind, tmp_path):
     np.testing.assert_array_equal(result.predictions, expected.argmax(1).numpy())
 
 
-@pytest.mark.parametrize("kind", ["gcn", "gcn-nobias", "sage", "sage-nobias", "gin", "gat", "gat-nobias"])
+@pytest.mark.parametrize("kind", ["gcn", "gcn-nobias", "sage", "sage-nobias", "gin", "gat", "gat-nobias", "gcn-elu",
+                                  "sage-elu", "gin-elu", "gat-elu"])
 def test_pyg_trained_weights_predict_as_pyg(kind, tmp_path):
     """PyG's weights (a few steps of PyG training) through ``predict`` on a Data with no labels or masks; models
-    made with ``bias=False`` too."""
+    made with ``bias=False`` too, and with ``act="elu"``."""
     torch.manual_seed(0)
-    name, _, nobias = kind.partition("-")
-    model = _PYG[name](bias=False) if nobias else _PYG[name]()
-    assert not nobias or not any(key.endswith("bias") for key in model.state_dict())
+    name, _, variant = kind.partition("-")
+    model = _PYG[name](**{"nobias": {"bias": False}, "elu": {"act": "elu"}, "": {}}[variant])
+    assert variant != "nobias" or not any(key.endswith("bias") for key in model.state_dict())
     data = _data()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     for _ in range(3):
@@ -190,7 +191,8 @@ def test_pyg_trained_weights_predict_as_pyg(kind, tmp_path):
     with torch.no_grad():
         expected = model.eval()(data.x, data.edge_index).softmax(1)
     bare = Data(x=data.x, edge_index=data.edge_index)
-    got = predict(str(tmp_path / "pyg.pt"), bare, output="proba", norm="sym", activation="relu")
+    got = predict(str(tmp_path / "pyg.pt"), bare, output="proba", norm="sym",
+                  activation="elu" if variant == "elu" else "relu")
     torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
 
 
@@ -422,20 +424,20 @@ class _ExampleGAT(torch.nn.Module):
     def forward(self, x, edge_index):
         for i, conv in enumerate(self.convs):
             x = conv(x, edge_index)
-            x = x.relu() if i + 1 < len(self.convs) else x
+            x = torch.nn.functional.elu(x) if i + 1 < len(self.convs) else x
         return x
 
 
 def test_a_gat_of_pygs_example_with_one_output_head_predicts_as_it(tmp_path):
-    """PyG's GAT example: 8 heads, then 1 head for the output (mggcn's output_heads); the weights predict what the
-    model computes (σ relu: mggcn has no ELU)."""
+    """PyG's GAT example: 8 heads, then 1 head for the output (mggcn's output_heads), ELU between them; the weights
+    predict what the model computes."""
     torch.manual_seed(0)
     model = _ExampleGAT([8, 1])
     torch.save(model.state_dict(), tmp_path / "gat.pt")
     data = _data()
     with torch.no_grad():
         expected = model.eval()(data.x, data.edge_index).softmax(1)
-    got = predict(str(tmp_path / "gat.pt"), data, output="proba", activation="relu")
+    got = predict(str(tmp_path / "gat.pt"), data, output="proba", activation="elu")
     torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
 
 

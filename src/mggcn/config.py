@@ -24,7 +24,7 @@ NORMS = ("sym", "mean")  # the GCN's: D^-1/2 (A+I) D^-1/2 (PyG GCNConv) or D^-1 
 OPERATORS = NORMS + ("in-mean", "sum", "gat")
 SYMMETRIC_OPERATORS = ("sym", "sum", "gat")  # Â = Âᵀ when A is symmetric (an undirected graph)
 ORDERS = ("auto", "aggregate-first", "transform-first")  # per layer: (Â·H)·W, Â·(H·W), or the narrower SpMM
-ACTIVATIONS = ("relu", "leaky_relu")
+ACTIVATIONS = ("relu", "leaky_relu", "elu")
 ORDERINGS = ("random", "none", "random-local", "metis")  # the vertex order before the row split
 COMM_MODES = ("broadcast", "sparse", "auto")  # staged broadcast (MG-GCN) or only the referenced rows
 SHM_MODES = ("auto", "on", "off")  # CPU ranks of one host broadcast through shared memory, or gloo

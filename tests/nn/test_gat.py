@@ -93,14 +93,15 @@ def test_layer_equals_gatconv(concat, tile_cols, edge_chunk, monkeypatch):
     assert out.shape == (graph.num_nodes, 12 if concat else 4)
 
 
+@pytest.mark.parametrize("activation", ["leaky_relu", "elu"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_model_loads_into_pyg_gat_and_matches(bias):
-    """A 3-layer GAT's state dict loads strictly into PyG's GAT(in, hidden, 3, out, heads=H); logits and every
-    gradient match, in eval mode (no dropout) and with the default initialization. Without biases σ runs on a copy
-    of the attention's output, which its backward keeps."""
+def test_model_loads_into_pyg_gat_and_matches(bias, activation):
+    """A 3-layer GAT's state dict loads strictly into PyG's GAT(in, hidden, 3, out, heads=H, act=σ); logits and
+    every gradient match, in eval mode (no dropout) and with the default initialization. Without biases σ runs on a
+    copy of the attention's output, which its backward keeps."""
     graph = gat_graph()
-    model = GAT([5, 8, 8, 3], heads=2, seed=4, activation="leaky_relu", bias=bias).double()
-    pyg = PygGAT(5, 8, 3, 3, heads=2, act="leaky_relu", bias=bias)
+    model = GAT([5, 8, 8, 3], heads=2, seed=4, activation=activation, bias=bias).double()
+    pyg = PygGAT(5, 8, 3, 3, heads=2, act=activation, bias=bias)
     pyg.load_state_dict(model.pyg_state_dict(), strict=True)
     pyg = pyg.double()
     biases = 0 if bias else 8 + 8 + 3

@@ -133,7 +133,7 @@ def test_gcn_leaves_the_global_rng_alone():
     assert torch.equal(torch.get_rng_state(), state)
 
 
-@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu", "elu"])
 @pytest.mark.parametrize("dims", [[7, 5, 9, 3], [6, 16, 11, 4], [5, 12, 3]])
 def test_gradients_over_the_outputs_they_belong_to_equal_fresh_tensors(dims, activation, monkeypatch):
     """A hidden layer that multiplies first writes σ's gradient over σ's output, a few rows at a time (blocks of 2 to 3
@@ -168,7 +168,7 @@ def test_gradients_over_the_outputs_they_belong_to_equal_fresh_tensors(dims, act
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("activation", ["relu", "leaky_relu"])
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu", "elu"])
 @pytest.mark.parametrize("dims, cached", [([6, 8, 3], True), ([5, 4, 16, 3], False), ([5, 4, 16, 3], True)])
 def test_a_gemm_sigma_and_the_next_gemm_in_row_blocks_equal_the_layers_one_by_one(dims, cached, bias, activation,
                                                                                   monkeypatch):

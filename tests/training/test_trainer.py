@@ -34,6 +34,7 @@ def _cases():
         (few, TrainConfig(hidden=(20, 6), epochs=EPOCHS, seed=8)),
         (directed, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=5), 4),  # case 0 with blocks cut in tiles
         (directed, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=5, shm="off")),  # case 0 through gloo's broadcast
+        (undirected, TrainConfig(hidden=(16, 8), epochs=EPOCHS, seed=9, activation="elu", order="transform-first")),
     ]
 
 
@@ -145,13 +146,19 @@ def _model_cases():
     cases.append((few, TrainConfig(model="gin", hidden=(16, 16), epochs=EPOCHS, seed=12, batch_norm=True,
                                    gin_mlp_batch_norm=True)))
     cases.append((directed, TrainConfig(model="sage", hidden=(16, 16), epochs=EPOCHS, seed=7, shm="off")))
+    # ELU between the layers (and in GIN's MLPs): σ's backward from its output, over it, in both orders
+    for kind, order in (("gcn", "auto"), ("gcn", "transform-first"), ("sage", "transform-first"),
+                        ("gin", "aggregate-first")):
+        cases.append((directed, TrainConfig(model=kind, hidden=(16, 16), epochs=EPOCHS, seed=13, order=order,
+                                            activation="elu", gin_mlp_batch_norm=kind == "gin")))
     return cases
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_sage_and_gin_loss_curves_equal_pyg_models(nprocs):
     """3-layer GraphSAGE and GIN, both orders (and auto, where the first layer's Â·X is cached), GIN with a batch
-    norm in its MLPs too, and the GCN, GraphSAGE and GIN with a batch norm after each hidden layer: the 10-epoch loss
+    norm in its MLPs too, the GCN, GraphSAGE and GIN with a batch norm after each hidden layer, and the three with
+    ELU: the 10-epoch loss
     curve equals that of PyG's own model in float64 on one process, started from the same weights, and so do the
     batch norms' running statistics at the end."""
     cases = _model_cases()
@@ -161,7 +168,7 @@ def test_sage_and_gin_loss_curves_equal_pyg_models(nprocs):
         initial = build_model(cfg, graph.num_features, graph.num_classes).pyg_state_dict()
         final = {}
         expected = pyg_model_losses(graph, cfg.model, initial, 16, 3, cfg.epochs, cfg.lr, cfg.weight_decay,
-                                    cfg.gin_train_eps, cfg.gin_mlp_batch_norm, final, cfg.batch_norm)
+                                    cfg.gin_train_eps, cfg.gin_mlp_batch_norm, final, cfg.batch_norm, cfg.activation)
         losses, history, state = per_rank[0][k]
         # float32 against float64 over 10 Adam steps: relative differences stay below 1e-6
         torch.testing.assert_close(torch.tensor(losses, dtype=torch.float64),

@@ -22,20 +22,21 @@ from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.timing import PhaseTimer
 
-__all__ = ["dropout", "weight_grad", "activate", "check_inputs"]
+__all__ = ["dropout", "weight_grad", "activate", "sigma_", "check_inputs", "LEAKY_SLOPE"]
 
+LEAKY_SLOPE = 0.01  # LeakyReLU's negative slope, torch's and PyG's default
 ALIGN_ELEMENTS = 16  # float32 elements in 64 bytes, the alignment of torch's CPU allocations
 
 
-def _grad_over_activation(products: Sequence[tuple[torch.Tensor, torch.Tensor]], h: torch.Tensor, slope: float,
+def _grad_over_activation(products: Sequence[tuple[torch.Tensor, torch.Tensor]], h: torch.Tensor, sigma: str,
                           ws: Workspace) -> torch.Tensor:
     """``∂H = (Σ_k grad_k · W_k) ⊙ σ'`` (``products``: the pairs ``(grad_k, W_k)``, one per GEMM that read ``H``)
-    written over ``H``, σ's output: a block of rows at a time, the GEMMs' rows go to the workspace buffer
-    ``sigma block`` (:func:`~mggcn.kernels.policy.mask_chunk_rows` rows, in cache), then σ's backward — the very aten
-    op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's output, for their signs and
-    writes the gradient over them. No copy of the signs is kept: ``H`` is read once and written once. With shared
-    kernels (:func:`~mggcn.kernels.policy.shared_threads`) each thread takes blocks of its own share of the
-    buffer."""
+    written over ``H``, the output of σ (``sigma``, an activation's name): a block of rows at a time, the GEMMs' rows
+    go to the workspace buffer ``sigma block`` (:func:`~mggcn.kernels.policy.mask_chunk_rows` rows, in cache), then
+    σ's backward — the very aten op of :class:`_InplaceActivation`'s backward — reads those rows of ``H``, still σ's
+    output, and writes the gradient over them. Nothing else of σ is kept: ``H`` is read once and written once.
+    With shared kernels (:func:`~mggcn.kernels.policy.shared_threads`) each thread takes blocks of its own share of
+    the buffer."""
     m, d = h.shape
     threads = shared_threads(h.device)
     buffer_rows = mask_chunk_rows(m, d, h.device)
@@ -55,26 +56,37 @@ def _grad_over_activation(products: Sequence[tuple[torch.Tensor, torch.Tensor]],
         part, out = torch.mm(grad[r:r + c], weight, out=block), h[r:r + c]
         for g, w in more:
             part.addmm_(g[r:r + c], w)
-        _activation_backward(part, out, slope, out)
+        _activation_backward(part, out, sigma, out)
 
     run_items(-(-m // rows), step, threads)
     return h
 
 
-def _activation_backward(grad: torch.Tensor, out: torch.Tensor, slope: float,
+def sigma_(z: torch.Tensor, sigma: str) -> torch.Tensor:
+    """σ (``sigma``: ``relu``, ``leaky_relu`` of slope :data:`LEAKY_SLOPE` or ``elu`` of α 1) over ``z``, in place."""
+    if sigma == "relu":
+        return z.relu_()
+    return F.elu_(z) if sigma == "elu" else F.leaky_relu_(z, LEAKY_SLOPE)
+
+
+def _activation_backward(grad: torch.Tensor, out: torch.Tensor, sigma: str,
                          dest: torch.Tensor | None = None) -> torch.Tensor:
-    """σ's backward from its output ``out`` (whose signs are its input's), into ``dest`` (None: a new tensor)."""
-    if slope == 0.0:
-        op = torch.ops.aten.threshold_backward
-        return op(grad, out, 0.0) if dest is None else op.grad_input(grad, out, 0.0, grad_input=dest)
-    op = torch.ops.aten.leaky_relu_backward
-    return op(grad, out, slope, True) if dest is None else op.grad_input(grad, out, slope, True, grad_input=dest)
+    """σ's backward from its output ``out`` into ``dest`` (None: a new tensor). Each σ is increasing with its output
+    of the input's sign, so the output tells its derivative: 1 where positive; else 0 (ReLU), the slope (LeakyReLU),
+    or ``out + 1`` (ELU: ``exp(x) = elu(x) + 1``)."""
+    if sigma == "relu":
+        op, args = torch.ops.aten.threshold_backward, (out, 0.0)
+    elif sigma == "elu":  # α, scale, input scale, is_result
+        op, args = torch.ops.aten.elu_backward, (1.0, 1.0, 1.0, True, out)
+    else:
+        op, args = torch.ops.aten.leaky_relu_backward, (out, LEAKY_SLOPE, True)
+    return op(grad, *args) if dest is None else op.grad_input(grad, *args, grad_input=dest)
 
 
-def input_grad(products: Sequence[tuple[torch.Tensor, torch.Tensor]], h: torch.Tensor, sigma: float | None,
+def input_grad(products: Sequence[tuple[torch.Tensor, torch.Tensor]], h: torch.Tensor, sigma: str | None,
                grad_ws: GradSpec, avoid: torch.Tensor) -> torch.Tensor:
     """``∂H = Σ_k grad_k · W_k``, the gradient of an input ``H`` that the GEMMs ``H·W_kᵀ`` read, as one tensor:
-    with ``sigma`` (σ's slope; ``H`` is that σ's output, read by nothing else) σ's backward included, over ``H``
+    with ``sigma`` (σ's name; ``H`` is that σ's output, read by nothing else) σ's backward included, over ``H``
     (:func:`_grad_over_activation`, on the workspace ``grad_ws``); else where ``grad_ws`` says
     (:func:`~mggcn.nn.workspace.grad_destination`; ``avoid``: the incoming gradient, which the producer reads)."""
     if sigma is not None:
@@ -87,13 +99,13 @@ def input_grad(products: Sequence[tuple[torch.Tensor, torch.Tensor]], h: torch.T
     return total
 
 
-def masked_grad(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, slope: float,
+def masked_grad(grad: torch.Tensor, weight: torch.Tensor, h: torch.Tensor, sigma: str,
                 ws: Workspace | None) -> torch.Tensor:
     """``(grad · W) ⊙ σ'`` for ``H = σ(...)`` read by the GEMM ``H·Wᵀ`` alone (a layer's inner σ): over ``H`` with a
     workspace (:func:`_grad_over_activation`), else a new tensor (``H`` may be read by another backward)."""
     if ws is not None:
-        return _grad_over_activation([(grad, weight)], h, slope, ws)
-    return _activation_backward(grad @ weight, h, slope)
+        return _grad_over_activation([(grad, weight)], h, sigma, ws)
+    return _activation_backward(grad @ weight, h, sigma)
 
 
 class _Dropout(torch.autograd.Function):
@@ -133,15 +145,15 @@ class _TimedLinear(torch.autograd.Function):
 
     Keeps ``H`` (read by ``∂W``) and ``W`` (a parameter, no extra memory); the bias is fused into the GEMM.
     ``out`` puts the result on a workspace buffer; ``grad_ws`` (a :data:`~mggcn.nn.workspace.GradSpec`) says where
-    ``∂H`` goes. With ``sigma`` (σ's slope), ``H`` is the output of a σ whose backward this one does (see
-    :func:`activate`): ``∂W`` first, then ``∂H`` over ``H`` itself, masked by the signs ``H`` had, a block of rows at
-    a time (:func:`_grad_over_activation`, through a block buffer on the workspace ``grad_ws``), so one ``m × d``
-    buffer holds the activation and then its gradient.
+    ``∂H`` goes. With ``sigma`` (σ's name), ``H`` is the output of a σ whose backward this one does (see
+    :func:`activate`): ``∂W`` first, then ``∂H`` over ``H`` itself, times σ' that the values ``H`` had tell, a block
+    of rows at a time (:func:`_grad_over_activation`, through a block buffer on the workspace ``grad_ws``), so one
+    ``m × d`` buffer holds the activation and then its gradient.
     """
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
-                timer: PhaseTimer, out: OutSpec, grad_ws: GradSpec, sigma: float | None = None) -> torch.Tensor:
+                timer: PhaseTimer, out: OutSpec, grad_ws: GradSpec, sigma: str | None = None) -> torch.Tensor:
         ctx.save_for_backward(h, weight)
         ctx.timer, ctx.grad_ws, ctx.sigma = timer, grad_ws, sigma
         dest = None if out is None else out[0].take(out[1], h.shape[0], weight.shape[0], h)
@@ -184,7 +196,7 @@ def weight_grad(grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 
 def _linear_backward(grad: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, needs: Sequence[bool],
-                     grad_ws: GradSpec, sigma: float | None):
+                     grad_ws: GradSpec, sigma: str | None):
     """``∂H, ∂W, ∂b`` of ``H·Wᵀ + b`` (each None unless ``needs`` it, in that order): ``∂W`` first, since ``∂H`` may
     overwrite ``H`` (with ``sigma``, see :class:`_TimedLinear`); ``∂H`` goes where ``grad_ws`` says."""
     grad_h = grad_w = grad_b = None
@@ -197,25 +209,21 @@ def _linear_backward(grad: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, 
     return grad_h, grad_w, grad_b
 
 
-def _slope(activation: str) -> float:
-    return 0.0 if activation == "relu" else 0.01
-
-
 class _InplaceActivation(torch.autograd.Function):
-    """σ (ReLU, or LeakyReLU with ``slope``) overwriting a layer's fresh output; backward overwrites the gradient.
+    """σ (``sigma``: :func:`sigma_`) overwriting a layer's fresh output; backward overwrites the gradient.
 
-    Keeps only the output (its sign is all backward reads). The incoming gradient is always one the next layer's
-    backward (its GEMM, SpMM or dropout) made for it alone, a new tensor or a workspace gradient buffer, read by
-    nothing else, so it is reused for σ's gradient.
+    Keeps only the output (all that backward reads: :func:`_activation_backward`). The incoming gradient is always
+    one the next layer's backward (its GEMM, SpMM or dropout) made for it alone, a new tensor or a workspace gradient
+    buffer, read by nothing else, so it is reused for σ's gradient.
     ``deferred``: the GEMM that reads the output does this backward too (:class:`_TimedLinear` with ``sigma``);
     then nothing is kept here and the gradient passes through.
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, slope: float, deferred: bool) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, z: torch.Tensor, sigma: str, deferred: bool) -> torch.Tensor:  # type: ignore[override]
         ctx.mark_dirty(z)
-        ctx.slope, ctx.deferred = slope, deferred
-        out = z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
+        ctx.sigma, ctx.deferred = sigma, deferred
+        out = sigma_(z, sigma)
         if not deferred:
             ctx.save_for_backward(out)
         return out
@@ -227,7 +235,7 @@ class _InplaceActivation(torch.autograd.Function):
             return grad, None, None
         (out,) = ctx.saved_tensors
         grad = grad.contiguous()
-        return _activation_backward(grad, out, ctx.slope, grad), None, None
+        return _activation_backward(grad, out, ctx.sigma, grad), None, None
 
 
 def hooked_module(module: torch.nn.Module) -> bool:
@@ -246,10 +254,9 @@ def activate(z: torch.Tensor, activation: str, deferred: bool = False) -> torch.
 
     ``deferred``: the only reader of the result is a GCN layer's GEMM given ``input_activation=activation``, which
     does σ's backward itself, writing the gradient over the result (see :class:`_TimedLinear`)."""
-    slope = _slope(activation)
     if torch.is_grad_enabled() and z.requires_grad:
-        return _InplaceActivation.apply(z, slope, deferred)
-    return z.relu_() if slope == 0.0 else F.leaky_relu_(z, slope)
+        return _InplaceActivation.apply(z, activation, deferred)
+    return sigma_(z, activation)
 
 
 class _GemmActGemm(torch.autograd.Function):
@@ -258,12 +265,12 @@ class _GemmActGemm(torch.autograd.Function):
     GEMM's output while it is in cache instead of in two more passes over memory. σ's output goes on the workspace
     buffer ``out {key}`` (the first layer's output, as without the fusion) and is kept for backward, which is the two
     GEMMs' own backwards: the second one's ``∂W₂`` and its ``∂H`` with σ's backward over σ's output
-    (:func:`_linear_backward` with σ's slope), then the first one's ``∂W₁``, ``∂b₁`` and, where ``A`` needs one,
+    (:func:`_linear_backward` with σ), then the first one's ``∂W₁``, ``∂b₁`` and, where ``A`` needs one,
     ``∂A`` (where ``grad_ws`` says)."""
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,  # type: ignore[override]
-                w2: torch.Tensor, slope: float, timer: PhaseTimer, ws: Workspace, key: str,
+                w2: torch.Tensor, sigma: str, timer: PhaseTimer, ws: Workspace, key: str,
                 grad_ws: GradSpec) -> torch.Tensor:
         m, d1, d2 = a.shape[0], w1.shape[0], w2.shape[0]
         h, hw = ws.take(f"out {key}", m, d1, a), ws.take("H.W", m, d2, a)
@@ -272,13 +279,13 @@ class _GemmActGemm(torch.autograd.Function):
         def step(k: int, _worker: int) -> None:
             r = k * rows
             block = _linear(a[r:r + rows], w1, b1, h[r:r + rows])
-            block.relu_() if slope == 0.0 else F.leaky_relu_(block, slope)
+            sigma_(block, sigma)
             torch.mm(block, w2.t(), out=hw[r:r + rows])
 
         with timer("gemm"):
             run_items(-(-m // rows), step, shared_threads(a.device))
         ctx.save_for_backward(a, w1, h, w2)
-        ctx.slope, ctx.timer, ctx.ws, ctx.grad_ws = slope, timer, ws, grad_ws
+        ctx.sigma, ctx.timer, ctx.ws, ctx.grad_ws = sigma, timer, ws, grad_ws
         return hw
 
     @staticmethod
@@ -288,7 +295,7 @@ class _GemmActGemm(torch.autograd.Function):
         needs = ctx.needs_input_grad
         grad_a = grad_w1 = grad_b1 = None
         with ctx.timer("gemm"):
-            grad_h, grad_w2, _ = _linear_backward(grad, h, w2, (any(needs[:3]), needs[3], False), ctx.ws, ctx.slope)
+            grad_h, grad_w2, _ = _linear_backward(grad, h, w2, (any(needs[:3]), needs[3], False), ctx.ws, ctx.sigma)
             if grad_h is not None:
                 grad_a, grad_w1, grad_b1 = _linear_backward(grad_h, a, w1, needs[:3], ctx.grad_ws, None)
         return grad_a, grad_w1, grad_b1, grad_w2, None, None, None, None, None

@@ -40,15 +40,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.batch_norm import BatchNorm, normalize_, normalize_backward_
 from mggcn.nn.branched import BranchedStack, check_operator
-from mggcn.nn.functional import _linear, _slope, input_grad, masked_grad, weight_grad
+from mggcn.nn.functional import _linear, input_grad, masked_grad, sigma_, weight_grad
 from mggcn.nn.initialization import glorot_linear
-from mggcn.nn.model import Adj, aggregate_first, check_order, input_slope
+from mggcn.nn.model import Adj, aggregate_first, check_order, input_sigma
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.system import sparse_forward
@@ -82,7 +81,7 @@ class GINLayer(nn.Module):
         first: the layer reads the input features (no input gradient needed).
         order: ``auto`` (:func:`~mggcn.nn.model.aggregate_first`), ``aggregate-first`` (aggregate, then the MLP)
             or ``transform-first`` (the MLP's first linear before the aggregation).
-        activation: σ between the MLP's two linears (``relu`` or ``leaky_relu``).
+        activation: σ between the MLP's two linears (``relu``, ``leaky_relu`` or ``elu``).
         train_eps: ε is a learnable parameter (default False: a buffer fixed at ``eps``).
         eps: the (initial) ε (default 0).
         mlp_batch_norm: batch-normalize the MLP's hidden layer before its σ, with statistics over every vertex
@@ -129,14 +128,14 @@ class GINLayer(nn.Module):
         ws = workspace
         check_operator(adj)
         agg = h_aggregated is not None or self.aggregate_first
-        sigma = input_slope(input_activation, ws, not (self.first or agg))
+        sigma = input_sigma(input_activation, ws, not (self.first or agg))
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         lin1, lin2 = self.nn.lins
         bn = self.nn.norm_module
         gamma, beta = (None, None) if bn is None else (bn.weight, bn.bias)
         return _GINConv.apply(h, lin1.weight, lin1.bias, lin2.weight, lin2.bias, self.eps, h_aggregated, gamma, beta,
                               bn, adj, agg,
-                              _slope(self.activation), self.train_eps, timer, ws, key, out,
+                              self.activation, self.train_eps, timer, ws, key, out,
                               None if self.first else ws, sigma)
 
 
@@ -164,7 +163,7 @@ class _GINConv(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,  # type: ignore[override]
                 b2: torch.Tensor, eps: torch.Tensor, h_agg: torch.Tensor | None, gamma: torch.Tensor | None,
-                beta: torch.Tensor | None, bn: nn.BatchNorm1d | None, adj: Adj, agg: bool, slope: float,
+                beta: torch.Tensor | None, bn: nn.BatchNorm1d | None, adj: Adj, agg: bool, act: str,
                 train_eps: bool, timer: PhaseTimer, ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec,
                 sigma: float | None) -> torch.Tensor:
         m, d_out = adj.rows, w1.shape[0]
@@ -196,12 +195,12 @@ class _GINConv(torch.autograd.Function):
         xhat = invstd = None
         if bn is not None:
             xhat, invstd = normalize_(u, bn, adj, any(ctx.needs_input_grad), ws, f"bn {key}")
-        u = u.relu_() if slope == 0.0 else F.leaky_relu_(u, slope)
+        u = sigma_(u, act)
         dest = None if out is None else out[0].take(out[1], m, w2.shape[0], like)
         with timer("gemm"):
             result = _linear(u, w2, b2, dest)
         ctx.save_for_backward(h, w1, w2, scale, u, kept, xhat, invstd, gamma)
-        ctx.adj, ctx.agg, ctx.cached, ctx.slope, ctx.timer = adj, agg, h_agg is not None, slope, timer
+        ctx.adj, ctx.agg, ctx.cached, ctx.act, ctx.timer = adj, agg, h_agg is not None, act, timer
         ctx.batch_stats = bn is not None and bn.training
         ctx.train_eps = train_eps
         ctx.ws, ctx.key, ctx.hw_name, ctx.grad_ws, ctx.sigma = ws, key, None if agg else hw_name, grad_ws, sigma
@@ -218,7 +217,7 @@ class _GINConv(torch.autograd.Function):
         with timer("gemm"):
             grad_w2 = weight_grad(grad, u) if needs_w2 else None
             grad_b2 = grad.sum(0) if needs_b2 else None
-            grad_u = masked_grad(grad, w2, u, ctx.slope, ws)  # ∂ of σ's input, over U
+            grad_u = masked_grad(grad, w2, u, ctx.act, ws)  # ∂ of σ's input, over U
         grad_gamma = grad_beta = None
         if xhat is not None:  # ∂ of the batch norm's input, over U
             grad_gamma, grad_beta = normalize_backward_(grad_u, xhat, invstd, gamma, adj, ctx.batch_stats, ws)

@@ -50,7 +50,7 @@ from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.arguments import check_dims, check_probabilities
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
-from mggcn.nn.functional import _GemmActGemm, _slope, _TimedLinear, activate, check_inputs, dropout, hooked_module
+from mggcn.nn.functional import _GemmActGemm, _TimedLinear, activate, check_inputs, dropout, hooked_module
 from mggcn.nn.initialization import glorot_linear
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
 from mggcn.utils.errors import ConfigError
@@ -85,14 +85,14 @@ class TrainRowsAdj:
         return self.op.run(b, transpose=transpose, out=out, train_columns=transpose and self.op.has_training_columns)
 
 
-def input_slope(input_activation: str | None, ws: Workspace | None, multiplies_first: bool) -> float | None:
-    """σ's slope for a layer given ``input_activation`` (None without one): only a hidden layer that multiplies
-    first (``multiplies_first``), with a workspace, does the backward of the σ before it."""
+def input_sigma(input_activation: str | None, ws: Workspace | None, multiplies_first: bool) -> str | None:
+    """The σ whose backward a layer given ``input_activation`` does (None without one): only a hidden layer that
+    multiplies first (``multiplies_first``), with a workspace, does the backward of the σ before it."""
     if input_activation is None:
         return None
     if ws is None or not multiplies_first:
         raise ValueError("input_activation needs a workspace and a hidden layer that multiplies first")
-    return _slope(input_activation)
+    return input_activation
 
 
 def check_order(order: str) -> None:
@@ -179,7 +179,7 @@ class GCNLayer(nn.Module):
         ws, weight, bias = workspace, self.lin.weight, self.bias
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         input_grad_ws = None if self.first else ws
-        sigma = input_slope(input_activation, ws, not (self.first or self.aggregate_first))
+        sigma = input_sigma(input_activation, ws, not (self.first or self.aggregate_first))
         if h_aggregated is not None or self.aggregate_first:
             a, a_grad = self._gemm_input(h, adj, h_aggregated, ws, key)
             return _TimedLinear.apply(a, weight, bias, timer, out, a_grad)
@@ -198,7 +198,7 @@ class GCNLayer(nn.Module):
         if not (h_aggregated is not None or self.aggregate_first) or nxt.aggregate_first:
             raise ValueError("forward_with_next needs a layer that ends with its GEMM and one that multiplies first")
         a, a_grad = self._gemm_input(h, adj, h_aggregated, workspace, key)
-        hw = _GemmActGemm.apply(a, self.lin.weight, self.bias, nxt.lin.weight, _slope(activation), timer, workspace,
+        hw = _GemmActGemm.apply(a, self.lin.weight, self.bias, nxt.lin.weight, activation, timer, workspace,
                                 key, a_grad)
         return nxt._aggregate(hw, adj_next, (workspace, f"out {key_next}") if output_in_workspace else None, workspace)
 
@@ -224,7 +224,7 @@ class LayerStack(nn.Module):
 
     Args:
         dims: ``[d_0 (features), d_1, ..., d_L (classes)]``.
-        activation: ``relu`` or ``leaky_relu`` (slope 0.01), on every layer but the last.
+        activation: ``relu``, ``leaky_relu`` (slope 0.01) or ``elu`` (α 1), on every layer but the last.
         dropout: dropout probability on the input of every layer but the first.
         input_dropout: dropout probability on the input features (0 lets ``Â·X`` be computed once).
         reuse_buffers: keep activations and gradients on a :class:`~mggcn.nn.workspace.Workspace` reused by every

@@ -38,7 +38,7 @@ from torch import nn
 from mggcn.nn.branched import BranchedStack, check_operator
 from mggcn.nn.functional import _linear, input_grad, weight_grad
 from mggcn.nn.initialization import glorot_linear
-from mggcn.nn.model import Adj, aggregate_first, check_order, input_slope
+from mggcn.nn.model import Adj, aggregate_first, check_order, input_sigma
 from mggcn.nn.workspace import GradSpec, OutSpec, Workspace, grad_destination
 from mggcn.utils.autograd import once_differentiable
 from mggcn.utils.system import sparse_forward
@@ -87,7 +87,7 @@ class SAGELayer(nn.Module):
         ws = workspace
         check_operator(adj)
         agg = h_aggregated is not None or self.aggregate_first
-        sigma = input_slope(input_activation, ws, not (self.first or agg))
+        sigma = input_sigma(input_activation, ws, not (self.first or agg))
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         return _SAGEConv.apply(h, self.lin_l.weight, self.lin_l.bias, self.lin_r.weight, h_aggregated, adj, agg,
                                timer, ws, key, out, None if self.first else ws, sigma)
