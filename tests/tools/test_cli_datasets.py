@@ -174,3 +174,16 @@ def test_train_a_planetoid_name_with_normalized_features(served, capsys):
     assert main(["train", "karate", "--normalize-features", "--epochs", "1", "--quiet"]) == 2
     assert "--normalize-features is for --format planetoid and the Planetoid datasets by name" in \
         capsys.readouterr().err
+
+
+def test_a_cache_whose_name_the_file_system_refuses_is_one_line_naming_the_variable(tmp_path, monkeypatch, capsys):
+    """A name longer than the file system takes makes every look into the cache fail: the table is not printed half,
+    and the line names the variable that placed the cache there."""
+    monkeypatch.setenv("MGGCN_DATA", str(tmp_path / ("a" * 300)))
+    assert main(["datasets"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mggcn datasets: error: ")
+    assert lines[0].endswith("cannot read the dataset cache (File name too long); set MGGCN_DATA to a readable "
+                             "directory"), lines

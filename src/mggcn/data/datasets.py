@@ -450,13 +450,17 @@ def cached_state(entry: NamedDataset) -> str:
     from mggcn.data.download import raw_dir
     from mggcn.data.prepared.reader import is_prepared
 
-    if is_prepared(cache_dir() / "prepared" / entry.name):
-        return "prepared"
     folder = download_dir(entry)
-    if (entry.archive and raw_dir(entry).is_dir()) or all((folder / f.name).is_file() for f in entry.files):
-        return "downloaded"
-    if any((folder / f"{f.name}.part").is_file() or (folder / f.name).is_file() for f in entry.files):
-        return "partial"
+    try:
+        if is_prepared(cache_dir() / "prepared" / entry.name):
+            return "prepared"
+        if (entry.archive and raw_dir(entry).is_dir()) or all((folder / f.name).is_file() for f in entry.files):
+            return "downloaded"
+        if any((folder / f"{f.name}.part").is_file() or (folder / f.name).is_file() for f in entry.files):
+            return "partial"
+    except OSError as exc:  # a name too long, a folder without permission: the cache's place is at fault
+        raise GraphError(f"{folder}: cannot read the dataset cache ({exc.strerror or exc}); set MGGCN_DATA to a "
+                         "readable directory") from None
     return "no"
 
 
