@@ -2,6 +2,7 @@
 PyG's own models, and the layers given what PyG's layers take."""
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -571,3 +572,37 @@ def test_numpy_scalars_and_a_torch_device_are_the_values_they_hold(tmp_path):
     with pytest.raises(mggcn.ConfigError, match=r"^output embeddings needs the layer whose output to give: "
                                                 r"layer= 1\.\.2$"):
         predict(str(tmp_path / "m.pt"), data, output="embeddings")
+
+
+def test_a_data_with_edge_features_warns_that_they_are_not_read(tmp_path):
+    """GINEConv's weights carry a GIN's names: predicting with them on a Data with edge_attr computes a GIN, so the
+    edge features left out are said, by train and predict alike, at the caller's line."""
+    data = _data(edge_attr=torch.randn(90, 3))
+    with pytest.warns(UserWarning, match=r"^pyg: data\.edge_attr is not read: mggcn's models use no edge features") \
+            as seen:
+        result = _train(data)
+    assert {w.filename for w in seen} == {__file__}
+    result.save(str(tmp_path / "m.pt"))
+    with pytest.warns(UserWarning, match="edge_attr is not read") as seen:
+        predict(str(tmp_path / "m.pt"), data)
+    assert {w.filename for w in seen} == {__file__}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # without edge features: no warning
+        predict(str(tmp_path / "m.pt"), _data())
+
+
+def test_a_whole_pickled_model_is_refused_saying_to_save_its_state_dict(tmp_path):
+    torch.save(pyg_models.GCN(F, 6, 2, C), tmp_path / "whole.pt")
+    with pytest.raises(mggcn.GraphError) as err:
+        predict(str(tmp_path / "whole.pt"), _data())
+    assert _one_line(err) == (f"{tmp_path / 'whole.pt'}: a pickled object, not a state dict (it calls "
+                              "torch_geometric.nn.models.basic_gnn.GCN); mggcn reads a model's weights alone: save "
+                              "them with torch.save(model.state_dict(), path)")
+
+
+def test_edge_weights_are_refused_in_words_for_predict_as_for_train(tmp_path):
+    _train(_data()).save(str(tmp_path / "m.pt"))
+    with pytest.raises(mggcn.GraphError) as err:
+        predict(str(tmp_path / "m.pt"), _data(edge_weight=torch.full((90,), 0.5)))
+    assert _one_line(err).endswith("edge_weight is not all 1, but mggcn's Â weighs every edge 1; delete "
+                                   "data.edge_weight to use the unweighted graph")

@@ -142,7 +142,7 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
             masks, vertex ids (integer tensors, as torch indexing reads them), or ``[n, k]`` masks (WikiCS,
             geom-gcn) with ``split=`` the column to use; without ``val_mask`` and ``test_mask`` (KarateClub's Data)
             those splits are empty. ``edge_weight`` other than 1 is refused (Â weighs every edge 1); ``edge_attr``
-            is ignored.
+            is not read (a warning says so).
         nprocs: worker processes (1 or None: in this process; more: spawned, like ``--nprocs``). In a script that
             torchrun started, each of its processes is one rank of the job (leave ``nprocs`` out, or give torchrun's
             world size), and every rank returns the model; ``predictions`` are rank 0's (None on the others). Rank 0

@@ -10,6 +10,7 @@ Legend: n = vertices, E = edges, F = feature dimension, C = classes.
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -314,7 +315,8 @@ def split_mask(values: np.ndarray, n: int, split: int | None, key: str, name: st
 
 def _check_edge_weight(weight: np.ndarray | None, name: str, num_edges: int | None) -> None:
     """Refuse edge weights other than 1: Â counts each edge once, so training on them would silently ignore them.
-    (``edge_attr`` is ignored, as PyG's ``GCN``, ``GraphSAGE``, ``GIN`` and ``GAT`` models ignore it by default.)
+    (``edge_attr`` is not read, as PyG's ``GCN``, ``GraphSAGE``, ``GIN`` and ``GAT`` models do not read it by
+    default: :func:`graph_from_pyg` warns.)
     Weights that are not one per edge are refused too, as PyG's layers refuse them (``num_edges`` None: the
     edge_index's own check says what is wrong with it)."""
     if weight is not None and num_edges is not None and (weight.ndim != 1 or weight.shape[0] != num_edges):
@@ -322,13 +324,15 @@ def _check_edge_weight(weight: np.ndarray | None, name: str, num_edges: int | No
                          "give one weight per edge, or delete data.edge_weight", "edge_weight")
     if weight is not None and weight.size and not (weight == 1).all():
         raise GraphError(f"{name}: edge_weight is not all 1, but mggcn's Â weighs every edge 1; delete "
-                         "data.edge_weight to train on the unweighted graph", "edge_weight")
+                         "data.edge_weight to use the unweighted graph", "edge_weight")
 
 
 def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", labelled: bool = True) -> Graph:
     """A validated :class:`Graph` from a PyG ``Data``: ``y`` [n] or [n, 1]; masks as in :func:`split_mask`; ``split``
     the column of ``[n, k]`` masks. ``labelled=False`` (prediction): only ``edge_index`` and ``x`` are read, the
-    labels and splits are placeholders (every vertex in ``train`` with class 0)."""
+    labels and splits are placeholders (every vertex in ``train`` with class 0). An ``edge_attr`` is not read, and a
+    warning says so: the weights of a model that reads one (``GINEConv``'s are a GIN's by name) compute other values
+    without it."""
     if any(c.__name__ == "Dataset" and c.__module__.startswith("torch_geometric.") for c in type(data).__mro__):
         count = len(data)  # type: ignore[arg-type]
         raise GraphError(f"{name}: a PyG dataset of {count} graph{'s' * (count != 1)} ({type(data).__name__}), not "
@@ -352,6 +356,10 @@ def graph_from_pyg(data: object, split: int | None = None, name: str = "pyg", la
         raise GraphError(f"{name}: the PyG Data has no {', '.join(missing)}; set data.{missing[0]}", missing[0])
     arrays = {k: tensor_array(getattr(data, k), k, name) for k in (*fields, "edge_weight")
               if getattr(data, k, None) is not None}
+    if getattr(data, "edge_attr", None) is not None:
+        warnings.warn(f"{name}: data.edge_attr is not read: mggcn's models use no edge features, as PyG's GCN, "
+                      "GraphSAGE, GIN and GAT models by default (a model that reads them, such as a stack of GINEConv "
+                      "layers, computes other values without them)", UserWarning, stacklevel=3)
     shape = np.shape(arrays["edge_index"])
     _check_edge_weight(arrays.get("edge_weight"), name, shape[1] if len(shape) == 2 and shape[0] == 2 else None)
     n = int(data.num_nodes)

@@ -424,7 +424,11 @@ def load_model(path: str, norm: str | None = None, activation: str | None = None
             data = f.read()
         state_dict = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises many kinds on a bad file
-        raise GraphError(f"{path}: not a model file written by torch.save ({unpickling_reason(err)})") from None
+        reason = unpickling_reason(err)
+        if reason.startswith(("it calls ", "it builds ")):  # torch.save(model): objects, which are not unpickled
+            raise GraphError(f"{path}: a pickled object, not a state dict ({reason}); mggcn reads a model's weights "
+                             "alone: save them with torch.save(model.state_dict(), path)") from None
+        raise GraphError(f"{path}: not a model file written by torch.save ({reason})") from None
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                    for k, v in state_dict.items()):
         raise GraphError(f"{path}: not a state dict (names and tensors); give a file written by save_model=",
