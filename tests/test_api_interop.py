@@ -297,6 +297,18 @@ def test_a_gat_layer_that_concatenates_its_heads_last_is_refused_in_one_line(tmp
         "GAT layer averages them, as PyG's GAT model's does (concat=False)")
 
 
+def test_a_gat_whose_hidden_layer_averages_its_heads_is_refused_naming_that(tmp_path):
+    """A hidden GATConv(concat=False) hands the next layer one head's channels: the widths do not chain, and the
+    line says why rather than only that they do not."""
+    from torch_geometric.nn import GATConv
+
+    model = torch.nn.Module()
+    model.conv1, model.conv2 = GATConv(F, 6, heads=4, concat=False), GATConv(6, C, heads=1)
+    assert _refusal(tmp_path, model).endswith(
+        "layer 0 averages its 4 heads (PyG's GATConv(concat=False)): layer 1 takes their 6 channels; mggcn's GAT "
+        "concatenates the heads of its hidden layers, as PyG's GAT model does")
+
+
 def test_a_gin_of_sequential_mlps_is_named_as_such(tmp_path):
     """GINConv(Sequential(Linear, ReLU, Linear)), the tutorials' GIN: said to be that, not "no model mggcn trains"."""
     from torch.nn import Linear, ReLU, Sequential

@@ -167,7 +167,11 @@ class GAT(LayerStack):
     def state_dims(cls, state: dict[str, torch.Tensor]) -> list[int]:
         """Hidden layers give ``H·C`` (their weight's rows), the last one its ``C`` (each head's channels, the
         attention vectors' last size)."""
-        dims = super().state_dims(state)
+        try:
+            dims = super().state_dims(state)
+        except ValueError:
+            cls._averaged_hidden_heads(state)
+            raise
         heads, last = None, len(dims) - 2
         for layer in range(len(dims) - 1):  # every layer's vectors: the hidden layers' heads are layer 0's
             att = state.get(f"convs.{layer}.att_src")
@@ -187,6 +191,20 @@ class GAT(LayerStack):
                              "heads (PyG's GATConv(concat=True)); mggcn's last GAT layer averages them, as PyG's GAT "
                              "model's does (concat=False)")
         return dims
+
+    @classmethod
+    def _averaged_hidden_heads(cls, state: dict[str, torch.Tensor]) -> None:
+        """Say so where a layer's widths do not chain because a hidden layer averages its heads: the next layer takes
+        one head's channels, not their concatenation."""
+        layer = 0
+        while isinstance(att := state.get(f"convs.{layer}.att_src"), torch.Tensor) and att.dim() == 3:
+            following = state.get(cls.layer_weight.format(layer + 1))
+            if (att.shape[1] > 1 and isinstance(following, torch.Tensor) and following.dim() == 2
+                    and following.shape[1] == att.shape[2]):
+                raise ValueError(f"layer {layer} averages its {att.shape[1]} heads (PyG's GATConv(concat=False)): "
+                                 f"layer {layer + 1} takes their {att.shape[2]} channels; mggcn's GAT concatenates "
+                                 "the heads of its hidden layers, as PyG's GAT model does")
+            layer += 1
 
     @classmethod
     def same_model_options(cls, options: dict) -> dict:
