@@ -618,3 +618,14 @@ def test_edge_weights_are_refused_in_words_for_predict_as_for_train(tmp_path):
         predict(str(tmp_path / "m.pt"), _data(edge_weight=torch.full((90,), 0.5)))
     assert _one_line(err).endswith("edge_weight is not all 1, but mggcn's Â weighs every edge 1; delete "
                                    "data.edge_weight to use the unweighted graph")
+
+
+@pytest.mark.parametrize("kind", ["gcn", "gat"])
+def test_a_pyg_model_with_jumping_knowledge_is_refused_naming_its_final_linear(kind, tmp_path):
+    """PyG's models with jk= end in a Linear (and, for jk="lstm", an LSTM): tensors of no graph convolution. A GAT's
+    was refused as a last layer that concatenates its heads, the real cause unsaid."""
+    model = _PYG[kind](jk="cat")
+    assert _refusal(tmp_path, model) == (
+        f"{tmp_path / 'm.pt'}: lin.weight, lin.bias belong to none of the layers convs.0 to convs.1 (PyG's models end "
+        "in a Linear with jk=); mggcn's models are their graph convolutions, with PyG's batch norms between them "
+        "(norms.0, norms.1, ...) and nothing else")

@@ -248,6 +248,9 @@ def layers_as_convs(state_dict: dict[str, torch.Tensor], source: str = "model") 
     DistributedDataParallel (``module.``) or ``torch.compile`` (``_orig_mod.``) put before every key."""
     state_dict = _shared_gat_weight(_unwrapped(state_dict), source)
     if any(key.startswith("convs.0.") for key in state_dict):
+        count = len({key.split(".")[1] for key in state_dict if key.startswith("convs.")})
+        _refuse_outside(source, [key for key in state_dict if not key.startswith(("convs.", "norms."))],
+                        f"convs.0 to convs.{count - 1}", " (PyG's models end in a Linear with jk=)")
         return state_dict
     ends = {cls.layer_weight.format(0).removeprefix("convs.0.") for cls in MODEL_TYPES.values()}
     layers: list[str] = []
@@ -271,13 +274,17 @@ def layers_as_convs(state_dict: dict[str, torch.Tensor], source: str = "model") 
             outside.append(key)
         else:
             renamed[f"convs.{layers.index(layer)}.{key[len(layer):]}"] = tensor
+    _refuse_outside(source, outside, ", ".join(p.rstrip(".") or "(top)" for p in layers))
+    return renamed
+
+
+def _refuse_outside(source: str, outside: list[str], layers: str, why: str = "") -> None:
+    """Refuse the tensors ``outside`` every layer (``layers``, as said) in one line, if any."""
     if outside:
         shown = ", ".join(outside[:4]) + (", ..." if len(outside) > 4 else "")
-        names = ", ".join(p.rstrip(".") or "(top)" for p in layers)
-        raise GraphError(f"{source}: {shown} belong to none of the layers {names}; mggcn's models are their graph "
-                         "convolutions, with PyG's batch norms between them (norms.0, norms.1, ...) and nothing else",
-                         "save_model")
-    return renamed
+        raise GraphError(f"{source}: {shown} belong to none of the layers {layers}{why}; mggcn's models are their "
+                         "graph convolutions, with PyG's batch norms between them (norms.0, norms.1, ...) and nothing "
+                         "else", "save_model")
 
 
 _WRAPPERS = ("module.", "_orig_mod.")  # DistributedDataParallel's, torch.compile's
