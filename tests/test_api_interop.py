@@ -629,3 +629,18 @@ def test_a_pyg_model_with_jumping_knowledge_is_refused_naming_its_final_linear(k
         f"{tmp_path / 'm.pt'}: lin.weight, lin.bias belong to none of the layers convs.0 to convs.1 (PyG's models end "
         "in a Linear with jk=); mggcn's models are their graph convolutions, with PyG's batch norms between them "
         "(norms.0, norms.1, ...) and nothing else")
+
+
+def test_layers_built_with_other_options_are_refused_naming_the_tensors_and_the_layout(tmp_path):
+    """SAGEConv(root_weight=False) lacks the root weight; PyG's GAT(norm="batch_norm") has norms mggcn's GAT has not."""
+    from torch_geometric.nn import SAGEConv
+
+    model = torch.nn.Module()
+    model.conv1, model.conv2 = SAGEConv(F, 6, root_weight=False), SAGEConv(6, C, root_weight=False)
+    assert _refusal(tmp_path, model).endswith(
+        f": no convs.0.lin_r.weight, convs.1.lin_r.weight for a sage of layers [{F}, 6, {C}]: mggcn reads the tensors "
+        "of PyG's GraphSAGE model as its default options build it")
+    assert _refusal(tmp_path, _PYG["gat"](norm="batch_norm")).endswith(
+        ": unexpected norms.0.module.weight, norms.0.module.bias, norms.0.module.running_mean, "
+        f"norms.0.module.running_var, ... for a gat of layers [{F}, 6, {C}]: mggcn reads the tensors of PyG's GAT "
+        "model as its default options build it")

@@ -510,6 +510,8 @@ def _build(path: str, found: str, dims: list[int], activation: str, state_dict: 
         text = " ".join(str(err).split())
         raise GraphError(f"{path}: {text.split(': ', 1)[-1][:300]}") from None
     if missing or unexpected:
-        raise GraphError(f"{path}: missing {missing} / unexpected {unexpected} entries for a {found} of layers "
-                         f"{dims}")
+        said = [f"{what} {', '.join(names[:4])}{', ...' if len(names) > 4 else ''}"
+                for what, names in (("no", missing), ("unexpected", unexpected)) if names]
+        raise GraphError(f"{path}: {' and '.join(said)} for a {found} of layers {dims}: mggcn reads the tensors of "
+                         f"PyG's {MODEL_TYPES[found].pyg_name} model as its default options build it")
     return model
