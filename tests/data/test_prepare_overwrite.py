@@ -72,3 +72,78 @@ def test_overwrite_replaces_a_prepared_dataset_a_damaged_one_and_an_empty_direct
     empty.mkdir()
     assert run_cli("prepare", str(source), str(empty), "--format", "edgelist", "--overwrite").returncode == 0
     assert (empty / "manifest.json").is_file()
+
+
+def _two_versions(tmp_path):
+    """Two prepared graphs of the same sizes that differ in their features (the GCN's karate, seeds 1 and 2)."""
+    import numpy as np
+
+    from mggcn.data.datasets import InMemoryDataset
+    from mggcn.data.generators import parse_spec
+    from mggcn.data.prepared.writer import write_dataset
+
+    graph = parse_spec("builtin:karate")
+    versions = []
+    for seed in (1, 2):
+        graph.x = np.random.default_rng(seed).standard_normal(graph.x.shape).astype(np.float32)
+        versions.append(write_dataset(InMemoryDataset(graph), tmp_path / f"v{seed}"))
+    return [os.fspath(v) for v in versions]
+
+
+def test_a_directory_replaced_while_it_is_read_is_read_whole_from_one_version(tmp_path, monkeypatch):
+    """prepare --overwrite swaps a new directory in under the same name: a reader caught between its arrays read the
+    manifest of one version and the features of the other, without a word. Swapped after the first array here: the
+    reader starts again and holds the new version whole, its manifest and every array."""
+    import numpy as np
+
+    from mggcn.data.prepared import reader
+
+    old, new = _two_versions(tmp_path)
+    path = tmp_path / "g"
+    os.rename(old, path)
+    opened, real = [], reader.PreparedDataset._open
+
+    def swapping(self, name, dtype, shape):
+        arr = real(self, name, dtype, shape)
+        opened.append(name)
+        if len(opened) == 1:  # as prepare --overwrite does: the old one aside, the new one in
+            os.rename(path, tmp_path / "aside")
+            os.rename(new, path)
+        return arr
+
+    monkeypatch.setattr(reader.PreparedDataset, "_open", swapping)
+    dataset = reader.PreparedDataset(path)
+    assert len(opened) > 7  # opened twice over
+    whole = reader.PreparedDataset(tmp_path / "aside")  # the old version, read alone: its features differ
+    monkeypatch.undo()
+    fresh = reader.PreparedDataset(path)
+    assert dataset.fingerprint == fresh.fingerprint != whole.fingerprint
+    for name, arr in fresh.arrays.items():
+        assert np.array_equal(dataset.arrays[name], arr), name
+    assert not np.array_equal(dataset.arrays["features"], whole.arrays["features"])
+
+
+def test_a_directory_replaced_at_every_reading_is_one_line(tmp_path, monkeypatch):
+    from mggcn.data.prepared import reader
+    from mggcn.utils.errors import GraphError
+
+    first, second = _two_versions(tmp_path)
+    path = tmp_path / "g"
+    os.rename(first, path)
+    real = reader.PreparedDataset._open
+    spare = [second]
+
+    def swapping(self, name, dtype, shape):
+        arr = real(self, name, dtype, shape)
+        if name == "features":  # every reading: swap the other version in
+            os.rename(path, tmp_path / "aside")
+            os.rename(spare.pop(), path)
+            spare.append(os.fspath(tmp_path / "back"))
+            os.rename(tmp_path / "aside", spare[-1])
+        return arr
+
+    monkeypatch.setattr(reader.PreparedDataset, "_open", swapping)
+    with pytest.raises(GraphError) as err:
+        reader.PreparedDataset(path)
+    assert str(err.value) == (f"{path}: replaced 5 times while it was read (`mggcn prepare --overwrite` of it in a "
+                              "loop?); read it once it stays")

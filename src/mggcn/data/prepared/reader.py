@@ -94,6 +94,18 @@ def nnz_per_rank(row_nnz: np.ndarray, num_parts: int, seed: int = 0) -> np.ndarr
     return np.bincount(np.arange(n) // m, weights=row_nnz[perm], minlength=num_parts).astype(np.int64)
 
 
+_REPLACED_TRIES = 5  # readings of a directory replaced while read, before giving up
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """Which directory ``path`` names, and which manifest file is in it (None where either is missing)."""
+    try:
+        home, manifest = os.stat(path), os.stat(path / MANIFEST)
+    except OSError:
+        return None
+    return home.st_dev, home.st_ino, manifest.st_ino
+
+
 def _err(path: Path, msg: str) -> GraphError:
     return GraphError(one_line(path, msg))
 
@@ -225,6 +237,27 @@ class PreparedDataset:
 
     def __init__(self, path: Any, verify: bool = False) -> None:
         self.path = Path(path)
+        # `mggcn prepare --overwrite` swaps in another directory under the same name: arrays opened by name across
+        # the swap would mix the two versions, the manifest of one with the data of the other. The directory and
+        # its manifest are the same files after every array is mapped, or the whole is read again.
+        for _ in range(_REPLACED_TRIES):
+            before = _identity(self.path)
+            try:
+                self._open_arrays()
+            except GraphError:
+                if _identity(self.path) == before:
+                    raise
+                continue  # replaced while read: what failed was the swap, not the data
+            if before is not None and _identity(self.path) == before:
+                break
+        else:
+            raise _err(self.path, f"replaced {_REPLACED_TRIES} times while it was read (`mggcn prepare --overwrite` "
+                                  "of it in a loop?); read it once it stays")
+        if verify:
+            self.verify()
+
+    def _open_arrays(self) -> None:
+        """Read the manifest, then map every array it names and run the cheap checks."""
         self.manifest = m = _read_manifest(self.path)
         # said in the run's lines and errors: a crafted name's newlines or terminal escapes are shown as "?"
         self.name = "".join(c if c.isprintable() else "?" for c in str(m.get("name") or self.path))
@@ -251,8 +284,6 @@ class PreparedDataset:
         self._check_split_sizes()
         if self.split_sizes["train"] == 0:  # a run on it would train on nothing and report a loss of 0
             raise _err(self.path, "no training vertices (every split code is 1, 2 or -1); nothing to train on")
-        if verify:
-            self.verify()
 
     # ------------------------------------------------------------------------------------------------ checks
 
