@@ -147,3 +147,26 @@ def test_a_directory_replaced_at_every_reading_is_one_line(tmp_path, monkeypatch
         reader.PreparedDataset(path)
     assert str(err.value) == (f"{path}: replaced 5 times while it was read (`mggcn prepare --overwrite` of it in a "
                               "loop?); read it once it stays")
+
+
+def test_a_dataset_another_prepare_put_there_meanwhile_is_said_so_and_kept(tmp_path):
+    """Two prepares into one new directory: the second to finish found it absent when it began, so "already exists"
+    would be wrong; it says another process wrote it while this one ran, and leaves it as it is."""
+    from mggcn.data.prepared.outdir import PartialDir
+    from mggcn.utils.errors import ConfigError
+
+    out = tmp_path / "g"
+    partial = PartialDir(out)
+    (partial.path / "manifest.json").write_text("{}")
+    out.mkdir()
+    (out / "manifest.json").write_text("the other one's")
+    with pytest.raises(ConfigError) as err:
+        partial.install("builtin:karate", overwrite=False)
+    partial.discard()
+    assert str(err.value) == (f"{out}: was written by another process while this prepare ran; kept as it is: remove "
+                              "it or allow overwriting it")
+    assert _tree(tmp_path) == {"g/manifest.json": b"the other one's"}
+    partial = PartialDir(out)  # there before this prepare began: as the start would have said
+    with pytest.raises(ConfigError, match=r"g: already exists; remove it or allow overwriting it$"):
+        partial.install("builtin:karate", overwrite=False)
+    partial.discard()

@@ -118,6 +118,7 @@ class PartialDir:
 
     def __init__(self, out: Path) -> None:
         self.out = out
+        self.existed = out.exists() or out.is_symlink()
         self.removed = remove_stale(out)
         # made under a name the stale check skips, and renamed once locked: no moment where another prepare could
         # take it for stale
@@ -143,7 +144,12 @@ class PartialDir:
         """Put the finished directory in ``out``'s place. ``out`` is checked again (:func:`output_dir`): what
         appeared there while the dataset was written is kept unless ``overwrite`` may replace it; an existing ``out``
         is moved aside first, put back if the dataset cannot take its place, and removed after."""
-        out = output_dir(self.out, source, overwrite)
+        try:
+            out = output_dir(self.out, source, overwrite)
+        except ConfigError:
+            if self.existed:
+                raise
+            raise _taken(self.out) from None  # not there when this prepare began
         follow_umask(self.path, directory=True)  # mkdtemp made it private; the dataset gets a new directory's mode
         old = None
         if out.exists() or out.is_symlink():
@@ -161,10 +167,14 @@ class PartialDir:
                 os.rename(old / out.name, out)
                 os.rmdir(old)
             if exc.errno in _TAKEN:
-                raise ConfigError(f"{out}: was written by another process while this prepare ran; kept as it is: "
-                                  "remove it or allow overwriting it", "overwrite") from None
+                raise _taken(out) from None
             raise
         finally:
             self._unlock()
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _taken(out: Path) -> ConfigError:
+    return ConfigError(f"{out}: was written by another process while this prepare ran; kept as it is: remove it or "
+                       "allow overwriting it", "overwrite")
