@@ -430,3 +430,27 @@ def test_a_group_the_caller_made_is_the_jobs_or_refused(tmp_path, env):
     else:
         assert lines[0].startswith("0 refused this process is rank 0 of a torch.distributed group of 2 made before "
                                    "the job, and RANK and WORLD_SIZE are not set: each process would run the job alone")
+
+
+def test_a_killed_bench_leaves_no_copy_of_its_graphs(tmp_path):
+    """The bench writes its graphs' copies (SAINT's files, the prepared directory) in a directory of its own under
+    TMPDIR: a bench killed with SIGKILL left it there, one per kill. The watcher removes it as it removes a job's."""
+    env, tmp = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "bench", "--small", "--saint-graph", "--nprocs", "1",
+                             "--no-pyg", "--epochs", "200"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 180
+        while not any(os.path.isdir(os.path.join(tmp, d, "prepared")) for d in os.listdir(tmp)
+                      if d.startswith("mggcn-bench-")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the bench did not write its graphs"
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait(30)
+        deadline = time.monotonic() + 30
+        while [d for d in os.listdir(tmp) if d.startswith("mggcn-bench-")] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [d for d in os.listdir(tmp) if d.startswith("mggcn-bench-")] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()

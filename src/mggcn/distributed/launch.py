@@ -19,7 +19,6 @@ import pickle
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from mggcn.distributed.forkserver import (
     worker_context,
 )
 from mggcn.distributed.shm import sweep_outboxes
+from mggcn.utils.cleanup import start_cleaner, stop_cleaner
 from mggcn.utils.errors import ConfigError, without_source_locations
 from mggcn.utils.files import OutputError, atomic_write
 from mggcn.utils.launcher import under_torchrun
@@ -234,7 +234,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
     refuse_unguarded_script()
     refuse_script_without_a_file()
     workdir = _job_directory()
-    cleaner = _start_cleaner(workdir)
+    cleaner = start_cleaner(workdir)
     procs: list[mp.process.BaseProcess] = []
     try:
         if handoff is not None:
@@ -251,7 +251,7 @@ def run_workers(fn: Callable[..., Any], nprocs: int, args: tuple = (), timeout_s
         _stop(procs)
         sweep_outboxes()  # the shared memory of a worker killed before its peers could unlink it
         shutil.rmtree(workdir, ignore_errors=True)
-        _stop_cleaner(cleaner)
+        stop_cleaner(cleaner)
 
 
 def _run(procs: list, nprocs: int, workdir: str, deadline: float | None, timeout_s: float | None,
@@ -318,41 +318,6 @@ def refuse_script_without_a_file() -> None:
         raise ConfigError("nprocs > 1 starts worker processes, and this process is a daemonic one (a worker of a "
                           "multiprocessing.Pool), which may not have children: use nprocs=1 here, or run it in a "
                           "concurrent.futures.ProcessPoolExecutor, whose workers may", "nprocs")
-
-
-# The launcher writes the directories it leaves to the cleaner should it be killed, one a line, and "done" when it
-# ends by itself (its own exit removes them then, and a fork server it keeps for later jobs still needs its socket).
-_CLEANER = """import shutil, sys
-said = sys.stdin.buffer.read().decode().splitlines()  # ends when the launcher closes its end, or dies
-shutil.rmtree(sys.argv[1], ignore_errors=True)
-if said[-1:] != ["done"]:
-    for path in said:
-        shutil.rmtree(path, ignore_errors=True)
-"""
-
-
-def _start_cleaner(workdir: str) -> subprocess.Popen | None:
-    """A watcher that removes ``workdir`` once the launcher is gone, however it ends (kill -9 included): it waits
-    for the end of a pipe only the launcher holds."""
-    try:
-        return subprocess.Popen([sys.executable, "-S", "-c", _CLEANER, workdir], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    except OSError:
-        return None  # the directory is removed on any ordinary exit all the same
-
-
-def _stop_cleaner(cleaner: subprocess.Popen | None) -> None:
-    if cleaner is not None:
-        try:
-            cleaner.stdin.write(b"done\n")
-            cleaner.stdin.close()
-        except OSError:
-            pass  # the cleaner is gone: nothing to tell it
-        try:
-            cleaner.wait(10)
-        except subprocess.TimeoutExpired:
-            cleaner.kill()
-            cleaner.wait()
 
 
 # How long the launcher waits on its workers at a time: a signal Python only notes, waking no system call

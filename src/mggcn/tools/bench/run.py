@@ -32,6 +32,7 @@ from mggcn.tools.bench.table import write_report
 from mggcn.tools.bench.workers import MGGCN_LAST_SETUP_PHASE, mggcn_worker
 from mggcn.training.outputs import check_distinct, check_output
 from mggcn.training.precision import check_precision_device
+from mggcn.utils.cleanup import private_directory
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import check_writable
 from mggcn.utils.parallel import available_cores
@@ -88,7 +89,7 @@ def _run_all(opts: BenchOptions, threads: int, gpus: int, log, report: dict, sav
         if opts.gpu_memory is not None:
             check_gpu_memory(opts.gpu_memory, found["totals"], max(opts.nprocs))
             report["gpu_memory"] = {"cap": opts.gpu_memory, "totals": found["totals"]}
-    with tempfile.TemporaryDirectory(prefix="mggcn-bench-") as tmp:
+    with private_directory("mggcn-bench-") as tmp:  # the graphs' copies go with it, even should the bench be killed
         path = _graph_step(opts, threads, tmp, log, report)
         baseline = run_workers(baseline_worker, 1, (opts.device,), timeout_s=opts.timeout_s)[0]
         report["graph"]["baseline"] = baseline
