@@ -61,7 +61,7 @@ def test_a_dataset_prepared_meanwhile_is_kept_without_overwrite(tmp_path, monkey
     out = tmp_path / "ds"
     first = prepare("builtin:karate", tmp_path / "first", progress=False)
     _meanwhile(monkeypatch, lambda: shutil.copytree(first, out))
-    with pytest.raises(ConfigError, match="already exists"):
+    with pytest.raises(ConfigError, match="was written by another process while this prepare ran; kept as it is"):
         prepare(SOURCE, out, progress=False)
     assert PreparedDataset(out).num_nodes == 34
 
