@@ -167,7 +167,7 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
             :class:`~mggcn.utils.errors.GraphError` for the data, :class:`~mggcn.utils.errors.ConfigError` for a
             setting); ``TypeError`` for an option ``train`` does not take.
         mggcn.utils.files.OutputError: an output could not be written (an ``OSError`` naming the file).
-        FloatingPointError: the loss stopped being finite (from workers a ``WorkerNonFiniteLoss``, which is both).
+        FloatingPointError: the loss or the trained model is not finite (``WorkerNonFiniteLoss`` from workers).
         mggcn.distributed.launch.WorkerError: a worker failed (one that refused its input is also a ``ValueError``).
     """
     nprocs = plain(nprocs)  # numpy's ints, 0-d tensors (and the others': _train_job)

@@ -1,6 +1,7 @@
 """A failed worker never hangs the job; interrupted training resumes exactly; NaN guard; determinism."""
 
 import json
+import math
 import multiprocessing as mp
 import os
 import re
@@ -173,11 +174,34 @@ def test_resume_with_another_number_of_workers(tmp_path):
     np.testing.assert_allclose(resumed, _losses(single), rtol=1e-5)
 
 
+def test_nan_loss_stops_naming_the_checkpoint_whose_weights_gave_a_finite_loss(tmp_path):
+    """The checkpoint of the epoch before the failing one holds the weights whose forward gave the NaN (its update
+    diverged): the one named good is older, the diverged one is said, and once it is removed a resume at a sane rate
+    trains on. The newest checkpoint was named good, and a resume from it failed again at any rate."""
+    ck = tmp_path / "ck"
+
+    def job(epochs, lr, resume=False):
+        return TrainJob(dataset=SPEC, config=TrainConfig(hidden=(16,), epochs=epochs, lr=lr, trace_epoch=0),
+                        quiet=True, checkpoint_dir=str(ck), checkpoint_every=1, resume=resume)
+
+    run_train_job(job(2, 0.01))
+    with pytest.raises(NonFiniteLoss) as err:
+        run_train_job(job(50, 1e30, resume=True))
+    said = str(err.value)
+    failed = int(re.match(r"epoch (\d+): the loss is (nan|inf)", said).group(1))
+    good, bad = ck / f"ckpt-{failed - 2:06d}.pt", ck / f"ckpt-{failed - 1:06d}.pt"
+    assert said.endswith(f"; last good checkpoint: {good} ({bad} of the diverged weights: remove to resume from it)")
+    bad.unlink()
+    resumed = run_train_job(job(failed + 1, 0.01, resume=True))
+    assert all(math.isfinite(r["loss"]) for r in resumed.history)
+
+
 def test_nan_loss_stops_with_the_epoch_named(tmp_path):
     job = TrainJob(dataset=SPEC, config=TrainConfig(hidden=(16,), epochs=50, lr=1e30, trace_epoch=0), quiet=True,
                    checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=1)
-    with pytest.raises(NonFiniteLoss, match=r"epoch \d+: the loss is (nan|inf).*last good checkpoint: .*ckpt-"):
-        run_train_job(job)
+    with pytest.raises(NonFiniteLoss, match=r"^epoch 2: the loss is (nan|inf).*; no checkpoint holds weights that "
+                                            r"gave finite outputs$"):
+        run_train_job(job)  # ckpt-000001 holds the weights whose forward gave it
     metrics = tmp_path / "m.jsonl"
     out = run_cli("train", SPEC, "--hidden", "16", "--epochs", "50", "--lr", "1e30", "--nprocs", "2", "--quiet",
                   "--metrics", str(metrics))
@@ -261,3 +285,28 @@ def test_resume_knows_the_dataset_by_content_not_by_path(tmp_path):
 
     with pytest.raises(CheckpointError, match="another dataset .*fingerprint"):
         run_train_job(job(valid / "edges.txt", 6, True))
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_a_model_whose_last_update_diverged_is_refused_and_nothing_written(tmp_path, nprocs):
+    """The losses were finite up to the last epoch, whose update made the logits NaN: the run exited 0, measured
+    its accuracies on NaN, and saved a model and predictions of class 0 for every vertex."""
+    model, predictions = tmp_path / "m.pt", tmp_path / "p.csv"
+    out = run_cli("train", "builtin:karate", "--epochs", "1", "--lr", "1e20", "--hidden", "128,128", "--quiet",
+                  "--nprocs", str(nprocs), "--save-model", str(model), "--save-predictions", str(predictions))
+    assert out.returncode == 1 and out.stderr == (
+        "mggcn train: error: the trained model's outputs are not finite for 34 vertices (after epoch 1; try a "
+        "smaller --lr)\n"), out.stderr
+    assert not model.exists() and not predictions.exists()
+
+
+def test_a_batch_norm_whose_running_variance_overflowed_is_refused(tmp_path):
+    """Batch statistics keep the training losses finite while the running variance, which eval mode reads, goes to
+    inf: the model then predicts one class for every vertex. predict refused the file train had just saved."""
+    job = TrainJob(dataset="synthetic:n=2000", config=TrainConfig(hidden=(64, 64), epochs=8, lr=1e15, batch_norm=True,
+                                                                  trace_epoch=0),
+                   quiet=True, save_model=str(tmp_path / "m.pt"))
+    with pytest.raises(NonFiniteLoss, match=r"^the trained model's norms\.\d\.module\.running_var holds NaN or "
+                                            r"infinite values \(after epoch 8; try a smaller lr=\)$"):
+        run_train_job(job)
+    assert not (tmp_path / "m.pt").exists()

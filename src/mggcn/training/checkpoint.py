@@ -137,10 +137,11 @@ class Checkpointer:
         """Whether the file at ``path`` is the one this run wrote (or continues) there."""
         return self._written.get(path) is not None and _identity(path) == self._written[path]
 
-    def files(self) -> list[str]:
-        """Checkpoint files, newest epoch first."""
+    def files(self, until: int | None = None) -> list[str]:
+        """Checkpoint files, newest epoch first (of epochs up to ``until``, where given)."""
         found = glob.glob(os.path.join(self.directory, "ckpt-*.pt"))
-        return sorted((f for f in found if _FILE_NAME.fullmatch(os.path.basename(f))), reverse=True)
+        return sorted((f for f in found if _FILE_NAME.fullmatch(os.path.basename(f))
+                       and (until is None or _epoch_of(os.path.basename(f)) <= until)), reverse=True)
 
     def latest(self, report: Callable[[str], None] | None = None) -> tuple[dict, str] | None:
         """The newest checkpoint that reads back intact, or None; corrupt ones are reported and skipped."""
@@ -360,7 +361,7 @@ def complex_entry(value: Any) -> str | None:
 
 def non_finite_entry(value: Any) -> str | None:
     """The name of the first floating tensor in ``value`` holding a NaN or an infinity, None if there is none:
-    training never saves one (a non-finite loss stops it first), and a model that holds one predicts NaN."""
+    training never saves one (a non-finite loss or model stops it first), and a model that holds one predicts NaN."""
     return _first_entry(value, lambda t: t.is_floating_point() and not bool(torch.isfinite(t).all()))
 
 

@@ -52,6 +52,7 @@ from mggcn.nn.loss import (
 )
 from mggcn.nn.model import LayerStack
 from mggcn.nn.models import make_model, model_options, model_type, operator_for
+from mggcn.training.checkpoint import non_finite_entry
 from mggcn.training.precision import MasterWeights, compute_dtype, precision_scope
 from mggcn.utils.timing import PHASES, PhaseTimer, SetupClock, synchronize
 
@@ -84,8 +85,9 @@ class TrainResult:
 
 
 class NonFiniteLoss(FloatingPointError):
-    """The loss became NaN or inf; the message names the epoch, the first layer with non-finite output and the
-    setting to lower, ``option`` (the command line names it by its flag)."""
+    """The loss became NaN or inf, or the trained model's outputs or tensors did; the message names the epoch, the
+    first layer with non-finite output (or the tensor) and the setting to lower, ``option`` (the command line names
+    it by its flag)."""
 
     option = "lr"
 
@@ -357,15 +359,25 @@ def _checkpoint_state(run: _Run, epoch: int, checkpoint_meta: dict | None) -> di
             "model_kind": run.cfg.model, "config": asdict(run.cfg), **(checkpoint_meta or {})}
 
 
-def _finish(run: _Run) -> TrainResult:
-    """The result: with patience the best weights restored, the final accuracies, the weights in PyG's names."""
+def _finish(run: _Run, checkpointer=None) -> TrainResult:
+    """The result: with patience the best weights restored, the final accuracies, the weights in PyG's names. A model
+    whose outputs or tensors are not finite is refused: the last update diverged after finite losses, or a batch
+    norm's running variance overflowed while the batches' own statistics kept the losses finite; it would predict
+    one class for every vertex."""
     result, model = run.result, run.model
     result.best_epoch = run.best.epoch
     if run.best.state is not None:
         run.weights.load_state_dict(run.best.state)
-    result.final = final_accuracies(run.ctx, model, run.adj, run.x, run.x_agg, run.y, run.split_masks,
-                                    run.split_sizes)
+    result.final, non_finite = final_accuracies(run.ctx, model, run.adj, run.x, run.x_agg, run.y, run.split_masks,
+                                                run.split_sizes)
     result.state_dict = run.weights.pyg_state_dict()
+    entry = non_finite_entry(result.state_dict)  # the same on every rank: weights and statistics are replicated
+    if non_finite or entry:
+        epoch = len(result.history)
+        what = (f"{entry} holds NaN or infinite values" if entry
+                else f"outputs are not finite for {non_finite:,} vertices")
+        raise NonFiniteLoss(f"the trained model's {what} (after epoch {epoch}; "
+                            f"{_advice(run.ctx, run.x, run.x_agg, epoch > 0)}){_last_good(checkpointer, epoch - 1)}")
     result.model, result.adj, result.x_agg = model, run.adj, run.x_agg
     return result
 
@@ -406,7 +418,7 @@ def _train(ctx: DistContext, shard: Shard, cfg: TrainConfig, on_epoch: Callable[
     result, adj = run.result, run.adj
     if run.best.exhausted:  # resumed from the epoch that stopped the run early: it has ended
         result.stopped = "early"
-        return _finish(run)
+        return _finish(run, checkpointer)
     for epoch in range(len(result.history) + 1, cfg.epochs + 1):
         run.model.seed_dropout(epoch_seed(cfg.seed, epoch, ctx.rank))
         run.model.seed_attention(epoch_seed(cfg.seed, epoch, 0))  # the same on every rank: any P, the same masks
@@ -431,7 +443,7 @@ def _train(ctx: DistContext, shard: Shard, cfg: TrainConfig, on_epoch: Callable[
         if interrupted or run.best.exhausted:
             result.stopped = "interrupted" if interrupted else "early"
             break
-    return _finish(run)
+    return _finish(run, checkpointer)
 
 
 def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTimer, stats: torch.Tensor,
@@ -492,38 +504,57 @@ def _non_finite_message(ctx: DistContext, model: LayerStack, adj: StagedSpMM, x:
                        device=ctx.device)  # NCCL takes no CPU tensor
     first = int(all_reduce_min(ctx, bad).item())
     where = f"; first non-finite output: layer {first}" if first < len(outputs) else ""
-    kept = ""
-    if checkpointer is not None:
-        files = checkpointer.files()
-        kept = f"; last good checkpoint: {files[0]}" if files else "; no checkpoint was saved yet"
-    advice = "try a smaller lr="
-    if epoch == 1:  # no update yet: the first weights (glorot, bounded) and the features gave it, not the rate
-        held, named = (x, "the features") if x is not None else (x_agg, "the features aggregated (Â·X)")
-        local = held.abs().max().double() if held.numel() else torch.zeros((), dtype=torch.float64, device=held.device)
-        largest = float(all_reduce_max(ctx, local.reshape(1)).item())
-        reach = (f"reach {largest:.3g} in absolute value, too large for float32's sums" if math.isfinite(largest)
-                 else "overflow float32")
-        advice = (f"before any update, so not the learning rate: {named} {reach}; scale the features "
-                  "(row-normalized, as normalize_features=True reads them)")
-    return f"epoch {epoch}: the loss is {loss}{where} ({advice}){kept}"
+    # the weights of epoch - 1's checkpoint gave this loss; those of epoch - 2's, a finite one
+    return (f"epoch {epoch}: the loss is {loss}{where} ({_advice(ctx, x, x_agg, epoch > 1)})"
+            f"{_last_good(checkpointer, epoch - 2)}")
+
+
+def _advice(ctx: DistContext, x: torch.Tensor | None, x_agg: torch.Tensor | None, updated: bool) -> str:
+    """What to change where outputs are not finite: after an update, the rate; before any, the features (the first
+    weights, glorot's, are bounded), which every rank measures (a collective)."""
+    if updated:
+        return "try a smaller lr="
+    held, named = (x, "the features") if x is not None else (x_agg, "the features aggregated (Â·X)")
+    local = held.abs().max().double() if held.numel() else torch.zeros((), dtype=torch.float64, device=held.device)
+    largest = float(all_reduce_max(ctx, local.reshape(1)).item())
+    reach = (f"reach {largest:.3g} in absolute value, too large for float32's sums" if math.isfinite(largest)
+             else "overflow float32")
+    return (f"before any update, so not the learning rate: {named} {reach}; scale the features (row-normalized, as "
+            "normalize_features=True reads them)")
+
+
+def _last_good(checkpointer, epoch: int) -> str:
+    """The end of a divergence's message: the newest checkpoint of an epoch up to ``epoch``, whose weights gave
+    finite outputs, and the newer ones, which hold the weights that diverged (a resume takes the newest)."""
+    if checkpointer is None:
+        return ""
+    good, every = checkpointer.files(until=epoch), checkpointer.files()
+    diverged = every[: len(every) - len(good)]
+    if not good:
+        return "; no checkpoint holds weights that gave finite outputs"
+    newer = f" ({', '.join(diverged)} of the diverged weights: remove to resume from it)" if diverged else ""
+    return f"; last good checkpoint: {good[0]}{newer}"
 
 
 @torch.no_grad()
 def final_accuracies(ctx: DistContext, model: LayerStack, adj, x: torch.Tensor | None, x_agg: torch.Tensor | None,
-                     y: torch.Tensor, split_masks: list[torch.Tensor], split_sizes: torch.Tensor) -> dict:
+                     y: torch.Tensor, split_masks: list[torch.Tensor], split_sizes: torch.Tensor) -> tuple[dict, int]:
     """Global train/val/test accuracies (multi-label, ``y`` [m, C]: micro-F1) of the model as it stands, in eval mode
-    (one forward, one all-reduce in float64: the counts stay exact)."""
+    (one forward, one all-reduce in float64: the counts stay exact), and how many vertices' outputs are not
+    finite."""
     model.eval()
     with torch.no_grad():  # no graph kept; the logits on the workspace (no new m × C tensor at the end of training)
         logits = model(x, adj, x_aggregated=x_agg, logits_in_workspace=True)
     multilabel = y.ndim == 2
     scores = f1_counts(logits, y) if multilabel else label_hits(logits, y)
-    counts = all_reduce_sum(ctx, _split_counts(scores, split_masks).to(y.device)).cpu()
+    non_finite = (~torch.isfinite(logits)).any(1).sum().reshape(1).to(torch.float64)
+    counts = all_reduce_sum(ctx, torch.cat([_split_counts(scores, split_masks), non_finite]).to(y.device)).cpu()
+    counts, non_finite = counts[:-1], int(counts[-1])
     acc = _measured(_f1(counts) if multilabel else (counts / split_sizes.clamp(min=1)).tolist(), split_sizes)
     final = {"train_acc": acc[0], "val_acc": acc[1], "test_acc": acc[2]}
     if multilabel:
         final.update(_split_roc_auc(ctx, logits, y, split_masks))
-    return final
+    return final, non_finite
 
 
 def _split_roc_auc(ctx: DistContext, logits: torch.Tensor, y: torch.Tensor,
