@@ -200,7 +200,8 @@ def test_a_loss_not_finite_before_any_update_blames_the_features_not_the_learnin
     huge = mggcn.Graph(g.num_nodes, g.edge_index, np.full_like(g.x, 3e38), g.y, g.masks)
     said = (r"^epoch 1: the loss is nan; first non-finite output: layer 0 \(before any update, so not the learning "
             r"rate: the features (reach 3e\+38 in absolute value, too large for float32's sums|aggregated \(Â·X\) "
-            r"overflow float32); scale the features \(row-normalized, as normalize_features=True reads them\)\)$")
+            r"overflow float32); scale the features, e.g. each row divided by its sum, as normalize_features=True "
+            r"reads Planetoid files\)$")
     with pytest.raises(NonFiniteLoss, match=said):
         mggcn.train(huge, epochs=2, quiet=True)
     np.save(tmp_path / "x.npy", huge.x)

@@ -519,8 +519,8 @@ def _advice(ctx: DistContext, x: torch.Tensor | None, x_agg: torch.Tensor | None
     largest = float(all_reduce_max(ctx, local.reshape(1)).item())
     reach = (f"reach {largest:.3g} in absolute value, too large for float32's sums" if math.isfinite(largest)
              else "overflow float32")
-    return (f"before any update, so not the learning rate: {named} {reach}; scale the features (row-normalized, as "
-            "normalize_features=True reads them)")
+    return (f"before any update, so not the learning rate: {named} {reach}; scale the features, e.g. each row "
+            "divided by its sum, as normalize_features=True reads Planetoid files")
 
 
 def _last_good(checkpointer, epoch: int) -> str:
