@@ -263,6 +263,22 @@ def test_csr_of_edges_equals_scipy_with_parallel_edges(count, threads):
     assert csr.indices.dtype == np.int32 and np.array_equal(csr.indices, expanded)
 
 
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_distinct_keys_equal_numpys_unique_at_any_thread_count(count, threads):
+    """The sorted distinct keys of edges with many repeats, from blocks sorted in threads and ranges merged: those of
+    np.unique (whose hashing of int64 keys is many times slower than sorting), int32 and int64 ids, one vertex too."""
+    from mggcn.data.csr import distinct_keys
+
+    threads(count)
+    rng = np.random.default_rng(count)
+    for n, e in ((1000, 50_000), (1, 9), (70_000, 30_000)):
+        rows, cols = rng.integers(0, n, e), rng.integers(0, n, e)
+        want = np.unique(rows * n + cols)
+        for dtype in (np.int32, np.int64):
+            got = distinct_keys(rows.astype(dtype), cols.astype(dtype), n, block=7000)
+            assert got.dtype == np.int64 and np.array_equal(got, want), (n, dtype)
+
+
 def _pair_keys(csr) -> np.ndarray:
     rows = np.repeat(np.arange(csr.num_nodes), np.diff(csr.indptr))
     return rows * csr.num_nodes + csr.indices

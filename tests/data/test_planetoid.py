@@ -206,3 +206,19 @@ def test_the_original_files_as_pyg(name):
         pytest.skip(f"no ind.{name}.* in {folder}")
     data, pyg_edges = _pyg(folder, name)
     _assert_same_as_pyg(read_planetoid(os.path.join(folder, f"ind.{name}")), data, pyg_edges)
+
+
+def test_the_neighbour_lists_read_by_numpy_equal_them_walked_vertex_by_vertex():
+    """The graph dict is flattened by numpy (its types checked as sets): the edges of walking it vertex by vertex,
+    which remains for naming a vertex at fault; numpy ints and tuples among the lists, self loops and repeats."""
+    from pathlib import Path
+
+    from mggcn.data.formats import planetoid
+
+    rng = np.random.default_rng(0)
+    n = 500
+    graph = {int(v): [int(u) for u in rng.integers(0, n, rng.integers(0, 12))] for v in rng.permutation(n)[:450]}
+    graph[np.int64(7)] = (np.int32(7), 3, 3, np.int64(499))  # numpy ids, a self loop and a repeat
+    fast, walked = planetoid._edges(graph, Path("g"), n), planetoid._walked_edges(graph, Path("g"), n)
+    assert fast.dtype == np.int64 and np.array_equal(fast, walked)
+    assert not (fast[0] == fast[1]).any() and np.unique(fast[0] * n + fast[1]).size == fast.shape[1]

@@ -24,7 +24,7 @@ import numpy as np
 
 from mggcn.utils.parallel import thread_budget, thread_map
 
-__all__ = ["MAX_KEY_NODES", "CSR", "RowBuckets", "keys_csr", "directed_csr", "run_starts", "mix64"]
+__all__ = ["MAX_KEY_NODES", "CSR", "RowBuckets", "keys_csr", "directed_csr", "distinct_keys", "run_starts", "mix64"]
 
 MAX_KEY_NODES = 3_037_000_499  # the largest n with n · n < 2^63
 RANGES_PER_THREAD = 4  # more row ranges than threads: a range of hub rows does not hold up the others
@@ -144,8 +144,8 @@ def keys_csr(ranges: list[np.ndarray], buckets: RowBuckets) -> CSR:
     return CSR(indptr, indices)
 
 
-def directed_csr(rows: np.ndarray, cols: np.ndarray, num_nodes: int, block: int = 1 << 22) -> CSR:
-    """The CSR of the entries ``(rows[e], cols[e])``, parallel entries repeated (int32 or int64 id arrays)."""
+def _bucketed(rows: np.ndarray, cols: np.ndarray, num_nodes: int, block: int) -> RowBuckets:
+    """The keys ``rows[e] · n + cols[e]`` of every entry in :class:`RowBuckets`, block by block in threads."""
     buckets = RowBuckets(num_nodes)
 
     def keys_of(b: int) -> np.ndarray:
@@ -156,4 +156,17 @@ def directed_csr(rows: np.ndarray, cols: np.ndarray, num_nodes: int, block: int 
         return keys
 
     buckets.add_blocks(range(-(-rows.size // block)), keys_of)
+    return buckets
+
+
+def directed_csr(rows: np.ndarray, cols: np.ndarray, num_nodes: int, block: int = 1 << 22) -> CSR:
+    """The CSR of the entries ``(rows[e], cols[e])``, parallel entries repeated (int32 or int64 id arrays)."""
+    buckets = _bucketed(rows, cols, num_nodes, block)
     return keys_csr(buckets.finish(dedup=False), buckets)
+
+
+def distinct_keys(rows: np.ndarray, cols: np.ndarray, num_nodes: int, block: int = 1 << 22) -> np.ndarray:
+    """The keys ``row · n + col`` of the entries ``(rows[e], cols[e])``, sorted, each once: sorts on every core
+    (``np.unique``'s hashing of int64 keys runs on one, many times slower than a sort)."""
+    ranges = _bucketed(rows, cols, num_nodes, block).finish(dedup=True)
+    return np.concatenate(ranges) if len(ranges) > 1 else ranges[0]

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from mggcn.data.csr import distinct_keys
 from mggcn.data.graph import SPLITS, Graph, graph_from_arrays, graph_from_pyg, tensor_array
 
 __all__ = ["from_tensors", "from_pyg", "transform"]
@@ -50,7 +51,7 @@ def distinct_edges(ei: np.ndarray, n: int) -> np.ndarray:
     """``[2, E]`` edges over ``n`` vertices once each, sorted by (source, target)."""
     if not ei.size:
         return ei
-    key = np.unique(np.multiply(ei[0], n, dtype=np.int64) + ei[1])
+    key = distinct_keys(ei[0], ei[1], n)
     return np.stack([key // n, key % n])
 
 

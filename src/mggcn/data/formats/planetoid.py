@@ -32,6 +32,7 @@ Legend: n = vertices, F = feature dimension, C = classes.
 from __future__ import annotations
 
 import io
+import itertools
 import operator
 import pickle
 import re
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from mggcn.data.csr import MAX_KEY_NODES
+from mggcn.data.csr import MAX_KEY_NODES, distinct_keys
 from mggcn.data.formats.checks import PathLike, check_memory, decimal_int, file_error, require_file
 from mggcn.data.graph import Graph
 from mggcn.utils.errors import GraphError
@@ -379,9 +380,40 @@ def _test_index(path: Path) -> np.ndarray:
 
 def _edges(graph: Any, path: Path, n: int) -> np.ndarray:
     """``[2, E]`` edges ``v -> u`` for every ``u`` listed under ``v``, self loops and duplicates dropped, sorted by
-    (source, target)."""
+    (source, target). The lists are checked by the types they hold and flattened by numpy, not vertex by vertex
+    (a graph of millions of neighbours); only a graph that fails a check is walked, to name the vertex at fault."""
     if not isinstance(graph, dict):
         raise file_error(path, f"expected a dict of neighbour lists, found a {type(graph).__name__}")
+    lists = list(graph.values())
+    ids = np.empty(0, dtype=np.int64)
+    if all(map(_int_type, set(map(type, graph)))) and set(map(type, lists)) <= {list, tuple} and \
+            all(map(_int_type, set(map(type, itertools.chain.from_iterable(lists))))):
+        counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        try:
+            keys = np.fromiter(graph, dtype=np.int64, count=len(lists))
+            ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
+        except OverflowError:  # an id beyond int64: out of range, said below
+            keys = None
+        if keys is not None and (not keys.size or 0 <= keys.min() <= keys.max() < n) and \
+                (not ids.size or 0 <= ids.min() <= ids.max() < n):
+            return _distinct_without_loops(np.stack([np.repeat(keys, counts), ids]), n)
+    return _walked_edges(graph, path, n)
+
+
+def _distinct_without_loops(ei: np.ndarray, n: int) -> np.ndarray:
+    """``ei`` without self loops, each edge once, sorted by (source, target)."""
+    ei = ei[:, ei[0] != ei[1]]
+    key = distinct_keys(ei[0], ei[1], n) if ei.size else np.empty(0, dtype=np.int64)
+    return np.stack([key // n, key % n])
+
+
+def _int_type(kind: type) -> bool:
+    """Whether values of ``kind`` are integer ids (:func:`_is_int`)."""
+    return issubclass(kind, (int, np.integer)) and not issubclass(kind, (bool, np.bool_))
+
+
+def _walked_edges(graph: dict, path: Path, n: int) -> np.ndarray:
+    """:func:`_edges` vertex by vertex: the first vertex whose id or list is at fault is named."""
     def out_of_range(vertex: int) -> GraphError:
         return file_error(path, f"vertex {vertex} is out of range for the {n} vertices of the features and labels")
 
@@ -402,9 +434,7 @@ def _edges(graph: Any, path: Path, n: int) -> np.ndarray:
         src.append(np.full(len(targets), v, dtype=np.int64))
         dst.append(np.asarray(targets, dtype=np.int64))
     ei = np.stack([np.concatenate(src or [np.empty(0, np.int64)]), np.concatenate(dst or [np.empty(0, np.int64)])])
-    ei = ei[:, ei[0] != ei[1]]
-    key = np.unique(ei[0] * n + ei[1])
-    return np.stack([key // n, key % n])
+    return _distinct_without_loops(ei, n)
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:
