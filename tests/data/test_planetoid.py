@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -222,3 +223,15 @@ def test_the_neighbour_lists_read_by_numpy_equal_them_walked_vertex_by_vertex():
     fast, walked = planetoid._edges(graph, Path("g"), n), planetoid._walked_edges(graph, Path("g"), n)
     assert fast.dtype == np.int64 and np.array_equal(fast, walked)
     assert not (fast[0] == fast[1]).any() and np.unique(fast[0] * n + fast[1]).size == fast.shape[1]
+
+
+def test_prepare_says_how_long_a_file_read_whole_took(tmp_path, capsys):
+    """A format read whole (Planetoid's pickles, npz) is in memory before prepare's first step: its time was in no
+    line prepare printed, on a large graph most of the run."""
+    from mggcn.data.prepared.writer import prepare
+
+    folder = cora_like(tmp_path / "data")
+    prepare(str(folder / "ind.cora"), tmp_path / "out", fmt="planetoid", progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"mggcn prepare: read ind\.cora \(planetoid\) whole in \d+\.\d s", lines[0]), lines
+    assert lines[1].startswith("mggcn prepare: reading ")

@@ -162,7 +162,8 @@ def _stream_source(stream: GraphStream, built: dict) -> _Source:
     return _Source(stream.name, built, stream.num_nodes, stream.max_edges, stream.edges, vertex_data, closure=True)
 
 
-def _open_source(source: Any, fmt: str | None, read_options: dict[str, Any]) -> _Source:
+def _open_source(source: Any, fmt: str | None, read_options: dict[str, Any], report: Progress | None = None
+                 ) -> _Source:
     built: dict[str, Any] = {"format": fmt, "options": {k: str(v) if isinstance(v, os.PathLike) else v
                                                         for k, v in read_options.items()}}
     if isinstance(source, Graph):
@@ -193,7 +194,11 @@ def _open_source(source: Any, fmt: str | None, read_options: dict[str, Any]) -> 
     built["source"] = str(path.resolve())
     if fmt == "edgelist":
         return _edgelist_source(path, dict(read_options), built)
-    return _graph_source(formats.read(path, fmt, **read_options), built)
+    started = time.monotonic()
+    graph = formats.read(path, fmt, **read_options)
+    if report is not None:  # a whole file in memory before the first step: said, or its time is in none of them
+        report.note(f"mggcn prepare: read {path.name} ({fmt}) whole in {time.monotonic() - started:.1f} s")
+    return _graph_source(graph, built)
 
 
 # ------------------------------------------------------------------------------------------------------ writer
@@ -228,7 +233,7 @@ def prepare(source: Any, out_dir: Any, fmt: str | None = None, undirected: bool 
     budget = DEFAULT_MEMORY_LIMIT if memory_limit is None else parse_memory(memory_limit)
     chunk = max(1 << 10, min(chunk_edges, budget // CHUNK_BYTES_PER_EDGE))
     report = Progress(quiet=not progress, prefix="mggcn prepare", stream=sys.stderr)
-    src = _open_source(source, fmt, read_options)
+    src = _open_source(source, fmt, read_options, report)
     try:
         partial = PartialDir(out)
     except OSError as exc:
