@@ -334,23 +334,26 @@ def test_cuda_training_equals_cpu():
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
 
 
-def _losses(device: str, model: str, precision: str) -> list[float]:
+def _losses(device: str, model: str, precision: str, activation: str = "relu") -> list[float]:
     """Three epochs' losses of ``model`` in ``precision`` at P = 1 on ``device`` (a directed graph)."""
     graph = random_graph(400, 3000, features=16, classes=5, directed=True, seed=6)
     cfg = TrainConfig(model=model, hidden=(32,), epochs=3, trace_epoch=0, precision=precision,
-                      **({"heads": 4} if model == "gat" else {}))
+                      activation=activation, **({"heads": 4} if model == "gat" else {}))
     shard = build_shard(graph, make_partition(graph.num_nodes, 1, 0, "random"), 0, operator_for(model, cfg.norm))
     return [r["loss"] for r in train_shard(DistContext(device=torch.device(device)), shard, cfg).history]
 
 
 @cuda
-@pytest.mark.parametrize("model, precision", [("gat", "fp32"), ("gcn", "bf16"), ("sage", "bf16"), ("gat", "bf16")])
-def test_cuda_models_and_bf16_train_as_on_cpu(model, precision):
-    """The GAT's attention kernels (sampled_addmm, segment sums, weighted embedding_bag) and the bf16 SpMMs on CUDA:
-    the CPU's losses. fp32: other summation orders over 3 Adam steps; bf16: values rounded to 8 bits of mantissa in
-    another order on each side, the loss within 2% (the CPU's bf16 follows fp32 within 5%: test_precision.py)."""
-    np.testing.assert_allclose(_losses("cuda", model, precision), _losses("cpu", model, precision),
-                               rtol=1e-4 if precision == "fp32" else 2e-2)
+@pytest.mark.parametrize("model, precision, activation", [
+    ("gat", "fp32", "relu"), ("gcn", "bf16", "relu"), ("sage", "bf16", "relu"), ("gat", "bf16", "relu"),
+    ("gcn", "fp32", "elu"), ("gin", "fp32", "elu")])
+def test_cuda_models_and_bf16_train_as_on_cpu(model, precision, activation):
+    """The GAT's attention kernels (sampled_addmm, segment sums, weighted embedding_bag), the bf16 SpMMs and ELU's
+    backward from its output (between layers, in GIN's MLP) on CUDA: the CPU's losses. fp32: other summation orders
+    over 3 Adam steps; bf16: values rounded to 8 bits of mantissa in another order on each side, the loss within 2%
+    (the CPU's bf16 follows fp32 within 5%: test_precision.py)."""
+    np.testing.assert_allclose(_losses("cuda", model, precision, activation),
+                               _losses("cpu", model, precision, activation), rtol=1e-4 if precision == "fp32" else 2e-2)
 
 
 @cuda
