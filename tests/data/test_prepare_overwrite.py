@@ -170,3 +170,21 @@ def test_a_dataset_another_prepare_put_there_meanwhile_is_said_so_and_kept(tmp_p
     with pytest.raises(ConfigError, match=r"g: already exists; remove it or allow overwriting it$"):
         partial.install("builtin:karate", overwrite=False)
     partial.discard()
+
+
+def test_a_directory_whose_inode_numbers_change_at_every_look_is_read(tmp_path, monkeypatch):
+    """Some file systems (FUSE without use_ino, CIFS with noserverino) give a file a new inode number at every stat:
+    a directory nobody replaced is read, not retried and refused as replaced."""
+    import itertools
+
+    from mggcn.data.prepared import reader
+
+    path = _two_versions(tmp_path)[0]
+    count, real = itertools.count(), os.stat
+
+    def unstable(target, *args, **kwargs):
+        found = real(target, *args, **kwargs)
+        return os.stat_result((found.st_mode, found.st_ino + next(count), *found[2:]))
+
+    monkeypatch.setattr(os, "stat", unstable)
+    assert reader.PreparedDataset(path).num_nodes == 34

@@ -316,6 +316,7 @@ def test_a_rank_given_a_named_gpu_joins_on_it(monkeypatch):
     assert calls == [("set_device", torch.device("cuda", 1))]
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is visible")
 def test_train_and_predict_take_a_named_gpu_and_say_when_none_is_visible(tmp_path):
     """On a machine without a GPU, cuda:0 gets as far as the device check: the line names the device as given."""
     import mggcn

@@ -286,3 +286,23 @@ def test_native_log_held_gives_back_all_on_success_and_drops_c10_logs_on_failure
         os.write(2, lines)
         raise RuntimeError("DistNetworkError")
     assert capfd.readouterr().err == "a warning of the user's own\n"
+
+
+def test_each_host_may_name_its_own_gpu(monkeypatch):
+    """cuda:K is for one rank per host, and which GPU is each host's choice: ranks of cuda:0 and cuda:1 (or cuda) run
+    one job; a rank on the CPU beside them is refused, naming the device."""
+    from mggcn.config import TrainConfig
+    from mggcn.training import job as jobs
+    from mggcn.utils.errors import ConfigError
+
+    monkeypatch.setattr(jobs, "job_device", lambda kind: kind)  # no GPU here: the device as given
+    job = jobs.TrainJob(dataset="synthetic", config=TrainConfig(), device="cuda:0")
+    for other in ("cuda:1", "cuda"):
+        seen = jobs.replace(job, device=other)
+        monkeypatch.setattr(jobs, "all_gather_objects", lambda ctx, mine, seen=seen: [
+            mine, {**mine, "device": jobs.torch.device(seen.device).type}])
+        jobs._check_same_settings(None, job)
+    monkeypatch.setattr(jobs, "all_gather_objects", lambda ctx, mine: [mine, {**mine, "device": "cpu"}])
+    with pytest.raises(ConfigError, match=r"^the ranks were given different settings \(device: rank 0 'cuda', "
+                                          r"rank 1 'cpu'\)"):
+        jobs._check_same_settings(None, job)

@@ -264,3 +264,22 @@ def test_weight_gradient_items_are_the_same_sum_at_any_thread_count(rows, monkey
     assert all(torch.equal(r, results[0]) for r in results[1:])
     parts = rows // 5
     assert counts == ([-(-rows // -(-rows // parts))] * 3 if parts >= 2 else [])
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.float64, 1e-15), (torch.float32, 2**-23), (torch.bfloat16, 2**-8)])
+def test_sigmas_backward_from_its_output_is_as_exact_as_the_outputs_dtype(dtype, bound):
+    """σ's backward reads σ's output (kept in place of its input): for ELU its derivative is the output plus 1, as
+    exact as the output near -1 in absolute terms (bfloat16: the output's rounding, 2^-9, and the result's and the
+    reference's, 2^-10 each; the derivative of an input below about -6 is read as 0); ReLU's and LeakyReLU's are
+    exact in any dtype. Against float64's derivative of the same inputs, over the output as the models run it."""
+    from mggcn.nn.functional import LEAKY_SLOPE, _activation_backward, sigma_
+
+    x = torch.linspace(-12, 6, 20001, dtype=torch.float64)
+    positive = x > 0
+    for activation, derivative in (("elu", torch.where(positive, torch.ones_like(x), x.exp())),
+                                   ("relu", positive.double()),
+                                   ("leaky_relu", torch.where(positive, 1.0, torch.full_like(x, LEAKY_SLOPE)))):
+        out = sigma_(x.to(dtype, copy=True), activation)
+        got = _activation_backward(torch.ones_like(out), out, activation, out).double()  # over the output
+        error = (got - derivative.to(dtype).double()).abs().max()
+        assert error <= (bound if activation == "elu" else 0.0), (activation, float(error))

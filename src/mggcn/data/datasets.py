@@ -459,8 +459,8 @@ def cached_state(entry: NamedDataset) -> str:
         if any((folder / f"{f.name}.part").is_file() or (folder / f.name).is_file() for f in entry.files):
             return "partial"
     except OSError as exc:  # a name too long, a folder without permission: the cache's place is at fault
-        raise GraphError(f"{folder}: cannot read the dataset cache ({exc.strerror or exc}); set MGGCN_DATA to a "
-                         "readable directory") from None
+        raise GraphError(f"{exc.filename or folder}: cannot read the dataset cache ({exc.strerror or exc}); set "
+                         "MGGCN_DATA to a readable directory") from None
     return "no"
 
 

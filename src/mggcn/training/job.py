@@ -482,10 +482,10 @@ def _check_same_settings(ctx: DistContext, job: TrainJob) -> None:
     for each other at a collective that one of them never reaches. Outputs, checkpoints and resuming are rank 0's to
     write and decide, and rank 0 may land on any node: one asked for on another rank alone would be dropped without
     a word, so whether each is given is compared too (not its path: each node names its own). (Each rank's threads
-    and log are its own.)"""
+    and log are its own, and so is which GPU, ``cuda:K``, its host gives it: the device's kind is compared.)"""
     given = {k: "given" if getattr(job, k) else "not given" for k in _PATHS}
-    mine = {**asdict(job.config), "device": job.device, **given, "checkpoint_every": job.checkpoint_every,
-            "resume": job.resume}
+    mine = {**asdict(job.config), "device": torch.device(job_device(job.device)).type, **given,
+            "checkpoint_every": job.checkpoint_every, "resume": job.resume}
     seen = all_gather_objects(ctx, mine)
     differ = [k for k in mine if any(s.get(k) != seen[0].get(k) for s in seen)]
     if differ:

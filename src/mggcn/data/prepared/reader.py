@@ -97,13 +97,13 @@ def nnz_per_rank(row_nnz: np.ndarray, num_parts: int, seed: int = 0) -> np.ndarr
 _REPLACED_TRIES = 5  # readings of a directory replaced while read, before giving up
 
 
-def _identity(path: Path) -> tuple[int, ...] | None:
-    """Which directory ``path`` names, and which manifest file is in it (None where either is missing)."""
+def _identity(path: Path) -> bytes | None:
+    """What ``path``'s manifest says, which names its arrays' checksums (None where it cannot be read): another
+    version has another, whatever inode numbers a file system gives (FUSE, CIFS may give new ones at every look)."""
     try:
-        home, manifest = os.stat(path), os.stat(path / MANIFEST)
+        return (path / MANIFEST).read_bytes()
     except OSError:
         return None
-    return home.st_dev, home.st_ino, manifest.st_ino
 
 
 def _err(path: Path, msg: str) -> GraphError:
@@ -238,8 +238,8 @@ class PreparedDataset:
     def __init__(self, path: Any, verify: bool = False) -> None:
         self.path = Path(path)
         # `mggcn prepare --overwrite` swaps in another directory under the same name: arrays opened by name across
-        # the swap would mix the two versions, the manifest of one with the data of the other. The directory and
-        # its manifest are the same files after every array is mapped, or the whole is read again.
+        # the swap would mix the two versions, the manifest of one with the data of the other. The manifest says the
+        # same after every array is mapped, or the whole is read again.
         for _ in range(_REPLACED_TRIES):
             before = _identity(self.path)
             try:
