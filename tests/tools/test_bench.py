@@ -432,7 +432,7 @@ def test_gpu_check_script_rehearses_every_step_on_cpu(tmp_path):
     for module in ("torch", "numpy", "scipy", "torch_geometric", "pytest", "mggcn.tools.bench"):
         assert f"\n{module} " in imports or f"\n{module}\n" in imports, imports
     assert os.path.join(root, "src", "mggcn") in imports  # this checkout's mggcn, not an installed one
-    assert "11 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
+    assert "13 skipped" in log and "1 failed" in log  # the CUDA tests were collected (and skip without a GPU)
     table = json.loads((out / "gpu_check.json").read_text())
     assert [(s["step"], s["exit"]) for s in table["steps"]] == [("imports", 0), ("CUDA tests", 1), ("plan", 0),
                                                                  ("bench", 0), ("shared GPU", 0), ("models", 0),
