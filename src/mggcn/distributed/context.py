@@ -32,6 +32,7 @@ from mggcn.config import MMAP_THRESHOLD
 from mggcn.distributed.network import GLOO_IFNAME_ENV, gloo_interface
 from mggcn.utils.devices import gpu_index, parse_device
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.parallel import available_cores
 from mggcn.utils.system import enter_rank, native_log_held
 
@@ -159,8 +160,9 @@ def job_device(kind: Any) -> str:
 
 def check_host_gpus(device: str, nprocs: int) -> None:
     """A job of ``nprocs`` ranks on this host can have the GPUs ``device`` asks for: some visible, one per rank
-    (:func:`check_gpus`), none named for several ranks (:func:`check_gpu_index`)."""
-    if device != "cpu":
+    (:func:`check_gpus`), none named for several ranks (:func:`check_gpu_index`). Under torchrun each rank checks its
+    own host's as it starts (:func:`init_distributed`), so the launching process does not."""
+    if device != "cpu" and not under_torchrun():
         resolve_device(device)  # no GPU visible: that line first
         check_gpu_index(device, nprocs)
         check_gpus(nprocs)  # more ranks than GPUs only with MGGCN_SHARE_DEVICE=1 (torchrun: per node)

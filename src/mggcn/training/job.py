@@ -272,8 +272,7 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     device = job_device(job.device)
     check_precision_device(cfg.precision, device)
     check_tile_bytes(cfg.tile_bytes, device)
-    if not under_torchrun():  # else each rank checks its own host's GPUs as it starts
-        check_host_gpus(device, nprocs)
+    check_host_gpus(device, nprocs)
     check_train_columns(cfg.train_columns)
     check_checkpoint_dir(job.checkpoint_dir)
     check_threads(job.threads)

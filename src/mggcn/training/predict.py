@@ -55,7 +55,6 @@ from mggcn.training.outputs import (
 from mggcn.training.precision import compute_dtype, precision_scope
 from mggcn.training.settings import check_timeout
 from mggcn.utils.errors import ConfigError, GraphError
-from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.system import caller_settings_kept, job_defaults
 from mggcn.utils.values import plain
 
@@ -209,8 +208,7 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
         table_format("out", job.out)
     check_timeout(job.timeout_s)
     check_threads(job.threads)
-    if not under_torchrun():  # else each rank checks its own host's GPUs as it starts
-        check_host_gpus(job_device(job.device), nprocs)
+    check_host_gpus(job_device(job.device), nprocs)
     if isinstance(job.model, str) and is_checkpoint(job.model):
         raise GraphError(f"{job.model}: a training checkpoint, not a model file; to predict with its weights, resume "
                          "from it with its epoch as epochs= and save_model=FILE, then give FILE", "save_model")

@@ -385,19 +385,18 @@ def _edges(graph: Any, path: Path, n: int) -> np.ndarray:
     if not isinstance(graph, dict):
         raise file_error(path, f"expected a dict of neighbour lists, found a {type(graph).__name__}")
     lists = list(graph.values())
-    ids = np.empty(0, dtype=np.int64)
-    if all(map(_int_type, set(map(type, graph)))) and set(map(type, lists)) <= {list, tuple} and \
-            all(map(_int_type, set(map(type, itertools.chain.from_iterable(lists))))):
-        counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-        try:
-            keys = np.fromiter(graph, dtype=np.int64, count=len(lists))
-            ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
-        except OverflowError:  # an id beyond int64: out of range, said below
-            keys = None
-        if keys is not None and (not keys.size or 0 <= keys.min() <= keys.max() < n) and \
-                (not ids.size or 0 <= ids.min() <= ids.max() < n):
-            return _distinct_without_loops(np.stack([np.repeat(keys, counts), ids]), n)
-    return _walked_edges(graph, path, n)
+    if not (all(map(_int_type, set(map(type, graph)))) and set(map(type, lists)) <= {list, tuple}
+            and all(map(_int_type, set(map(type, itertools.chain.from_iterable(lists)))))):
+        return _walked_edges(graph, path, n)
+    counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    try:
+        keys = np.fromiter(graph, dtype=np.int64, count=len(lists))
+        ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
+    except OverflowError:  # an id beyond int64: out of range, which the walk names
+        return _walked_edges(graph, path, n)
+    if any(a.size and not 0 <= a.min() <= a.max() < n for a in (keys, ids)):
+        return _walked_edges(graph, path, n)
+    return _distinct_without_loops(np.stack([np.repeat(keys, counts), ids]), n)
 
 
 def _distinct_without_loops(ei: np.ndarray, n: int) -> np.ndarray:
