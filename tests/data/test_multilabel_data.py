@@ -10,6 +10,7 @@ no P divides them) its rows of the labels; a single-label prepared directory is 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from test_formats import gz_lines, raises_naming, sorted_edges, write_ogb_csv, w
 from torch_geometric.data import Data
 
 import workers
+from cli_util import run_cli
 from mggcn.data.datasets import InMemoryDataset
 from mggcn.data.formats import (
     from_pyg,
@@ -432,3 +434,38 @@ def _with_y(g: Graph, y: np.ndarray) -> Graph:
     copy = Graph(g.num_nodes, g.edge_index, g.x, g.y, g.masks, num_classes=g.num_classes, name=g.name)
     copy.y = y
     return copy
+
+
+def test_a_label_matrix_one_hot_but_for_a_row_is_said_to_be_multilabel(tmp_path, ml):
+    """A matrix whose rows all hold one 1 but one (a one-hot file with a row left empty, or marked twice) trains as
+    multi-label, with another loss and metric than its one-hot rows mean: a warning names the row, once, by
+    ``Graph`` (labels as users give them: float, int64, bool), by ``prepare`` naming the labels file, and by the
+    command as one line of its own. One-hot labels and multi-label data (most rows with several labels or none)
+    are read without a word."""
+    one_hot = np.eye(C)[np.random.default_rng(5).integers(0, C, N)]
+    for dtype in (np.float32, np.int64, bool):
+        y = one_hot.astype(dtype)
+        y[7] = 0
+        with pytest.warns(UserWarning, match=rf"^m: the labels are read as multi-label .*: {N - 1} of {N} rows hold "
+                                             r"exactly one 1, but vertex 7 has 0; one-hot"):
+            assert Graph(N, ml.edge_index, ml.x, y, ml.masks, name="m").validate().multilabel
+    y = one_hot.astype(np.uint8)
+    y[11, :2] = 1
+    files = write_edgelist_files(tmp_path, ml, labels=y)
+    with pytest.warns(UserWarning, match=r"y\.npy: the labels .* but vertex 11 has 2") as said:
+        prepare(tmp_path / "graph.txt", tmp_path / "p", fmt="edgelist", progress=False, **files)
+    assert len(said) == 1 and PreparedDataset(tmp_path / "p").multilabel
+    with pytest.warns(UserWarning) as said:
+        assert read_edgelist(tmp_path / "graph.txt", **files).multilabel
+    assert len(said) == 1, [str(w.message) for w in said]
+    done = run_cli("train", str(tmp_path / "graph.txt"), "--format", "edgelist", "--epochs", "1", "--quiet",
+                   *(a for k, v in files.items() for a in (f"--{k}", str(v))))
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warned == [f"mggcn train: warning: {files['labels']}: the labels are read as multi-label (binary "
+                      f"cross-entropy, micro-F1): {N - 1} of {N} rows hold exactly one 1, but vertex 11 has 2; "
+                      "one-hot labels (one class per vertex) need a single 1 in every row"], done.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not Graph(N, ml.edge_index, ml.x, one_hot, ml.masks).validate().multilabel
+        assert Graph(N, ml.edge_index, ml.x, ml.y, ml.masks).validate().multilabel

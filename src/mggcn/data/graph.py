@@ -88,12 +88,27 @@ def multilabel_array(values: np.ndarray, name: str) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.uint8)
 
 
-def one_hot_classes(y: np.ndarray) -> np.ndarray:
+# The share of rows with exactly one label above which a label matrix that is not one-hot is said to be nearly so:
+# multi-label data (PPI, Yelp, ogbn-proteins) gives most vertices several labels or none
+_NEARLY_ONE_HOT = 0.9
+
+
+def one_hot_classes(y: np.ndarray, name: str | None = None) -> np.ndarray:
     """The labels a 0/1 matrix ``y`` [n, C] (uint8) means: one class per vertex (int64 [n]) where every row holds
     exactly one 1 — a one-hot encoding (``torch.nn.functional.one_hot(y)``), which ``F.cross_entropy`` reads as the
-    class it marks — else ``y`` itself, multi-label."""
-    if y.shape[0] and bool((y.sum(axis=1) == 1).all()):
+    class it marks — else ``y`` itself, multi-label. A matrix one-hot but for a few rows is multi-label too; with
+    ``name`` (where ``y`` came from) a warning names such a row: the loss and the accuracies are not what one-hot
+    labels would give."""
+    counts = y.sum(axis=1, dtype=np.int64)
+    single = counts == 1
+    if y.shape[0] and bool(single.all()):
         return y.argmax(axis=1).astype(np.int64)
+    if name is not None and single.mean() >= _NEARLY_ONE_HOT:
+        row = int(np.argmin(single))
+        warnings.warn(f"{name}: the labels are read as multi-label (binary cross-entropy, micro-F1): "
+                      f"{int(single.sum())} of {y.shape[0]} rows hold exactly one 1, but vertex {row} has "
+                      f"{int(counts[row])}; one-hot labels (one class per vertex) need a single 1 in every row",
+                      UserWarning, stacklevel=2)
     return y
 
 
@@ -139,7 +154,10 @@ class Graph:
         if np.ndim(self.y) == 2 and np.shape(self.y)[1] == 1:  # [n, 1], as OGB stores one class per vertex
             self.y = np.asarray(self.y)[:, 0]
         width = np.shape(self.y)[1] if is_label_matrix(self.y) else 0
-        self.y = one_hot_classes(multilabel_array(self.y, self.name)) if width else label_array(self.y, self.name)
+        # uint8 [n, C] is the form mggcn's readers hand labels over in, said there with the name of their file
+        said = np.asarray(self.y).dtype == np.uint8
+        self.y = (one_hot_classes(multilabel_array(self.y, self.name), None if said else self.name) if width
+                  else label_array(self.y, self.name))
         self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
         if "train" in self.masks:  # validation and test left out: empty, as for a PyG Data with a train mask alone
             self.masks.update({s: np.zeros(self.num_nodes, dtype=bool) for s in SPLITS if s not in self.masks})

@@ -48,7 +48,7 @@ def check_label_matrix(y: np.ndarray, path: PathLike, n: int, n_from: str) -> np
     labelled."""
     if y.shape[0] != n:
         raise _error(path, f"{y.shape[0]} label rows for {n} vertices ({n_from})")
-    labels = one_hot_classes(multilabel_array(y, str(path)))
+    labels = one_hot_classes(multilabel_array(y, str(path)), str(path))
     if labels.ndim == 1:  # one class per vertex: its class count is bounded as class ids' are
         check_class_count(labels, path)
     return labels

@@ -44,7 +44,8 @@ def read_saint(root: PathLike) -> Graph:
     if not isinstance(class_map, dict):
         raise file_error(cm_path, f"expected an object {{vertex id: label}}, found a JSON {type(class_map).__name__}")
     lists = isinstance(next(iter(class_map.values()), None), list)
-    y = one_hot_classes(_label_lists(class_map, n, cm_path)) if lists else _class_ids(class_map, n, cm_path)
+    y = (one_hot_classes(_label_lists(class_map, n, cm_path), str(cm_path)) if lists
+         else _class_ids(class_map, n, cm_path))
 
     role_path = root / "role.json"
     role = load_json(role_path)

@@ -11,10 +11,12 @@ could not be written (:class:`~mggcn.utils.files.OutputError`, naming the file) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import shlex
 import sys
+import warnings
 from types import ModuleType
 
 from mggcn.config import __version__
@@ -130,8 +132,8 @@ def _main(argv: list[str]) -> int:
               f"torchrun ({_ONE_PROCESS[args.command]})", file=sys.stderr)
         return 2
     try:
-        with sigterm_as_interrupt():  # SIGTERM means Ctrl-C: outputs being written are removed, as on any error
-            return COMMANDS[args.command].run(args)
+        with sigterm_as_interrupt(), _warnings_in_one_line(args.command):  # SIGTERM means Ctrl-C: outputs being
+            return COMMANDS[args.command].run(args)  # written are removed, as on any error
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside training (which stops by itself at an epoch's end)
         print(f"mggcn {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -156,6 +158,18 @@ def _main(argv: list[str]) -> int:
             raise
         print(f"mggcn {args.command}: error: {_rank_failure(err)}", file=sys.stderr, flush=True)
         return 1
+
+
+@contextlib.contextmanager
+def _warnings_in_one_line(command: str):
+    """Warnings said as the command's other lines are (``mggcn train: warning: ...``), not as Python's two lines
+    with a source line of mggcn's own."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"mggcn {command}: warning: {' '.join(str(message).split())}", file=file or sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _said(err: BaseException) -> str:
