@@ -107,6 +107,32 @@ def test_two_runs_given_one_metrics_file_do_not_tear_it(tmp_path):
     assert path.read_text() == ""
 
 
+def test_a_metrics_file_another_run_writes_is_refused_before_training(tmp_path):
+    """A run given the metrics file of a run still training is refused before its workers start (not after its
+    setup and first epoch), by the command and the Python API alike, and the other run's records are left whole;
+    the file of a run that has ended is this run's to write."""
+    import mggcn
+    from mggcn.utils.errors import ConfigError
+    from mggcn.utils.files import open_output
+
+    path = tmp_path / "m.jsonl"
+    other = open_output(str(path))  # what a run's rank 0 holds from its first epoch to its end
+    other.write('{"epoch": 1}\n')
+    other.flush()
+    out = run_cli(*TRAIN, "--epochs", "2", "--metrics", str(path), "--save-model", str(tmp_path / "m.pt"))
+    assert out.returncode == 2
+    _one_error_line(out, f"mggcn train: error: --metrics {path}: another process is writing it")
+    assert "epoch" not in out.stdout and not (tmp_path / "m.pt").exists()
+    with pytest.raises(ConfigError, match="another process is writing it") as refused:
+        mggcn.train("builtin:karate", epochs=1, metrics=str(path), quiet=True)
+    assert refused.value.option == "metrics"
+    assert path.read_text() == '{"epoch": 1}\n'
+    other.close()
+    out = run_cli(*TRAIN, "--epochs", "2", "--metrics", str(path))
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["epoch"] for line in path.read_text().splitlines()] == [1, 2]
+
+
 def test_a_metrics_stream_reached_in_place_keeps_what_was_there_before_it(tmp_path):
     """--metrics /dev/stdout appended to a file (`>> log`): a failed write cuts back to the last whole record this
     run wrote, never into what the file held before it."""

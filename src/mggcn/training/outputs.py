@@ -37,6 +37,7 @@ from mggcn.nn.models import MODEL_TYPES, make_model, operator_for
 from mggcn.training.checkpoint import Checkpointer, complex_entry, non_finite_entry
 from mggcn.utils.errors import ConfigError, GraphError, unpickling_reason
 from mggcn.utils.files import (
+    check_not_held,
     check_writable,
     clipped,
     is_special,
@@ -86,6 +87,7 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
             raise ConfigError(f"{option} {clipped(path)}: {what} is {len(name)} bytes long, and names in {parent} "
                               f"may have at most {limit}", option)
         check_writable(option, path, parent)
+        check_not_held(option, target)
 
 
 def check_distinct(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[tuple[str, str | None]] = ()) -> None:

@@ -32,9 +32,9 @@ try:
 except ImportError:  # Windows: no advisory locks
     fcntl = None
 
-__all__ = ["LINK_LOOP", "OutputError", "atomic_write", "check_writable", "is_special", "link_to_nothing", "open_output",
-           "resolve_links", "same_file", "name_limit", "clipped", "write_error", "write_failure", "write_output",
-           "written_in_place"]
+__all__ = ["HELD_MESSAGE", "LINK_LOOP", "OutputError", "atomic_write", "check_not_held", "check_writable",
+           "is_special", "link_to_nothing", "open_output", "resolve_links", "same_file", "name_limit", "clipped",
+           "write_error", "write_failure", "write_output", "written_in_place"]
 
 LINK_LOOP = "a link that leads back to itself (a loop of symbolic links)"
 
@@ -244,6 +244,26 @@ def _lock(fd: int, block: bool) -> bool:
     return True
 
 
+HELD_MESSAGE = "another process is writing it (two runs given one file?): give each run a file of its own"
+
+
+def check_not_held(option: str, path: str) -> None:
+    """:class:`~mggcn.utils.errors.ConfigError` naming ``option`` and ``path`` when a regular file there is being
+    written by another process (a log it holds locked, :func:`open_output`): said before a run, not at its first
+    line, after its setup."""
+    try:
+        if not _LOCKS or not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO's open would wait for its reader
+            return
+        fd = os.open(path, os.O_RDONLY)  # flock takes a file opened for reading, and one may write none
+    except OSError:
+        return
+    try:
+        if not _lock(fd, block=False):
+            raise ConfigError(f"{option} {path}: {HELD_MESSAGE}", option)
+    finally:
+        os.close(fd)  # and the lock with it
+
+
 def _remove_abandoned(directory: str) -> None:
     """Remove the temporary files of :func:`atomic_write` in ``directory`` whose writer was killed mid-write (SIGKILL,
     out of memory): as large as the output (a checkpoint) and otherwise there for ever, one more per kill. A file
@@ -337,8 +357,7 @@ class _OutputStream:
         except BlockingIOError:
             self._file.close()
             os.close(self._fd)
-            raise OutputError(self.path, "another process is writing it (two runs given one file?): give each run "
-                                         "a file of its own") from None
+            raise OutputError(self.path, HELD_MESSAGE) from None
         except OSError:  # a file system without locks: written unlocked
             pass
 
