@@ -112,7 +112,7 @@ def test_shard_reads_only_its_rows():
 
 def test_build_shard_refuses_an_unknown_norm_and_a_foreign_partition():
     graph = random_graph(10, 30, seed=1)
-    with pytest.raises(ConfigError, match="norm must be one of sym, mean"):
+    with pytest.raises(ConfigError, match="norm must be one of sym, mean, in-mean, sum, gat, got .max."):
         build_shard(graph, make_partition(10, 1), 0, "max")
     with pytest.raises(ValueError, match="a partition of 11 vertices for 10"):
         build_shard(graph, make_partition(11, 1), 0, "sym")

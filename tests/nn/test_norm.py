@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 from mggcn.nn.norm import adjacency, normalize
@@ -60,3 +61,25 @@ def test_normalized_adjacency_is_normalize_of_adjacency_bit_for_bit(norm, direct
     np.testing.assert_array_equal(got.indptr, want.indptr)
     np.testing.assert_array_equal(got.indices, want.indices)
     np.testing.assert_array_equal(got.data.view(np.int32), want.data.view(np.int32))  # the same float32 bits
+
+
+def test_degrees_are_exact_beyond_float32s_integers(monkeypatch):
+    """A hub of more than 2^24 in-edges: its degree is counted exactly (a float32 sum of its ones rounds it to a
+    multiple of 2) by the degrees of normalize and normalized_adjacency (row_sums), whose float64 operator then has
+    1 / k; and row_sums equals the counts of the edges on a CSR whose rows cross its chunks of nonzeros, empty rows
+    first and last."""
+    from mggcn.nn import norm as norm_module
+
+    k = 2**24 + 3
+    indptr = np.full(k + 2, k, dtype=np.int64)
+    indptr[0] = 0
+    hub = sp.csr_matrix((np.ones(k, dtype=np.float32), np.arange(1, k + 1, dtype=np.int32), indptr),
+                        shape=(k + 1, k + 1))  # k edges into vertex 0
+    assert normalize(hub, "in-mean", dtype=np.float64).data[0] == 1.0 / k
+    del hub, indptr
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 300, 5000), rng.integers(2, 290, 5000)
+    counts = adjacency(np.stack([src, dst]), 300)
+    for chunk in (1, 7, 1 << 20):
+        monkeypatch.setattr(norm_module, "_CHUNK", chunk)
+        np.testing.assert_array_equal(norm_module.row_sums(counts), np.bincount(dst, minlength=300))

@@ -145,6 +145,20 @@ def test_counts_beyond_float32s_integers_are_summed_exactly_over_ranks():
     assert torch.equal(trainer._unpack(summed.to(torch.float64)), sum(ranks))
 
 
+def test_a_split_beyond_float32s_integers_is_measured_exactly():
+    """A single-label split of more than 2^24 vertices (rmat:scale=25's training split): its correct count, summed
+    with the float32 gradients, gives the exact accuracy, as the float64 one of the trained model does."""
+    from mggcn.distributed.context import DistContext
+
+    weight = torch.zeros(3, requires_grad=True)
+    weight.grad = torch.zeros(3)
+    correct = torch.tensor([2**24 + 1, 5, 2**25 + 3], dtype=torch.float64)
+    sizes = torch.tensor([2**24 + 3, 10, 2**25 + 7], dtype=torch.float64)
+    stats = trainer._epoch_stats(torch.tensor(0.5), False, correct, torch.device("cpu"))
+    summed = trainer._reduce_gradients(DistContext(), [weight], stats)
+    assert trainer._accuracies(summed, sizes) == (correct / sizes).tolist()
+
+
 # -------------------------------------------------------------------------------------------- training across P
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from mggcn.config import NORMS, OPERATORS
+from mggcn.config import OPERATORS
 from mggcn.data.datasets import Dataset, InMemoryDataset
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.prepared.reader import pair_hash
@@ -493,7 +493,7 @@ def build_shard(dataset: Dataset | Graph, part: Partition, rank: int, norm: str 
     if isinstance(dataset, Graph):
         dataset = InMemoryDataset(dataset)
     if norm not in OPERATORS:
-        raise ConfigError(f"norm must be one of {', '.join(NORMS)}, got '{norm}'", "norm")
+        raise ConfigError(f"norm must be one of {', '.join(OPERATORS)}, got '{norm}'", "norm")
     if part.num_nodes != dataset.num_nodes:
         raise GraphError(f"{dataset.name}: a partition of {part.num_nodes} vertices for {dataset.num_nodes}")
     arrays = dataset.arrays

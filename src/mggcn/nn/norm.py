@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from mggcn.config import NORMS, OPERATORS
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["adds_self_loops", "adjacency", "entry_values", "normalize", "normalized_adjacency"]
+__all__ = ["adds_self_loops", "adjacency", "entry_values", "normalize", "normalized_adjacency", "row_sums"]
 
 
 # the operators whose Â replaces the input's self loops by one unit loop per vertex
@@ -79,7 +79,7 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym", dtype: type = np.float32) -
         adj.eliminate_zeros()
         adj = (adj + sp.identity(n, dtype=np.float32, format="csr")).tocsr()
     adj.sort_indices()
-    deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # >= 1 with the self loop; in-mean: may be 0
+    deg = row_sums(adj)  # >= 1 with the self loop; in-mean: may be 0
     rows = np.repeat(np.arange(n), np.diff(adj.indptr))
     values = entry_values(adj.data, deg[rows], deg[adj.indices] if norm == "sym" else None, norm, dtype)
     return sp.csr_matrix((values, adj.indices, adj.indptr), shape=adj.shape)
@@ -131,7 +131,7 @@ def normalized_adjacency(edge_index: np.ndarray, num_nodes: int, norm: str = "sy
     adj.sort_indices()
     if norm in _COUNTS:
         return adj
-    deg = np.asarray(adj.sum(axis=1), dtype=np.float64).ravel()  # as normalize computes it
+    deg = row_sums(adj)
     for start in range(0, adj.nnz, _CHUNK):
         end = min(start + _CHUNK, adj.nnz)
         row = np.searchsorted(adj.indptr, np.arange(start, end), side="right") - 1
@@ -139,6 +139,22 @@ def normalized_adjacency(edge_index: np.ndarray, num_nodes: int, norm: str = "sy
         adj.data[start:end] = entry_values(adj.data[start:end], deg[row],
                                            deg[cols_here] if norm == "sym" else None, norm)
     return adj
+
+
+def row_sums(adj: sp.csr_matrix) -> np.ndarray:
+    """The degrees ``D`` of a CSR of edge counts: its row sums, float64, exact (scipy sums float32 values in
+    float32, which rounds a vertex of more than 2^24 in-edges), a chunk of nonzeros at a time: from the running
+    sums of the values, each row's end minus its start."""
+    ends = np.zeros(adj.shape[0] + 1, dtype=np.float64)  # the sum of the values before each row's end
+    total = 0.0
+    for start in range(0, adj.nnz, _CHUNK):
+        end = min(start + _CHUNK, adj.nnz)
+        running = np.cumsum(adj.data[start:end], dtype=np.float64)
+        running += total
+        lo, hi = np.searchsorted(adj.indptr, [start, end], side="right")  # the rows ending in (start, end]
+        ends[lo:hi] = running[adj.indptr[lo:hi] - start - 1]
+        total = float(running[-1])
+    return np.diff(ends)
 
 
 def entry_values(count: np.ndarray, deg_target: np.ndarray, deg_source: np.ndarray | None,

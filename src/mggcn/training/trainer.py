@@ -130,19 +130,17 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
 
 
 class _Stats:
-    """Indices of the per-epoch numbers summed across ranks along with the gradients. Multi-label, micro-F1's sums
-    follow: each split's numerators, then its denominators (:func:`_split_counts`), each count in two parts
-    (:func:`_pack`)."""
+    """Indices of the per-epoch numbers summed across ranks along with the gradients: the loss, the stop request,
+    then the counts of :func:`_split_counts` (each split's correct vertices; multi-label, micro-F1's numerators, then
+    its denominators), each count in two parts (:func:`_pack`)."""
 
-    LOSS, CORRECT, STOP = 0, slice(1, 4), 4
-    SIZE = 5
-    F1 = slice(5, 17)
-    F1_SIZE = 17
+    LOSS, STOP, COUNTS = 0, 1, slice(2, None)
+    SINGLE_LABEL_SIZE = 2 + 2 * 3
 
 
-# The gradients' all-reduce sums float32, exact for integers below 2^24, which a multi-label count (up to 2 · n · C,
-# 1.4e8 on Yelp) passes: each count goes as its remainder and quotient by _BASE, summed exactly over up to 4096 ranks
-# for graphs of n · C < 2^35.
+# The gradients' all-reduce sums float32, exact for integers below 2^24, which a count passes (a split of more than
+# 16.8M vertices; a multi-label count, up to 2 · n · C: 1.4e8 on Yelp): each count goes as its remainder and quotient
+# by _BASE, summed exactly over up to 4096 ranks for graphs of n · C < 2^35.
 _BASE = 4096.0
 
 
@@ -166,9 +164,10 @@ def _f1(counts: torch.Tensor) -> list[float]:
 def _accuracies(stats: torch.Tensor, split_sizes: torch.Tensor) -> list[float | None]:
     """The splits' accuracies from an epoch's summed :class:`_Stats`: correct / split size, or, multi-label (the
     longer stats), micro-F1; None for a split without a vertex."""
-    if stats.shape[0] == _Stats.SIZE:
-        return _measured((stats[_Stats.CORRECT] / split_sizes.clamp(min=1)).tolist(), split_sizes)
-    return _measured(_f1(_unpack(stats[_Stats.F1])), split_sizes)
+    counts = _unpack(stats[_Stats.COUNTS])
+    if stats.shape[0] == _Stats.SINGLE_LABEL_SIZE:
+        return _measured((counts / split_sizes.clamp(min=1)).tolist(), split_sizes)
+    return _measured(_f1(counts), split_sizes)
 
 
 def _measured(acc: list[float], split_sizes: torch.Tensor) -> list[float | None]:
@@ -221,6 +220,16 @@ class _BestWeights:
     @property
     def exhausted(self) -> bool:
         return self.patience > 0 and self.since >= self.patience
+
+
+def _epoch_stats(loss: torch.Tensor, stop: bool, counts: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """This rank's :class:`_Stats` of an epoch, float64 on ``device``: its loss, whether it was asked to stop, its
+    counts (:func:`_split_counts`)."""
+    stats = torch.zeros(2 + 2 * counts.shape[0], dtype=torch.float64, device=device)
+    stats[_Stats.LOSS] = loss
+    stats[_Stats.STOP] = float(stop)
+    stats[_Stats.COUNTS] = _pack(counts)
+    return stats
 
 
 def _reduce_gradients(ctx: DistContext, params: list[torch.Tensor], stats: torch.Tensor) -> torch.Tensor:
@@ -333,14 +342,7 @@ def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, chec
     if not run.stochastic:
         counts = _split_counts(hits, run.split_masks)
     with timer("allreduce"):
-        single = counts.shape[0] == 3
-        stats = torch.zeros(_Stats.SIZE if single else _Stats.F1_SIZE, dtype=torch.float64, device=run.ctx.device)
-        stats[_Stats.LOSS] = loss.detach()
-        if single:
-            stats[_Stats.CORRECT] = counts
-        else:
-            stats[_Stats.F1] = _pack(counts)
-        stats[_Stats.STOP] = float(bool(stop_requested and stop_requested()))
+        stats = _epoch_stats(loss.detach(), bool(stop_requested and stop_requested()), counts, run.ctx.device)
         stats = _reduce_gradients(run.ctx, run.params, stats)
     if not math.isfinite(float(stats[_Stats.LOSS])):
         raise NonFiniteLoss(_non_finite_message(run.ctx, model, adj, x, x_agg, epoch, float(stats[_Stats.LOSS]),
@@ -458,7 +460,7 @@ def _epoch_record(ctx: DistContext, epoch: int, epoch_s: float, timer: PhaseTime
     acc = _accuracies(stats, split_sizes)
     record = {"epoch": epoch, "loss": float(stats[_Stats.LOSS]), "train_acc": acc[0], "val_acc": acc[1],
               "test_acc": acc[2], "epoch_s": phases[0]}
-    if stats.shape[0] != _Stats.SIZE:  # what the *_acc keys hold, for the plots (mggcn report)
+    if stats.shape[0] != _Stats.SINGLE_LABEL_SIZE:  # what the *_acc keys hold, for the plots (mggcn report)
         record["metric"] = "micro-F1"
     record.update({p: s for p, s in zip(PHASES, phases[1:])})
     record["other"] = max(0.0, phases[0] - sum(phases[1:]))
