@@ -434,7 +434,11 @@ class _Failure:
             return cls(rank, time.time(), "exited before joining the job: it re-ran the top level of the script "
                        "that started it; put the call to mggcn under `if __name__ == \"__main__\":` (workers are "
                        "spawned processes, as with torch.multiprocessing)")
-        return cls(rank, time.time(), _describe_exit(exitcode))
+        said = _describe_exit(exitcode)
+        if exitcode == -signal.SIGKILL:  # no one but the user sends it, or Linux when memory runs out
+            said += (" (on Linux, the out-of-memory killer's signal: `mggcn plan` sizes a job's memory, and the "
+                     "kernel's log, `dmesg`, names what it killed)")
+        return cls(rank, time.time(), said)
 
 
 def _interrupted_by(failure: _Failure, sig: signal.Signals | None) -> bool:
