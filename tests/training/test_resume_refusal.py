@@ -249,3 +249,31 @@ def test_a_checkpoint_resumes_on_the_prepared_directory_of_its_dataset_and_back(
         resumed = run_train_job(job(then, ck, 6, resume=True))
         assert resumed.resumed_from is not None
         assert [r["loss"] for r in resumed.history] == whole
+
+
+def test_a_resumed_run_names_the_settings_it_changes_from_its_checkpoint_s_run(tmp_path):
+    """Settings a resumed run may change (a smaller learning rate after a divergence; a default that another mggcn
+    had) are said on its first line, each with the value its run recorded: the epochs from there are another run's
+    than the uninterrupted one's. The seed and the partition are said where dropout draws its masks by them; with
+    the checkpoint's own settings the line names the checkpoint alone, and that run continues its run exactly."""
+    common = [KARATE, "--epochs", "4", "--hidden", "8", "--trace-epoch", "0", "--checkpoint-dir"]
+
+    def run(ck, *extra):
+        out = run_cli("train", *common, str(tmp_path / ck), "--metrics", str(tmp_path / f"{ck}.jsonl"), *extra)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()[1], [r.split('"loss": ')[1].split(",")[0]
+                                            for r in (tmp_path / f"{ck}.jsonl").read_text().splitlines()]
+
+    _, whole = run("whole", "--dropout", "0.5")
+    for ck in ("same", "other", "plain"):
+        first = run_cli("train", *common, str(tmp_path / ck), "--epochs", "2", "--checkpoint-every", "1",
+                        "--quiet", *(("--dropout", "0.5") if ck != "plain" else ()))
+        assert first.returncode == 0, first.stderr
+    line, losses = run("same", "--dropout", "0.5", "--resume")
+    assert line == f"mggcn: resuming from {tmp_path / 'same' / 'ckpt-000002.pt'} (epoch 2)" and losses == whole
+    line, _ = run("other", "--dropout", "0.5", "--resume", "--lr", "0.001", "--partition", "random", "--seed", "3")
+    assert line.endswith("(epoch 2); settings other than its run's, so the epochs from here are another run's: "
+                         "lr 0.001 (its run's: 0.01), seed 3 (its run's: 0), partition random (its run's: "
+                         "random-local)"), line
+    line, _ = run("plain", "--resume", "--partition", "random", "--weight-decay", "0")
+    assert line.endswith("another run's: weight_decay 0.0 (its run's: 0.0005)"), line

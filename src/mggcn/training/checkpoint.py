@@ -22,6 +22,7 @@ has to be carried: a resumed run repeats the uninterrupted one epoch by epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import io
@@ -43,7 +44,7 @@ from mggcn.utils.errors import ConfigError, InputError, unpickling_reason
 from mggcn.utils.files import OutputError, write_output
 
 __all__ = ["CheckpointError", "Checkpointer", "check_compatible", "check_fits", "check_resumed_from_the_newest",
-           "is_checkpoint"]
+           "is_checkpoint", "resume_line"]
 
 _FILE_NAME = re.compile(r"ckpt-(\d+)\.pt")  # Checkpointer.path's names: the epoch after which it was saved
 
@@ -404,6 +405,32 @@ def check_fits(state: dict, path: str, model: torch.nn.Module) -> None:
         found = non_finite_entry(state.get(key))
         if found is not None:
             raise CheckpointError(f"{path}: refused: its {key} entry {found} holds NaN or infinite values")
+
+
+# Settings a resumed run may change (a smaller lr after a divergence), with which its epochs from the checkpoint on
+# are another run's than the uninterrupted one's; the seed and the partition too where dropout draws masks by them
+_TRAINING_SETTINGS = ("lr", "weight_decay", "betas", "eps", "dropout", "input_dropout", "attention_dropout",
+                      "precision")
+_MASK_SETTINGS = ("seed", "partition")
+
+
+def resume_line(state: dict, path: str, config: TrainConfig) -> str:
+    """The line a resumed run starts with: the checkpoint and its epoch, then this run's settings that differ from
+    those its run recorded, with which the epochs from here are not the uninterrupted run's."""
+    saved, ours = state.get("config") or {}, dataclasses.asdict(config)
+    dropout = max(config.dropout, config.input_dropout, config.attention_dropout) > 0
+    names = _TRAINING_SETTINGS + (_MASK_SETTINGS if dropout else ())
+    changed = [f"{name} {ours[name]} (its run's: {saved[name]})" for name in names
+               if name in saved and _plain(saved[name]) != _plain(ours[name])]
+    line = f"mggcn: resuming from {path} (epoch {state['epoch']})"
+    if changed:
+        line += f"; settings other than its run's, so the epochs from here are another run's: {', '.join(changed)}"
+    return line
+
+
+def _plain(value: Any) -> Any:
+    """A setting as compared: a sequence (Adam's betas) as a list, whether saved as a tuple or a list."""
+    return list(value) if isinstance(value, list | tuple) else value
 
 
 def _first_line(err: BaseException) -> str:

@@ -46,6 +46,7 @@ from mggcn.training.checkpoint import (
     check_compatible,
     check_fits,
     check_resumed_from_the_newest,
+    resume_line,
 )
 from mggcn.training.outputs import check_output, save_model, save_predictions, table_format
 from mggcn.training.precision import check_precision_device
@@ -393,7 +394,7 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         cfg = job.config
         shard, resume, identity, reading = _rank_shard(job, ctx, clock, dataset)
         if resume is not None and ctx.is_main and not job.quiet:
-            print(f"mggcn: resuming from {resume[1]} (epoch {resume[0]['epoch']})", flush=True)
+            print(resume_line(resume[0], resume[1], cfg), flush=True)
         log = _EpochLog(job, ctx, resume)
         checkpointer = (Checkpointer(job.checkpoint_dir, job.checkpoint_every, resumed_from=resume and resume[1])
                         if job.checkpoint_dir else None)
