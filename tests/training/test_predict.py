@@ -152,10 +152,15 @@ def test_predict_reads_the_graph_as_its_training_did(tmp_path, capsys):
     trained = np.load(tmp_path / "trained.npy")
     capsys.readouterr()
     assert main(["predict", model, *data, "--out", str(tmp_path / "same.npy")]) == 0
-    assert "reading " + data[0] + " with --undirected, as the training of" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "reading " + data[0] + " with --undirected, as the training of" in said and "another graph" not in said
     np.testing.assert_array_equal(np.load(tmp_path / "same.npy"), trained)
     assert main(["predict", model, *data, "--no-undirected", "--out", str(tmp_path / "stored.npy")]) == 0
-    assert "with --undirected" not in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "with --undirected" not in said
+    edges = json.loads(open(model + ".json").read())["dataset"]["num_edges"]
+    assert (f"mggcn: note: {data[0]} reads as 34 vertices and {edges // 2:,} edges, where the training of {model} "
+            f"read 34 and {edges:,} (m.pt.json): another graph than the model was trained on") in said
     one_way = np.load(tmp_path / "stored.npy")  # each vertex aggregates over half its neighbours: other classes
     assert (one_way != trained).any()
     assert main(["prepare", data[0], str(tmp_path / "prep"), *data[1:], "--undirected"]) == 0
@@ -171,6 +176,33 @@ def test_predict_reads_the_graph_as_its_training_did(tmp_path, capsys):
                                       (("features", "x"), ("labels", "y"), ("split", "split"))})
     np.testing.assert_array_equal(predict(model, graph), trained)
     np.testing.assert_array_equal(predict(model, graph, undirected=False), one_way)
+
+
+def test_predict_says_when_a_model_s_own_graph_reads_to_other_sizes(tmp_path, capsys):
+    """A model whose description does not say how its training read the graph (one another mggcn wrote, before
+    the reading was recorded) predicts on the same file read as stored: the sizes differ from those it recorded,
+    and a note says that this is another graph than the model's; a graph of another name (a model trained on one
+    graph, predicting on another) is nothing to say."""
+    data = _one_direction_edge_list(tmp_path)
+    model = str(tmp_path / "m.pt")
+    assert main(["train", *data, "--undirected", "--hidden", "8", "--epochs", "2", "--quiet", "--save-model",
+                 model]) == 0
+    card = json.loads(open(model + ".json").read())
+    del card["dataset"]["read"]
+    with open(model + ".json", "w") as f:
+        json.dump(card, f)
+    capsys.readouterr()
+    assert main(["predict", model, *data, "--out", str(tmp_path / "p.npy")]) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert said == [f"mggcn: note: {data[0]} reads as 34 vertices and 78 edges, where the training of {model} read "
+                    "34 and 156 (m.pt.json): another graph than the model was trained on (other reading options, or "
+                    "another version of mggcn, read it otherwise)"], said
+    assert main(["predict", model, *data, "--undirected", "--out", str(tmp_path / "p.npy")]) == 0
+    assert "note" not in capsys.readouterr().err
+    os.rename(tmp_path / "g.txt", tmp_path / "other.txt")
+    data[0] = str(tmp_path / "other.txt")
+    assert main(["predict", model, *data, "--out", str(tmp_path / "p.npy")]) == 0
+    assert "note" not in capsys.readouterr().err
 
 
 def test_predict_refuses_random_features_for_a_model_trained_on_given_ones(tmp_path, capsys):

@@ -213,7 +213,9 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
         raise GraphError(f"{job.model}: a training checkpoint, not a model file; to predict with its weights, resume "
                          "from it with its epoch as epochs= and save_model=FILE, then give FILE", "save_model")
     dataset = _open(job, note=True)  # its size first: the model and one activation over its vertices must fit
-    model, _ = load_model(job.model, job.norm, job.activation, kind=job.kind, rows=dataset.num_nodes, ranks=nprocs)
+    model, card = load_model(job.model, job.norm, job.activation, kind=job.kind, rows=dataset.num_nodes,
+                             ranks=nprocs)
+    _note_another_reading(job, dataset, card.get("dataset"))
     if job.output == "embeddings":
         _check_layer(job.layer, len(model.convs))
     if dataset.num_features != model.dims[0]:
@@ -221,6 +223,26 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
                          f"{dataset.num_features}")
     check_partition(dataset.num_nodes, nprocs, "random")
     return dataset
+
+
+def _note_another_reading(job: PredictJob, dataset: Dataset, trained: dict | None) -> None:
+    """Say so when the dataset the model's training read (its description's ``dataset``) is named as this one and
+    read to other sizes: the same file read otherwise (other options, or another mggcn's reading of them) is another
+    graph, whose predictions differ without an error. A graph of another name is a graph of its own (a model
+    trained on one graph predicts on another), said nothing of."""
+    if not isinstance(trained, dict) or trained.get("name") != str(dataset.name) or os.environ.get("RANK", "0") != "0":
+        return
+    here, there = (dataset.num_nodes, dataset.num_edges), (trained.get("num_nodes"), trained.get("num_edges"))
+    if here != there:
+        print(f"mggcn: note: {dataset.name} reads as {here[0]:,} vertices and {here[1]:,} edges, where the training "
+              f"of {job.model} read {_count(there[0])} and {_count(there[1])} "
+              f"({os.path.basename(sidecar_path(job.model))}): "
+              "another graph than the model was trained on (other reading options, or another version of mggcn, "
+              "read it otherwise)", file=sys.stderr, flush=True)
+
+
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else repr(value)
 
 
 def predict_on_rank(ctx: DistContext, job: PredictJob, dataset: Dataset | None = None) -> np.ndarray | None:
