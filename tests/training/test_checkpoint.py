@@ -74,6 +74,13 @@ def test_resuming_is_refused_for_another_dataset_or_model():
         check_compatible(state, "ck", {"name": "g", "num_nodes": 11}, [4, 2])
     with pytest.raises(CheckpointError, match="layer sizes \\[4, 2\\], this run \\[4, 3, 2\\]"):
         check_compatible(state, "ck", {"name": "g", "num_nodes": 10}, [4, 3, 2])
+    # a GAT's output heads are said as the model has them, never as the None that stands for "as many as heads"
+    gat = dict(state, model_kind="gat", config={"heads": 2, "output_heads": None})
+    check_compatible(gat, "ck", {"name": "g"}, [4, 2], "gat", {"heads": 2, "output_heads": 2})
+    for theirs, ours, said in ((None, 1, "output_heads 2, this run 1"), (1, None, "output_heads 1, this run 2")):
+        gat["config"]["output_heads"] = theirs
+        with pytest.raises(CheckpointError, match=f"the checkpoint's gat has {said} \\(check output_heads=\\)"):
+            check_compatible(gat, "ck", {"name": "g"}, [4, 2], "gat", {"heads": 2, "output_heads": ours})
 
 
 class _Payload:

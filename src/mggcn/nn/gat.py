@@ -207,7 +207,9 @@ class GAT(LayerStack):
             layer += 1
 
     @classmethod
-    def same_model_options(cls, options: dict) -> dict:
+    def same_model_options(cls, options: dict, explicit: bool = False) -> dict:
+        if explicit and options.get("output_heads") is None:
+            return options | {"output_heads": options.get("heads")}
         if options.get("output_heads") is not None and options.get("output_heads") == options.get("heads"):
             return options | {"output_heads": None}
         return options

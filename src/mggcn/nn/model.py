@@ -294,8 +294,9 @@ class LayerStack(nn.Module):
         return dims
 
     @classmethod
-    def same_model_options(cls, options: dict) -> dict:
-        """The model's own settings spelled one way per model they build (GAT: ``output_heads == heads`` is None)."""
+    def same_model_options(cls, options: dict, explicit: bool = False) -> dict:
+        """The model's own settings spelled one way per model they build (GAT: ``output_heads == heads`` is None;
+        ``explicit``: each as the model has it, GAT's None as its ``heads``), e.g. to compare or to name them."""
         return options
 
     @classmethod

@@ -473,9 +473,11 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
     theirs = {option: saved_config.get(option, getattr(TrainConfig, option, False)) for option in ours}  # or default
     theirs_same = kind.same_model_options(theirs)
     for option, value in ours.items():
-        if theirs_same[option] != value:  # said as each was given
-            raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {theirs[option]!r}, this run "
-                                  f"{(options or {})[option]!r} (check {option}=)", option)
+        if theirs_same[option] != value:  # said as each model has it
+            said = (kind.same_model_options(theirs, explicit=True)[option],
+                    kind.same_model_options(dict(options or {}), explicit=True)[option])
+            raise CheckpointError(f"{path}: the checkpoint's {model} has {option} {said[0]!r}, this run "
+                                  f"{said[1]!r} (check {option}=)", option)
     # weights trained under one Â or σ compute another function under another: training on would silently start over
     for option, value in (function or {}).items():
         saved = state.get("config", {}).get(option, _DEFAULTS.get(option))
