@@ -70,8 +70,11 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
 def test_resuming_is_refused_for_another_dataset_or_model():
     state = _state(3)
     check_compatible(state, "ck", {"name": "g", "num_nodes": 10}, [4, 2])
-    with pytest.raises(CheckpointError, match="another dataset \\(num_nodes 10, this one has 11\\)"):
+    with pytest.raises(CheckpointError, match="another dataset \\(num_nodes 10, this one has 11\\); the same "
+                                              "name read otherwise \\(other reading options, or another version"):
         check_compatible(state, "ck", {"name": "g", "num_nodes": 11}, [4, 2])
+    with pytest.raises(CheckpointError, match="another dataset \\(name 'g', this one has 'h'\\)$"):
+        check_compatible(state, "ck", {"name": "h", "num_nodes": 10}, [4, 2])
     with pytest.raises(CheckpointError, match="layer sizes \\[4, 2\\], this run \\[4, 3, 2\\]"):
         check_compatible(state, "ck", {"name": "g", "num_nodes": 10}, [4, 3, 2])
     # a GAT's output heads are said as the model has them, never as the None that stands for "as many as heads"

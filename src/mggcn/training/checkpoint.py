@@ -461,8 +461,11 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
         if key == "name" and by_content:
             continue  # the same content read from another path (or spelled another way) is the same dataset
         if key in theirs and theirs[key] != value:
+            same_name = theirs.get("name") == dataset.get("name")  # the same file (or spec) read otherwise
+            why = ("; the same name read otherwise (other reading options, or another version of mggcn) is another "
+                   "dataset" if same_name else "")
             raise CheckpointError(f"{path}: the checkpoint was trained on another dataset ({key} {theirs[key]!r}, "
-                                  f"this one has {value!r})")
+                                  f"this one has {value!r}){why}")
     theirs_model = state.get("model_kind", "gcn")
     if theirs_model != model:
         raise CheckpointError(f"{path}: the checkpoint is of a {theirs_model} model, this run trains a {model} "
