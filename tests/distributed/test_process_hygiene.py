@@ -448,18 +448,24 @@ def test_a_job_directory_that_cannot_take_the_dataset_is_one_line(tmp_path):
 
 
 def test_out_of_memory_in_one_process_is_one_line_as_in_a_worker(tmp_path):
-    """A job in the command's own process (--nprocs 1) that runs out of memory (here under a 3 GB address-space
-    limit, a layer of 2.4 GB) ended in torch's traceback, where a worker's is one line. It is one line, exit 1."""
+    """A job in the command's own process (--nprocs 1) that runs out of memory (here under an address-space limit
+    2.3 GiB above what the command's imports map, a layer of 2.4 GB and its gradient) ended in torch's traceback,
+    where a worker's is one line. It is one line, exit 1. The limit counts from the imports: torch's CUDA builds
+    map gigabytes more than its CPU build."""
     import resource
 
     env, _ = _env(tmp_path)
+    imports = subprocess.run([sys.executable, "-c", "import mggcn.tools.cli, mggcn.training.job; "
+                              "print(open('/proc/self/status').read())"], env=env, capture_output=True, text=True,
+                             timeout=300, check=True).stdout
+    mapped = int(next(line.split()[1] for line in imports.splitlines() if line.startswith("VmSize:"))) << 10
 
-    def three_gigabytes() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (23 << 30) // 10, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
     out = subprocess.run([sys.executable, "-m", "mggcn", "train", "synthetic:n=3000", "--hidden", "200000", "--epochs",
                           "1", "--quiet"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         preexec_fn=three_gigabytes)
+                         preexec_fn=limited)
     assert out.returncode == 1 and out.stderr.startswith("mggcn train: error: out of memory (") and \
         out.stderr.count("\n") == 1, out.stderr
 

@@ -349,6 +349,12 @@ def test_library_settings_are_named_by_their_flags():
     assert flag_message(quoted) == "--norm: none; norm='sym' is a call's text"
     own = ConfigError("resume: none; ask for resume='auto'", "resume")  # a value with a flag of its own
     assert flag_message(own) == "--resume: none; ask for --resume-or-start"
+    # a value that starts with punctuation (a relative path) keeps its space; punctuation after the keyword does not
+    for path in ("./a.out", "../w/a.out", ",a.out", ":a", ".a"):
+        same = ConfigError(f"save_predictions a.out: is the same file as metrics={path}; give each", "save_predictions")
+        assert flag_message(same) == f"--save-predictions a.out: is the same file as --metrics {path}; give each"
+    ends = ConfigError("x.txt: give fmt=. Or fmt=, then (give fmt=)", "fmt")
+    assert flag_message(ends) == "x.txt: give --format. Or --format, then (give --format)"
 
 
 def test_library_messages_name_flags_on_the_command_line(tmp_path, monkeypatch, capsys):

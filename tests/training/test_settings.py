@@ -59,6 +59,24 @@ def test_the_api_refuses_hidden_sizes_that_are_not_positive_integers(hidden):
         mggcn.train("builtin:karate", hidden=hidden, epochs=1, quiet=True)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_norm": "False"}, "batch_norm must be True or False, got 'False'"),  # a non-empty string: on
+    ({"overlap": None}, "overlap must be True or False, got None"),
+    ({"model": "gin", "gin_train_eps": "abc"}, "gin_train_eps must be True or False, got 'abc'"),
+    ({"model": "gin", "gin_mlp_batch_norm": 1}, "gin_mlp_batch_norm must be True or False, got 1"),
+    ({"betas": 0.9}, r"betas must be two numbers in \[0, 1\), got 0.9"),
+    ({"betas": "16"}, r"betas must be two numbers in \[0, 1\), got '16'"),
+    ({"betas": (0.9, math.nan)}, r"betas must be two numbers in \[0, 1\), got \(0.9, nan\)"),
+    ({"betas": (0.9, True)}, r"betas must be two numbers in \[0, 1\), got \(0.9, True\)"),
+])
+def test_the_api_refuses_switches_and_betas_of_other_types(kwargs, message):
+    """What the command line's parser fixes (a switch is a bool, betas a pair) a caller may give otherwise: one
+    line naming the setting, not a switch that a non-empty string turns on, nor len() of a number."""
+    with pytest.raises(ConfigError, match=f"^{message}$") as caught:
+        mggcn.train("builtin:karate", epochs=1, quiet=True, **kwargs)
+    assert caught.value.option == message.split()[0]
+
+
 @pytest.mark.parametrize("nprocs", [0, -2, 1.5, "2"])
 def test_the_api_refuses_a_process_count_below_one_or_not_an_integer(nprocs):
     with pytest.raises(ConfigError, match="^nprocs must be an integer of at least 1"):

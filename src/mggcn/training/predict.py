@@ -188,8 +188,26 @@ def _name(dataset: str | Graph) -> str:
     return dataset if isinstance(dataset, str) else getattr(dataset, "name", "the graph")
 
 
+def _check_fields(job: PredictJob) -> None:
+    """The types of the job's fields that a caller of :func:`predict` gives and the command line's parser fixes: one
+    :class:`ConfigError` naming the field, never a ``TypeError`` from deep inside."""
+    for option in ("undirected", "dedup"):
+        if getattr(job, option) is not None and not isinstance(getattr(job, option), bool):
+            raise ConfigError(f"{option} must be True, False or None, got {getattr(job, option)!r}", option)
+    for option in ("out", "fmt", "norm", "activation", "kind"):
+        if getattr(job, option) is not None and not isinstance(getattr(job, option), str):
+            raise ConfigError(f"{option} must be a {'path' if option == 'out' else 'name'} (str), got "
+                              f"{getattr(job, option)!r}", option)
+    if job.layer is not None and (isinstance(job.layer, bool) or not isinstance(job.layer, int)):
+        raise ConfigError(f"layer must be an integer, got {job.layer!r}", "layer")
+    if not isinstance(job.read_options, dict):
+        raise ConfigError(f"read_options must be a dict of reading options, got {job.read_options!r}",
+                          "read_options")
+
+
 def check_predict(job: PredictJob, nprocs: int) -> Dataset:
     """Everything that can be checked before workers start: output path, model, dataset against the model, P."""
+    _check_fields(job)
     if job.output not in OUTPUTS:
         raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got '{job.output}'", "output")
     if job.layer is not None and job.output != "embeddings":  # else the classes of the last layer, as if not given
@@ -322,6 +340,8 @@ def predict(model: str, dataset: str | Graph | Any, nprocs: int | None = None, o
     if is_pyg(dataset):  # prediction reads only the edges and features: no labels or splits needed
         dataset = graph_from_pyg(dataset, labelled=False)
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
+    if isinstance(options.get("out"), os.PathLike):  # a pathlib.Path, as the str the command line gives
+        options["out"] = os.fspath(options["out"])
     job = PredictJob(model=model, dataset=as_dataset(dataset), output=output, layer=layer, **options)
     with job_defaults():  # the model file is read here too: as the job reads it, whatever the caller's defaults
         return launch(run_predict_job, job, check_predict, nprocs, grace_s=max(60.0, job.timeout_s),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from numbers import Integral, Real
 from typing import Any
 
@@ -80,8 +80,10 @@ def _check_optimizer(cfg: TrainConfig) -> None:
     _positive("lr", cfg.lr)
     _at_least("weight_decay", cfg.weight_decay, 0)
     _positive("eps", cfg.eps)
-    if len(cfg.betas) != 2 or not all(0 <= _number("betas", b) < 1 for b in cfg.betas):
-        raise ConfigError(f"betas must be two numbers in [0, 1), got {cfg.betas!r}", "betas")
+    betas = cfg.betas
+    pair = isinstance(betas, Sequence) and not isinstance(betas, str) and len(betas) == 2
+    if not pair or not all(isinstance(b, Real) and not isinstance(b, bool) and 0 <= b < 1 for b in betas):
+        raise ConfigError(f"betas must be two numbers in [0, 1), got {betas!r}", "betas")
     largest = "float32's largest value"
     _at_most("lr", cfg.lr, _FLOAT32_MAX * (1 - cfg.betas[0]),
              f"Adam's first step, lr / {1 - cfg.betas[0]:g}, must be at most {largest}, {_FLOAT32_MAX:.4g}")
@@ -94,6 +96,9 @@ def check_config(cfg: TrainConfig) -> None:
     options)."""
     kind = model_type(cfg.model)
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for option, default in defaults.items():  # a switch given "False" (a non-empty string) would be on
+        if isinstance(default, bool) and not isinstance(getattr(cfg, option), bool):
+            raise ConfigError(f"{option} must be True or False, got {getattr(cfg, option)!r}", option)
     for option in sorted({o for cls in MODEL_TYPES.values() for o in cls.options} - set(kind.options)):
         if getattr(cfg, option) != defaults[option]:  # an option of another model, set
             raise ConfigError(f"{option} is for model {models_taking(option)}, not {cfg.model}", option)

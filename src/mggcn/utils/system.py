@@ -380,7 +380,7 @@ def cpu_default_device() -> Iterator[None]:
     the tensors it makes without one (host buffers, indices it reads) belong on the host."""
     import torch
 
-    if torch.get_default_device().type == "cpu":  # nothing to undo, and no mode that every torch call would pass
+    if torch.empty(0).device.type == "cpu":  # nothing to undo, and no mode that every torch call would pass
         yield
         return
     with torch.device("cpu"):

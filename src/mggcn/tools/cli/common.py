@@ -270,7 +270,9 @@ def _keyword_flag(m: re.Match) -> str:
         return "--no-" + flag(name)[2:]
     # "features=/labels=" names two settings; "out=/tmp/x" a setting and its value, an absolute path
     another = after == "/" and re.match(r"/[a-z][a-z0-9_]*=", m.string[m.end():]) is not None
-    value = not switch and after and (after not in ",;:.)]/" or (after == "/" and not another))
+    # punctuation that ends the sentence or the clause ("give fmt=."), not the first character of a value (./a.out)
+    punctuation = after in ",;:.)]" and m.string[m.end() + 1: m.end() + 2].strip() == ""
+    value = not switch and after and not punctuation and (after != "/" or not another)
     return flag(name) + (" " if value else "")
 
 
