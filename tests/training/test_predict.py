@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
+import mggcn
 from mggcn.config import TrainConfig
 from mggcn.data.generators import parse_spec
 from mggcn.distributed.context import init_distributed
@@ -73,6 +74,31 @@ def predict_many_worker(jobs):
     """Several predictions in one process group (spawned by name from this module)."""
     ctx = init_distributed("cpu", timeout_s=60)
     return [predict_on_rank(ctx, job) for job in jobs]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"out": 5}, "out must be a path \\(str\\), got 5"),
+    ({"read_options": 5}, "read_options must be a dict of reading options, got 5"),
+    ({"output": "embeddings", "layer": 1.5}, "layer must be an integer, got 1.5"),
+    ({"output": "embeddings", "layer": "1"}, "layer must be an integer, got '1'"),
+    ({"output": "embeddings", "layer": True}, "layer must be an integer, got True"),
+    ({"undirected": "yes"}, "undirected must be True, False or None, got 'yes'"),
+    ({"dedup": 2}, "dedup must be True, False or None, got 2"),
+    ({"norm": ["sym"]}, "norm must be a name \\(str\\), got \\['sym'\\]"),
+])
+def test_predict_refuses_options_of_other_types_naming_them(trained, options, message):
+    """What the command line's parser fixes, a caller of mggcn.predict may give otherwise: one line naming the
+    setting, not an AttributeError from deep inside (an int for out) nor layer True taken as layer 1."""
+    with pytest.raises(ConfigError, match=f"^{message}$") as caught:
+        mggcn.predict(trained[0], "builtin:karate", **options)
+    assert caught.value.option == message.split()[0]
+
+
+def test_predict_takes_a_path_object_and_numpy_integers(trained, tmp_path):
+    out = tmp_path / "p.npy"
+    assert mggcn.predict(trained[0], "builtin:karate", out=out) is None
+    np.testing.assert_array_equal(np.load(out), mggcn.predict(trained[0], "builtin:karate"))
+    assert mggcn.predict(trained[0], "builtin:karate", output="embeddings", layer=np.int64(2)).shape == (34, 8)
 
 
 def test_one_process_equals_pyg(trained):
