@@ -83,3 +83,15 @@ def test_degrees_are_exact_beyond_float32s_integers(monkeypatch):
     for chunk in (1, 7, 1 << 20):
         monkeypatch.setattr(norm_module, "_CHUNK", chunk)
         np.testing.assert_array_equal(norm_module.row_sums(counts), np.bincount(dst, minlength=300))
+
+
+@pytest.mark.parametrize("norm", ["sym", "mean", "gat"])
+def test_replacing_the_self_loops_warns_of_nothing(norm):
+    """The input's self loops are dropped in place, not by scipy's setdiag, which (scipy 1.9) warns that changing
+    a CSR's sparsity is expensive on every graph without a loop on each vertex."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hat = normalize(adjacency(_edges(), 5), norm).toarray()
+    assert (np.diag(hat) > 0).all() and hat[2, 1] > 0

@@ -74,8 +74,8 @@ def normalize(adj: sp.csr_matrix, norm: str = "sym", dtype: type = np.float32) -
     _check(norm)
     n = adj.shape[0]
     adj = adj.tocsr(copy=True)
-    if adds_self_loops(norm):
-        adj.setdiag(0)
+    if adds_self_loops(norm):  # the diagonal's entries zeroed in place: scipy's setdiag warns of a CSR's new ones
+        adj.data[np.repeat(np.arange(n), np.diff(adj.indptr)) == adj.indices] = 0
         adj.eliminate_zeros()
         adj = (adj + sp.identity(n, dtype=np.float32, format="csr")).tocsr()
     adj.sort_indices()
