@@ -412,6 +412,14 @@ def test_norm_of_a_model_that_aggregates_its_own_way_is_refused(kind):
     (lambda: mggcn.GCNLayer(4, -3), ValueError, "a layer's out_dim must be a positive int, got -3"),
     (lambda: mggcn.GCNLayer(0, 3), ValueError, "a layer's in_dim must be a positive int, got 0"),
     (lambda: mggcn.GCN(5), ValueError, "dims must be a sequence of layer sizes"),
+    (lambda: mggcn.GCN({F, C}), ValueError, "dims must be a sequence of layer sizes"),  # no order
+    (lambda: mggcn.GraphSAGE(torch.tensor(F)), ValueError, "dims must be a sequence of layer sizes"),
+    (lambda: mggcn.GCN([F, 8, C], seed="abc"), ValueError,
+     r"seed must be an integer in \[-2\*\*63, 2\*\*64\), got 'abc'"),
+    (lambda: mggcn.GIN([F, 8, C], seed=1.5), ValueError, "seed must be an integer in .*, got 1.5"),
+    (lambda: mggcn.GAT([F, 8, C], seed=2**64), ValueError, "seed must be an integer in .*, got 18446744073709551616"),
+    (lambda: mggcn.GAT([F, 8, C], attention_dropout="abc"), mggcn.ConfigError,
+     r"attention_dropout must be in \[0, 1\), got 'abc'"),
 ])
 def test_model_arguments_no_model_can_have_are_refused_when_built(build, error, message):
     """As torch's modules refuse nn.Dropout(p=2) when built: a probability out of range failed only in a training
@@ -623,3 +631,15 @@ def test_a_trained_model_prints_in_one_short_line():
     assert text.startswith("TrainedModel(model=GCN[8, 8, 3], dataset='synthetic:n=300,features=8,classes=3', "
                            "epochs=40, stopped=None, best_epoch=None, final={'train_acc': "), text
     assert text.endswith(", predictions=int64[300])"), text
+
+
+@pytest.mark.parametrize("kind", list(_MODELS))
+def test_layer_sizes_and_seeds_of_numpy_and_torch_build_the_model_lists_and_ints_do(kind):
+    """As torch's modules take a tensor's or numpy's integers for sizes: a 1-D array or tensor of layer sizes and a
+    numpy seed build the weights a list and an int do."""
+    cls = _MODELS[kind]
+    plain = cls([F, 8, C], seed=3)
+    for dims in (np.array([F, 8, C]), torch.tensor([F, 8, C])):
+        model = cls(dims, seed=np.int64(3))
+        assert model.dims == [F, 8, C] and model.seed == 3 and type(model.seed) is int
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), plain.state_dict().values()))

@@ -10,8 +10,11 @@ from mggcn.utils.errors import ConfigError
 
 
 def check_dims(model: str, dims: Sequence[int]) -> list[int]:
-    """A model's layer sizes ``[d_0, ..., d_L]`` as ints; a ValueError naming what is wrong otherwise."""
-    if isinstance(dims, (str, bytes)) or not (hasattr(dims, "__len__") and hasattr(dims, "__iter__")):
+    """A model's layer sizes ``[d_0, ..., d_L]`` as ints (a list, a tuple, or a 1-D array or tensor of integers); a
+    ValueError naming what is wrong otherwise (a set has no order, a 0-D tensor no length)."""
+    if getattr(dims, "ndim", None) == 1 and hasattr(dims, "tolist"):  # numpy's and torch's
+        dims = dims.tolist()
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
         raise ValueError(f"dims must be a sequence of layer sizes [d_0, ..., d_L], got {dims!r}")
     if len(dims) < 2:
         raise ValueError(f"a {model} needs at least input and output dimensions")
@@ -32,3 +35,13 @@ def check_layer_sizes(in_dim: int, out_dim: int) -> None:
     for name, d in (("in_dim", in_dim), ("out_dim", out_dim)):
         if not (isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0):
             raise ValueError(f"a layer's {name} must be a positive int, got {d!r}")
+
+
+def as_seed(seed: object) -> int | None:
+    """A model's seed: None (drawn from torch's generator) or an integer a torch generator takes, as an int; a
+    ValueError naming ``seed`` otherwise (torch's says ``manual_seed expected a long``)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not -(2**63) <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
+    return int(seed)

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from mggcn.kernels.attention import EDGE_CHUNK, AttentionSpec
+from mggcn.nn.arguments import check_probabilities
 from mggcn.nn.functional import _TimedLinear, activate, check_inputs, hooked_module
 from mggcn.nn.initialization import glorot_, glorot_linear
 from mggcn.nn.model import Adj, LayerStack, check_order
@@ -80,8 +81,7 @@ class GATLayer(nn.Module):
         if heads < 1 or channels < 1:
             raise ConfigError(f"a GAT layer needs at least one head and one channel, got {heads} heads of "
                               f"{channels}", "heads")
-        if not 0.0 <= attention_dropout < 1.0:
-            raise ConfigError(f"attention_dropout must be in [0, 1), got {attention_dropout}", "attention_dropout")
+        check_probabilities(attention_dropout=attention_dropout)
         self.in_dim, self.channels, self.heads, self.concat = in_dim, channels, heads, concat
         self.attention_dropout, self.index = attention_dropout, index
         self.lin = glorot_linear(in_dim, heads * channels, bias=False, generator=generator)
@@ -415,7 +415,7 @@ class GAT(LayerStack):
                                   "heads", "heads")
         self.heads, self.attention_dropout = heads, attention_dropout
         self.output_heads = heads if output_heads is None else output_heads
-        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
+        dims, generator = self.dims, torch.Generator().manual_seed(self.seed)  # the layers' weights from it
         last = len(dims) - 2
         self.convs.extend(
             GATLayer(dims[i], dims[i + 1] if i == last else dims[i + 1] // heads,

@@ -391,7 +391,7 @@ class GIN(BranchedStack):
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
         self.train_eps, self.mlp_batch_norm = train_eps, mlp_batch_norm
         self.reads_training_columns = self.keeps_training_columns(mlp_batch_norm)
-        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
+        dims, generator = self.dims, torch.Generator().manual_seed(self.seed)  # the layers' weights from it
         self.convs.extend(GINLayer(dims[i], dims[i + 1], first=(i == 0), order=order, activation=activation,
                                    train_eps=train_eps, generator=generator, mlp_batch_norm=mlp_batch_norm)
                           for i in range(len(dims) - 1))

@@ -48,7 +48,7 @@ from torch import nn
 
 from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
-from mggcn.nn.arguments import check_dims, check_probabilities
+from mggcn.nn.arguments import as_seed, check_dims, check_probabilities
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
 from mggcn.nn.functional import _GemmActGemm, _TimedLinear, activate, check_inputs, dropout, hooked_module
 from mggcn.nn.initialization import glorot_linear
@@ -56,7 +56,6 @@ from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, Workspa
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.system import sparse_forward
 from mggcn.utils.timing import NULL_TIMER, PhaseTimer
-from mggcn.utils.values import plain
 
 __all__ = ["GCNLayer", "GCN", "LayerStack", "aggregate_first", "spmm_widths", "check_order"]
 
@@ -430,7 +429,7 @@ class LayerStack(nn.Module):
         self.workspace = Workspace() if reuse_buffers else None
         self._claims = WorkspaceClaims()
         # from the CPU generator torch.manual_seed seeds, whatever the default device (a model built under "meta")
-        self.seed = int(torch.empty((), dtype=torch.int64, device="cpu").random_()) if seed is None else plain(seed)
+        self.seed = int(torch.empty((), dtype=torch.int64, device="cpu").random_()) if seed is None else as_seed(seed)
         self._dropout_generator: torch.Generator | None = None
 
     def reset_parameters(self) -> None:
@@ -581,7 +580,7 @@ class GCN(LayerStack):
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int | None = None,
                  reuse_buffers: bool = True, batch_norm: bool = False) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
-        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
+        dims, generator = self.dims, torch.Generator().manual_seed(self.seed)  # the layers' weights from it
         self.convs.extend(
             GCNLayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
             for i in range(len(dims) - 1))

@@ -208,6 +208,6 @@ class GraphSAGE(BranchedStack):
                  input_dropout: float = 0.0, order: str = "auto", bias: bool = True, seed: int | None = None,
                  reuse_buffers: bool = True, batch_norm: bool = False) -> None:
         super().__init__(dims, activation, dropout, input_dropout, reuse_buffers, seed=seed, batch_norm=batch_norm)
-        generator = torch.Generator().manual_seed(self.seed)  # the layers draw their weights from it in turn
+        dims, generator = self.dims, torch.Generator().manual_seed(self.seed)  # the layers' weights from it
         self.convs.extend(SAGELayer(dims[i], dims[i + 1], first=(i == 0), order=order, bias=bias, generator=generator)
                           for i in range(len(dims) - 1))
