@@ -384,3 +384,21 @@ def test_a_name_longer_than_the_file_system_takes_is_one_line_before_any_work(ar
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
     assert sorted(os.listdir(tmp_path)) == ["edges.txt"]
+
+
+BENCH = ["bench", "--small", "--no-pyg", "--nprocs", "1"]
+HUGE = str(2**63)
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([*BENCH, "--nodes", HUGE], ["--nodes 9,223,372,036,854,775,808 with features 32", "GiB, more than this"]),
+    ([*BENCH, "--features", HUGE], ["--nodes 3,000 with features 9,223,372,036,854,775,808", "GiB, more than this"]),
+    ([*BENCH, "--hidden", HUGE], [f"--hidden {HUGE}: layers of [32, {HUGE}, 4] need", "more than this machine's"]),
+    ([*BENCH, "--host-memory", HUGE], ["--host-memory must be less than 8 EiB"]),
+])
+def test_the_bench_refuses_sizes_no_machine_holds_before_it_starts(argv, words, capsys, tmp_path, monkeypatch):
+    """As train refuses them: one line naming the option, exit 2, before any worker starts (the graph's generator
+    failed in a worker, a width in torch's allocator with its C++ frames, a cap in setrlimit), nothing written."""
+    monkeypatch.chdir(tmp_path)
+    _refused(argv, capsys, *words)
+    assert not os.listdir(tmp_path)

@@ -124,6 +124,14 @@ def _check_graph(opts: BenchOptions) -> None:
         raise ConfigError(f"classes {opts.classes}: more than the {opts.nodes} vertices", "classes")
     if max(opts.nprocs) > opts.nodes:
         raise ConfigError(f"nprocs {max(opts.nprocs)} is larger than the graph's {opts.nodes} vertices", "nprocs")
+    from mggcn.data.generators.spec import physical_memory
+
+    need = opts.nodes * (4 * opts.features + 36) + int(opts.nodes * opts.degree) * 8  # its features, ids and keys
+    memory = physical_memory()
+    if memory is not None and need > memory:
+        raise ConfigError(f"nodes {opts.nodes:,} with features {opts.features:,} and degree {opts.degree:g}: the "
+                          f"graph would take about {need / 2**30:,.1f} GiB, more than this machine's "
+                          f"{memory / 2**30:,.1f} GiB", "nodes")
 
 
 def _check_runs(opts: BenchOptions) -> None:
@@ -139,6 +147,10 @@ def _check_runs(opts: BenchOptions) -> None:
     if opts.epochs < 1:
         raise ConfigError(f"epochs must be at least 1 (the timed epochs), got {opts.epochs}", "epochs")
     check_threads(opts.threads)
+    from mggcn.training.job import check_model_size
+
+    check_model_size(TrainConfig(model=opts.model, hidden=opts.hidden, **model_settings(opts)), opts.features,
+                     opts.classes, opts.nodes, max(opts.nprocs))
 
 
 def _check_caps(opts: BenchOptions) -> None:
@@ -152,3 +164,5 @@ def _check_caps(opts: BenchOptions) -> None:
     for key in ("gpu_memory", "host_memory"):
         if getattr(opts, key) == 0:
             raise ConfigError(f"{key} must be more than 0", key)
+        if getattr(opts, key) is not None and getattr(opts, key) >= 2**63:  # beyond what a limit can say
+            raise ConfigError(f"{key} must be less than 8 EiB, got {getattr(opts, key):,} bytes", key)
