@@ -101,6 +101,9 @@ def test_layers_on_a_pyg_data_equal_the_reference(norm):
 def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="unknown options \\['hiden'\\]"):
         mggcn.train("builtin:karate", hiden=(4,))
+    for launchers in ("clock", "read_as"):  # the launcher's fields of a job, not a caller's
+        with pytest.raises(TypeError, match=f"unknown options \\['{launchers}'\\]"):
+            mggcn.train("builtin:karate", **{launchers: 5})
     with pytest.raises(TypeError, match="PyG Data"):
         mggcn.train(42)
     with pytest.raises(mggcn.GraphError, match="shape \\[2, E\\]"):

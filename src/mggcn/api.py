@@ -52,7 +52,9 @@ from mggcn.utils.values import plain
 __all__ = ["TrainedModel", "train", "adjacency_operator", "as_dataset"]
 
 _CONFIG_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
-_JOB_KEYS = {f.name for f in dataclasses.fields(TrainJob)} - {"dataset", "config", "read_options", "device"}
+# the job's own fields a caller gives; clock and read_as are the launcher's, set on the job it hands its workers
+_JOB_KEYS = {f.name for f in dataclasses.fields(TrainJob)} - {"dataset", "config", "read_options", "device", "clock",
+                                                              "read_as"}
 _READ_KEYS = ("features", "labels", "split", "normalize_features")
 
 
@@ -152,10 +154,10 @@ def train(dataset: Any = "synthetic", nprocs: int | None = None, hidden: int | S
         device: ``cpu``, ``cuda`` (one GPU per process), ``cuda:K`` (GPU K, one process) or ``auto``.
         options: any :class:`~mggcn.config.TrainConfig` field (``model``, ``gin_train_eps``, ``lr``,
             ``weight_decay``, ``dropout``, ``norm``,
-            ``activation``, ``patience``, ``seed``, ...), any :class:`~mggcn.training.job.TrainJob` field (``fmt``,
+            ``activation``, ``patience``, ``seed``, ...), a :class:`~mggcn.training.job.TrainJob` field (``fmt``,
             ``undirected``, ``metrics``, ``save_model``, ``quiet``, ``log_every``, ``checkpoint_dir``, ``resume``:
             ``True`` continues from the newest intact checkpoint and refuses when there is none, ``"auto"`` starts
-            at epoch 1 then, ...), and
+            at epoch 1 then, ...; not the launcher's ``clock`` and ``read_as``), and
             ``features``/``labels``/``split`` files for ``fmt="mtx"`` or ``"edgelist"``, ``normalize_features=True``
             for ``fmt="planetoid"``.
 
