@@ -160,6 +160,19 @@ def test_adjacency_operator_refuses_a_dtype_it_cannot_multiply_in(dtype, message
     assert err.value.option == "dtype" and _one_line(err)
 
 
+@pytest.mark.parametrize("device, message", [(2**63, "got 9223372036854775808 \\(Overflow"),
+                                             ("meta", "got 'meta' \\(a meta tensor holds no values"),
+                                             (-1, "got -1 \\(Device index must not be negative")])
+def test_adjacency_operator_refuses_a_device_that_holds_no_operator(device, message):
+    """A device torch cannot name (an index beyond its int64, a negative one) and the meta device, whose tensors
+    hold no values, are refused naming device, not with torch's ValueError or a forward that cannot copy."""
+    _, edge_index = _graph()
+    with pytest.raises(mggcn.ConfigError, match=f"^device must be a torch device such as 'cpu' or 'cuda', {message}"
+                       ) as err:
+        mggcn.adjacency_operator(edge_index, N, device=device)
+    assert err.value.option == "device" and _one_line(err)
+
+
 def _caller_state() -> dict:
     return {"rng": torch.get_rng_state(), "numpy": np.random.get_state()[1].copy(), "random": random.getstate(),
             "grad": torch.is_grad_enabled(), "dtype": torch.get_default_dtype(), "threads": torch.get_num_threads(),

@@ -268,10 +268,13 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
         raise GraphError(f"adjacency_operator: edge ids must be in [0, {num_nodes}), got "
                          f"[{int(ei.min())}, {int(ei.max())}]", "edge_index")
+    given = device
     try:
         device = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r} "
+        if device.type == "meta":  # shapes without values: the operator's forward reads Â's
+            raise RuntimeError("a meta tensor holds no values, and the operator multiplies by Â's")
+    except (RuntimeError, TypeError, ValueError, OverflowError) as err:
+        raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {given!r} "
                           f"({' '.join(str(err).split())[:120]})", "device") from None
     try:  # before Â is built: a device this torch has no support for, or none of its kind visible
         torch.empty(0, device=device)
