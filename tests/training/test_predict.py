@@ -225,6 +225,11 @@ def test_predict_says_when_a_model_s_own_graph_reads_to_other_sizes(tmp_path, ca
                     "another version of mggcn, read it otherwise)"], said
     assert main(["predict", model, *data, "--undirected", "--out", str(tmp_path / "p.npy")]) == 0
     assert "note" not in capsys.readouterr().err
+    from mggcn.data.formats import read_edgelist
+
+    graph = read_edgelist(data[0], features=str(tmp_path / "x.npy"))  # in memory, named as the file: its own graph
+    predict(model, graph, undirected=False)
+    assert "note" not in capsys.readouterr().err
     os.rename(tmp_path / "g.txt", tmp_path / "other.txt")
     data[0] = str(tmp_path / "other.txt")
     assert main(["predict", model, *data, "--out", str(tmp_path / "p.npy")]) == 0

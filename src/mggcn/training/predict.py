@@ -246,9 +246,10 @@ def check_predict(job: PredictJob, nprocs: int) -> Dataset:
 def _note_another_reading(job: PredictJob, dataset: Dataset, trained: dict | None) -> None:
     """Say so when the dataset the model's training read (its description's ``dataset``) is named as this one and
     read to other sizes: the same file read otherwise (other options, or another mggcn's reading of them) is another
-    graph, whose predictions differ without an error. A graph of another name is a graph of its own (a model
-    trained on one graph predicts on another), said nothing of."""
-    if not isinstance(trained, dict) or trained.get("name") != str(dataset.name) or os.environ.get("RANK", "0") != "0":
+    graph, whose predictions differ without an error. A graph of another name, or one in memory (whose name is no
+    file's), is a graph of its own (a model trained on one graph predicts on another), said nothing of."""
+    if (not isinstance(trained, dict) or not isinstance(job.dataset, str) or trained.get("name") != str(dataset.name)
+            or os.environ.get("RANK", "0") != "0"):
         return
     here, there = (dataset.num_nodes, dataset.num_edges), (trained.get("num_nodes"), trained.get("num_edges"))
     if here != there:
