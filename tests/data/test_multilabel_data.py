@@ -426,7 +426,8 @@ def test_a_one_hot_label_matrix_is_one_class_per_vertex(tmp_path, ml):
         y = one_hot.copy()
         y[7] = 0
         y[7, : count] = 1
-        assert Graph(N, ml.edge_index, ml.x, y, ml.masks).validate().multilabel
+        with pytest.warns(UserWarning, match=f"but vertex 7 has {count}"):
+            assert Graph(N, ml.edge_index, ml.x, y, ml.masks).validate().multilabel
 
 
 def _with_y(g: Graph, y: np.ndarray) -> Graph:
@@ -443,7 +444,7 @@ def test_a_label_matrix_one_hot_but_for_a_row_is_said_to_be_multilabel(tmp_path,
     command as one line of its own. One-hot labels and multi-label data (most rows with several labels or none)
     are read without a word."""
     one_hot = np.eye(C)[np.random.default_rng(5).integers(0, C, N)]
-    for dtype in (np.float32, np.int64, bool):
+    for dtype in (np.float32, np.int64, bool, np.uint8):
         y = one_hot.astype(dtype)
         y[7] = 0
         with pytest.warns(UserWarning, match=rf"^m: the labels are read as multi-label .*: {N - 1} of {N} rows hold "
@@ -467,5 +468,6 @@ def test_a_label_matrix_one_hot_but_for_a_row_is_said_to_be_multilabel(tmp_path,
                       "one-hot labels (one class per vertex) need a single 1 in every row"], done.stderr
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        assert Graph(0, np.zeros((2, 0)), np.zeros((0, F)), np.zeros((0, C)), {}).y.shape == (0, C)  # no rows
         assert not Graph(N, ml.edge_index, ml.x, one_hot, ml.masks).validate().multilabel
         assert Graph(N, ml.edge_index, ml.x, ml.y, ml.masks).validate().multilabel

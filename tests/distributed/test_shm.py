@@ -191,9 +191,9 @@ def test_a_worker_killed_in_the_handshake_leaves_no_shared_memory(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1
-    assert err.splitlines() == ["mggcn: rank 1 was killed by signal SIGKILL (on Linux, the out-of-memory killer's "
-                                "signal: `mggcn plan` sizes a job's memory, and the kernel's log, `dmesg`, names what "
-                                "it killed)"], err
+    assert err.splitlines() == ["mggcn: rank 1 was killed by signal SIGKILL (usually the out-of-memory killer's, or "
+                                "a scheduler's: `mggcn plan` sizes a job's memory, and on Linux the kernel's log, "
+                                "`dmesg`, names what it killed)"], err
     assert os.listdir(shm) == [] and os.listdir(tmp) == []
 
 

@@ -355,6 +355,8 @@ def test_library_settings_are_named_by_their_flags():
         assert flag_message(same) == f"--save-predictions a.out: is the same file as --metrics {path}; give each"
     ends = ConfigError("x.txt: give fmt=. Or fmt=, then (give fmt=)", "fmt")
     assert flag_message(ends) == "x.txt: give --format. Or --format, then (give --format)"
+    inside = ConfigError("g.txt: read without (features=), it has (fmt=): x; or (num_nodes=).", "features")
+    assert flag_message(inside) == "g.txt: read without (--features), it has (--format): x; or (--num-nodes)."
 
 
 def test_library_messages_name_flags_on_the_command_line(tmp_path, monkeypatch, capsys):

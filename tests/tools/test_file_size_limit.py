@@ -3,6 +3,7 @@ write past it fail with EFBIG as a full disk fails with ENOSPC): one line naming
 and output paths that name a directory ("out/") refused before anything runs."""
 
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -131,6 +132,26 @@ def test_a_metrics_file_another_run_writes_is_refused_before_training(tmp_path):
     out = run_cli(*TRAIN, "--epochs", "2", "--metrics", str(path))
     assert out.returncode == 0, out.stderr
     assert [json.loads(line)["epoch"] for line in path.read_text().splitlines()] == [1, 2]
+
+
+@pytest.mark.parametrize("errno_name", ["EBADF", "ENOLCK"])
+def test_an_output_where_locks_fail_otherwise_is_not_taken_for_a_held_one(tmp_path, monkeypatch, errno_name):
+    """NFS's flock wants the file open for writing (EBADF on one opened for reading), some file systems have no
+    locks (ENOLCK): the probe cannot tell, and an existing output there is written as the writer then writes it,
+    unlocked, not refused as another run's."""
+    import errno
+    import fcntl
+
+    from mggcn.utils.files import check_not_held
+
+    path = tmp_path / "m.jsonl"
+    path.write_text("an older run's records\n")
+
+    def no_locks(fd, operation):
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    check_not_held("metrics", str(path))
 
 
 def test_a_metrics_stream_reached_in_place_keeps_what_was_there_before_it(tmp_path):

@@ -75,6 +75,10 @@ def test_resuming_is_refused_for_another_dataset_or_model():
         check_compatible(state, "ck", {"name": "g", "num_nodes": 11}, [4, 2])
     with pytest.raises(CheckpointError, match="another dataset \\(name 'g', this one has 'h'\\)$"):
         check_compatible(state, "ck", {"name": "h", "num_nodes": 10}, [4, 2])
+    content = dict(state, dataset={"name": "g", "num_nodes": 10, "fingerprint": "aaa"})
+    with pytest.raises(CheckpointError, match="\\(fingerprint 'aaa', this one has 'bbb'\\); its contents differ: the "
+                                              "file changed since, or reads otherwise"):
+        check_compatible(content, "ck", {"name": "g", "num_nodes": 10, "fingerprint": "bbb"}, [4, 2])
     with pytest.raises(CheckpointError, match="layer sizes \\[4, 2\\], this run \\[4, 3, 2\\]"):
         check_compatible(state, "ck", {"name": "g", "num_nodes": 10}, [4, 3, 2])
     # a GAT's output heads are said as the model has them, never as the None that stands for "as many as heads"

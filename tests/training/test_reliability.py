@@ -61,7 +61,7 @@ def test_killed_worker_fails_the_job_naming_the_rank(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1
-    assert "rank 1 was killed by signal SIGKILL (on Linux, the out-of-memory killer's signal: `mggcn plan`" in err
+    assert "rank 1 was killed by signal SIGKILL (usually the out-of-memory killer's, or a scheduler's" in err
     time.sleep(0.5)
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
 

@@ -254,7 +254,8 @@ def test_a_checkpoint_resumes_on_the_prepared_directory_of_its_dataset_and_back(
 def test_a_resumed_run_names_the_settings_it_changes_from_its_checkpoint_s_run(tmp_path):
     """Settings a resumed run may change (a smaller learning rate after a divergence; a default that another mggcn
     had) are said on its first line, each with the value its run recorded: the epochs from there are another run's
-    than the uninterrupted one's. The seed and the partition are said where dropout draws its masks by them; with
+    than the uninterrupted one's. The seed, the partition and the process count are said where dropout draws its
+    masks by them; with
     the checkpoint's own settings the line names the checkpoint alone, and that run continues its run exactly."""
     common = [KARATE, "--epochs", "4", "--hidden", "8", "--trace-epoch", "0", "--checkpoint-dir"]
 
@@ -271,9 +272,10 @@ def test_a_resumed_run_names_the_settings_it_changes_from_its_checkpoint_s_run(t
         assert first.returncode == 0, first.stderr
     line, losses = run("same", "--dropout", "0.5", "--resume")
     assert line == f"mggcn: resuming from {tmp_path / 'same' / 'ckpt-000002.pt'} (epoch 2)" and losses == whole
-    line, _ = run("other", "--dropout", "0.5", "--resume", "--lr", "0.001", "--partition", "random", "--seed", "3")
+    line, _ = run("other", "--dropout", "0.5", "--resume", "--lr", "0.001", "--partition", "random", "--seed", "3",
+                  "--nprocs", "2")
     assert line.endswith("(epoch 2); settings other than its run's, so the epochs from here are another run's: "
                          "lr 0.001 (its run's: 0.01), seed 3 (its run's: 0), partition random (its run's: "
-                         "random-local)"), line
-    line, _ = run("plain", "--resume", "--partition", "random", "--weight-decay", "0")
+                         "random-local), processes 2 (its run's: 1)"), line
+    line, _ = run("plain", "--resume", "--partition", "random", "--weight-decay", "0", "--nprocs", "2")
     assert line.endswith("another run's: weight_decay 0.0 (its run's: 0.0005)"), line

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,6 +92,9 @@ def multilabel_array(values: np.ndarray, name: str) -> np.ndarray:
 # The share of rows with exactly one label above which a label matrix that is not one-hot is said to be nearly so:
 # multi-label data (PPI, Yelp, ogbn-proteins) gives most vertices several labels or none
 _NEARLY_ONE_HOT = 0.9
+# The label matrices said to be nearly one-hot, by identity: a reader says it naming its file, then hands the same
+# array to Graph, which is not to say it again
+_SAID: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
 
 
 def one_hot_classes(y: np.ndarray, name: str | None = None) -> np.ndarray:
@@ -103,7 +107,8 @@ def one_hot_classes(y: np.ndarray, name: str | None = None) -> np.ndarray:
     single = counts == 1
     if y.shape[0] and bool(single.all()):
         return y.argmax(axis=1).astype(np.int64)
-    if name is not None and single.mean() >= _NEARLY_ONE_HOT:
+    if name is not None and y.shape[0] and single.mean() >= _NEARLY_ONE_HOT and _SAID.get(id(y)) is not y:
+        _SAID[id(y)] = y
         row = int(np.argmin(single))
         warnings.warn(f"{name}: the labels are read as multi-label (binary cross-entropy, micro-F1): "
                       f"{int(single.sum())} of {y.shape[0]} rows hold exactly one 1, but vertex {row} has "
@@ -154,10 +159,10 @@ class Graph:
         if np.ndim(self.y) == 2 and np.shape(self.y)[1] == 1:  # [n, 1], as OGB stores one class per vertex
             self.y = np.asarray(self.y)[:, 0]
         width = np.shape(self.y)[1] if is_label_matrix(self.y) else 0
-        # uint8 [n, C] is the form mggcn's readers hand labels over in, said there with the name of their file
-        said = np.asarray(self.y).dtype == np.uint8
-        self.y = (one_hot_classes(multilabel_array(self.y, self.name), None if said else self.name) if width
-                  else label_array(self.y, self.name))
+        if width:  # a reader's matrix, said there already, is not said again (one_hot_classes knows it)
+            self.y = one_hot_classes(multilabel_array(self.y, self.name), self.name)
+        else:
+            self.y = label_array(self.y, self.name)
         self.masks = {k: self._mask(k, v) for k, v in self.masks.items()}
         if "train" in self.masks:  # validation and test left out: empty, as for a PyG Data with a train mask alone
             self.masks.update({s: np.zeros(self.num_nodes, dtype=bool) for s in SPLITS if s not in self.masks})

@@ -435,9 +435,9 @@ class _Failure:
                        "that started it; put the call to mggcn under `if __name__ == \"__main__\":` (workers are "
                        "spawned processes, as with torch.multiprocessing)")
         said = _describe_exit(exitcode)
-        if exitcode == -signal.SIGKILL:  # no one but the user sends it, or Linux when memory runs out
-            said += (" (on Linux, the out-of-memory killer's signal: `mggcn plan` sizes a job's memory, and the "
-                     "kernel's log, `dmesg`, names what it killed)")
+        if exitcode == -signal.SIGKILL:  # a signal no process can handle: most often the kernel's, memory gone
+            said += (" (usually the out-of-memory killer's, or a scheduler's: `mggcn plan` sizes a job's memory, and "
+                     "on Linux the kernel's log, `dmesg`, names what it killed)")
         return cls(rank, time.time(), said)
 
 

@@ -411,17 +411,19 @@ def check_fits(state: dict, path: str, model: torch.nn.Module) -> None:
 # are another run's than the uninterrupted one's; the seed and the partition too where dropout draws masks by them
 _TRAINING_SETTINGS = ("lr", "weight_decay", "betas", "eps", "dropout", "input_dropout", "attention_dropout",
                       "precision")
-_MASK_SETTINGS = ("seed", "partition")
+_MASK_SETTINGS = ("seed", "partition", "processes")
 
 
-def resume_line(state: dict, path: str, config: TrainConfig) -> str:
+def resume_line(state: dict, path: str, config: TrainConfig, world_size: int) -> str:
     """The line a resumed run starts with: the checkpoint and its epoch, then this run's settings that differ from
-    those its run recorded, with which the epochs from here are not the uninterrupted run's."""
-    saved, ours = state.get("config") or {}, dataclasses.asdict(config)
+    those its run recorded, with which the epochs from here are not the uninterrupted run's (``world_size``: this
+    run's processes, by whose ranks dropout draws its masks too)."""
+    saved = dict(state.get("config") or {}, processes=state.get("world_size"))
+    ours = dict(dataclasses.asdict(config), processes=world_size)
     dropout = max(config.dropout, config.input_dropout, config.attention_dropout) > 0
     names = _TRAINING_SETTINGS + (_MASK_SETTINGS if dropout else ())
     changed = [f"{name} {ours[name]} (its run's: {saved[name]})" for name in names
-               if name in saved and _plain(saved[name]) != _plain(ours[name])]
+               if _plain(saved.get(name)) is not None and _plain(saved[name]) != _plain(ours[name])]
     line = f"mggcn: resuming from {path} (epoch {state['epoch']})"
     if changed:
         line += f"; settings other than its run's, so the epochs from here are another run's: {', '.join(changed)}"
@@ -429,8 +431,12 @@ def resume_line(state: dict, path: str, config: TrainConfig) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A setting as compared: a sequence (Adam's betas) as a list, whether saved as a tuple or a list."""
-    return list(value) if isinstance(value, list | tuple) else value
+    """A recorded setting as compared: a number or a name, a sequence of them (Adam's betas) as a list whether saved
+    as a tuple or a list; None for anything else (not recorded, or a crafted file's tensor)."""
+    plain = (str, int, float)
+    if isinstance(value, list | tuple):
+        return list(value) if all(isinstance(v, plain) for v in value) else None
+    return value if isinstance(value, plain) else None
 
 
 def _first_line(err: BaseException) -> str:
@@ -461,8 +467,10 @@ def check_compatible(state: dict, path: str, dataset: dict, dims: list[int], mod
         if key == "name" and by_content:
             continue  # the same content read from another path (or spelled another way) is the same dataset
         if key in theirs and theirs[key] != value:
-            same_name = theirs.get("name") == dataset.get("name")  # the same file (or spec) read otherwise
-            why = ("; the same name read otherwise (other reading options, or another version of mggcn) is another "
+            same_name = theirs.get("name") == dataset.get("name")  # the same file (or spec) changed, or read otherwise
+            why = ("; its contents differ: the file changed since, or reads otherwise (other reading options, or "
+                   "another version of mggcn)" if key == "fingerprint" else
+                   "; the same name read otherwise (other reading options, or another version of mggcn) is another "
                    "dataset" if same_name else "")
             raise CheckpointError(f"{path}: the checkpoint was trained on another dataset ({key} {theirs[key]!r}, "
                                   f"this one has {value!r}){why}")

@@ -394,7 +394,7 @@ def _train_on_rank(job: TrainJob, dataset: Dataset | None) -> JobResult:
         cfg = job.config
         shard, resume, identity, reading = _rank_shard(job, ctx, clock, dataset)
         if resume is not None and ctx.is_main and not job.quiet:
-            print(resume_line(resume[0], resume[1], cfg), flush=True)
+            print(resume_line(resume[0], resume[1], cfg, ctx.world_size), flush=True)
         log = _EpochLog(job, ctx, resume)
         checkpointer = (Checkpointer(job.checkpoint_dir, job.checkpoint_every, resumed_from=resume and resume[1])
                         if job.checkpoint_dir else None)

@@ -358,7 +358,8 @@ def _step(run: _Run, epoch: int, stop_requested: Callable[[], bool] | None, chec
 def _checkpoint_state(run: _Run, epoch: int, checkpoint_meta: dict | None) -> dict:
     return {"epoch": epoch, "model": run.weights.state_dict(), "optimizer": run.optimizer.state_dict(),
             "history": run.result.history, "best": run.best.saved(), "dims": run.model.dims,
-            "model_kind": run.cfg.model, "config": asdict(run.cfg), **(checkpoint_meta or {})}
+            "model_kind": run.cfg.model, "config": asdict(run.cfg), "world_size": run.ctx.world_size,
+            **(checkpoint_meta or {})}
 
 
 def _finish(run: _Run, checkpointer=None) -> TrainResult:

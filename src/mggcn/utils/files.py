@@ -254,12 +254,15 @@ def check_not_held(option: str, path: str) -> None:
     try:
         if not _LOCKS or not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO's open would wait for its reader
             return
-        fd = os.open(path, os.O_RDONLY)  # flock takes a file opened for reading, and one may write none
+        fd = os.open(path, os.O_RDONLY)  # a local flock takes it (one may write none); NFS's refuses it, below
     except OSError:
         return
     try:
-        if not _lock(fd, block=False):
-            raise ConfigError(f"{option} {path}: {HELD_MESSAGE}", option)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a live writer holds it
+        raise ConfigError(f"{option} {path}: {HELD_MESSAGE}", option) from None
+    except OSError:  # no such locks here (NFS wants the file open for writing, some file systems have none):
+        pass  # nothing to tell, as the writer then writes unlocked
     finally:
         os.close(fd)  # and the lock with it
 

@@ -270,8 +270,10 @@ def _keyword_flag(m: re.Match) -> str:
         return "--no-" + flag(name)[2:]
     # "features=/labels=" names two settings; "out=/tmp/x" a setting and its value, an absolute path
     another = after == "/" and re.match(r"/[a-z][a-z0-9_]*=", m.string[m.end():]) is not None
-    # punctuation that ends the sentence or the clause ("give fmt=."), not the first character of a value (./a.out)
-    punctuation = after in ",;:.)]" and m.string[m.end() + 1: m.end() + 2].strip() == ""
+    # a closing bracket ("(fmt=)"), or punctuation that ends the sentence or the clause ("give fmt=.", "fmt=),"),
+    # not the first character of a value (./a.out)
+    following = m.string[m.end() + 1: m.end() + 2]
+    punctuation = after in ")]" or (after in ",;:." and (following.strip() == "" or following in ",;:)]"))
     value = not switch and after and not punctuation and (after != "/" or not another)
     return flag(name) + (" " if value else "")
 
