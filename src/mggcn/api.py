@@ -268,19 +268,7 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
         raise GraphError(f"adjacency_operator: edge ids must be in [0, {num_nodes}), got "
                          f"[{int(ei.min())}, {int(ei.max())}]", "edge_index")
-    given = device
-    try:
-        device = torch.device(device)
-        if device.type == "meta":  # shapes without values: the operator's forward reads Â's
-            raise RuntimeError("a meta tensor holds no values, and the operator multiplies by Â's")
-    except (RuntimeError, TypeError, ValueError, OverflowError) as err:
-        raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {given!r} "
-                          f"({' '.join(str(err).split())[:120]})", "device") from None
-    try:  # before Â is built: a device this torch has no support for, or none of its kind visible
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as err:
-        raise ConfigError(f"device {str(device)!r} cannot be used here ({' '.join(str(err).split())[:120]})",
-                          "device") from None
+    device = _operator_device(device)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     _check_dtype(dtype)
     # Â and Âᵀ with their self loops: row offsets, degrees and scaling per vertex, an id and a value per nonzero
@@ -292,6 +280,24 @@ def adjacency_operator(edge_index: Any, num_nodes: int, norm: str = "sym",
     op = _Operator(DistContext(), blocks[:1], blocks[1:])
     op.norm = norm
     return op
+
+
+def _operator_device(given: Any) -> torch.device:
+    """The device ``adjacency_operator`` keeps Â on, checked before Â is built: one torch can name and use here
+    (its support built in, a device of its kind visible), holding values (not meta); else a ConfigError."""
+    try:
+        device = torch.device(given)
+        if device.type == "meta":  # shapes without values: the operator's forward reads Â's
+            raise RuntimeError("a meta tensor holds no values, and the operator multiplies by Â's")
+    except (RuntimeError, TypeError, ValueError, OverflowError) as err:
+        raise ConfigError(f"device must be a torch device such as 'cpu' or 'cuda', got {given!r} "
+                          f"({' '.join(str(err).split())[:120]})", "device") from None
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as err:
+        raise ConfigError(f"device {str(device)!r} cannot be used here ({' '.join(str(err).split())[:120]})",
+                          "device") from None
+    return device
 
 
 _OPERATOR_DTYPES = (torch.float32, torch.float64, torch.bfloat16)  # those the CPU's and GPU's sparse products take
