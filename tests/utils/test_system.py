@@ -166,3 +166,26 @@ def test_a_signal_after_the_command_ends_it_with_130_and_no_traceback(name):
     out = subprocess.run([sys.executable, "-c", _SIGNAL_AFTER_THE_COMMAND.format(name=name)], capture_output=True,
                          text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (130, "still here\n", "")
+
+
+_SIGTERM_TO_ANOTHER_THREAD = """
+import os, signal, sys, threading, time
+from mggcn.utils.system import hold_signals, sigterm_as_interrupt
+worker = threading.Thread(target=time.sleep, args=(3,), daemon=True)  # as OpenBLAS's, made at the start
+worker.start()
+with sigterm_as_interrupt({ending}):
+    hold_signals()  # as the command does at the end of its block: in its main thread
+os.kill(os.getpid(), signal.SIGTERM)  # the main thread holds it: the kernel gives it to the worker
+time.sleep(1)
+print("not reached", flush=True)
+"""
+
+
+def test_a_sigterm_another_thread_takes_after_the_commands_block_is_no_death_by_it():
+    """Between the end of the command's block and its last handlers, its main thread holds SIGTERM, but another
+    thread (OpenBLAS's, numpy's) takes it: under the default disposition the process died by it (status -15, which
+    the command's exit test saw once in a while). The command's block leaves a handler that ends it with 130."""
+    out = [subprocess.run([sys.executable, "-c", _SIGTERM_TO_ANOTHER_THREAD.format(ending=e)], capture_output=True,
+                          text=True, timeout=60) for e in ("ending=130", "")]
+    assert (out[0].returncode, out[0].stdout, out[0].stderr) == (130, "", "")
+    assert out[1].returncode == -signal.SIGTERM  # a caller's block (mggcn.train's) restores what was there

@@ -541,6 +541,11 @@ def hold_signals() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
 
 
+def _exit_with(status: int) -> Callable[[int, Any], None]:
+    """A signal handler that ends the process at once with ``status``."""
+    return lambda signum, frame: os._exit(status)
+
+
 def signals_end_process(status: int = 130) -> None:
     """From here on Ctrl-C or SIGTERM (one held by :func:`hold_signals` too) ends this process at once with
     ``status``: for a command that has done its work and written its outputs, so that a signal in its last moments
@@ -549,16 +554,19 @@ def signals_end_process(status: int = 130) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
         for sig in _STOPPING:
-            signal.signal(sig, lambda signum, frame: os._exit(status))
+            signal.signal(sig, _exit_with(status))
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
 
 
 @contextmanager
-def sigterm_as_interrupt(sigint: bool = False) -> Iterator[None]:
+def sigterm_as_interrupt(sigint: bool = False, ending: int | None = None) -> Iterator[None]:
     """In the ``with`` block SIGTERM means what Ctrl-C means (raises :class:`Terminated`, a KeyboardInterrupt);
     restored after it. With ``sigint``, Ctrl-C too raises KeyboardInterrupt in the block, whatever handler the caller
     had (a launcher's workers stop at an epoch's end, and :func:`stop_signal_passed_on` calls the caller's handler
-    once they have), unless the process ignores it (started in the background)."""
+    once they have), unless the process ignores it (started in the background). With ``ending`` (a command's
+    process), SIGTERM after the block ends the process with that status instead: its main thread holds the signals
+    (:func:`hold_signals`), but another thread (OpenBLAS's) would take a SIGTERM under the default disposition
+    and the process would die by it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -570,6 +578,8 @@ def sigterm_as_interrupt(sigint: bool = False) -> Iterator[None]:
     taken = [signal.SIGTERM] + ([signal.SIGINT] if sigint and signal.getsignal(signal.SIGINT) != signal.SIG_IGN
                                 else [])
     previous = {sig: signal.signal(sig, handler) for sig in taken}
+    if ending is not None:
+        previous[signal.SIGTERM] = _exit_with(ending)
     try:
         yield
     finally:

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mggcn: error: {err}", file=sys.stderr, flush=True)
         return 2
     try:
-        with sigterm_as_interrupt():  # to the end: a signal after the command's own handling is still Ctrl-C's
+        with sigterm_as_interrupt(ending=130):  # to the end: a signal after the command's own handling is Ctrl-C's
             try:
                 status = _main(sys.argv[1:])
                 sys.stdout.flush()  # a closed pipe shows here at the latest, not in the interpreter's teardown
