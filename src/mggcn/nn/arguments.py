@@ -37,11 +37,9 @@ def check_layer_sizes(in_dim: int, out_dim: int) -> None:
             raise ValueError(f"a layer's {name} must be a positive int, got {d!r}")
 
 
-def as_seed(seed: object) -> int | None:
-    """A model's seed: None (drawn from torch's generator) or an integer a torch generator takes, as an int; a
-    ValueError naming ``seed`` otherwise (torch's says ``manual_seed expected a long``)."""
-    if seed is None:
-        return None
+def as_seed(seed: object) -> int:
+    """A model's seed given: an integer a torch generator takes, as an int; a ValueError naming ``seed`` otherwise
+    (torch's says ``manual_seed expected a long``)."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not -(2**63) <= seed < 2**64:
         raise ValueError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
     return int(seed)

@@ -50,7 +50,7 @@ from mggcn.training.checkpoint import (
 )
 from mggcn.training.outputs import check_output, save_model, save_predictions, table_format
 from mggcn.training.precision import check_precision_device
-from mggcn.training.settings import check_job_settings, check_tile_bytes
+from mggcn.training.settings import check_job_settings, check_switch, check_tile_bytes
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, link_to_nothing, open_output, write_error
@@ -242,8 +242,7 @@ def check_job_fields(job: TrainJob) -> None:
     may not: switches are booleans, outputs are paths (``str``), ``threads`` and ``mmap_threshold`` integers. One
     :class:`ConfigError` naming the field, as for every other setting, never a ``TypeError`` from deep inside."""
     for option in _FLAGS:
-        if not isinstance(getattr(job, option), bool):
-            raise ConfigError(f"{option} must be True or False, got {getattr(job, option)!r}", option)
+        check_switch(option, getattr(job, option))
     for option in _PATHS:
         path = getattr(job, option)
         if path is not None and (not isinstance(path, str) or not path):

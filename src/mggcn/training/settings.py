@@ -19,7 +19,7 @@ from mggcn.nn.models import MODEL_TYPES, model_type, models_taking
 from mggcn.training.outputs import check_distinct, read_inputs
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["check_config", "check_job_settings", "check_timeout", "seed_limit", "train_outputs"]
+__all__ = ["check_config", "check_job_settings", "check_switch", "check_timeout", "seed_limit", "train_outputs"]
 
 # Adam's weights, its state and the loss are float32: a step or a term beyond its largest value overflows in torch
 # itself (a RuntimeError) instead of making the loss non-finite, which the trainer says in one line
@@ -74,6 +74,12 @@ def seed_limit() -> int:
     return low
 
 
+def check_switch(option: str, value: Any) -> None:
+    """A switch is a bool: one given "False" (a non-empty string, truthy) would be on."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{option} must be True or False, got {value!r}", option)
+
+
 def _check_optimizer(cfg: TrainConfig) -> None:
     """Adam's settings: finite, in range, and a first step (``lr / (1 - β₁)``, the largest, as ``1 - β₁ᵗ`` grows
     with ``t``) and a weight decay that a float32 holds."""
@@ -96,9 +102,9 @@ def check_config(cfg: TrainConfig) -> None:
     options)."""
     kind = model_type(cfg.model)
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for option, default in defaults.items():  # a switch given "False" (a non-empty string) would be on
-        if isinstance(default, bool) and not isinstance(getattr(cfg, option), bool):
-            raise ConfigError(f"{option} must be True or False, got {getattr(cfg, option)!r}", option)
+    for option, default in defaults.items():
+        if isinstance(default, bool):
+            check_switch(option, getattr(cfg, option))
     for option in sorted({o for cls in MODEL_TYPES.values() for o in cls.options} - set(kind.options)):
         if getattr(cfg, option) != defaults[option]:  # an option of another model, set
             raise ConfigError(f"{option} is for model {models_taking(option)}, not {cfg.model}", option)
