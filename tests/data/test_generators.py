@@ -531,6 +531,8 @@ def test_parse_spec_rmat_and_builtin():
     ("synthetic:colour=red", "unknown key 'colour'"),
     ("synthetic:n", "n needs a value"),
     ("synthetic:n=10,classes=20", "classes must not exceed n"),
+    ("synthetic:n=300,,classes=3", "an empty item between commas"),
+    ("rmat:,scale=5", "an empty item between commas"),
     ("rmat:scale=x", "rmat:scale=x: scale must be a positive integer"),
     ("rmat:scale=31", "scale must be at most 30"),
     ("rmat:a=0.9,b=0.1,c=0.1", "a + b + c must be at most 1"),
@@ -546,6 +548,10 @@ def test_parse_spec_errors(spec, needle):
     msg = str(info.value)
     assert needle in msg
     assert msg.startswith(spec) and "\n" not in msg
+
+
+def test_parse_spec_takes_a_trailing_comma():
+    assert parse_spec("synthetic:n=300,").num_nodes == parse_spec("synthetic:n=300").num_nodes == 300
 
 
 def test_parse_spec_unknown_lists_known():

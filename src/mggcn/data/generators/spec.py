@@ -109,7 +109,12 @@ def is_generated(spec: str) -> bool:
 def _options(spec: str, text: str, keys: dict[str, tuple[str, _Parser]]) -> dict[str, object]:
     """``"k1=v1,k2=v2"`` -> keyword arguments, each value parsed and checked; errors name the spec and the key."""
     out: dict[str, object] = {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
+    items = [s.strip() for s in text.split(",")]
+    if items[-1] == "":
+        items.pop()  # a trailing comma, as Python's lists allow
+    for item in items:
+        if not item:
+            raise GraphError(f"{spec}: an empty item between commas (write key=value,key=value)")
         key, eq, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if key not in keys:
