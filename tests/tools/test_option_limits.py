@@ -309,6 +309,22 @@ def test_plan_on_a_cpu_judges_the_ranks_together_against_the_machine(capsys):
     assert verdicts[1].startswith("does NOT fit in 120.00 MiB of the machine (4 rank(s) × ")
 
 
+@pytest.mark.parametrize("value, words", [
+    ("-1e-3", "--lr must be positive, got -0.001"),
+    ("-2E+1", "--lr must be positive, got -20.0"),
+    ("-.5", "--lr must be positive, got -0.5"),
+    ("-inf", "--lr must be finite, got -inf"),
+    ("-Infinity", "--lr must be finite, got -inf"),
+])
+def test_every_negative_number_is_a_value_said_by_its_options_check(value, words, capsys):
+    """argparse takes only `-5` and `-0.5` for negative numbers: `--lr -1e-3` was "expected one argument"."""
+    _refused([*KARATE, "--lr", value], capsys, words)
+
+
+def test_a_word_after_a_flag_that_is_no_number_is_still_an_option(capsys):
+    _refused([*KARATE, "--lr", "-x"], capsys, "argument --lr: expected one argument")
+
+
 def test_an_unknown_option_is_said_by_its_command(capsys):
     """`mggcn info DIR --bogus` was said by the top parser ("mggcn: error: ... (see mggcn -h)")."""
     from mggcn.tools.cli import main

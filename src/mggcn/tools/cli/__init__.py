@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re
 import shlex
 import sys
 import warnings
@@ -30,12 +31,20 @@ from mggcn.utils.system import hold_signals, own_process, signals_end_process, s
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_BROKEN_PIPE"]
 
+# What float() reads as a negative number: no option of mggcn's looks like one, so such a word is always a value.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
 COMMANDS: dict[str, ModuleType] = {"train": train, "prepare": prepare, "datasets": datasets, "info": info,
                                    "report": report, "predict": predict, "bench": bench, "plan": plan}
 
 
 class _Parser(argparse.ArgumentParser):
-    """Errors in one line (and a pointer to -h), not the whole usage block."""
+    """Errors in one line (and a pointer to -h), not the whole usage block; every negative number a value may be
+    (``--lr -1e-3``, ``--lr -inf``) is read as that value, where argparse takes only ``-5`` and ``-0.5`` for one."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
