@@ -7,7 +7,7 @@ import pytest
 from cli_util import run_cli
 from mggcn.config import TrainConfig
 from mggcn.nn.models import num_parameters
-from mggcn.training import job as job_module
+from mggcn.training import settings as settings_module
 from mggcn.utils.errors import ConfigError
 
 
@@ -34,14 +34,24 @@ def test_the_bound_is_memory_for_weights_adam_and_one_activation_per_rank(monkey
     dims = [34, 64, 2]
     need = 2 * (16 * num_parameters(dims, "gcn") + 4 * 17 * 64)  # 2 ranks, 17 rows each, the widest layer 64
     cfg = TrainConfig(hidden=(64,))
-    monkeypatch.setattr(job_module, "physical_memory", lambda: need)
-    job_module.check_model_size(cfg, 34, 2, 34, 2)  # exactly enough: left to the run
-    monkeypatch.setattr(job_module, "physical_memory", lambda: need - 1)
+    monkeypatch.setattr(settings_module, "physical_memory", lambda: need)
+    settings_module.check_model_size(cfg, 34, 2, 34, 2)  # exactly enough: left to the run
+    monkeypatch.setattr(settings_module, "physical_memory", lambda: need - 1)
     with pytest.raises(ConfigError, match=r"hidden 64: layers of \[34, 64, 2\] need") as info:
-        job_module.check_model_size(cfg, 34, 2, 34, 2)
+        settings_module.check_model_size(cfg, 34, 2, 34, 2)
     assert info.value.option == "hidden"
-    monkeypatch.setattr(job_module, "physical_memory", lambda: None)  # the system does not say: nothing refused
-    job_module.check_model_size(TrainConfig(hidden=(10**12,)), 34, 2, 34, 2)
+    monkeypatch.setattr(settings_module, "physical_memory", lambda: None)  # the system does not say: nothing refused
+    settings_module.check_model_size(TrainConfig(hidden=(10**12,)), 34, 2, 34, 2)
+
+
+def test_a_gats_output_heads_beyond_memory_are_named_as_such():
+    """The last layer's heads alone out of reach were said as --heads, which was within reach."""
+    out = run_cli("train", "builtin:karate", "--epochs", "1", "--model", "gat", "--output-heads", str(10**15),
+                  timeout=60)
+    assert _one_line(out, "more than this machine's").startswith(f"mggcn train: error: --output-heads {10**15}: ")
+    both = run_cli("train", "builtin:karate", "--epochs", "1", "--model", "gat", "--heads", "99999999999",
+                   "--hidden", "", "--output-heads", "99999999999", timeout=60)
+    assert _one_line(both, "more than this machine's").startswith("mggcn train: error: --heads 99999999999")
 
 
 def test_the_python_api_refuses_the_same_way():

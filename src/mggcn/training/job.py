@@ -20,7 +20,6 @@ import torch
 from mggcn.config import DEFAULT_DATASET, MMAP_THRESHOLD, TrainConfig
 from mggcn.data.datasets import Dataset, open_dataset
 from mggcn.data.formats import random_features
-from mggcn.data.generators.spec import physical_memory
 from mggcn.data.graph import SPLITS, Graph
 from mggcn.data.prepared.reader import PreparedDataset
 from mggcn.data.prepared.writer import write_dataset
@@ -39,7 +38,7 @@ from mggcn.distributed.parallel_layout import ParallelLayout
 from mggcn.distributed.partition import Shard, check_partition
 from mggcn.distributed.sharding import release_dataset
 from mggcn.distributed.spmm import check_train_columns
-from mggcn.nn.models import make_model, model_options, model_type, num_parameters, operator_for
+from mggcn.nn.models import make_model, model_options, model_type, operator_for
 from mggcn.training.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -50,7 +49,7 @@ from mggcn.training.checkpoint import (
 )
 from mggcn.training.outputs import check_output, save_model, save_predictions, table_format
 from mggcn.training.precision import check_precision_device
-from mggcn.training.settings import check_job_settings, check_switch, check_tile_bytes
+from mggcn.training.settings import check_job_settings, check_model_size, check_switch, check_tile_bytes
 from mggcn.training.trainer import TrainResult, epoch_width, format_balance, predict_shard, train_shard
 from mggcn.utils.errors import ConfigError, GraphError
 from mggcn.utils.files import check_writable, link_to_nothing, open_output, write_error
@@ -291,28 +290,6 @@ def check_job(job: TrainJob, nprocs: int) -> Dataset:
     if rank_environment()[0] == 0:  # rank 0 alone resumes: it sends the checkpoint to the others
         find_resume(job, dataset, report=_silent)  # raises for another dataset or model; says what it skips later
     return dataset
-
-
-def check_model_size(cfg: TrainConfig, features: int, classes: int, num_nodes: int, nprocs: int) -> None:
-    """Refuse layer sizes no machine of this one's memory can train, before anything that large is allocated: the
-    float32 weights with their gradient and Adam's two moments, and one activation of the widest layer over a rank's
-    rows, for each rank this host runs. A size within memory is left to the run (the plan's other buffers and the
-    system's own use decide the rest), so only a size that cannot be meant is refused, never a tight one."""
-    memory = physical_memory()
-    if memory is None:
-        return
-    dims = [features, *cfg.hidden, classes]
-    options = model_options(cfg)
-    weights = 4 * 4 * num_parameters(dims, cfg.model, options.pop("train_eps", False), **options)
-    activation = 4 * -(-num_nodes // nprocs) * max(dims)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", nprocs)) if under_torchrun() else nprocs
-    need = local * (weights + activation)
-    if need > memory:
-        sizes = ",".join(str(h) for h in cfg.hidden)
-        option, given = ("heads", f"heads {cfg.heads} (hidden '{sizes}')") if cfg.model == "gat" else \
-            ("hidden", f"hidden {sizes}")
-        raise ConfigError(f"{given}: layers of {dims} need {need / 2**30:,.1f} GiB for weights, Adam's state "
-                          f"and one activation per rank, more than this machine's {memory / 2**30:,.1f} GiB", option)
 
 
 def _mark(job: TrainJob, phase: str) -> None:

@@ -10,14 +10,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from collections.abc import Mapping, Sequence, Set
 from numbers import Integral, Real
 from typing import Any
 
 from mggcn.config import MMAP_THRESHOLD_MAX, PRECISIONS, TIMEOUT_MAX, TrainConfig
-from mggcn.nn.models import MODEL_TYPES, model_type, models_taking
+from mggcn.data.generators.spec import physical_memory
+from mggcn.nn.models import MODEL_TYPES, model_options, model_type, models_taking, num_parameters
 from mggcn.training.outputs import check_distinct, read_inputs
 from mggcn.utils.errors import ConfigError
+from mggcn.utils.launcher import under_torchrun
 
 __all__ = ["check_config", "check_job_settings", "check_switch", "check_timeout", "seed_limit", "train_outputs"]
 
@@ -180,3 +183,29 @@ def train_outputs(job: Any) -> list[tuple[str, str | None]]:
     """What a training job writes, by setting (:func:`~mggcn.training.outputs.check_distinct`)."""
     return [(option, getattr(job, option)) for option in ("metrics", "save_model", "save_predictions",
                                                           "checkpoint_dir")]
+
+
+def check_model_size(cfg: TrainConfig, features: int, classes: int, num_nodes: int, nprocs: int) -> None:
+    """Refuse layer sizes no machine of this one's memory can train, before anything that large is allocated: the
+    float32 weights with their gradient and Adam's two moments, and one activation of the widest layer over a rank's
+    rows, for each rank this host runs. A size within memory is left to the run (the plan's other buffers and the
+    system's own use decide the rest), so only a size that cannot be meant is refused, never a tight one."""
+    memory = physical_memory()
+    if memory is None:
+        return
+    dims = [features, *cfg.hidden, classes]
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", nprocs)) if under_torchrun() else nprocs
+
+    def need(**changed) -> int:
+        options = {**model_options(cfg), **changed}
+        weights = 4 * 4 * num_parameters(dims, cfg.model, options.pop("train_eps", False), **options)
+        return local * (weights + 4 * -(-num_nodes // nprocs) * max(dims))
+
+    if need() > memory:
+        sizes = ",".join(str(h) for h in cfg.hidden)
+        option, given = ("heads", f"heads {cfg.heads} (hidden '{sizes}')") if cfg.model == "gat" else \
+            ("hidden", f"hidden {sizes}")
+        if cfg.output_heads is not None and need(output_heads=None) <= memory:
+            option, given = "output_heads", f"output_heads {cfg.output_heads}"
+        raise ConfigError(f"{given}: layers of {dims} need {need() / 2**30:,.1f} GiB for weights, Adam's state "
+                          f"and one activation per rank, more than this machine's {memory / 2**30:,.1f} GiB", option)

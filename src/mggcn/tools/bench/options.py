@@ -147,7 +147,7 @@ def _check_runs(opts: BenchOptions) -> None:
     if opts.epochs < 1:
         raise ConfigError(f"epochs must be at least 1 (the timed epochs), got {opts.epochs}", "epochs")
     check_threads(opts.threads)
-    from mggcn.training.job import check_model_size
+    from mggcn.training.settings import check_model_size
 
     check_model_size(TrainConfig(model=opts.model, hidden=opts.hidden, **model_settings(opts)), opts.features,
                      opts.classes, opts.nodes, max(opts.nprocs))
