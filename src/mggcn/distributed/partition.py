@@ -27,14 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from mggcn.config import ORDERINGS
-from mggcn.kernels.tiled import TiledCSR, csr_to_torch, num_tiles
+from mggcn.kernels.tiled import TiledCSR
 from mggcn.utils.errors import ConfigError
 
-__all__ = ["Partition", "Shard", "check_partition", "make_partition", "split_row_block", "to_blocks"]
+__all__ = ["Partition", "Shard", "check_partition", "make_partition"]
 
 
 @dataclass(frozen=True)
@@ -95,41 +94,6 @@ def make_partition(num_nodes: int, num_parts: int, seed: int = 0, ordering: str 
     position = np.empty(num_nodes, dtype=np.int64)
     position[real] = np.arange(num_nodes, dtype=np.int64)
     return Partition(num_nodes, num_parts, order, position)
-
-
-def split_row_block(block: sp.csr_matrix, num_parts: int) -> list[sp.csr_matrix]:
-    """Cut an ``m × (P·m)`` row block (columns in new ids) into its P column blocks of ``m × m``."""
-    m = block.shape[1] // num_parts
-    coo = block.tocoo()
-    part = coo.col // m
-    out = []
-    for j in range(num_parts):
-        sel = part == j
-        blk = sp.csr_matrix((coo.data[sel], (coo.row[sel], coo.col[sel] - j * m)), shape=(block.shape[0], m))
-        blk.sum_duplicates()
-        out.append(blk)
-    return out
-
-
-def to_blocks(block: sp.spmatrix, num_parts: int, tile_cols: int | None = None) -> list[TiledCSR]:
-    """The P column blocks of an ``m × (P·m)`` row block as torch tiles of ``tile_cols`` columns (None: whole).
-
-    Tile by tile: each tile is sliced out of ``block`` (its duplicates summed and its rows sorted in place first),
-    so that besides ``block`` only the tiles already cut are held, never a second copy of a block.
-    """
-    m = block.shape[1] // num_parts
-    if block.format != "csr":
-        block = block.tocsr()
-    block.sum_duplicates()  # in place: sorted columns within each row, duplicates added up
-    out = []
-    for j in range(num_parts):
-        if num_tiles(m, tile_cols) == 1:  # one block, untiled: its own arrays (a slice would copy them)
-            out.append(TiledCSR([csr_to_torch(block if num_parts == 1 else block[:, j * m: (j + 1) * m])], [0], m))
-            continue
-        starts = list(range(0, m, tile_cols))
-        out.append(TiledCSR([csr_to_torch(block[:, j * m + s: j * m + min(s + tile_cols, m)]) for s in starts],
-                            starts, m))
-    return out
 
 
 @dataclass
