@@ -135,10 +135,12 @@ def test_a_plain_block_is_parsed_whole(monkeypatch, tmp_path):
         raise AssertionError("parsed line by line")
 
     path = tmp_path / "g.txt"
-    path.write_text("".join(f"{i}\t{i + 1} {i % 3}\r\n" for i in range(10_000)))
     monkeypatch.setattr(edgelist.np, "loadtxt", refuse)
-    ei = np.concatenate(list(edgelist.iter_edgelist_chunks(path, chunk_edges=1000)), axis=1)
-    np.testing.assert_array_equal(ei, [np.arange(10_000), np.arange(1, 10_001)])
+    lines = [f"{i}\t{i + 1} {i % 3}" for i in range(10_000)]
+    for text in ("\r\n".join(lines) + "\r\n", "\n".join(lines)):  # the last line with its newline or without
+        path.write_text(text)
+        ei = np.concatenate(list(edgelist.iter_edgelist_chunks(path, chunk_edges=1000)), axis=1)
+        np.testing.assert_array_equal(ei, [np.arange(10_000), np.arange(1, 10_001)])
 
 
 def test_a_number_that_is_no_integer_is_refused_on_numpy_that_only_warns(tmp_path, monkeypatch):

@@ -315,6 +315,23 @@ def test_kept_weights_have_the_best_validation_accuracy(tmp_path):
     assert (pred[val] == graph.y[val]).mean() == pytest.approx(result.history[result.best_epoch - 1]["val_acc"])
 
 
+def test_early_stopping_watches_the_validation_split_alone():
+    """The kept epoch is the first with the best validation accuracy, never chosen by the test split: here the test
+    vertices' labels are shuffled among themselves, so the test accuracy peaks at another epoch than the
+    validation's (karate's two splits peak together, and could not tell)."""
+    graph = parse_spec("synthetic:n=2000")
+    test = graph.masks["test"]
+    graph.y[test] = np.random.default_rng(0).permutation(graph.y[test])
+    result = mggcn.train(graph, hidden=(16,), epochs=200, lr=0.05, patience=5, quiet=True)
+    vals, tests = [r["val_acc"] for r in result.history], [r["test_acc"] for r in result.history]
+    assert result.stopped == "early" and len(result.history) == result.best_epoch + 5
+    assert tests.index(max(tests)) != vals.index(max(vals))  # else this test could not tell the splits apart
+    assert vals.index(max(vals)) == result.best_epoch - 1
+    # the kept weights are those the best epoch measured: their eval-mode accuracies are that epoch's
+    assert result.final["val_acc"] == pytest.approx(vals[result.best_epoch - 1], abs=1e-12)
+    assert result.final["test_acc"] == pytest.approx(tests[result.best_epoch - 1], abs=1e-12)
+
+
 @pytest.mark.parametrize("model,options", [("gcn", {"batch_norm": True}), ("gin", {"gin_mlp_batch_norm": True})])
 def test_kept_batch_norm_weights_are_those_the_best_epoch_measured(tmp_path, model, options):
     """Early stopping keeps the weights as the best epoch measured them, running statistics included: the training

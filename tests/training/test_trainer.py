@@ -128,6 +128,46 @@ def test_dropout_trains_and_is_reproducible():
     assert all(np.isfinite(first))
 
 
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_dropout_masks_are_drawn_anew_every_epoch(nprocs):
+    """With a learning rate too small to move a float32 weight, an epoch's loss changes only with its dropout
+    masks: equal every epoch without dropout (the premise), different every epoch with it (a mask drawn once and
+    kept would repeat the first epoch's loss)."""
+    graph = random_graph(45, 200, features=12, classes=4, seed=1)
+    cases = [(graph, TrainConfig(hidden=(16,), epochs=4, lr=1e-30, seed=2, dropout=p)) for p in (0.0, 0.5)]
+    results = workers.train_many_worker(cases) if nprocs == 1 else _run_all(nprocs, cases)[0]
+    still, dropped = results[0][0], results[1][0]
+    assert len(set(still)) == 1, still
+    assert len(set(dropped)) == len(dropped), dropped
+
+
+def test_attention_dropout_draws_the_same_masks_at_any_p():
+    """A GAT's attention dropout masks are drawn for the graph's edges, not per rank: the loss curve at P = 2 and 3
+    is the one process's. float32, the same sums in another order: relative differences around 1e-7 per step."""
+    graph = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)
+    case = [(graph, TrainConfig(model="gat", heads=2, hidden=(8,), epochs=4, seed=3, attention_dropout=0.5))]
+    one = workers.train_many_worker(case)[0][0]
+    assert len(set(one)) == len(one)
+    for nprocs in (2, 3):
+        torch.testing.assert_close(torch.tensor(_run_all(nprocs, case)[0][0][0]), torch.tensor(one), rtol=1e-5,
+                                   atol=0, msg=lambda m, p=nprocs: f"P={p}: {m}")
+
+
+def test_the_cut_counts_the_nonzeros_between_ranks():
+    """``cut_nnz``: the nonzeros of Â whose row and column belong to different ranks (none at P = 1; the diagonal
+    blocks and self loops never), here with the original ids (``partition="none"``): rank r owns ids
+    [r·m, (r+1)·m), m = ceil(n / P)."""
+    graph = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)
+    src, dst = graph.edge_index
+    pairs = np.unique(np.stack([dst, src])[:, src != dst], axis=1)
+    case = [(graph, TrainConfig(hidden=(8,), epochs=1, partition="none"))]
+    for nprocs in (1, 2, 3):
+        history = (workers.train_many_worker(case) if nprocs == 1 else _run_all(nprocs, case)[0])[0][1]
+        m = -(-graph.num_nodes // nprocs)
+        expected = int((pairs[0] // m != pairs[1] // m).sum())
+        assert history[0]["cut_nnz"] == expected and (expected > 0) == (nprocs > 1), (nprocs, history[0]["cut_nnz"])
+
+
 def _model_cases():
     directed = random_graph(45, 200, features=12, classes=4, directed=True, seed=1)  # 45: not divisible by 2, 4
     few = _few_train(random_graph(45, 200, features=12, classes=4, seed=3))
