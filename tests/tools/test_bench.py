@@ -480,8 +480,10 @@ def test_bench_model_against_pygs_own(model):
         bench.options_from(small=True, model=model, hidden=(16, 8))
     if batch_norm:  # mggcn's runs did normalize: their workspaces hold the norms' x̂
         # both sides' accuracies come from an eval forward (running statistics) of the same weights: the same test
-        # vertices right; PyG's share is a float32 mean
-        assert pyg["test_acc"] == pytest.approx(rows["mggcn P=1 random-local"]["test_acc"], abs=1e-6)
+        # vertices right, but for a vertex whose two best classes tie within float rounding (the batch norms make
+        # such ties: on one CPU's kernels one of the small graph's 750 test vertices flips); an accuracy of the
+        # batch's statistics would differ by far more. PyG's share is a float32 mean.
+        assert pyg["test_acc"] == pytest.approx(rows["mggcn P=1 random-local"]["test_acc"], abs=1.5 / 750)
         assert "bn 0" in rows["mggcn P=1 random-local"]["memory"][0]["workspace"]
         with pytest.raises(ConfigError, match="^gin_mlp_batch_norm is for model gin, not sage$"):
             bench.options_from(small=True, model="sage", gin_mlp_batch_norm=True)
