@@ -3,6 +3,7 @@ method left alone, Ctrl-C while the workers start, a reader of stdout that goes 
 torchrun rank stopped while it imports torch. Each case runs in a fresh interpreter."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -468,6 +469,14 @@ def test_out_of_memory_in_one_process_is_one_line_as_in_a_worker(tmp_path):
                          preexec_fn=limited)
     assert out.returncode == 1 and out.stderr.startswith("mggcn train: error: out of memory (") and \
         out.stderr.count("\n") == 1, out.stderr
+    assert "enforce fail" not in out.stderr and ".cpp:" not in out.stderr  # torch's C++ check, no help to a user
+    # two workers, each under the same limit, with twice the width: a rank's line says the same
+    out = subprocess.run([sys.executable, "-m", "mggcn", "train", "synthetic:n=3000", "--hidden", "400000", "--epochs",
+                          "1", "--quiet", "--nprocs", "2"], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path, preexec_fn=limited)
+    assert out.returncode == 1 and re.fullmatch(r"mggcn: rank [01] ran out of memory \(RuntimeError: [^\n]*\); "
+                                                r"`mggcn plan` sizes a job before it runs\n", out.stderr), out.stderr
+    assert "enforce fail" not in out.stderr
 
 
 

@@ -100,5 +100,10 @@ def test_a_ranks_report_leaves_out_where_in_torchs_sources_its_backend_raised(tm
     report = json.loads((tmp_path / "error.1").read_text())
     assert report["error"] == "RuntimeError: Timed out waiting 5000ms for recv operation to complete"
     assert _PEER_LOST.search(report["error"])
-    kept = "[enforce fail at inline_container.cc:672] . unexpected pos 1536 vs 1488"  # words, not a location
+    # torch's own failed checks: where, and the check's expression, before the words that say what failed
+    assert without_source_locations("[enforce fail at inline_container.cc:672] . unexpected pos 1536 vs 1488") == \
+        "unexpected pos 1536 vs 1488"
+    allocator = "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory"
+    assert without_source_locations(allocator) == "RuntimeError: DefaultCPUAllocator: can't allocate memory"
+    kept = "[rank 0] failed. [a.cc] x == y. done"  # brackets without a source location, a check without one
     assert without_source_locations(kept) == kept

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["InputError", "ConfigError", "GraphError", "unpickling_reason", "without_source_locations"]
+__all__ = ["InputError", "ConfigError", "GraphError", "says_out_of_memory", "unpickling_reason",
+           "without_source_locations"]
 
 
 class InputError(ValueError):
@@ -51,8 +52,25 @@ def unpickling_reason(err: BaseException) -> str:
     return type(err).__name__
 
 
-# where in its C++ sources gloo or c10d raised ("[/path/to/pytorch/.../unbound_buffer.cc:78] "): no help to a user
-_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*")
+# where in its C++ sources gloo or c10d raised ("[/path/to/pytorch/.../unbound_buffer.cc:78] "), or which check of
+# its own failed ("[enforce fail at alloc_cpu.cpp:127] err == 0. "): no help to a user
+_SOURCE_LOCATION = re.compile(r"\[(?:enforce fail at )?[^\]\s]*\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*"
+                              r"(?:(?<=\] )(?:[\w.>-]+ [=!<>]=? [\w.-]+)?\. )?")
+
+# torch's allocators, CUDA, C++'s std::bad_alloc, MKL's sparse routines (SPARSE_STATUS_ALLOC_FAILED); a thread whose
+# stack cannot be mapped is an allocation that failed too (Python's words for it)
+_ALLOCATION_FAILED = re.compile(r"can't allocate memory|cannot allocate memory|out of memory|bad_alloc|_ALLOC_FAILED"
+                                r"|can't start new thread", re.I)
+_RUNTIME_ERRORS = ("RuntimeError", "AcceleratorError", "OSError")
+
+
+def says_out_of_memory(kind: str, message: str) -> bool:
+    """Whether an error of type ``kind`` (its name, as ``torch.cuda.OutOfMemoryError``) with ``message`` says that
+    the host or the GPU had no memory left: a ``MemoryError`` of any kind (numpy's, CUDA's), or a ``RuntimeError``
+    (or ``OSError``) whose message says an allocation (or a thread's stack) failed: torch's CPU allocator raises a
+    plain ``RuntimeError``."""
+    kind = kind.rpartition(".")[2]
+    return kind.endswith("MemoryError") or (kind in _RUNTIME_ERRORS and bool(_ALLOCATION_FAILED.search(message)))
 
 
 def without_source_locations(message: str) -> str:

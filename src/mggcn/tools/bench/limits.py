@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import torch
 
-from mggcn.utils.errors import ConfigError
+from mggcn.utils.errors import ConfigError, says_out_of_memory
 from mggcn.utils.files import atomic_write
 from mggcn.utils.timing import SetupClock
 from mggcn.utils.units import format_bytes
@@ -36,11 +36,6 @@ __all__ = ["cap_memory", "lift_caps", "out_of_memory", "gpu_memory_worker", "che
 # A worker's error reaches the bench as "rank R failed: TYPE: MESSAGE" or "rank R was killed by signal NAME"
 # (mggcn.distributed.launch).
 _RAISED = re.compile(r"failed: ([\w.]+): (.*)", re.DOTALL)
-# torch's allocators, CUDA, C++'s std::bad_alloc, MKL's sparse routines (SPARSE_STATUS_ALLOC_FAILED)
-# a thread whose stack cannot be mapped is an allocation that failed too (Python's words for it)
-_ALLOCATION_FAILED = re.compile(r"can't allocate memory|cannot allocate memory|out of memory|bad_alloc|_ALLOC_FAILED"
-                                r"|can't start new thread", re.I)
-_RUNTIME_ERRORS = ("RuntimeError", "AcceleratorError", "OSError")
 
 
 def out_of_memory(error: str) -> bool:
@@ -53,8 +48,7 @@ def out_of_memory(error: str) -> bool:
     raised = _RAISED.search(error)
     if raised is None:
         return False
-    kind, message = raised.group(1).rpartition(".")[2], raised.group(2)
-    return kind.endswith("MemoryError") or (kind in _RUNTIME_ERRORS and bool(_ALLOCATION_FAILED.search(message)))
+    return says_out_of_memory(raised.group(1), raised.group(2))
 
 
 def cap_memory(gpu_memory: int | None, host_memory: int | None, device: torch.device) -> None:

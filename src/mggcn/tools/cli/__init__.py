@@ -22,9 +22,9 @@ from types import ModuleType
 
 from mggcn.config import __version__
 from mggcn.tools.cli import bench, datasets, info, plan, predict, prepare, report, train
-from mggcn.tools.cli.common import HelpFormatter, flag_message
+from mggcn.tools.cli.common import HelpFormatter, flag_message, out_of_memory_line
 from mggcn.tools.cli.process import prepare_process
-from mggcn.utils.errors import ConfigError, GraphError, without_source_locations
+from mggcn.utils.errors import ConfigError, GraphError, says_out_of_memory, without_source_locations
 from mggcn.utils.files import OutputError, clipped
 from mggcn.utils.launcher import torchrun_world_size, under_torchrun
 from mggcn.utils.system import hold_signals, own_process, signals_end_process, sigterm_as_interrupt
@@ -159,9 +159,8 @@ def _main(argv: list[str]) -> int:
               f"than the file system takes ({err.strerror})", file=sys.stderr)
         return 2
     except Exception as err:  # noqa: BLE001 - a torchrun rank: its node's log gets one line, not a traceback
-        if _out_of_memory(err) and not under_torchrun():  # as a worker's is said: one line, the run failed
-            print(f"mggcn {args.command}: error: out of memory ({_said(err)[:300]}); `mggcn plan` sizes a job "
-                  "before it runs", file=sys.stderr, flush=True)
+        if says_out_of_memory(type(err).__name__, str(err)) and not under_torchrun():  # one line, the run failed
+            print(f"mggcn {args.command}: error: {out_of_memory_line(_said(err))}", file=sys.stderr, flush=True)
             return 1
         if not under_torchrun():
             raise
@@ -186,15 +185,6 @@ def _said(err: BaseException) -> str:
     return without_source_locations(" ".join(f"{type(err).__name__}: {err}".split()))
 
 
-def _out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` says the host or the GPU had no memory left: Python's MemoryError, or torch's allocators'
-    words (its CPU allocator raises a plain RuntimeError)."""
-    if isinstance(err, MemoryError):
-        return True
-    text = str(err)
-    return isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
-
-
 def _rank_failure(err: Exception) -> str:
     """What ended a torchrun rank, in one line naming it: a lost connection to its peers (a rank or a node that
     failed or was stopped, whose own log says why) as such, rather than gloo's or NCCL's words alone."""
@@ -207,6 +197,8 @@ def _rank_failure(err: Exception) -> str:
     if type(err).__name__ == "DistStoreError" and dist is not None and not dist.is_initialized():
         return f"rank {rank} gave up waiting for the other ranks to join the job: one of them failed or was " \
                f"stopped before it joined, or was never started (its node's log says why): {text[:200]}"
+    if says_out_of_memory(type(err).__name__, text):
+        return f"rank {rank} ran {out_of_memory_line(text)}"
     if launch is not None and launch.peer_lost(text):
         return f"rank {rank} lost its connection to the other ranks (one of them, or its node, failed or was " \
                f"stopped; its log says why): {text[:300]}"

@@ -13,7 +13,7 @@ from mggcn.config import MMAP_THRESHOLD_MAX, ORDERINGS, PRECISIONS
 from mggcn.data.catalog import named
 from mggcn.data.formats import VERTEX_FILE_FORMATS
 from mggcn.utils.devices import parse_device
-from mggcn.utils.errors import ConfigError, GraphError
+from mggcn.utils.errors import ConfigError, GraphError, says_out_of_memory
 from mggcn.utils.launcher import under_torchrun
 from mggcn.utils.units import parse_bytes
 
@@ -313,6 +313,12 @@ def flag_message(err: Exception) -> str:
     return head + (text if named else f"{text} ({flag(option)})")
 
 
+def out_of_memory_line(said: str) -> str:
+    """What ran out of memory says, after ``error:`` or ``rank R ran``: the allocator's words (``said``, one line)
+    and what sizes a job."""
+    return f"out of memory ({said[:300]}); `mggcn plan` sizes a job before it runs"
+
+
 def job_failure_status(err: WorkerError, command: str = "train") -> int:
     """The exit status of a job the launcher could not finish, its one line said on stderr: 130 for Ctrl-C or
     SIGTERM before the workers could stop by themselves, 2 for bad input a rank found in its rows, 1 for another
@@ -331,6 +337,10 @@ def job_failure_status(err: WorkerError, command: str = "train") -> int:
         return 1
     if err.kind == "output" and err.reason:  # rank 0's file, said as the command says it in one process
         print(f"mggcn {command}: error: {err.reason}", file=sys.stderr)
+        return 1
+    raised = err.message.removeprefix("failed: ")
+    if raised != err.message and says_out_of_memory(raised.partition(":")[0], raised):  # a rank's allocation failed
+        print(f"mggcn: rank {err.rank} ran {out_of_memory_line(raised)}", file=sys.stderr)
         return 1
     print(f"mggcn: {flag_message(err)}", file=sys.stderr)
     return 2 if err.kind == "bad_input" else 1
