@@ -300,13 +300,13 @@ def test_plan_on_a_cpu_judges_the_ranks_together_against_the_machine(capsys):
     from mggcn.tools.cli import main
 
     args = ["plan", "--nodes", "100000", "--edges", "2000000", "--features", "64", "--classes", "10", "--device",
-            "cpu", "--memory", "120M", "--nprocs", "1,4,4"]
-    assert main(args) == 0
+            "cpu", "--memory", "700M", "--nprocs", "1,4,4"]
+    assert main(args) == 1  # P = 4 does not fit
     out = capsys.readouterr().out
     verdicts = [line for line in out.splitlines() if " of the machine (" in line]
     assert len(verdicts) == 2, out  # each P once
-    assert verdicts[0].startswith("fits in 120.00 MiB of the machine (1 rank(s)") and "CUDA" not in out
-    assert verdicts[1].startswith("does NOT fit in 120.00 MiB of the machine (4 rank(s) × ")
+    assert verdicts[0].startswith("fits in 700.00 MiB of the machine (1 rank(s)") and "CUDA" not in out
+    assert verdicts[1].startswith("does NOT fit in 700.00 MiB of the machine (4 rank(s) × ")
 
 
 @pytest.mark.parametrize("value, words", [

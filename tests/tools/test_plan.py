@@ -252,11 +252,32 @@ def test_plan_command(capsys):
     out = capsys.readouterr().out
     assert out.count("per-rank memory:") == 2 and "fits in 16.00 GiB" in out and "114,615,892" in out
     assert main(["plan", "--nodes", "1000", "--edges", "5000", "--features", "8", "--classes", "3",
-                 "--memory", "1K"]) == 0
+                 "--memory", "1K"]) == 1  # a script tells the answer by the status
     assert "does NOT fit" in capsys.readouterr().out
     assert main(["plan", "--nodes", "1000"]) == 2
     assert "--edges" in capsys.readouterr().err
     assert math.isfinite(plan_memory(1000, 5000, 8, 3, (4,), 2).total)
+
+
+def test_a_cpu_plan_fits_with_the_processes_runtime_and_says_no_by_its_status(capsys):
+    """On a CPU the verdict counts every rank's plan and what Python and torch hold in the job's processes (a job
+    whose plans alone fit a cap was killed in it); the status is 1 when one of the P given does not fit."""
+    from mggcn.tools.plan import CPU_RUNTIME, CPU_RUNTIME_PER_RANK, format_plan, plan_need
+
+    plan = plan_memory(100000, 2000000, 64, 10, (128,), 2, device="cpu")
+    need = 2 * plan.total + CPU_RUNTIME + CPU_RUNTIME_PER_RANK
+    assert plan_need(plan, "cpu") == need and plan_need(plan, "cuda") == plan.total
+    assert format_plan(plan, "g", need, "cpu").splitlines()[-1] == (
+        f"fits in {format_bytes(need)} of the machine (2 rank(s) × {format_bytes(plan.total)} + "
+        f"{format_bytes(CPU_RUNTIME + CPU_RUNTIME_PER_RANK)} for Python and torch = {format_bytes(need)}, 100% used)")
+    assert format_plan(plan, "g", need - 1, "cpu").splitlines()[-1].startswith("does NOT fit")
+    # the command: P = 1 plans 112 MiB, P = 2 67 MiB a rank; with Python and torch 432 MiB and 582 MiB
+    args = ["plan", "--nodes", "100000", "--edges", "2000000", "--features", "64", "--classes", "10", "--device", "cpu"]
+    assert main([*args, "--memory", "1G", "--nprocs", "1,2"]) == 0
+    assert main([*args, "--memory", "200M", "--nprocs", "1"]) == 1  # the plan alone would fit
+    assert main([*args, "--memory", "500M", "--nprocs", "1,2"]) == 1  # P = 2 does not fit
+    verdicts = [line.split(" in ")[0] for line in capsys.readouterr().out.splitlines() if "of the machine" in line]
+    assert verdicts == ["fits", "fits", "does NOT fit", "fits", "does NOT fit"]
 
 
 def test_symmetric_shard_stores_no_transpose_and_the_plan_says_so():

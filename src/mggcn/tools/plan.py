@@ -102,9 +102,14 @@ from mggcn.nn.workspace import BufferWalk
 from mggcn.utils.errors import ConfigError
 from mggcn.utils.units import format_bytes
 
-__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "format_plan"]
+__all__ = ["DatasetSize", "PRESETS", "MemoryPlan", "plan_memory", "activation_peak", "plan_need", "format_plan"]
 
 FLOAT = 4
+# What the processes of a CPU job hold besides the plans, in the machine's memory: the first process's Python, torch
+# and mggcn (the command's own at P = 1), and each further rank's pages of its own (forked from a server whose pages
+# they share); a little above the whole job's proportional set size over the plans' sum, measured at P = 1, 2 and 3.
+CPU_RUNTIME = 5 << 26  # 0.3125 GiB
+CPU_RUNTIME_PER_RANK = 1 << 27  # 0.125 GiB
 INT64 = 8
 BOOL = 1
 
@@ -448,6 +453,15 @@ def float_bytes(precision: str) -> int:
     return 2 if precision == "bf16" else FLOAT
 
 
+def plan_need(plan: MemoryPlan, device: str = "cuda") -> int:
+    """The memory ``plan`` needs: per GPU its total (the CUDA context and the sparse library's workspace are the
+    device's and its driver's, said beside it); on a CPU, of the machine, every rank's and the processes' runtime
+    (:data:`CPU_RUNTIME`)."""
+    if device != "cpu":
+        return plan.total
+    return plan.total * plan.nprocs + CPU_RUNTIME + CPU_RUNTIME_PER_RANK * (plan.nprocs - 1)
+
+
 def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None, device: str = "cuda") -> str:
     """The table ``mggcn plan`` prints; with ``capacity`` (bytes, more than 0: per GPU on ``cuda``, of the machine
     the ranks share on ``cpu``), whether it fits."""
@@ -467,11 +481,11 @@ def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None, device
                  + (f" + {format_bytes(plan.comm_layers)} (the layers' all-reduces)" if plan.comm_layers else "")
                  + f"; once before training: {format_bytes(plan.comm_once)} (A.X)")
     if capacity is not None and device == "cpu":  # the ranks share the machine's memory
-        need = plan.total * plan.nprocs
+        need = plan_need(plan, device)
         verdict = "fits" if need <= capacity else "does NOT fit"
         lines.append(f"{verdict} in {format_bytes(capacity)} of the machine ({plan.nprocs} rank(s) × "
-                     f"{format_bytes(plan.total)} = {100 * need / capacity:.0f}% used; plus each rank's runtime, "
-                     "~0.3 GiB for torch)")
+                     f"{format_bytes(plan.total)} + {format_bytes(need - plan.total * plan.nprocs)} for Python and "
+                     f"torch = {format_bytes(need)}, {100 * need / capacity:.0f}% used)")
     elif capacity is not None:
         verdict = "fits" if plan.fits(capacity) else "does NOT fit"
         lines.append(f"{verdict} in {format_bytes(capacity)} per device ({100 * plan.total / capacity:.0f}% used; "

@@ -23,7 +23,8 @@ DEFAULTS = TrainConfig()
 
 DESCRIPTION = """Before training, how much memory each rank will hold (the adjacency blocks, features, weights, Adam's
 state, the broadcast buffers and every activation and gradient of an epoch) and how many bytes it receives per
-epoch, for a graph of the given sizes or a known dataset, at one or several P. With --memory, whether it fits.
+epoch, for a graph of the given sizes or a known dataset, at one or several P. With --memory, whether it fits:
+the exit status is 1 when one of the P given does not.
 
 examples:
   mggcn plan --dataset products --nprocs 8 --memory 80G
@@ -83,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mggcn.kernels.policy import gather_kernel
     from mggcn.nn.models import model_options, operator_for
-    from mggcn.tools.plan import PRESETS, format_plan, plan_memory
+    from mggcn.tools.plan import PRESETS, format_plan, plan_memory, plan_need
     from mggcn.training.precision import check_precision_device
     from mggcn.training.settings import check_config, check_tile_bytes
     from mggcn.training.trainer import epoch_tile_columns
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     check_config(cfg)  # what train refuses (an option of another model, a dropout of nan), plan refuses alike
     options = model_options(cfg)  # the model's own settings (GAT's heads); GIN's ε is plan_memory's train_eps
     train_eps = options.pop("train_eps", False)
+    fits = True
     for nprocs in args.nprocs:
         tiles = epoch_tile_columns(cfg, sizes["nodes"], sizes["edges"], sizes["features"], sizes["classes"], nprocs,
                                    args.device, nprocs)
@@ -126,4 +128,5 @@ def run(args: argparse.Namespace) -> int:
         precision = "" if args.precision == "fp32" else f", {args.precision}"
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}{precision}", args.memory,
                           args.device))
-    return 0
+        fits = fits and (args.memory is None or plan_need(plan, args.device) <= args.memory)
+    return 0 if fits else 1
