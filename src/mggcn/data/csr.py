@@ -48,6 +48,8 @@ class CSR:
 
 
 def index_dtype(num_nodes: int) -> np.dtype:
+    """Vertex ids in memory and on disk: int32 while they fit (half the bytes, and what torch's CSR kernels like
+    best)."""
     return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
 
 

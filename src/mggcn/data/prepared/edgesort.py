@@ -29,21 +29,17 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mggcn.data.csr import index_dtype
 from mggcn.utils.progress import Progress
 
 __all__ = ["CHUNK_BYTES_PER_EDGE", "SORT_BYTES_PER_EDGE", "EdgeSorter", "EdgeSpill", "NpyWriter",
-           "SortedCSR", "index_dtype"]
+           "SortedCSR"]
 
 # Peak bytes per edge, measured with tracemalloc (tests/data/test_prepared.py checks the bounds): an input chunk of k
 # edges becomes 2k with the reverse edges; each view then needs bucket ids, a sort order and the packed pairs.
 CHUNK_BYTES_PER_EDGE = 96
 # A bucket of b edges: the packed pairs read back, the int64 sort key, the decoded rows and columns, two masks.
 SORT_BYTES_PER_EDGE = 48
-
-
-def index_dtype(num_nodes: int) -> np.dtype:
-    """Vertex ids on disk: int32 while they fit (half the bytes, and what torch's CSR kernels like best)."""
-    return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
 
 
 # ------------------------------------------------------------------------------------------------------ progress

@@ -52,10 +52,10 @@ from typing import Any
 
 import numpy as np
 
+from mggcn.data.csr import index_dtype
 from mggcn.data.formats.checks import NPY_HEADER_ERRORS, npy_header_problem, why
 from mggcn.data.graph import SPLITS
 from mggcn.data.messages import one_line
-from mggcn.data.prepared.edgesort import index_dtype
 from mggcn.utils.errors import GraphError
 from mggcn.utils.files import LINK_LOOP, resolve_links
 
