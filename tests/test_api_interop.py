@@ -410,6 +410,17 @@ def test_layers_made_in_another_order_than_their_numbers_are_read_by_number(tmp_
     torch.testing.assert_close(torch.from_numpy(got), expected, **TOL)
 
 
+def test_layers_numbered_past_nine_are_read_in_their_numbers_order():
+    """conv1 ... conv11: layer 10 follows layer 9 (by number, not as text, where "conv10" sorts before "conv2")."""
+    from mggcn.training.outputs import layers_as_convs
+
+    state = {f"conv{k}.{name}": torch.full((4, 4) if name == "lin.weight" else (4,), float(k))
+             for k in (3, 11, 1, 10, 2, 9, 4, 5, 6, 7, 8) for name in ("lin.weight", "bias")}
+    renamed = layers_as_convs(state)
+    assert sorted(renamed) == sorted(f"convs.{k}.{name}" for k in range(11) for name in ("lin.weight", "bias"))
+    assert all(renamed[f"convs.{k}.lin.weight"].eq(k + 1).all() for k in range(11))
+
+
 @pytest.mark.parametrize("extra", ["classifier", "lin"])
 def test_a_users_model_with_more_than_convolutions_is_one_line(extra, tmp_path):
     """A Linear after the convolutions is no part of a model mggcn runs: said, not dropped (nor, named ``lin``,

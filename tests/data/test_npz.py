@@ -14,12 +14,14 @@ from mggcn.utils.errors import GraphError
 
 
 def _graph(seed: int = 0):
-    """A directed graph with a self loop, a duplicate and a pair given both ways; counts and negative values in x."""
+    """A directed graph with a self loop, a duplicate and a pair given both ways; counts, fractions and negative
+    values in x."""
     rng = np.random.default_rng(seed)
     n = 30
     ei = rng.integers(0, n, (2, 80))
     ei = np.concatenate([ei, [[3, 4, 4, 7], [3, 5, 5, 4]]], axis=1)  # 3 -> 3, 4 -> 5 twice, 7 -> 4 and 4 -> 7
     x = rng.integers(-1, 3, (n, 6)).astype(np.float32)
+    x[::3, 0], x[1::3, 0] = 0.5, 0.25  # below 1 but positive: read as present (1), as PyG reads them
     y = rng.integers(0, 2, n)
     return ei, x, y
 

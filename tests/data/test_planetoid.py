@@ -68,15 +68,20 @@ def test_citeseer_isolated_test_vertices_are_zero_rows_in_no_split(tmp_path):
 
 
 def test_normalize_features_as_pyg(tmp_path):
+    """NormalizeFeatures shifts every feature by the minimum of all of them before dividing each row by its sum:
+    with a few negative values the shift moves every entry, zeros included, so a reader that only divided would
+    differ."""
     from torch_geometric.transforms import NormalizeFeatures
 
     parts = make_planetoid(14, 60, 90, classes=7, features=30, seed=5)
     parts["allx"] = parts["allx"] * 3.0  # rows summing to more than 1 and less than 1 both occur
+    parts["allx"].data[::10] *= -0.005  # a few small negative values
     folder = write_planetoid(tmp_path, "cora", parts)
     graph = read_planetoid(folder, normalize_features=True)
     data = NormalizeFeatures()(pyg_io.read_planetoid_data(str(folder), "cora"))
     sums = data.x.sum(dim=1)
     assert ((sums - 1).abs() < 1e-5).any() and (sums < 0.99).any()
+    assert parts["allx"].min() < 0
     # the same float32 operations in numpy and torch; division may round differently in the last bit
     torch.testing.assert_close(torch.from_numpy(graph.x), data.x, rtol=1e-6, atol=0.0)
 

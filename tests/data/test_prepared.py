@@ -35,6 +35,7 @@ from test_formats import (
 import workers
 from mggcn.config import TrainConfig
 from mggcn.data import formats
+from mggcn.data.csr import index_dtype
 from mggcn.data.datasets import InMemoryDataset, open_dataset
 from mggcn.data.generators import parse_spec
 from mggcn.data.graph import SPLITS, Graph
@@ -339,6 +340,36 @@ def test_edge_sorter_small_buckets_and_a_hub(tmp_path):
             np.testing.assert_array_equal(np.load(work / "degree.npy"), np.asarray(a.sum(1)).ravel() + 1)
             np.testing.assert_array_equal(csr.hat_nnz_in, np.diff(a.indptr) + 1)
             assert [p.name for p in work.iterdir() if not p.name.endswith(".npy")] == [], "bucket files left"
+
+
+def test_vertex_ids_are_int32_while_the_vertex_count_fits():
+    """Vertex ids are int32 while the vertex count is below 2**31 and int64 from 2**31 on, prepared and in memory
+    alike: the reader refuses indices of any other dtype than the count gives, and an id of 2**31 or more narrowed
+    to int32 would wrap negative."""
+    for n in (0, 1, 2**31 - 1):
+        assert index_dtype(n) == np.dtype(np.int32), n
+    for n in (2**31, 3_000_000_000, 2**32 - 1, 2**32, 2**40):
+        assert index_dtype(n) == np.dtype(np.int64), n
+    assert isinstance(index_dtype(5), np.dtype)
+
+
+def test_a_prepared_directory_has_the_fingerprint_of_its_graph_in_memory(tmp_path):
+    """A checkpoint knows a directed graph in memory and its prepared directory as one dataset: both fingerprints
+    come from the same sha256 of each array, whatever order the manifest lists the arrays in (prepare writes the
+    out-CSR after the degrees, the layout lists it before); another graph has another fingerprint."""
+    graph = random_graph(60, 300, features=4, classes=3, directed=True, seed=4)
+    out = prepare(graph, tmp_path / "prepared", progress=False)
+    prepared = PreparedDataset(out, verify=True)
+    assert not prepared.symmetric
+    fingerprint = InMemoryDataset(graph).fingerprint
+    assert prepared.fingerprint == fingerprint and len(fingerprint) == 16
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["arrays"] = dict(reversed(manifest["arrays"].items()))
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert PreparedDataset(out).fingerprint == fingerprint
+    other = random_graph(60, 300, features=4, classes=3, directed=True, seed=5)
+    assert InMemoryDataset(other).fingerprint != fingerprint
+    assert PreparedDataset(prepare(other, tmp_path / "other", progress=False)).fingerprint != fingerprint
 
 
 def test_edgelist_chunks_match_the_whole_reader(tmp_path, src):  # noqa: F811

@@ -13,7 +13,7 @@ import torch
 import workers
 from mggcn.data.graph import Graph
 from mggcn.distributed.context import DistContext
-from mggcn.distributed.exchange import SparseExchangeSpMM
+from mggcn.distributed.exchange import DENSE_FRACTION, SparseExchangeSpMM
 from mggcn.distributed.launch import run_workers
 from mggcn.distributed.partition import make_partition
 from mggcn.distributed.sharding import build_shard
@@ -26,6 +26,14 @@ OPS = ("broadcast", "sparse", "auto", "auto-dense", "sparse-no-overlap")
 def _path_graph(n: int) -> Graph:
     base = random_graph(n, 0, seed=4)
     base.edge_index = np.stack([np.arange(n - 1), np.arange(1, n)])
+    return base
+
+
+def _boundary_graph(n: int) -> Graph:
+    """Vertex 0 aggregates from 10 to 17: in the original order at P = 4 (m = 10), rank 0's block of rank 1 needs
+    exactly DENSE_FRACTION · m of its rows, which auto takes as a dense pair."""
+    base = random_graph(n, 0, seed=5)
+    base.edge_index = np.stack([np.arange(10, 18), np.zeros(8, dtype=np.int64)])
     return base
 
 
@@ -59,7 +67,8 @@ def test_sparse_and_auto_equal_broadcast_and_unsharded(nprocs):
              (directed, "mean", make_partition(N, nprocs, 8), None),
              (random_graph(N, 0, seed=3), "sym", make_partition(N, nprocs, 9), None),
              (_path_graph(N), "mean", make_partition(N, nprocs, 0, "none"), None),
-             (directed, "sym", make_partition(N, nprocs, 7), 3)]  # column tiles: compacted tile by tile
+             (directed, "sym", make_partition(N, nprocs, 7), 3),  # column tiles: compacted tile by tile
+             (_boundary_graph(N), "sym", make_partition(N, nprocs, 0, "none"), None)]
     cases = [(g, norm, part, tiles, torch.randn(N, D), torch.randn(N, D)) for g, norm, part, tiles in cases]
     results = run_workers(workers.exchange_worker, nprocs, (cases,), timeout_s=180)
     results = [r[1] for r in sorted(results, key=lambda r: r[0])]
@@ -85,9 +94,14 @@ def test_sparse_and_auto_equal_broadcast_and_unsharded(nprocs):
             assert sent["sparse"] == 4 * sent_rows
             dense = ((needed[i] > 0).sum() * (D + 1) + (needed_t[i] > 0).sum() * D) * m
             assert recv["auto-dense"] == 4 * dense
+            # auto: all m rows from a rank whose rows this one needs at least DENSE_FRACTION of, else those rows
+            auto = [np.where(rows >= DENSE_FRACTION * m, m, rows).sum() for rows in (needed[i], needed_t[i])]
+            assert recv["auto"] == 4 * (auto[0] * (D + 1) + auto[1] * D), f"P={nprocs} case {k} rank {i}"
             assert recv["sparse"] <= recv["auto"] <= recv["broadcast"]
         if k == 2:  # no edges: nothing moves
             assert all(r[k]["sparse"][4] == 0 for r in results)
+        if k == 5 and nprocs == 4:  # the boundary is dense: m rows rather than the 8 needed
+            assert needed[0, 1] == DENSE_FRACTION * m == 8 and results[0][k]["auto"][4] == 4 * m * (D + 1)
         if k == 3:  # the path: rank 0 receives nothing forward, the last rank sends nothing forward
             assert needed[0].sum() == 0 and needed[:, nprocs - 1].sum() == 0
             assert results[0][k]["sparse"][4] == 4 * needed_t[0].sum() * D

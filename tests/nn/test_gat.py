@@ -168,6 +168,43 @@ def test_attention_dropout_masks(monkeypatch):
     assert dropout_keep(3, 1, src, dst, 4, 0.0).all()
 
 
+def test_attention_dropout_is_differentiated_with_its_forwards_masks():
+    """Training mode with attention dropout: backward drops the edges forward dropped, so the gradients are those
+    of the function the forward computed (central differences in float64, masks fixed by the seed); and the kept
+    weights are scaled by 1 / (1 - p), so the mean over many masks is the eval-mode output."""
+    graph = gat_graph()
+    adj = _local(graph)
+    model = GAT([5, 6, 3], heads=3, attention_dropout=0.5, seed=2).double()
+    x = torch.as_tensor(graph.x, dtype=torch.float64).requires_grad_()
+    g = torch.randn(graph.num_nodes, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def loss() -> torch.Tensor:
+        model.seed_attention(2)
+        return (model(x, adj) * g).sum()
+
+    loss().backward()
+    att = model.convs[0].att_src
+    for tensor, grad in ((x, x.grad.clone()), (att, att.grad.clone())):
+        numeric = torch.empty_like(tensor)
+        with torch.no_grad():
+            flat = tensor.view(-1)
+            for i in range(tensor.numel()):
+                flat[i] += 1e-6
+                up = loss()
+                flat[i] -= 2e-6
+                numeric.view(-1)[i] = (up - loss()) / 2e-6
+                flat[i] += 1e-6
+        # central differences in float64, step 1e-6: truncation ~1e-12 times the third derivative, rounding ~1e-10
+        torch.testing.assert_close(grad, numeric, rtol=1e-6, atol=1e-7)
+    with torch.no_grad():
+        mean = torch.zeros(graph.num_nodes, 3, dtype=torch.float64)
+        for seed in range(400):
+            model.seed_attention(seed)
+            mean += model(x, adj) / 400
+        expected = model.eval()(x, adj)
+    assert 0.95 < (mean.abs().mean() / expected.abs().mean()).item() < 1.05
+
+
 def test_splitmix64_matches_the_reference_bits():
     """The int64 mix wraps like the 64-bit unsigned reference (SplitMix64 of state 0 and 1, first outputs)."""
     got = splitmix64(torch.tensor([0, 0x9E3779B97F4A7C15 - (1 << 64)], dtype=torch.int64))

@@ -14,7 +14,7 @@ import torch
 
 from cli_util import run_cli
 from mggcn.config import TrainConfig
-from mggcn.training.checkpoint import Checkpointer, CheckpointError, load
+from mggcn.training.checkpoint import Checkpointer, CheckpointError, check_compatible, load, resume_line
 from mggcn.training.job import TrainJob, check_job, run_train_job
 from mggcn.utils.errors import ConfigError
 
@@ -279,3 +279,26 @@ def test_a_resumed_run_names_the_settings_it_changes_from_its_checkpoint_s_run(t
                          "random-local), processes 2 (its run's: 1)"), line
     line, _ = run("plain", "--resume", "--partition", "random", "--weight-decay", "0", "--nprocs", "2")
     assert line.endswith("another run's: weight_decay 0.0 (its run's: 0.0005)"), line
+
+
+def test_a_checkpoint_that_records_no_norm_or_activation_has_the_defaults():
+    """A checkpoint without ``norm`` or ``activation`` in its config (an older mggcn's) was trained with
+    TrainConfig's defaults: resuming it under another Â or σ is refused, as for one that records them."""
+    dataset = {"name": "g", "num_nodes": 10}
+    state = {"dataset": dataset, "dims": [4, 8, 2], "config": {"model": "gcn"}}
+    check_compatible(state, "ck.pt", dataset, [4, 8, 2], "gcn", {}, {"norm": "sym", "activation": "relu"})
+    for option, value, default in (("norm", "mean", "sym"), ("activation", "elu", "relu")):
+        with pytest.raises(CheckpointError, match=rf"trained with {option} '{default}', this run '{value}'"):
+            check_compatible(state, "ck.pt", dataset, [4, 8, 2], "gcn", {},
+                             {"norm": "sym", "activation": "relu", option: value})
+
+
+def test_attention_dropout_alone_names_the_settings_that_draw_its_masks():
+    """A GAT's attention dropout draws masks by the seed as the other dropouts do: a resumed run with another seed
+    says so, with attention dropout the only dropout."""
+    config = TrainConfig(model="gat", attention_dropout=0.5, seed=3)
+    state = {"epoch": 2, "world_size": 1, "config": {**TrainConfig(model="gat", attention_dropout=0.5).__dict__}}
+    assert resume_line(state, "ck.pt", config, 1).endswith("another run's: seed 3 (its run's: 0)")
+    plain = TrainConfig(model="gat", seed=3)
+    assert resume_line({**state, "config": {**TrainConfig(model="gat").__dict__}}, "ck.pt", plain, 1) == \
+        "mggcn: resuming from ck.pt (epoch 2)"  # without dropout the seed draws nothing
