@@ -53,7 +53,8 @@ its SpMM's gradient needs a buffer of its own, Â·X replaces the first layer's 
 sized by the epoch's widest SpMM rather than the features.
 
 Not counted: the Python and PyTorch runtime (``mggcn bench`` measures it in the same run: a process that imports
-torch and mggcn), the sparse library's workspace and allocator slack. The setup before the first epoch is not a
+torch and mggcn), the sparse library's workspace and allocator slack, and with ``bf16`` on a CPU without bfloat16
+instructions the float32 copies torch's bfloat16 GEMM makes of its operands (up to about half the plan again). The setup before the first epoch is not a
 separate term: a rank reading its share of a prepared directory holds at most this plus one block
 (``tests/training/test_setup_memory.py``, at P = 1, 2 and 3), so that the plan plus the runtime is the peak of the
 whole process; a rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the
