@@ -54,11 +54,11 @@ sized by the epoch's widest SpMM rather than the features.
 
 Not counted: the Python and PyTorch runtime (``mggcn bench`` measures it in the same run: a process that imports
 torch and mggcn), the sparse library's workspace and allocator slack, and with ``bf16`` on a CPU without bfloat16
-instructions the float32 copies torch's bfloat16 GEMM makes of its operands (up to about half the plan again). The setup before the first epoch is not a
-separate term: a rank reading its share of a prepared directory holds at most this plus one block
-(``tests/training/test_setup_memory.py``, at P = 1, 2 and 3), so that the plan plus the runtime is the peak of the
-whole process; a rank that reads a dataset whole holds the input graph too while it cuts its shard (at P > 1 the
-whole graph).
+instructions the float32 copies torch's bfloat16 GEMM makes of its operands (up to about half the plan again). The
+setup before the first epoch is not a separate term: a rank reading its share of a prepared directory holds at most
+this plus one block (``tests/training/test_setup_memory.py``, at P = 1, 2 and 3), so that the plan plus the runtime
+is the peak of the whole process; a rank that reads a dataset whole holds the input graph too while it cuts its
+shard (at P > 1 the whole graph).
 
 GAT (``--model gat``, ``H`` heads; a layer's ``Z`` has ``z = H·C`` columns, the last layer's ``H · classes`` before
 its mean over heads) multiplies first, caches no Â·X and keeps nothing on the workspace but the loss's vectors;
