@@ -91,6 +91,9 @@ def test_configurations_that_run_out_of_memory_are_rows(tmp_path, monkeypatch, c
     for key in ("epoch_s", "test_acc", "peak", "net", "whole", "floor", "time_vs_pyg", "net_vs_pyg"):
         assert killed[key] is None and pyg[key] is None, key
     assert pyg["oom"] and pyg["oom_during"] == "training" and pyg["setup_s"] == 2.5
+    # what the cap is compared with: the plan needs no run (of a rank of mean nonzeros)
+    assert killed["predicted"] > 0 and pyg["predicted"] is None
+    assert killed["predicted"] == pytest.approx(rows["mggcn P=2 random-local no-overlap"]["predicted"], rel=0.2)
     assert pyg["error"].startswith("rank 0 failed: OutOfMemoryError: CUDA out of memory")
     assert report["overlap"] == {}
     printed = capsys.readouterr().out

@@ -49,7 +49,7 @@ def median(history: list[dict], key: str, warmup: int) -> float:
 def summarize(run: Run, opts: BenchOptions, graph: dict) -> dict:
     """The row of a configuration: its times, phases, accuracy, memory against the plan and PyG, and floor."""
     if not run.results:
-        return _oom_row(run)
+        return _oom_row(run, opts, graph)
     first = run.results[0]
     history = first["history"]
     row = {"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "overlap": run.overlap,
@@ -87,6 +87,14 @@ def _model_settings(opts: BenchOptions) -> dict:
     return {k: v for k, v in model_options(cfg).items() if k != "train_eps"}
 
 
+def _plan(run: Run, opts: BenchOptions, graph: dict, **rank):
+    """The plan of ``run``'s configuration on ``graph``; ``rank``: what a rank measured of its shard (without it,
+    the plan of a rank of mean nonzeros)."""
+    return plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
+                       opts.hidden, run.nprocs, train=graph["train"], model=opts.model, device=opts.device,
+                       precision=run.precision or opts.precision, **rank, **_model_settings(opts))
+
+
 def _rank_memory(run: Run, r: dict, opts: BenchOptions, graph: dict) -> dict:
     """One rank's memory, and for mggcn what the plan predicts for it."""
     cuda = opts.device == "cuda"
@@ -94,11 +102,8 @@ def _rank_memory(run: Run, r: dict, opts: BenchOptions, graph: dict) -> dict:
     entry = {"rank": r["rank"], **mem, "net": mem["peak"] - mem["base"]}
     if run.kind != "mggcn":
         return entry
-    plan = plan_memory(graph["nodes"], graph["nnz"] - graph["nodes"], graph["features"], graph["classes"],
-                       opts.hidden, run.nprocs, train=graph["train"], rank_nnz=r["nnz"], rank_nnz_t=r["nnz_t"],
-                       symmetric=r["shared_t"], tile_cols=r["tile_cols"], model=opts.model,
-                       rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"], device=opts.device,
-                       precision=run.precision or opts.precision, **_model_settings(opts))
+    plan = _plan(run, opts, graph, rank_nnz=r["nnz"], rank_nnz_t=r["nnz_t"], symmetric=r["shared_t"],
+                 tile_cols=r["tile_cols"], rank_nnz_train_t=r.get("nnz_train_t"), gather=r["gather"])
     measured = mem["cuda_peak"] if cuda else entry["net"]
     entry.update(predicted=plan.total, plan_parts=plan.parts, held=r["held"], workspace=r["workspace"],
                  measured_over_predicted=measured / plan.total, raw_over_predicted=mem["peak"] / plan.total)
@@ -137,8 +142,9 @@ def _floor(run: Run, epoch_s: float, opts: BenchOptions, graph: dict) -> dict:
     return {"machine": machine.as_dict(), "floor": floor, "over_floor": epoch_s / floor["floor_s"]}
 
 
-def _oom_row(run: Run) -> dict:
-    """The row of a configuration that ran out of memory: what it got through of its setup, the rest null."""
+def _oom_row(run: Run, opts: BenchOptions, graph: dict) -> dict:
+    """The row of a configuration that ran out of memory: what it got through of its setup and, for mggcn, its
+    plan (of a rank of mean nonzeros: the run did not say its ranks'), the rest null."""
     oom = run.oom or {}
     row = {"name": run.name, "kind": run.kind, "nprocs": run.nprocs, "overlap": run.overlap, "shm": None,
            "partition": run.partition, "oom": True, "error": oom.get("error"), "round": oom.get("round"),
@@ -147,6 +153,8 @@ def _oom_row(run: Run) -> dict:
     row.update(_setup(oom.get("notes", [None] * run.nprocs)))
     if row["oom_during"] != "training":
         row["setup_s"] = None  # it did not get to its first epoch
+    if run.kind == "mggcn":
+        row["predicted"] = _plan(run, opts, graph).total
     return row
 
 
