@@ -54,6 +54,17 @@ def test_a_dataset_that_owns_its_graph_lets_it_go_with_the_same_arrays(directed)
         owned.arrays  # noqa: B018
 
 
+def test_a_directed_graph_whose_rows_have_the_lengths_of_its_columns_is_not_symmetric():
+    """A directed cycle: every vertex has one in-edge and one out-edge, so both CSRs have the same row lengths, yet
+    Aᵀ is not A (its out-CSR holds the true targets); the same cycle made undirected is symmetric."""
+    from mggcn.data.datasets import edge_arrays
+
+    src, dst = np.array([0, 1, 2]), np.array([1, 2, 0])
+    arrays, symmetric = edge_arrays(src, dst, 3)
+    assert not symmetric and arrays["out_indices"].tolist() == [1, 2, 0] and arrays["in_indices"].tolist() == [2, 0, 1]
+    assert edge_arrays(np.concatenate([src, dst]), np.concatenate([dst, src]), 3)[1]
+
+
 def test_a_file_read_whole_is_owned(tmp_path):
     graph = random_graph(30, 120, seed=2)
     write_saint(graph, tmp_path / "s")

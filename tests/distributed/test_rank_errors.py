@@ -60,6 +60,17 @@ def test_bad_input_found_by_a_rank_is_the_cause_even_when_a_peer_failed_first():
         assert str(cause) == "rank 1 failed: GraphError: d/labels.npy: label 17"
 
 
+def test_the_earliest_failure_that_is_no_lost_connection_is_the_cause():
+    """Two ranks fail with errors of their own: the one that failed first is said (the other's may follow from it),
+    the lower rank where they failed at once; a later lost connection is no cause."""
+    first = _Failure(1, 100.0, "failed: ValueError: bad shard", kind="bad_input")
+    later = _Failure(0, 101.5, "failed: RuntimeError: boom")
+    lost = _Failure(2, 102.0, "failed: DistBackendError: Connection reset by peer", peer_lost=True)
+    assert _root_cause({0: later, 1: first, 2: lost}).rank == 1
+    assert _root_cause({2: _Failure(2, 5.0, "failed: RuntimeError: a"), 0: _Failure(0, 5.0, "failed: RuntimeError: b")}
+                       ).rank == 0
+
+
 def test_a_peer_that_lost_an_interrupted_rank_counts_as_interrupted():
     """Ctrl-C that reaches one worker while the other still waits on it (the workers start): the peer fails on
     the lost connection, and the job was stopped, not failed (exit 130, not a KeyboardInterrupt named as a

@@ -69,6 +69,20 @@ def test_model_orders_and_input_cache_give_the_same_numbers():
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("dims", [[7, 5, 3], [7, 5, 9, 3], [7, 5, 9, 6, 3]])
+def test_eval_mode_drops_nothing(dims):
+    """In eval mode a model with dropout computes what the same weights without it do, call after call (two
+    layers fuse GEMM-σ-GEMM, which drops nothing anyway; three and four reach every layer's own dropout)."""
+    graph = random_graph(31, 120, features=7, classes=3)
+    adj, x = _local(graph), torch.from_numpy(graph.x)
+    with torch.no_grad():
+        plain = GCN(dims, seed=3).eval()(x, adj)
+        dropped = GCN(dims, dropout=0.5, input_dropout=0.3, seed=3).eval()
+        torch.testing.assert_close(dropped(x, adj), plain, rtol=0, atol=0)
+        torch.testing.assert_close(dropped(x, adj), plain, rtol=0, atol=0)
+        assert not torch.equal(dropped.train()(x, adj), plain)  # else the test could not tell
+
+
 def test_first_layer_skips_its_backward_spmm():
     graph = random_graph(19, 60, features=4)
     adj = _local(graph)

@@ -14,6 +14,22 @@ from mggcn.tools.bench.table import format_markdown, report_source
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def test_ratios_are_each_row_over_pygs():
+    """time, setup and memory of every row over PyG's (1.0 for PyG's own; none where either side has no number)."""
+    from mggcn.tools.bench.summary import add_ratios
+
+    rows = [{"kind": "mggcn", "nprocs": 1, "overlap": True, "partition": "random", "epoch_s": 2.0, "setup_s": 3.0,
+             "peak": 10, "net": 4, "whole": 12},
+            {"kind": "mggcn", "nprocs": 2, "overlap": True, "partition": "random", "oom": True, "epoch_s": None,
+             "setup_s": None, "peak": None, "net": None, "whole": None},
+            {"kind": "pyg", "epoch_s": 4.0, "setup_s": 1.5, "peak": 20, "net": 16, "whole": 24}]
+    report = {"rows": rows, "options": {"partitions": ["random"]}}
+    add_ratios(report)
+    assert [rows[0][k] for k in ("time_vs_pyg", "setup_vs_pyg", "peak_vs_pyg", "net_vs_pyg", "whole_vs_pyg")] == \
+        [0.5, 2.0, 0.5, 0.25, 0.5]
+    assert rows[1]["time_vs_pyg"] is None and rows[2]["time_vs_pyg"] == 1.0
+
+
 def _report() -> dict:
     host = {"cpu": "AMD EPYC", "cores": 16, "memory": 128 << 30, "gpus": ["NVIDIA H200"], "python": "3.11.7",
             "torch": "2.11.0", "mggcn": "0.1.0", "commit": "abc1234"}

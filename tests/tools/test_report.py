@@ -191,6 +191,10 @@ def test_a_long_run_draws_bars_of_runs_of_epochs_at_their_means():
     assert spmm[0].get_x() == 1 and spmm[0].get_width() == 5 and spmm[1].get_x() == 6
     assert spmm[0].get_height() == pytest.approx(1e3 * 0.001 * (1 + 2 + 3 + 4 + 0) / 5)  # ms: epochs under 1 s
     assert "each bar the mean of 5 epochs" in ax.get_title()
+    # 1,001 epochs: runs of 2, the last run one epoch, its bar that epoch's own
+    fig, _ = plot_phases([{**base, "epoch": e, "spmm": 1.0, "epoch_s": 1.5} for e in range(1, 1002)])
+    spmm = fig.axes[0].patches[:501]
+    assert spmm[-1].get_x() == 1001 and {bar.get_height() for bar in spmm} == {1.0}  # s: epochs of a second
 
 
 @pytest.mark.parametrize("key, value", [("val_acc", "NaN"), ("spmm", "Infinity"), ("loss", "1e308"),
