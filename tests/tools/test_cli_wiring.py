@@ -1,0 +1,105 @@
+"""Every option of `train`, `predict` and `bench` reaches what runs: the job (or the bench's options) the command
+builds holds each value given, not its default. An option parsed and then dropped on its way would run the
+default silently; most options change no number a small run could tell (an order, a transport, an overlap)."""
+
+import pytest
+
+from mggcn.config import TrainConfig
+from mggcn.distributed import launch as launch_module
+from mggcn.tools.cli import main
+
+
+class _Built(Exception):
+    """Raised in place of the launch: the command built its job, which the test reads."""
+
+
+def _capture(monkeypatch) -> dict:
+    seen = {}
+
+    def launch(fn, job, *args, **kwargs):
+        seen["job"] = job
+        raise _Built
+
+    monkeypatch.setattr(launch_module, "launch", launch)
+    return seen
+
+
+@pytest.fixture
+def built(monkeypatch):
+    return _capture(monkeypatch)
+
+
+def _job(built, *argv):
+    with pytest.raises(_Built):
+        main(list(argv))
+    return built["job"]
+
+
+TRAIN = {  # flag and value -> the TrainConfig field and the value it must hold
+    ("--norm", "mean"): ("norm", "mean"), ("--activation", "elu"): ("activation", "elu"),
+    ("--order", "transform-first"): ("order", "transform-first"), ("--partition", "random"): ("partition", "random"),
+    ("--comm", "sparse"): ("comm", "sparse"), ("--no-overlap",): ("overlap", False), ("--seed", "7"): ("seed", 7),
+    ("--patience", "3"): ("patience", 3), ("--weight-decay", "0.001"): ("weight_decay", 0.001),
+    ("--lr", "0.02"): ("lr", 0.02), ("--input-dropout", "0.1"): ("input_dropout", 0.1),
+    ("--dropout", "0.2"): ("dropout", 0.2), ("--batch-norm",): ("batch_norm", True),
+    ("--epochs", "5"): ("epochs", 5), ("--hidden", "16,8"): ("hidden", (16, 8)),
+    ("--train-columns", "off"): ("train_columns", "off"), ("--trace-epoch", "3"): ("trace_epoch", 3),
+    ("--shm", "off"): ("shm", "off"), ("--tile-bytes", "1M"): ("tile_bytes", 1 << 20),
+}
+
+
+def test_every_train_option_reaches_the_job(built, tmp_path):
+    argv = [word for flag in TRAIN for word in flag]
+    job = _job(built, "train", "builtin:karate", *argv, "--undirected", "--threads", "1", "--log-every", "2",
+               "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2", "--metrics",
+               str(tmp_path / "m.jsonl"), "--save-model", str(tmp_path / "m.pt"), "--save-predictions",
+               str(tmp_path / "p.npy"))
+    for flag, (field, value) in TRAIN.items():
+        assert getattr(TrainConfig(), field) != value, flag  # else a dropped option would go unseen
+        got = getattr(job.config, field)
+        assert (tuple(got) if field == "hidden" else got) == value, flag
+    assert (job.undirected, job.threads, job.log_every, job.checkpoint_every) == (True, 1, 2, 2)
+    assert (job.checkpoint_dir, job.metrics, job.save_model, job.save_predictions) == \
+        tuple(str(tmp_path / name) for name in ("ck", "m.jsonl", "m.pt", "p.npy"))
+
+
+@pytest.mark.parametrize("argv, fields", [
+    (["--model", "gat", "--heads", "4", "--output-heads", "2", "--attention-dropout", "0.3", "--hidden", "8",
+      "--precision", "bf16"],
+     {"model": "gat", "heads": 4, "output_heads": 2, "attention_dropout": 0.3, "precision": "bf16"}),
+    (["--model", "gin", "--gin-train-eps", "--gin-mlp-batch-norm"],
+     {"model": "gin", "gin_train_eps": True, "gin_mlp_batch_norm": True}),
+])
+def test_each_models_options_reach_the_job(built, argv, fields):
+    job = _job(built, "train", "builtin:karate", *argv)
+    assert {field: getattr(job.config, field) for field in fields} == fields
+
+
+def test_every_predict_option_reaches_the_job(monkeypatch, tmp_path):
+    model = tmp_path / "m.pt"
+    assert main(["train", "builtin:karate", "--epochs", "1", "--quiet", "--save-model", str(model)]) == 0
+    built = _capture(monkeypatch)
+    out = str(tmp_path / "p.csv")
+    job = _job(built, "predict", str(model), "builtin:karate", "--out", out, "--norm", "mean", "--activation", "elu",
+               "--threads", "1", "--proba")
+    assert (job.out, job.output, job.norm, job.activation, job.threads) == (out, "proba", "mean", "elu", 1)
+    job = _job(built, "predict", str(model), "builtin:karate", "--out", out, "--embeddings", "1")
+    assert (job.output, job.layer) == ("embeddings", 1)
+
+
+def test_every_bench_option_reaches_its_options(monkeypatch):
+    from mggcn.tools import bench
+
+    seen = {}
+
+    def run_bench(opts, *args, **kwargs):
+        seen["opts"] = opts
+        raise _Built
+
+    monkeypatch.setattr(bench, "run_bench", run_bench)
+    with pytest.raises(_Built):
+        main(["bench", "--small", "--model", "sage", "--hidden", "24", "--epochs", "4", "--warmup", "2",
+              "--nprocs", "1,3", "--partition", "random", "--no-pyg"])
+    opts = seen["opts"]
+    assert (opts.model, tuple(opts.hidden), opts.epochs, opts.warmup, tuple(opts.nprocs), tuple(opts.partitions),
+            opts.pyg) == ("sage", (24,), 4, 2, (1, 3), ("random",), False)  # none of them --small's
