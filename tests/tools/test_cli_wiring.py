@@ -16,8 +16,8 @@ class _Built(Exception):
 def _capture(monkeypatch) -> dict:
     seen = {}
 
-    def launch(fn, job, *args, **kwargs):
-        seen["job"] = job
+    def launch(fn, job, check, nprocs, *args, **kwargs):
+        seen["job"], seen["nprocs"] = job, nprocs
         raise _Built
 
     monkeypatch.setattr(launch_module, "launch", launch)
@@ -51,9 +51,10 @@ TRAIN = {  # flag and value -> the TrainConfig field and the value it must hold
 def test_every_train_option_reaches_the_job(built, tmp_path):
     argv = [word for flag in TRAIN for word in flag]
     job = _job(built, "train", "builtin:karate", *argv, "--undirected", "--threads", "1", "--log-every", "2",
-               "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2", "--metrics",
+               "--nprocs", "3", "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2", "--metrics",
                str(tmp_path / "m.jsonl"), "--save-model", str(tmp_path / "m.pt"), "--save-predictions",
                str(tmp_path / "p.npy"))
+    assert built["nprocs"] == 3
     for flag, (field, value) in TRAIN.items():
         assert getattr(TrainConfig(), field) != value, flag  # else a dropped option would go unseen
         got = getattr(job.config, field)
@@ -81,8 +82,9 @@ def test_every_predict_option_reaches_the_job(monkeypatch, tmp_path):
     built = _capture(monkeypatch)
     out = str(tmp_path / "p.csv")
     job = _job(built, "predict", str(model), "builtin:karate", "--out", out, "--norm", "mean", "--activation", "elu",
-               "--threads", "1", "--proba")
+               "--threads", "1", "--proba", "--nprocs", "2")
     assert (job.out, job.output, job.norm, job.activation, job.threads) == (out, "proba", "mean", "elu", 1)
+    assert built["nprocs"] == 2
     job = _job(built, "predict", str(model), "builtin:karate", "--out", out, "--embeddings", "1")
     assert (job.output, job.layer) == ("embeddings", 1)
 
