@@ -13,14 +13,14 @@ class _Built(Exception):
     """Raised in place of the launch: the command built its job, which the test reads."""
 
 
-def _capture(monkeypatch) -> dict:
+def _capture(monkeypatch, module=launch_module) -> dict:
     seen = {}
 
     def launch(fn, job, check, nprocs, *args, **kwargs):
         seen["job"], seen["nprocs"] = job, nprocs
         raise _Built
 
-    monkeypatch.setattr(launch_module, "launch", launch)
+    monkeypatch.setattr(module, "launch", launch)
     return seen
 
 
@@ -50,7 +50,7 @@ TRAIN = {  # flag and value -> the TrainConfig field and the value it must hold
 
 def test_every_train_option_reaches_the_job(built, tmp_path):
     argv = [word for flag in TRAIN for word in flag]
-    job = _job(built, "train", "builtin:karate", *argv, "--undirected", "--threads", "1", "--log-every", "2",
+    job = _job(built, "train", "builtin:karate", *argv, "--undirected", "--dedup", "--threads", "1", "--log-every", "2",
                "--nprocs", "3", "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2", "--metrics",
                str(tmp_path / "m.jsonl"), "--save-model", str(tmp_path / "m.pt"), "--save-predictions",
                str(tmp_path / "p.npy"))
@@ -59,7 +59,7 @@ def test_every_train_option_reaches_the_job(built, tmp_path):
         assert getattr(TrainConfig(), field) != value, flag  # else a dropped option would go unseen
         got = getattr(job.config, field)
         assert (tuple(got) if field == "hidden" else got) == value, flag
-    assert (job.undirected, job.threads, job.log_every, job.checkpoint_every) == (True, 1, 2, 2)
+    assert (job.undirected, job.dedup, job.threads, job.log_every, job.checkpoint_every) == (True, True, 1, 2, 2)
     assert (job.checkpoint_dir, job.metrics, job.save_model, job.save_predictions) == \
         tuple(str(tmp_path / name) for name in ("ck", "m.jsonl", "m.pt", "p.npy"))
 
@@ -87,6 +87,23 @@ def test_every_predict_option_reaches_the_job(monkeypatch, tmp_path):
     assert built["nprocs"] == 2
     job = _job(built, "predict", str(model), "builtin:karate", "--out", out, "--embeddings", "1")
     assert (job.output, job.layer) == ("embeddings", 1)
+
+
+@pytest.mark.parametrize("flag, value", [("--dedup", True), ("--no-dedup", False), ("--undirected", True),
+                                         ("--no-undirected", False)])
+def test_predicts_reading_switches_reach_the_job(built, tmp_path, flag, value):
+    job = _job(built, "predict", str(tmp_path / "m.pt"), "builtin:karate", "--out", str(tmp_path / "p.npy"), flag)
+    assert getattr(job, flag.removeprefix("--no-").removeprefix("--")) is value
+
+
+def test_the_apis_predict_hands_its_process_count_to_the_launcher(monkeypatch, tmp_path):
+    import mggcn
+    from mggcn.training import predict as predict_module
+
+    seen = _capture(monkeypatch, predict_module)
+    with pytest.raises(_Built):
+        mggcn.predict(str(tmp_path / "m.pt"), "builtin:karate", nprocs=3, output="embeddings", layer=2)
+    assert seen["nprocs"] == 3 and (seen["job"].output, seen["job"].layer) == ("embeddings", 2)
 
 
 def test_every_bench_option_reaches_its_options(monkeypatch):
