@@ -201,11 +201,12 @@ def check_model_size(cfg: TrainConfig, features: int, classes: int, num_nodes: i
         weights = 4 * 4 * num_parameters(dims, cfg.model, options.pop("train_eps", False), **options)
         return local * (weights + 4 * -(-num_nodes // nprocs) * max(dims))
 
-    if need() > memory:
+    total = need()
+    if total > memory:
         sizes = ",".join(str(h) for h in cfg.hidden)
         option, given = ("heads", f"heads {cfg.heads} (hidden '{sizes}')") if cfg.model == "gat" else \
             ("hidden", f"hidden {sizes}")
         if cfg.output_heads is not None and need(output_heads=None) <= memory:
             option, given = "output_heads", f"output_heads {cfg.output_heads}"
-        raise ConfigError(f"{given}: layers of {dims} need {need() / 2**30:,.1f} GiB for weights, Adam's state "
+        raise ConfigError(f"{given}: layers of {dims} need {total / 2**30:,.1f} GiB for weights, Adam's state "
                           f"and one activation per rank, more than this machine's {memory / 2**30:,.1f} GiB", option)
