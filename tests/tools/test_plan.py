@@ -267,6 +267,7 @@ def test_a_cpu_plan_fits_with_the_processes_runtime_and_says_no_by_its_status(ca
     plan = plan_memory(100000, 2000000, 64, 10, (128,), 2, device="cpu")
     need = 2 * plan.total + CPU_RUNTIME + CPU_RUNTIME_PER_RANK
     assert plan_need(plan, "cpu") == need and plan_need(plan, "cuda") == plan.total
+    assert plan.fits(need, "cpu") and not plan.fits(need - 1, "cpu") and plan.fits(plan.total, "cuda")
     assert format_plan(plan, "g", need, "cpu").splitlines()[-1] == (
         f"fits in {format_bytes(need)} of the machine (2 rank(s) × {format_bytes(plan.total)} + "
         f"{format_bytes(CPU_RUNTIME + CPU_RUNTIME_PER_RANK)} for Python and torch = {format_bytes(need)}, 100% used)")

@@ -297,8 +297,10 @@ class MemoryPlan:
     def total(self) -> int:
         return sum(self.parts.values())
 
-    def fits(self, capacity: int) -> bool:
-        return self.total <= capacity
+    def fits(self, capacity: int, device: str = "cuda") -> bool:
+        """Whether the plan fits ``capacity`` bytes: per GPU on ``cuda``, of the machine the ranks share on
+        ``cpu`` (:func:`plan_need`); the one verdict ``mggcn plan`` prints and exits by."""
+        return plan_need(self, device) <= capacity
 
 
 def plan_memory(num_nodes: int, edges: int, features: int, classes: int, hidden: Sequence[int], nprocs: int = 1, *,
@@ -483,12 +485,12 @@ def format_plan(plan: MemoryPlan, name: str, capacity: int | None = None, device
                  + f"; once before training: {format_bytes(plan.comm_once)} (A.X)")
     if capacity is not None and device == "cpu":  # the ranks share the machine's memory
         need = plan_need(plan, device)
-        verdict = "fits" if need <= capacity else "does NOT fit"
+        verdict = "fits" if plan.fits(capacity, device) else "does NOT fit"
         lines.append(f"{verdict} in {format_bytes(capacity)} of the machine ({plan.nprocs} rank(s) × "
                      f"{format_bytes(plan.total)} + {format_bytes(need - plan.total * plan.nprocs)} for Python and "
                      f"torch = {format_bytes(need)}, {100 * need / capacity:.0f}% used)")
     elif capacity is not None:
-        verdict = "fits" if plan.fits(capacity) else "does NOT fit"
+        verdict = "fits" if plan.fits(capacity, device) else "does NOT fit"
         lines.append(f"{verdict} in {format_bytes(capacity)} per device ({100 * plan.total / capacity:.0f}% used; "
                      "plus the runtime, e.g. ~0.5 GiB CUDA context, and the sparse library's workspace)")
     return "\n".join(lines)

@@ -84,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mggcn.kernels.policy import gather_kernel
     from mggcn.nn.models import model_options, operator_for
-    from mggcn.tools.plan import PRESETS, format_plan, plan_memory, plan_need
+    from mggcn.tools.plan import PRESETS, format_plan, plan_memory
     from mggcn.training.precision import check_precision_device
     from mggcn.training.settings import check_config, check_tile_bytes
     from mggcn.training.trainer import epoch_tile_columns
@@ -128,5 +128,5 @@ def run(args: argparse.Namespace) -> int:
         precision = "" if args.precision == "fp32" else f", {args.precision}"
         print(format_plan(plan, f"{preset.name if preset else 'graph'}, {args.model}{precision}", args.memory,
                           args.device))
-        fits = fits and (args.memory is None or plan_need(plan, args.device) <= args.memory)
+        fits = fits and (args.memory is None or plan.fits(args.memory, args.device))
     return 0 if fits else 1
