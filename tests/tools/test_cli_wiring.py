@@ -106,7 +106,28 @@ def test_the_apis_predict_hands_its_process_count_to_the_launcher(monkeypatch, t
     assert seen["nprocs"] == 3 and (seen["job"].output, seen["job"].layer) == ("embeddings", 2)
 
 
+BENCH = [  # runs of the bench's options that go together -> the BenchOptions fields they must set
+    (["--nodes", "5000", "--degree", "6", "--features", "20", "--classes", "5", "--model", "sage", "--hidden", "24",
+      "--epochs", "4", "--warmup", "3", "--repeats", "2", "--repeat-pyg", "--threads", "1", "--nprocs", "1,3",
+      "--partition", "random", "--ids", "random", "--no-pyg", "--pyg-adj", "edge_index", "--seed", "5",
+      "--graph-cache", "cache", "--timeout", "60", "--mmap-threshold", "2M", "--tile-bytes", "1M", "--compare-tiles",
+      "0", "--shm", "off", "--compare-shm", "--host-memory", "8G", "--precision", "bf16", "--compare-precision",
+      "fp32"],
+     {"nodes": 5000, "degree": 6.0, "features": 20, "classes": 5, "model": "sage", "hidden": (24,), "epochs": 4,
+      "warmup": 3, "repeats": 2, "repeat_pyg": True, "threads": 1, "nprocs": (1, 3), "partitions": ("random",),
+      "ids": "random", "pyg": False, "pyg_adj": "edge_index", "seed": 5, "graph_cache": "cache", "timeout_s": 60.0,
+      "mmap_threshold": 2 << 20, "tile_bytes": 1 << 20, "compare_tiles": (0,), "shm": "off", "compare_shm": True,
+      "host_memory": 8 << 30, "precision": "bf16", "compare_precision": ("fp32",)}),
+    (["--model", "gat", "--heads", "2"], {"heads": 2}),
+    (["--model", "gin", "--gin-mlp-batch-norm"], {"gin_mlp_batch_norm": True}),
+    (["--device", "cuda", "--gpu-memory", "1G"], {"device": "cuda", "gpu_memory": 1 << 30}),
+    (["--saint-graph"], {"saint_graph": True}),
+]
+
+
 def test_every_bench_option_reaches_its_options(monkeypatch):
+    from dataclasses import fields
+
     from mggcn.tools import bench
 
     seen = {}
@@ -116,9 +137,32 @@ def test_every_bench_option_reaches_its_options(monkeypatch):
         raise _Built
 
     monkeypatch.setattr(bench, "run_bench", run_bench)
-    with pytest.raises(_Built):
-        main(["bench", "--small", "--model", "sage", "--hidden", "24", "--epochs", "4", "--warmup", "2",
-              "--nprocs", "1,3", "--partition", "random", "--no-pyg"])
-    opts = seen["opts"]
-    assert (opts.model, tuple(opts.hidden), opts.epochs, opts.warmup, tuple(opts.nprocs), tuple(opts.partitions),
-            opts.pyg) == ("sage", (24,), 4, 2, (1, 3), ("random",), False)  # none of them --small's
+    checked = set()
+    for argv, expected in BENCH:
+        with pytest.raises(_Built):
+            main(["bench", *argv])
+        for field, value in expected.items():
+            assert getattr(bench.BenchOptions(), field) != value, field  # else a dropped option would go unseen
+            assert getattr(seen["opts"], field) == value, field
+        checked |= set(expected)
+    # every option the command has (the probes' sizes are the bench's own, --small's smaller)
+    assert checked == {f.name for f in fields(bench.BenchOptions)} - {"probe_gemm", "probe_copy"}
+
+
+def test_trains_run_and_reading_options_reach_the_job(built):
+    job = _job(built, "train", "g.txt", "--format", "edgelist", "--features", "f.npy", "--labels", "l.npy", "--split",
+               "s.npy", "--device", "cuda", "--timeout", "30", "--mmap-threshold", "2M", "--quiet", "--resume-or-start",
+               "--checkpoint-dir", "ck")
+    assert (job.fmt, job.read_options, job.device, job.timeout_s, job.mmap_threshold, job.quiet, job.resume) == (
+        "edgelist", {"features": "f.npy", "labels": "l.npy", "split": "s.npy"}, "cuda", 30.0, 2 << 20, True, "auto")
+    job = _job(built, "train", "cora", "--normalize-features", "--resume", "--checkpoint-dir", "ck")
+    assert (job.read_options, job.resume) == ({"normalize_features": True}, True)
+
+
+def test_predicts_run_and_reading_options_reach_the_job(built):
+    job = _job(built, "predict", "m.pt", "g.txt", "--out", "o.npy", "--format", "edgelist", "--features", "f.npy",
+               "--labels", "l.npy", "--model", "gat", "--timeout", "30", "--device", "cuda")
+    assert (job.fmt, job.read_options, job.kind, job.timeout_s, job.device) == (
+        "edgelist", {"features": "f.npy", "labels": "l.npy"}, "gat", 30.0, "cuda")
+    job = _job(built, "predict", "m.pt", "cora", "--out", "o.npy", "--no-normalize-features")
+    assert job.read_options == {"normalize_features": False}
