@@ -214,6 +214,21 @@ def test_a_gcn_layer_given_an_edge_index_is_one_line():
     assert layer(x, mggcn.adjacency_operator(edge_index, N)).shape == (N, 4)
 
 
+@pytest.mark.parametrize("order", ["aggregate-first", "transform-first"])
+def test_a_gcn_layer_given_features_of_another_width_says_its_in_dim(order):
+    """As the models say it, not as the GEMM inside ("mat1 and mat2 shapes cannot be multiplied"), whichever of
+    the SpMM and the GEMM comes first."""
+    x, edge_index = _graph()
+    adj = mggcn.adjacency_operator(edge_index, N)
+    layer = mggcn.GCNLayer(F + 1, 4, order=order)
+    message = rf"h must be a \[m, {F + 1}\] tensor \(the layer's in_dim\), got \[{N}, {F}\]"
+    with pytest.raises(ValueError, match=message) as err:
+        layer(x, adj)
+    _one_line(err)
+    with pytest.raises(ValueError, match=r"got \[5\]"):
+        layer(torch.ones(5), adj)
+
+
 @pytest.mark.parametrize("cls", [mggcn.GCN, mggcn.GraphSAGE, mggcn.GIN, mggcn.GAT])
 def test_layers_without_a_seed_follow_torch_manual_seed_as_torch_nn_does(cls):
     """A seed sweep or an ensemble written the PyTorch way (torch.manual_seed, then the model) gets other weights

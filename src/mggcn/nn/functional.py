@@ -301,6 +301,13 @@ class _GemmActGemm(torch.autograd.Function):
         return grad_a, grad_w1, grad_b1, grad_w2, None, None, None, None, None
 
 
+def check_width(h: torch.Tensor, in_dim: int) -> None:
+    """A layer's input (or its precomputed Â·h) of another width is said as the model says it, not as a GEMM's
+    shapes."""
+    if h.dim() != 2 or h.shape[1] != in_dim:
+        raise ValueError(f"h must be a [m, {in_dim}] tensor (the layer's in_dim), got {list(h.shape)}")
+
+
 def check_inputs(x: torch.Tensor, adj: Callable[..., torch.Tensor], features: int, dtype: torch.dtype,
                  model: type | None = None) -> None:
     """One line for what a PyG user gives first: ``model(x, edge_index)`` (a tensor is no operator), rows that are

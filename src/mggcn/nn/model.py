@@ -50,7 +50,7 @@ from mggcn.config import ACTIVATIONS, ORDERS
 from mggcn.kernels.policy import mask_chunk_rows
 from mggcn.nn.arguments import as_seed, check_dims, check_probabilities
 from mggcn.nn.batch_norm import BatchNorm, batch_norm_
-from mggcn.nn.functional import _GemmActGemm, _TimedLinear, activate, check_inputs, dropout, hooked_module
+from mggcn.nn.functional import _GemmActGemm, _TimedLinear, activate, check_inputs, check_width, dropout, hooked_module
 from mggcn.nn.initialization import glorot_linear
 from mggcn.nn.workspace import BufferWalk, GradSpec, OutSpec, Workspace, WorkspaceClaims
 from mggcn.utils.errors import ConfigError
@@ -175,6 +175,7 @@ class GCNLayer(nn.Module):
         """
         if isinstance(adj, torch.Tensor):  # PyG's conv(x, edge_index): said in one line
             check_inputs(h, adj, self.lin.in_features, self.lin.weight.dtype)
+        check_width(h if h_aggregated is None else h_aggregated, self.lin.in_features)
         ws, weight, bias = workspace, self.lin.weight, self.bias
         out = (ws, f"out {key}") if ws is not None and output_in_workspace else None
         input_grad_ws = None if self.first else ws
