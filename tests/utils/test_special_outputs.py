@@ -12,6 +12,7 @@ import threading
 import numpy as np
 import pytest
 
+from mggcn.utils.errors import ConfigError
 from mggcn.utils.files import OutputError, atomic_write, is_special, open_output, write_output
 
 
@@ -182,6 +183,14 @@ def test_the_output_check_lets_special_and_proc_paths_through_and_follows_links(
     check_output("save_predictions", str(tmp_path / "link.csv"))
 
 
+def test_a_file_written_in_place_that_no_one_may_write_is_refused_before_anything_runs():
+    """/proc/version: root's access() says yes, and its write failed with EINVAL after the training."""
+    from mggcn.training.outputs import check_output
+
+    with pytest.raises(ConfigError, match=r"^save_model /proc/version: is read-only \(mode 0444\)"):
+        check_output("save_model", "/proc/version", sidecar=True)
+
+
 def test_links_that_loop_or_lead_nowhere_are_found_on_the_way_to_a_path(tmp_path):
     """A loop is asked of the system (os.stat's ELOOP), not of Path.resolve, which from Python 3.13 returns a looping
     path as it is; the nearest name on the way to a path that is such a link is the one named."""
@@ -197,3 +206,31 @@ def test_links_that_loop_or_lead_nowhere_are_found_on_the_way_to_a_path(tmp_path
     assert link_to_nothing(tmp_path / "gone" / "x") == f"{tmp_path / 'gone'} is a link to {tmp_path / 'nowhere'}, " \
         "which does not exist"
     assert link_to_nothing(tmp_path / "dir" / "new" / "x") is None and link_to_nothing(tmp_path / "dir") is None
+
+
+def test_stdout_redirected_to_a_file_keeps_the_outputs_and_the_lines_printed_whole(tmp_path):
+    """``--out /dev/stdout > file`` (not ``>>``): the outputs go through the shell's descriptor, whose offset the
+    lines printed share. Opened anew, the file had an offset of its own, and the line printed after the
+    predictions wrote over their start (and the epochs' lines over the metrics')."""
+    import json
+    import subprocess
+    import sys
+
+    model = tmp_path / "m.pt"
+    train = [sys.executable, "-m", "mggcn", "train", "builtin:karate", "--epochs", "3"]
+    subprocess.run([*train, "--quiet", "--save-model", str(model)], check=True, capture_output=True, timeout=300)
+    log = tmp_path / "predict.txt"
+    with open(log, "w") as stdout:
+        subprocess.run([sys.executable, "-m", "mggcn", "predict", str(model), "builtin:karate", "--out",
+                        "/dev/stdout"], check=True, stdout=stdout, timeout=300)
+    lines = log.read_text().splitlines()
+    assert lines[0] == "vertex,prediction" and [line.split(",")[0] for line in lines[1:35]] == list(map(str, range(34)))
+    assert lines[35:] == ["mggcn: wrote the predicted class of each of 34 vertices to /dev/stdout"]
+    log = tmp_path / "train.txt"
+    with open(log, "w") as stdout:
+        subprocess.run([*train, "--metrics", "/dev/stdout"], check=True, stdout=stdout, timeout=300)
+    lines = log.read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["epoch"] for r in records if "epoch" in r] == [1, 2, 3]
+    assert sum(line.startswith("epoch ") for line in lines) == 3 and lines[-1].startswith("mggcn: trained model")
+    assert all(line.startswith(("{", "epoch ", "mggcn: ")) for line in lines), lines

@@ -22,6 +22,7 @@ import io
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -70,6 +71,7 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
                           option)
     for target in (path, sidecar_path(path)) if sidecar and not written_in_place(path) else (path,):
         if written_in_place(target):
+            _check_in_place(option, path, target)
             continue
         parent = os.path.dirname(os.path.realpath(target))  # where the temporary file goes (a link's target's)
         if not os.path.isdir(parent):
@@ -88,6 +90,15 @@ def check_output(option: str, path: str | None, sidecar: bool = False) -> None:
                               f"may have at most {limit}", option)
         check_writable(option, path, parent)
         check_not_held(option, target)
+
+
+def _check_in_place(option: str, path: str, target: str) -> None:
+    """A file written where it is that no one may write (``/proc/version``; root's ``access()`` says yes to it, and
+    its write fails only after the training)."""
+    mode = os.stat(target).st_mode
+    if stat.S_ISREG(mode) and not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"{option} {path}: is read-only (mode {stat.S_IMODE(mode):04o}), written where it is",
+                          option)
 
 
 def check_distinct(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[tuple[str, str | None]] = ()) -> None:

@@ -132,6 +132,29 @@ def written_in_place(path: str) -> bool:
     return os.path.exists(path) and os.path.abspath(path).startswith(("/dev/", "/proc/"))
 
 
+def open_in_place(path: str, mode: str) -> IO[Any]:
+    """``path``, written where it is, opened for ``mode``. Where it is the very file this process's stdout or stderr
+    writes (``--out /dev/stdout > file``), through that descriptor, whose offset the lines printed share: a file
+    opened anew would have its own, and the two would write over each other. What Python's own streams hold is
+    written out first, so the file keeps the order of the writes."""
+    import sys
+
+    try:
+        here = os.stat(path)
+    except (OSError, ValueError):
+        here = None
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        try:
+            same = here is not None and stat.S_ISREG(here.st_mode) and os.path.samestat(here, os.fstat(fd))
+        except OSError:  # no such descriptor (a daemon's)
+            same = False
+        if same:
+            if stream is not None:
+                stream.flush()
+            return os.fdopen(os.dup(fd), mode.replace("a", "w"))  # no O_TRUNC, no seek: at the shared offset
+    return open(path, mode)  # noqa: SIM115 - the caller closes it
+
+
 def _check_reader(path: str) -> None:
     """A FIFO must have a reader now: opening it for writing would otherwise block until one comes."""
     try:
@@ -311,8 +334,9 @@ def write_output(path: str, write: Callable[[IO[Any]], None], text: bool = False
 
     def into(target: str) -> None:
         # a regular file reached in place (/dev/stdout redirected to it) is appended to, not emptied under its writer
-        mode = "a" if target == path and os.path.isfile(path) and written_in_place(path) else "w"
-        with open(target, mode if text else mode + "b") as f:
+        in_place = target == path and written_in_place(path)
+        mode = ("a" if in_place and os.path.isfile(path) else "w") + ("" if text else "b")
+        with open_in_place(target, mode) if in_place else open(target, mode) as f:
             # a pipe or a device cannot seek: writers that would (np.save on a real file) stream instead
             write(f if text or target != path or not written_in_place(path) else _Stream(f))
 
@@ -339,7 +363,7 @@ class _OutputStream:
         self.path, self._broken = path, False
         _check_reader(path)
         try:
-            self._file = open(path, "a")  # noqa: SIM115 - closed by close(); emptied once it is this run's
+            self._file = open_in_place(path, "a")  # closed by close(); emptied once it is this run's
         except OSError as err:
             raise write_error(path, err) from None
         # a regular file is cut back to what the last flush wrote whole when a write fails (a full disk): it never
