@@ -272,6 +272,7 @@ def assert_rank_rows(path: Path, ref: Graph) -> PreparedDataset:
     P = 1, 2, 3 gets its rows of them (zeros on padding rows), in a shard equal to the in-memory graph's."""
     ds = PreparedDataset(path, verify=True)
     assert ds.multilabel and ds.num_classes == C and ds.manifest["multilabel"] is True
+    assert ds.manifest["format_version"] == 2  # a reader of version 1 says it is too old, not a dtype mismatch
     assert ds.manifest["num_labelled"] == N and ds.manifest["num_classes"] == C
     labels = ds.arrays["labels"]
     assert isinstance(labels, np.memmap) and labels.dtype == np.uint8 and labels.shape == (N, C)

@@ -578,8 +578,8 @@ def test_bad_prepared_directory(tmp_path, src):  # noqa: F811
         PreparedDataset(out)
     restore()
     manifest = json.loads(fresh["manifest.json"])
-    (out / "manifest.json").write_text(json.dumps(dict(manifest, format_version=2)))
-    with raises_naming(out / "manifest.json", "format version 2 is newer", "up to 1"):
+    (out / "manifest.json").write_text(json.dumps(dict(manifest, format_version=3)))
+    with raises_naming(out / "manifest.json", "format version 3 is newer", "up to 2"):
         open_dataset(str(out))
     (out / "manifest.json").write_text("{\"format\": ")
     with raises_naming(out / "manifest.json", "invalid JSON"):

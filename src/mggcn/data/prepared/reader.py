@@ -62,7 +62,9 @@ from mggcn.utils.files import LINK_LOOP, resolve_links
 __all__ = ["FORMAT_VERSION", "MANIFEST", "BALANCE_PARTS", "PreparedDataset", "is_prepared", "nnz_per_rank",
            "describe"]
 
-FORMAT_VERSION = 1
+# 2: the labels may be a 0/1 matrix (``"multilabel": true``), which a reader of version 1 would refuse as labels of
+# another dtype and shape; a single-label dataset is still written as version 1, which every mggcn reads
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 FORMAT_NAME = "mggcn-prepared"
 BALANCE_PARTS = (1, 2, 4, 8)

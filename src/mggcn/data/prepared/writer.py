@@ -318,7 +318,7 @@ def _write(src: _Source, tmp: Path, undirected: bool, dedup: bool, budget: int, 
             a, at = nnz_per_rank(csr.hat_nnz_in, p), nnz_per_rank(csr.hat_nnz_out, p)
             balance[str(p)] = {"adj_max": int(a.max()), "adj_t_max": int(at.max()), "mean": float(a.sum()) / p}
     return {
-        "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "name": src.name,
+        "format": FORMAT_NAME, "format_version": 1, "name": src.name,
         "num_nodes": n, "num_edges": csr.num_edges, "num_features": vd.num_features, "num_classes": vd.num_classes,
         "split_sizes": split_sizes, **_label_fields(vd.y),
         "symmetric": symmetric, "self_loops": csr.self_loops, "nnz_hat": int(csr.hat_nnz_in.sum()),
@@ -360,10 +360,11 @@ def _check_ids(ei: np.ndarray, n: int, name: str) -> None:
 
 def _label_fields(labels: np.ndarray) -> dict[str, Any]:
     """What the manifest says of the labels: ``num_labelled``, and ``"multilabel": true`` for a label matrix
-    ``[n, C]`` (every vertex labelled), absent for one class per vertex, so that such a manifest reads as before."""
+    ``[n, C]`` (every vertex labelled), absent for one class per vertex, so that such a manifest reads as before;
+    the format version they need (2 for a matrix, so that an older mggcn says it is too old for it)."""
     if labels.ndim == 2:
-        return {"num_labelled": int(labels.shape[0]), "multilabel": True}
-    return {"num_labelled": int(np.count_nonzero(np.asarray(labels) >= 0))}
+        return {"format_version": FORMAT_VERSION, "num_labelled": int(labels.shape[0]), "multilabel": True}
+    return {"format_version": 1, "num_labelled": int(np.count_nonzero(np.asarray(labels) >= 0))}
 
 
 def _write_vertex_data(vd: _VertexData, n: int, tmp: Path, report: Progress) -> dict[str, dict]:
@@ -452,7 +453,7 @@ def write_dataset(dataset: Any, out_dir: Any, checksums: bool = True, built: dic
                 a, at = nnz_per_rank(hat_in, p), nnz_per_rank(hat_out, p)
                 balance[str(p)] = {"adj_max": int(a.max()), "adj_t_max": int(at.max()), "mean": float(a.sum()) / p}
         manifest = {
-            "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "name": dataset.name,
+            "format": FORMAT_NAME, "format_version": 1, "name": dataset.name,
             "num_nodes": n, "num_edges": dataset.num_edges, "num_features": dataset.num_features,
             "num_classes": dataset.num_classes, "split_sizes": dict(dataset.split_sizes),
             **_label_fields(arrays["labels"]),
