@@ -363,7 +363,8 @@ class _OutputStream:
         self.path, self._broken = path, False
         _check_reader(path)
         try:
-            self._file = open_in_place(path, "a")  # closed by close(); emptied once it is this run's
+            # closed by close(); emptied once it is this run's
+            self._file = open_in_place(path, "a") if written_in_place(path) else open(path, "a")  # noqa: SIM115
         except OSError as err:
             raise write_error(path, err) from None
         # a regular file is cut back to what the last flush wrote whole when a write fails (a full disk): it never
