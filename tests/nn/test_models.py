@@ -1,6 +1,7 @@
 """GraphSAGE and GIN (mggcn/nn/sage.py, mggcn/nn/gin.py, mggcn/nn/models.py) against PyG's SAGEConv / GINConv and
 its GraphSAGE / GIN models given the same weights, in one process and through the staged SpMM at P = 1..4."""
 
+import copy
 import itertools
 
 import pytest
@@ -403,3 +404,51 @@ def test_a_model_builds_under_a_default_device_as_pyg_models_do(kind):
         on_meta = model_type(kind)([4, 8, 3])
     assert on_meta.seed == on_cpu.seed
     assert {p.device.type for p in on_meta.parameters()} == {"meta"}
+
+
+def _one_rank_adj(graph, kind):
+    shard = build_shard(graph, make_partition(graph.num_nodes, 1, ordering="none"), 0, operator_for(kind))
+    return local_adj(shard.adj[0], shard.adj_t[0])
+
+
+@pytest.mark.parametrize("kind, options", [("gcn", {"batch_norm": True}), ("gin", {"mlp_batch_norm": True})])
+def test_batch_norm_in_eval_mode_without_recording_keeps_no_xhat_and_gives_the_same_outputs(kind, options,
+                                                                                          monkeypatch):
+    """An evaluation under no_grad (or of a frozen model) normalizes in place, y = u·γ/σ + (β − μ·γ/σ), without
+    the x̂ that only a backward reads (autograd's needs_input_grad holds under no_grad too); its outputs are those of
+    the forward that records, with γ ≠ 1, β ≠ 0 and moved running statistics."""
+    from mggcn.nn import batch_norm, gin
+
+    graph = random_graph(17, 50, features=5, classes=4)
+    adj, x = _one_rank_adj(graph, kind), torch.from_numpy(graph.x)
+    model = make_model(kind, [5, 8, 8, 4], seed=1, **options)
+    model(x, adj)  # training mode: the running statistics move
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + torch.randn(p.shape, generator=gen))
+    model.eval()
+    kept, original = [], batch_norm.normalize_
+
+    def normalize_(u, bn, adj, keep, *args):
+        kept.append(keep)
+        return original(u, bn, adj, keep, *args)
+
+    monkeypatch.setattr(gin if kind == "gin" else batch_norm, "normalize_", normalize_)
+    recorded = model(x, adj).detach()
+    norms = len(kept)  # GCN's hidden layers, every GIN layer's MLP
+    assert norms >= 2 and all(kept)
+    with torch.no_grad():
+        got = model(x, adj)
+    frozen = copy.deepcopy(model).requires_grad_(False)
+    assert frozen(x, adj).grad_fn is None and kept[norms:] == [False] * 2 * norms
+    torch.testing.assert_close(got, recorded, rtol=1e-5, atol=1e-5)  # another order of the same float32 operations
+    torch.testing.assert_close(frozen(x, adj), recorded, rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_norm_over_one_vertex_is_refused_by_name():
+    graph = random_graph(1, 1, features=5, classes=1)
+    model = make_model("gcn", [5, 8, 4], seed=1, batch_norm=True)
+    with pytest.raises(ValueError, match="^batch norm needs more than one vertex, got 1$"):
+        model(torch.from_numpy(graph.x), _one_rank_adj(graph, "gcn"))

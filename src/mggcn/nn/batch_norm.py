@@ -150,8 +150,8 @@ class _NormInPlace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,  # type: ignore[override]
-                bn: nn.BatchNorm1d, adj, ws: Workspace | None, key: str) -> torch.Tensor:
-        xhat, invstd = normalize_(h, bn, adj, any(ctx.needs_input_grad), ws, f"norm {key}")
+                bn: nn.BatchNorm1d, adj, ws: Workspace | None, key: str, records: bool) -> torch.Tensor:
+        xhat, invstd = normalize_(h, bn, adj, records and any(ctx.needs_input_grad), ws, f"norm {key}")
         ctx.mark_dirty(h)
         ctx.save_for_backward(xhat, invstd, gamma)
         ctx.adj, ctx.ws, ctx.batch_stats = adj, ws, bn.training
@@ -164,7 +164,7 @@ class _NormInPlace(torch.autograd.Function):
         if ctx.ws is None:
             grad = grad.clone()  # autograd's own tensor, which another node may read
         grad_gamma, grad_beta = normalize_backward_(grad, xhat, invstd, gamma, ctx.adj, ctx.batch_stats, ctx.ws)
-        return grad, grad_gamma, grad_beta, None, None, None, None
+        return grad, grad_gamma, grad_beta, None, None, None, None, None
 
 
 def batch_norm_(h: torch.Tensor, norm: BatchNorm, adj, ws: Workspace | None, key: str) -> torch.Tensor:
@@ -174,4 +174,6 @@ def batch_norm_(h: torch.Tensor, norm: BatchNorm, adj, ws: Workspace | None, key
         raise TypeError(f"a batch norm sums its statistics over the ranks: adj must be an SpMMOperator, got "
                         f"{type(adj).__name__}")
     bn = norm.module
-    return _NormInPlace.apply(h, bn.weight, bn.bias, bn, adj, ws, key)
+    # needs_input_grad says what the inputs require, under no_grad too: only a forward that records a backward
+    # keeps x̂
+    return _NormInPlace.apply(h, bn.weight, bn.bias, bn, adj, ws, key, torch.is_grad_enabled())

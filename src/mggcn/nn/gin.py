@@ -136,7 +136,7 @@ class GINLayer(nn.Module):
         return _GINConv.apply(h, lin1.weight, lin1.bias, lin2.weight, lin2.bias, self.eps, h_aggregated, gamma, beta,
                               bn, adj, agg,
                               self.activation, self.train_eps, timer, ws, key, out,
-                              None if self.first else ws, sigma)
+                              None if self.first else ws, sigma, torch.is_grad_enabled())
 
 
 class _GINConv(torch.autograd.Function):
@@ -165,7 +165,7 @@ class _GINConv(torch.autograd.Function):
                 b2: torch.Tensor, eps: torch.Tensor, h_agg: torch.Tensor | None, gamma: torch.Tensor | None,
                 beta: torch.Tensor | None, bn: nn.BatchNorm1d | None, adj: Adj, agg: bool, act: str,
                 train_eps: bool, timer: PhaseTimer, ws: Workspace | None, key: str, out: OutSpec, grad_ws: GradSpec,
-                sigma: float | None) -> torch.Tensor:
+                sigma: float | None, records: bool) -> torch.Tensor:
         m, d_out = adj.rows, w1.shape[0]
         like = h_agg if h is None else h
         scale = (eps + 1).to(like.dtype)
@@ -194,7 +194,8 @@ class _GINConv(torch.autograd.Function):
             kept = hw if train_eps else None  # the shared buffer H.W is the next layer's: only ∂ε reads it back
         xhat = invstd = None
         if bn is not None:
-            xhat, invstd = normalize_(u, bn, adj, any(ctx.needs_input_grad), ws, f"bn {key}")
+            # x̂ only for a forward that records a backward (needs_input_grad holds under no_grad too)
+            xhat, invstd = normalize_(u, bn, adj, records and any(ctx.needs_input_grad), ws, f"bn {key}")
         u = sigma_(u, act)
         dest = None if out is None else out[0].take(out[1], m, w2.shape[0], like)
         with timer("gemm"):
@@ -239,7 +240,7 @@ class _GINConv(torch.autograd.Function):
                     grad_h = torch.mul(grad_z, scale, out=dest) if dest is not None else grad_z * scale
                 else:
                     grad_h = adj.run(grad_z, transpose=True, out=dest).addcmul_(grad_z, scale)
-            return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, grad_agg, grad_gamma, grad_beta, *[None] * 11
+            return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, grad_agg, grad_gamma, grad_beta, *[None] * 12
         if needs_eps:
             grad_eps = _dot(grad_u, kept)
         if ws is None:
@@ -256,7 +257,7 @@ class _GINConv(torch.autograd.Function):
             grad_w1 = weight_grad(grad_hw, h) if needs_w1 else None
             if needs_h:
                 grad_h = input_grad([(grad_hw, w1)], h, ctx.sigma, ctx.grad_ws, avoid=grad)
-        return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, None, grad_gamma, grad_beta, *[None] * 11
+        return grad_h, grad_w1, grad_b1, grad_w2, grad_b2, grad_eps, None, grad_gamma, grad_beta, *[None] * 12
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
