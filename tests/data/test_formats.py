@@ -700,3 +700,53 @@ def test_sparse_npz_edges_equal_scipys_nonzeros(tmp_path, monkeypatch, layout):
     assert got_n == n and got.dtype == np.int64 and got.flags.c_contiguous
     assert np.array_equal(sorted_edges(got), sorted_edges(want))
     assert want.shape[1] < e  # zeros were there to drop
+
+
+def test_mggcn_bin_vertex_files_of_the_wrong_shape_are_refused_naming_them(tmp_path):
+    from mggcn.data.formats.mggcn_bin import read_mggcn_bin, write_mggcn_bin
+    from reference import random_graph
+
+    src = random_graph(40, 150, features=5, classes=3, seed=1)
+    root = tmp_path / "b"
+    write_mggcn_bin(src, root)
+    y = src.y.astype("<i4")
+    two = np.ascontiguousarray(np.stack([y[::-1], y], 1))  # [40, 2]: of the right size, not one column
+    (root / "labels.bin").write_bytes(np.array(two.shape, "<u4").tobytes() + two.tobytes())
+    with pytest.raises(GraphError, match=r"labels\.bin: expected one column, the header says 2$"):
+        read_mggcn_bin(root)
+    write_mggcn_bin(src, root)
+    sets = (root / "sets.bin").read_bytes()
+    (root / "sets.bin").write_bytes(struct.pack("<II", 39, 1) + sets[8:-4])
+    with pytest.raises(GraphError, match=r"sets\.bin: 39 rows for 40 vertices \(graph\.bin has 40 rows\)$"):
+        read_mggcn_bin(root)
+    write_mggcn_bin(src, root)
+    graph = bytearray((root / "graph.bin").read_bytes())
+    graph[25:29] = struct.pack("<I", 41)  # ncols of the header
+    (root / "graph.bin").write_bytes(bytes(graph))
+    with pytest.raises(GraphError, match="the header says n=40 for a 40 x 41 matrix"):
+        read_mggcn_bin(root)
+
+
+def test_split_files_and_id_checks_at_their_boundaries(tmp_path):
+    """The boundaries of the shared checks: an id equal to n, split code 3, an integer mask holding 2, the most
+    vertices without an edge, and zeros before a short id."""
+    from mggcn.data.formats import checks
+
+    with pytest.raises(GraphError, match=r"ids\.txt: line 2: vertex id 5 is out of range \[0, 5\)$"):
+        checks.mask_from_ids(np.array([1, 5]), 5, "ids.txt", lambda i: f"line {i + 1}")
+    np.save(tmp_path / "codes.npy", np.array([0, 1, 3, 2, -1]))
+    with pytest.raises(GraphError, match=r"codes\.npy: split code 3 of vertex 2 is not one of 0, 1, 2, -1$"):
+        checks.load_split(tmp_path / "codes.npy", 5, "n")
+    np.savez(tmp_path / "masks.npz", train=np.array([1, 0, 2, 0, 0]), val=np.array([0, 1, 0, 0, 0]),
+             test=np.array([0, 0, 0, 1, 0]))
+    with pytest.raises(GraphError, match=r"masks\.npz: 'train' must be a bool mask, got int64$"):
+        checks.load_split(tmp_path / "masks.npz", 5, "n")
+    np.savez(tmp_path / "masks.npz", train=np.array([1, 0, 1, 0, 0]), val=np.array([0, 1, 0, 0, 0]),
+             test=np.array([0, 0, 0, 1, 0]))
+    assert checks.load_split(tmp_path / "masks.npz", 5, "n")["train"].tolist() == [True, False, True, False, False]
+    edges = 1000
+    checks.check_vertex_count("g.txt", 2 * edges + checks.ISOLATED_SLACK, edges, "hint")
+    with pytest.raises(GraphError, match="at least 65537 of them would have no edge"):
+        checks.check_vertex_count("g.txt", 2 * edges + checks.ISOLATED_SLACK + 1, edges, "hint")
+    assert checks.decimal_int("0" * 40 + "7") == 7 and checks.decimal_int("-" + "0" * 40 + "7") == -7
+    assert checks.decimal_int("1" + "0" * 30) == 10**30 and checks.decimal_int("9" * 30) == int("9" * 30)

@@ -71,3 +71,22 @@ def test_what_is_read_wrong_is_named_by_its_array(tmp_path):
     with pytest.raises(GraphError, match=rf"out_indptr\.npy: corrupt row offsets: row 3 runs from \d+ to {edges + 7}, "
                                          rf"outside \[0, E = {edges}\]$"):
         rows.read_row_spans(prepared, "out", np.array([1, 3, 4]))
+
+
+def test_a_label_equal_to_num_classes_and_a_multi_label_2_are_refused():
+    """The boundaries of the label checks: label C of C classes (one past the last) and a multi-label entry of 2."""
+    memory = InMemoryDataset(random_graph(53, 300, features=6, classes=3, seed=1))
+    ids, codes = np.arange(3), np.zeros(3, dtype=np.int8)
+    with pytest.raises(GraphError, match=r"label 3 of vertex 2 is out of range \[-1, 3\)"):
+        rows.check_vertex_rows(memory, ids, np.ones(3), np.array([0, 2, 3]), codes)
+    rows.check_vertex_rows(memory, ids, np.ones(3), np.array([0, 2, -1]), np.array([0, 0, -1], dtype=np.int8))
+    with pytest.raises(GraphError, match="vertex 1 has 2 for label 1; multi-label labels are 0 or 1"):
+        rows.check_vertex_rows(memory, ids, np.ones(3), np.array([[0, 1], [1, 2], [0, 0]]), codes)
+
+
+def test_a_split_code_other_than_0_1_2_minus_1_is_refused():
+    memory = InMemoryDataset(random_graph(53, 300, features=6, classes=3, seed=1))
+    ids = np.arange(4)
+    rows.check_vertex_rows(memory, ids, np.ones(4), np.array([0, 1, 2, 0]), np.array([-1, 0, 1, 2], dtype=np.int8))
+    with pytest.raises(GraphError, match=r"\(split\): split code 3 of vertex 2 is not one of 0, 1, 2, -1$"):
+        rows.check_vertex_rows(memory, ids, np.ones(4), np.array([0, 1, 2, 0]), np.array([0, 1, 3, 2], dtype=np.int8))

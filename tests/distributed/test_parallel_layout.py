@@ -75,3 +75,30 @@ def test_the_gather_puts_rows_back_in_original_order():
     rows = torch.from_numpy(part.order.copy())  # the row at new position p holds the original id of p
     back = ParallelLayout.gather_original(DistContext(), part, rows)
     assert np.array_equal(back, np.arange(N))
+
+
+def test_the_gather_drops_padding_rows_inside_the_blocks():
+    """METIS' partitions pad each rank's block (partition_from_parts): padding rows lie between real ones."""
+    from mggcn.distributed.metis import partition_from_parts
+
+    part = partition_from_parts(np.array([0] * 5 + [1] * 8 + [2] * 9), 3, np.ones(22, dtype=np.int64))
+    assert (part.order[:-1] < 0).any()  # padding before the last row
+    back = ParallelLayout.gather_original(DistContext(), part, torch.from_numpy(part.order.copy()))
+    assert np.array_equal(back, np.arange(22))
+
+
+def test_the_sparse_exchange_takes_the_layouts_overlap():
+    graph = random_graph(37, 200, seed=2)
+    for comm in ("sparse", "auto", "broadcast"):
+        for overlap in (False, True):
+            layout, ctx = ParallelLayout(1, comm=comm, overlap=overlap, ordering="none"), DistContext()
+            op, _ = layout.spmm_operator(ctx, layout.shard(graph, ctx, "sym", width=5), 5)
+            assert op.overlap is overlap, (comm, overlap)
+
+
+def test_tile_width_is_asked_for_the_rows_of_a_block_when_p_does_not_divide_n():
+    """A block has ceil(n / P) rows (the last rank's padded): 4097 vertices on 2 ranks are blocks of 2049 rows, which
+    a 2048-column tile does not cover."""
+    layout = ParallelLayout(2, tile_bytes=2048 * 64)
+    assert layout.tile_columns(4097, 10**6, 16, "cpu") == tile_columns(16, 2049, (10**6 + 4097) // 4, "cpu", 1,
+                                                                       2048 * 64) == 2048

@@ -234,3 +234,14 @@ def test_pool_restarts_in_a_forked_child():
     seen = []
     run_items(6, lambda k, w: seen.append(k), 2)
     assert sorted(seen) == list(range(6))
+
+
+def test_fewer_workers_than_cores_are_not_pinned(monkeypatch):
+    """Several ranks of one machine (each with fewer workers than the process's cores) would all pin to the same
+    first cores: only a pool exactly as large as the cores is pinned."""
+    from mggcn.kernels import policy
+
+    monkeypatch.delenv(policy.PIN_WORKERS_ENV, raising=False)
+    monkeypatch.setattr(policy, "process_cpus", lambda: [0, 1, 2, 3])
+    assert policy.worker_cpus(4) == [0, 1, 2, 3]
+    assert policy.worker_cpus(2) is None and policy.worker_cpus(3) is None and policy.worker_cpus(5) is None

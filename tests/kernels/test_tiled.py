@@ -187,3 +187,11 @@ def test_shard_of_tiles_matches_the_plan():
     assert plan.parts["adjacency A"] == sum(b.nbytes for b in cut.adj)
     assert plan.parts["adjacency A^T"] == sum(b.nbytes for b in cut.adj_t)
 
+
+def test_int32_indices_only_where_the_nonzero_count_fits_int32():
+    """A block of 2**31 nonzeros has a row pointer of 2**31, past int32 (TiledCSR's indices would wrap negative)."""
+    from mggcn.kernels.policy import index_bytes
+
+    assert index_bytes(2**31 - 1, 1000) == 4
+    assert index_bytes(2**31, 1000) == 8
+    assert index_bytes(1000, 2**31 + 1) == 8

@@ -42,3 +42,18 @@ def test_epoch_floor_is_bytes_over_bandwidth_plus_gemm_time():
     assert floor["floor_min_s"] <= floor["floor_s"]
     alone = epoch_floor(work, machine, nprocs=2, shared=False)  # one machine per rank: no sharing, no copy
     assert alone["floor_s"] == pytest.approx(work.spmm_bytes / 1e9 + gemm_s) and alone["comm_s"] == 0.0
+
+
+@pytest.mark.parametrize("kind", ["sage", "gin"])
+def test_pyg_sage_and_gin_aggregate_first_and_the_first_layer_has_no_backward_aggregation(kind):
+    """SAGEConv / GINConv aggregate at d_in, and their first layer needs no Âᵀ·∂: one SpMM in the first layer, two in
+    the others (the docstring of pyg_work)."""
+    from mggcn.nn.models import model_type
+    from mggcn.tools.roofline import pyg_work
+
+    layers = model_type(kind)
+    assert layers.pyg_spmm_widths(8, 4, True) == [8]
+    assert layers.pyg_spmm_widths(4, 2, False) == [4, 4]
+    # SpMM bytes grow with the widths: three SpMMs of width 8, 4, 4 read less than the GCN's four of width 4, 4, 2, 2
+    assert pyg_work(1000, 30000, [8, 4, 2], model=kind).spmm_bytes < pyg_work(1000, 30000, [8, 8, 2],
+                                                                              model=kind).spmm_bytes
