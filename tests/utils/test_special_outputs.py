@@ -234,3 +234,18 @@ def test_stdout_redirected_to_a_file_keeps_the_outputs_and_the_lines_printed_who
     assert [r["epoch"] for r in records if "epoch" in r] == [1, 2, 3]
     assert sum(line.startswith("epoch ") for line in lines) == 3 and lines[-1].startswith("mggcn: trained model")
     assert all(line.startswith(("{", "epoch ", "mggcn: ")) for line in lines), lines
+
+
+def test_a_regular_file_under_dev_is_replaced_as_any_other():
+    """/dev/shm is a tmpfs where outputs may go: a file there written twice holds the second write (it was appended
+    to, as /dev/stdout redirected to a file is, and np.load read the first run's array)."""
+    if not os.access("/dev/shm", os.W_OK) or not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    path = f"/dev/shm/mggcn-test-{os.getpid()}.npy"
+    try:
+        for run in (1, 2):
+            write_output(path, lambda f, run=run: np.save(f, np.full(3, run)))
+        assert np.load(path).tolist() == [2, 2, 2] and os.path.getsize(path) == 128 + 3 * 8
+    finally:
+        if os.path.exists(path):
+            os.remove(path)

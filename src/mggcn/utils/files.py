@@ -123,13 +123,18 @@ def same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+_DESCRIPTOR_LINK = re.compile(r"/dev/(stdin|stdout|stderr|fd/\d+)|/proc/(self|thread-self|\d+)(/task/\d+)?/fd/\d+")
+
+
 def written_in_place(path: str) -> bool:
-    """Whether ``path`` is written where it is, not replaced: a special file, or an existing name under ``/dev`` or
-    ``/proc`` (``/dev/stdout`` redirected to a file is a link to that file through ``/proc/self/fd``: replacing the
-    file would leave the process's stdout writing to a deleted one)."""
+    """Whether ``path`` is written where it is, not replaced: a special file, an existing name under ``/proc``, or
+    an open descriptor's name (``/dev/stdout``, ``/dev/fd/N``: redirected to a file, a link to it through
+    ``/proc/self/fd``; replacing the file would leave the process's stdout writing to a deleted one). A regular
+    file elsewhere under ``/dev`` (``/dev/shm``, a tmpfs) is replaced as any other."""
     if is_special(path):
         return True
-    return os.path.exists(path) and os.path.abspath(path).startswith(("/dev/", "/proc/"))
+    name = os.path.abspath(path)
+    return os.path.exists(path) and (name.startswith("/proc/") or _DESCRIPTOR_LINK.fullmatch(name) is not None)
 
 
 def open_in_place(path: str, mode: str) -> IO[Any]:
