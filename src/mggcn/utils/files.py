@@ -5,8 +5,8 @@ reports), a regular file is written whole or not at all, and a file that cannot 
   a crash, never see half a file, and a failed write leaves the old file as it was.
 * A special file the user named (``/dev/null``, ``/dev/stdout``, a FIFO, a terminal) is written to directly, never
   renamed over: as root the rename would replace the device node itself with a regular file. So is any existing name
-  under ``/dev`` or ``/proc`` (``/dev/stdout`` redirected to a file). A FIFO that no process reads is refused at once
-  instead of blocking the run.
+  under ``/proc``, or an open descriptor's name (``/dev/stdout`` redirected to a file). A FIFO that no process reads
+  is refused at once instead of blocking the run.
 * A link to a regular file stays a link: the file it points to is replaced.
 * Any failure (disk full, an I/O error, a reader that went away, a read-only or missing directory) raises
   :class:`OutputError`, whose one line names the file and the system's reason (``No space left on device``).
@@ -205,7 +205,7 @@ def check_writable(option: str, path: str, directory: str) -> None:
 def atomic_write(path: str, write: Callable[[str], None], sync: bool = False) -> None:
     """``write(tmp)`` then rename ``tmp`` to ``path``: readers never see half a file. ``path`` gets the mode of any
     new file under the umask (:func:`mggcn.utils.outputs.follow_umask`), not the private one of ``tmp``. A special
-    file, or a name under ``/dev`` or ``/proc`` (:func:`written_in_place`), is given to ``write`` itself.
+    file, a name under ``/proc`` or ``/dev/stdout`` (:func:`written_in_place`), is given to ``write`` itself.
 
     ``sync``: flush ``tmp`` to the disk before the rename, so that after a crash ``path`` holds either the old or
     the new content, never a torn one (checkpoints).
