@@ -634,3 +634,17 @@ def test_a_dataset_in_memory_written_whole_equals_its_preparation(tmp_path, dire
         write_dataset(InMemoryDataset(g), tmp_path / "absent" / "x")
     with pytest.raises(ConfigError, match="already exists"):
         write_dataset(InMemoryDataset(g), tmp_path / "quick")
+
+
+def test_info_verify_counts_only_the_arrays_it_checked(tmp_path, capsys):
+    from mggcn.tools.cli import main
+
+    out = tmp_path / "karate"
+    assert main(["prepare", "builtin:karate", str(out), "--quiet"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["arrays"]["notes"] = {"file": "notes.npy", "dtype": "<i8", "shape": [1], "sha256": "0" * 64}
+    (out / "manifest.json").write_text(json.dumps(manifest))  # an entry no reader opens: nothing was checked of it
+    capsys.readouterr()
+    assert main(["info", str(out), "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "verified: 6 arrays match their checksums, every value is in range"

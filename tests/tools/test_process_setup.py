@@ -2,12 +2,18 @@
 encoding without mggcn's characters, few files allowed, a working directory that was removed. Each is one line
 (or no trouble at all), never a traceback from deep inside a write or an import."""
 
+import errno
+import io
 import os
 import resource
 import subprocess
 import sys
 
 import pytest
+
+from mggcn.tools.cli import process as cli_process
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.files import OutputError
 
 TRAIN = ["train", "builtin:karate", "--nprocs", "2", "--threads", "1", "--epochs", "2"]
 
@@ -74,3 +80,38 @@ def test_a_removed_working_directory_is_one_line(tmp_path):
                   env={"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     assert done.returncode == 2
     _one_line(done.stderr, "the working directory no longer exists")
+
+
+def test_a_standard_descriptor_opened_on_dev_null_is_inherited():
+    """`>&-`: descriptor 1, reopened on /dev/null, reaches the processes mggcn starts (the fork server, spawned
+    workers), or the first file one of them opens takes number 1."""
+    code = ("import subprocess, sys\nfrom mggcn.tools.cli.process import prepare_process\nprepare_process()\n"
+            "subprocess.run([sys.executable, '-c', 'import os; os.fstat(1)'], check=True)\n")
+    done = subprocess.run(["bash", "-c", f"exec {sys.executable} -c \"$0\" >&-", code], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("limit, refused", [(63, True), (64, False)])
+def test_the_least_number_of_open_files_a_job_needs_is_64(monkeypatch, limit, refused):
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, limit))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, limits: None)
+    if refused:
+        with pytest.raises(ConfigError, match=f"may open {limit} files"):
+            cli_process._raise_open_files_limit()
+    else:
+        cli_process._raise_open_files_limit()
+
+
+class _Full(io.StringIO):
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_standard_output_that_fails_at_its_flush_is_named():
+    """Buffered (no PYTHONUNBUFFERED, as a user runs it) `mggcn info DIR >/dev/full` fails at the command's last
+    flush: one line, not a traceback with status 120."""
+    with pytest.raises(OutputError, match="^standard output: cannot write: No space left on device$"):
+        cli_process.GuardedStdout(_Full()).flush()

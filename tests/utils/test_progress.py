@@ -8,7 +8,7 @@ import pytest
 
 from mggcn.config import TrainConfig
 from mggcn.training.job import TrainJob, format_epoch, run_train_job
-from mggcn.utils.progress import epoch_progress
+from mggcn.utils.progress import Progress, epoch_progress
 
 
 class _Terminal(io.StringIO):
@@ -72,3 +72,45 @@ def test_training_job_shows_progress_on_stdout(monkeypatch, capsys, terminal):
         assert lines[1].startswith("mggcn: partition random-local, comm broadcast: nonzeros max/mean")
         assert [line.split("|")[0].strip() for line in lines[2:-1]] == ["epoch    2", "epoch    4", "epoch    5"]
         assert lines[-1].startswith("mggcn: trained model (after epoch 5, eval mode)")  # the run's last line
+
+
+class _Flushed(io.StringIO):
+    """Records what had been flushed: what a reader of a pipe or a `tail -f` would see by then."""
+
+    flushed = ""
+
+    def flush(self) -> None:
+        self.flushed = self.getvalue()
+
+
+def _record(epoch: int) -> dict:
+    return {"epoch": epoch, "loss": 1.0 / epoch, "train_acc": 0.5, "val_acc": 0.25, "test_acc": 0.125,
+            "epoch_s": 0.01, "spmm": 0.0, "comm_wait": 0.0, "gemm": 0.0}
+
+
+def test_each_plain_line_is_flushed_as_it_is_written():
+    stream = _Flushed()
+    with epoch_progress(3, format_epoch, stream=stream, bar=False) as progress:
+        progress.update(_record(1))
+        assert stream.flushed.startswith("epoch    1") and stream.flushed == stream.getvalue()
+    stream = _Flushed()
+    with Progress(stream=stream, bar=False, every_s=0).step("sort", 10) as step:
+        step.update(3)
+        assert stream.flushed == stream.getvalue() == "mggcn: sort: 3 of 10 edges so far\n"
+    assert stream.flushed == stream.getvalue() and "mggcn: sort: 3 edges in " in stream.flushed
+
+
+def test_a_step_says_its_count_only_every_every_s_seconds():
+    stream = io.StringIO()
+    with Progress(stream=stream, bar=False, every_s=3600).step("sort", 10) as step:
+        for _ in range(5):
+            step.update(1)
+    assert stream.getvalue().startswith("mggcn: sort: 5 edges in ") and stream.getvalue().count("\n") == 1
+
+
+def test_a_step_that_fails_gives_no_closing_line():
+    stream = io.StringIO()
+    with pytest.raises(RuntimeError), Progress(stream=stream, bar=False, every_s=3600).step("sort", 10) as step:
+        step.update(3)
+        raise RuntimeError("disk full")
+    assert stream.getvalue() == ""  # not "sort: 3 edges in 0.0 s", as if it had finished

@@ -171,6 +171,28 @@ def test_a_signal_after_the_command_ends_it_with_130_and_no_traceback(name):
 _SIGTERM_TO_ANOTHER_THREAD = """
 import os, signal, sys, threading, time
 from mggcn.utils.system import hold_signals, sigterm_as_interrupt
+import io
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+import pytest
+from mggcn.tools import roofline
+from mggcn.tools.roofline import Machine, epoch_floor, mggcn_work
+from mggcn.training.job import format_epoch
+from mggcn.utils import timing
+from mggcn.utils.errors import says_out_of_memory
+from mggcn.utils.progress import Progress, epoch_progress
+from mggcn.utils.timing import PhaseTimer, SetupClock
+import errno
+import json
+import os
+from mggcn.utils import system
+from mggcn.tools.cli import process as cli_process
+from mggcn.utils.errors import ConfigError
+from mggcn.utils.files import OutputError
+from mggcn.utils.files import clipped, link_to_nothing
+import signal
 worker = threading.Thread(target=time.sleep, args=(3,), daemon=True)  # as OpenBLAS's, made at the start
 worker.start()
 with sigterm_as_interrupt({ending}):
@@ -189,3 +211,116 @@ def test_a_sigterm_another_thread_takes_after_the_commands_block_is_no_death_by_
                           text=True, timeout=60) for e in ("ending=130", "")]
     assert (out[0].returncode, out[0].stdout, out[0].stderr) == (130, "", "")
     assert out[1].returncode == -signal.SIGTERM  # a caller's block (mggcn.train's) restores what was there
+
+
+@pytest.mark.parametrize("var, block, mine", [
+    (system.OPENMP_WAIT_ENV, system.children_wait_passively, "ACTIVE"),
+    ("PYTHONSAFEPATH", system.working_directory_not_imported, "x"),
+])
+def test_the_environment_a_block_sets_for_children_is_the_callers_again_after_it(monkeypatch, var, block, mine):
+    """A notebook's mggcn.train(nprocs=2) passes these to its workers only: a PYTHONSAFEPATH left behind makes the
+    caller's next `python tool.py` unable to import tool.py's neighbours; the caller's own setting stays its own."""
+    monkeypatch.delenv(var, raising=False)
+    with block():
+        assert var in os.environ
+    assert var not in os.environ
+    monkeypatch.setenv(var, mine)
+    with block():
+        assert os.environ[var] == mine
+    assert os.environ[var] == mine
+
+
+@pytest.fixture
+def fresh_stop(monkeypatch):
+    monkeypatch.setattr(system._State, "stop_signal", None)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def test_a_second_sigterm_only_asks_again_a_second_ctrl_c_stops_at_once(fresh_stop):
+    with system.StopOnSignal() as stop:
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)  # GNU timeout, a supervisor asking again: the epoch still ends
+        except KeyboardInterrupt:
+            pytest.fail("a second SIGTERM stopped the job at once")
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+
+
+def test_the_first_stop_signal_is_passed_on_to_the_callers_handler(fresh_stop):
+    got = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    with system.stop_signal_passed_on():
+        system.note_stop_signal(signal.SIGTERM)
+        system.note_stop_signal(signal.SIGINT)  # a later one does not count
+    assert got == [signal.SIGTERM]
+
+
+def test_a_sigterm_under_its_default_handler_ends_as_it_would_have(fresh_stop):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with pytest.raises(SystemExit) as ended:
+        with system.stop_signal_passed_on():
+            system.note_stop_signal(signal.SIGTERM)
+    assert ended.value.code == 128 + signal.SIGTERM  # 143, the status a shell shows for it
+
+
+def test_ctrl_c_under_its_default_handler_is_not_raised_again(fresh_stop):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with system.stop_signal_passed_on():  # the job's result says it was interrupted
+            system.note_stop_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C was raised again in the caller after the job had stopped for it")
+
+
+def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it_in_the_block(fresh_stop):
+    """A launcher started in the background (`mggcn train ... &`, Ctrl-C ignored): a Ctrl-C meant for the foreground
+    job must not stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with system.sigterm_as_interrupt(sigint=True):
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)  # SIGTERM is taken
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_sigterm_in_the_block_is_told_from_ctrl_c(fresh_stop):
+    """The launcher tells them apart (Terminated): a second SIGTERM while the workers stop is ignored, a second
+    Ctrl-C stops at once; and the caller's SIGTERM handler, not a KeyboardInterrupt, follows mggcn.train."""
+    caught = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with system.sigterm_as_interrupt(sigint=True):
+                signal.raise_signal(sig)
+        except KeyboardInterrupt as stop:
+            caught.append(type(stop))
+    assert caught == [system.Terminated, KeyboardInterrupt]
+
+
+def test_glibcs_largest_mmap_threshold_is_taken():
+    """The settings check lets MMAP_THRESHOLD_MAX through (--mmap-threshold 32M): the rank must take it too."""
+    code = ("from mggcn.config import MMAP_THRESHOLD_MAX as M\nfrom mggcn.utils import system\n"
+            "print(system.set_mmap_threshold(M), system.mmap_threshold() == M)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "True True\n"), done.stderr
+
+
+def test_a_job_in_the_callers_process_puts_back_the_data_layers_threads():
+    import torch
+
+    from mggcn.utils.parallel import configured_threads, set_threads
+
+    set_threads(None)
+    threads = torch.get_num_threads()
+    try:
+        with system.caller_settings_kept():
+            system.enter_rank(1, mmap_threshold=None)
+            assert configured_threads() == 1
+        assert configured_threads() is None  # thread_map uses every core again, as before the job
+    finally:
+        set_threads(None)
+        torch.set_num_threads(threads)

@@ -1,8 +1,14 @@
 """Waiting for a device's queued work (mggcn.utils.timing.synchronize) and the phase timer that uses it."""
 
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
 import torch
 
-from mggcn.utils.timing import PhaseTimer, synchronize
+from mggcn.utils import timing
+from mggcn.utils.timing import PhaseTimer, SetupClock, synchronize
 
 
 class _Stream:
@@ -60,3 +66,47 @@ def test_process_start_is_when_the_process_was_spawned():
     start, now = map(float, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                            check=True).stdout.split())
     assert before - 0.011 <= start <= now
+
+
+def _clock(monkeypatch, **fns):
+    """timing's own ``time`` module replaced: the test's clock, pytest's untouched."""
+    monkeypatch.setattr(timing, "time", SimpleNamespace(**fns))
+
+
+def test_a_phase_timed_twice_in_an_epoch_adds_up(monkeypatch):
+    ticks = iter([1.0, 1.5, 10.0, 10.25])
+    _clock(monkeypatch, perf_counter=lambda: next(ticks))
+    timer = PhaseTimer()
+    for _ in range(2):  # e.g. the GEMMs of two layers
+        with timer("gemm"):
+            pass
+    assert timer.seconds["gemm"] == 0.75
+
+
+def test_a_traced_epoch_records_its_phases(monkeypatch):
+    timer = PhaseTimer()
+    timer.reset(trace=True)
+    with timer("spmm"):
+        pass
+    timer.mark("broadcast", 1.0, 2.0)
+    assert [e[0] for e in timer.events] == ["spmm", "broadcast"]
+    timer.reset()
+    assert timer.events is None
+
+
+def test_setup_phases_add_up_to_the_elapsed_time(monkeypatch):
+    now = iter([101.0, 103.5])
+    _clock(monkeypatch, time=lambda: next(now))
+    clock = SetupClock(started=100.0)
+    assert clock.mark("dataset") == 1.0 and clock.mark("model") == 2.5
+    assert clock.record() == {"seconds": 3.5, "phases": {"dataset": 1.0, "model": 2.5}}
+
+
+def test_process_start_counts_the_time_before_the_call():
+    """Half a second after its start, a process's ``process_start`` is still its start, not the moment it is asked."""
+    code = ("import time; time.sleep(0.5); from mggcn.utils.timing import process_start; "
+            "print(process_start(), time.time())")
+    before = time.time()
+    start, now = map(float, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout.split())
+    assert before - 0.011 <= start <= now - 0.45
