@@ -72,3 +72,22 @@ def test_what_is_wrong_with_a_path(capsys, tmp_path, monkeypatch):
         _one_line_error(capsys, ["train", "g.txt", "--format", "ogb"])
     assert "--normalize-features is for --format planetoid" in \
         _one_line_error(capsys, ["train", "g.txt", "--format", "edgelist", "--normalize-features"])
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["plan", "--help"]])
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_help_and_version_onto_a_full_disk_say_so_in_one_line(argv, unbuffered):
+    """argparse drops a failed write silently (exit 0 with nothing written, unbuffered), and its exit skipped the
+    command's last flush (the interpreter's own then printed a traceback, exit 120)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "mggcn", *argv], stdout=full, stderr=subprocess.PIPE, text=True,
+                              env=env, timeout=120)
+    assert (done.returncode, done.stderr) == (1, "mggcn: error: standard output: cannot write: No space left on "
+                                                 "device\n")

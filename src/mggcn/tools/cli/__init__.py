@@ -49,6 +49,11 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
 
+    def _print_message(self, message: str, file=None) -> None:  # type: ignore[override]
+        # argparse drops a failed write (OSError) silently: --help or --version onto a full disk exited 0
+        if message:
+            (file or sys.stderr).write(message)
+
 
 def _description(module: ModuleType) -> str:
     return module.description() if hasattr(module, "description") else module.DESCRIPTION
@@ -107,8 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM once the command had handled its own (a second, a third)
         print("mggcn: interrupted", file=sys.stderr, flush=True)
         status = 130
-    except SystemExit as done:  # argparse's usage error or --help: its status
+    except SystemExit as done:  # argparse's usage error or --help: its status, once what it printed is written
         status = done.code if isinstance(done.code, int) else int(done.code is not None)
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            status = _stdout_gone()
+        except OutputError as err:
+            _stdout_gone()
+            print(f"mggcn: error: {err}", file=sys.stderr, flush=True)
+            status = 1
     signals_end_process()  # and in the interpreter's teardown
     return status
 
