@@ -273,9 +273,10 @@ def load_graph(spec: str = DEFAULT_DATASET, fmt: str | None = None, undirected: 
         from mggcn.data import formats
         from mggcn.data.download import dataset_lock, fetch
 
+        options = _named_options(entry, read_options)  # before the download: an option it refuses costs nothing
         with dataset_lock(entry):
             path = fetch(entry)
-        graph = formats.read(path, entry.fmt, **_named_options(entry, read_options))
+        graph = formats.read(path, entry.fmt, **options)
         undirected = undirected or entry.undirected
     elif is_generated(spec) and fmt is None:
         from mggcn.data.generators.spec import parse_spec
