@@ -3,6 +3,8 @@ order of the rows, the gaps between them (read through or not) and the size of t
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,70 @@ def test_a_file_shorter_than_its_rows_is_named(arrays, tmp_path):
         f.truncate(f.seek(0, 2) - 400)
     with pytest.raises(GraphError, match="flat.npy: shorter than its header says"):
         mapped.gather(mapped_flat, np.array([49_000]), np.array([1000]))
+
+
+def _mapped(tmp_path, name, arr):
+    np.save(tmp_path / name, arr)
+    return np.load(tmp_path / name, mmap_mode="r")
+
+
+def test_a_block_of_rows_in_another_order_is_put_back_in_its_order(tmp_path):
+    """Rows without a gap between them but asked in another order (a rank's rows of a random ordering at P = 1 are
+    a permutation of all rows): read in file order, each row lands in its own place."""
+    from mggcn.data import mapped
+
+    rows = np.random.default_rng(0).standard_normal((300, 5)).astype(np.float32)
+    mm = _mapped(tmp_path, "rows.npy", rows)
+    for ids in (np.array([3, 2, 1, 0]), np.random.default_rng(1).permutation(300),
+                np.random.default_rng(2).permutation(np.arange(100, 160))):
+        np.testing.assert_array_equal(mapped.read_rows(mm, ids), rows[ids])
+
+
+def test_an_empty_csr_row_at_the_start_of_a_full_one_reads_the_full_one(tmp_path):
+    """A vertex without neighbours starts where the next vertex's row does: its empty span, asked after that row's,
+    lies inside it (a negative gap), and must not cut that row's read short."""
+    from mggcn.data import mapped
+
+    indices = np.arange(100, 120, dtype=np.int32)
+    mm = _mapped(tmp_path, "indices.npy", indices)
+    for starts, counts in (([4, 4], [3, 0]), ([4, 4, 9], [3, 0, 2]), ([0, 4, 4], [2, 3, 0])):
+        want = np.concatenate([indices[s:s + c] for s, c in zip(starts, counts)])
+        np.testing.assert_array_equal(mapped.gather(mm, np.array(starts), np.array(counts)), want)
+
+
+def _resident_bytes_of(path) -> int:
+    """This process's resident bytes of the mappings of ``path`` (from /proc/self/smaps)."""
+    total, counting = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                counting = len(head) >= 6 and head[5] == str(path)
+            elif counting and head[0] == "Rss:":
+                total += int(head[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps")
+def test_drop_pages_takes_a_mapped_arrays_pages_out_of_the_resident_set(tmp_path):
+    """Rows of 1-D arrays (labels, split, indptr) are indexed out of the map, which maps their pages: drop_pages
+    must take them back out of the rank's RSS, also through a view of the map."""
+    from mggcn.data import mapped
+
+    path = tmp_path / "labels.npy"
+    mm = _mapped(tmp_path, "labels.npy", np.arange(1 << 20, dtype=np.int64))  # 8 MiB
+    assert int(mm.sum()) > 0 and _resident_bytes_of(path) >= 4 << 20  # every page read
+    mapped.drop_pages(mm[10:])
+    assert _resident_bytes_of(path) < 64 << 10
+
+
+def test_rows_of_a_fortran_ordered_map_are_indexed(tmp_path):
+    """A map that is not C-contiguous (an .npy saved in Fortran order: the prepared reader opens one) cannot be
+    read as byte ranges of rows: its rows are indexed instead, and come out right."""
+    from mggcn.data import mapped
+
+    rows = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
+    mm = _mapped(tmp_path, "features.npy", np.asfortranarray(rows))
+    assert not mm.flags.c_contiguous and mapped.file_of(mm) is None
+    ids = np.array([1, 7, 30, 7])
+    np.testing.assert_array_equal(mapped.read_rows(mm, ids), rows[ids])

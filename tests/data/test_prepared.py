@@ -648,3 +648,43 @@ def test_info_verify_counts_only_the_arrays_it_checked(tmp_path, capsys):
     assert main(["info", str(out), "--verify"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == \
         "verified: 6 arrays match their checksums, every value is in range"
+
+
+@pytest.mark.parametrize("dedup", [False, True])
+def test_rows_sorted_by_two_keys_equal_rows_sorted_by_one(dedup):
+    """Vertex ids so large that (row, column) does not fit one int64 key (width * n >= 2**63: a graph of more than
+    about 3e9 vertices) take a two-key sort: it must sort by row then column, and drop repeated pairs, as the one-key
+    sort does."""
+    from mggcn.data.prepared.edgesort import _sort_rows
+
+    rng = np.random.default_rng(0)
+    lo, hi = 100, 160
+    pairs = np.stack([rng.integers(lo, hi, 2000), rng.integers(0, 1000, 2000)], axis=1)
+    pairs = np.concatenate([pairs, pairs[:300], np.stack([np.arange(lo, hi), np.arange(lo, hi)], axis=1)])
+    one = _sort_rows(pairs.copy(), lo, hi, 1000, dedup, np.dtype(np.int64))
+    two = _sort_rows(pairs.copy(), lo, hi, 2**58, dedup, np.dtype(np.int64))  # 60 * 2**58 >= 2**63
+    for name in ("counts", "cols", "degree", "hat_nnz"):
+        np.testing.assert_array_equal(getattr(two, name), getattr(one, name), err_msg=name)
+    assert two.self_loops == one.self_loops
+
+
+def test_an_edge_list_spilled_in_many_chunks_loses_no_edge(tmp_path):
+    """An edge list whose sizes are known only at its end is kept on disk (EdgeSpill) and read back in chunks: with
+    more edges than a chunk holds, every edge comes back (the prepared CSR holds the file's edges)."""
+    from mggcn.data.prepared.edgesort import EdgeSpill
+    from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.data.prepared.writer import prepare
+
+    e = np.random.default_rng(0).integers(0, 500, (5000, 2))
+    spill = EdgeSpill(tmp_path / "s")
+    for b in range(0, 5000, 999):
+        spill.add(e[b:b + 999].T)
+    back = np.concatenate(list(spill.chunks(1024)), axis=1)
+    spill.close()
+    np.testing.assert_array_equal(back, e.T)
+    np.savetxt(tmp_path / "g.txt", e, fmt="%d")
+    out = prepare(tmp_path / "g.txt", tmp_path / "ds", fmt="edgelist", chunk_edges=1024, progress=False)
+    ds = PreparedDataset(out, verify=True)
+    assert ds.num_edges == 5000
+    got = np.repeat(np.arange(ds.num_nodes), np.diff(ds.arrays["out_indptr"])) * 500 + ds.arrays["out_indices"]
+    np.testing.assert_array_equal(got, np.sort(e[:, 0] * 500 + e[:, 1]))

@@ -253,3 +253,32 @@ def test_a_manifest_name_of_control_characters_is_shown_printable(tmp_path):
     manifest["name"] = "karate\n\x1b[31mred"
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert PreparedDataset(out).name == "karate??[31mred"
+
+
+def test_overwrite_leaves_only_the_new_dataset(tmp_path):
+    """--overwrite sets the old dataset aside, puts the new one in place, and removes the old: nothing hidden is
+    left beside OUT_DIR (the old dataset's size on disk, for every overwrite)."""
+    from mggcn.data.prepared.reader import PreparedDataset
+    from mggcn.data.prepared.writer import prepare
+
+    out = tmp_path / "ds"
+    prepare("builtin:karate", out, progress=False)
+    prepare("synthetic:n=60,classes=3,features=4,degree=4", out, progress=False, overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["ds"] and PreparedDataset(out).num_nodes == 60
+
+
+def test_the_set_aside_dataset_of_a_killed_overwrite_is_removed_by_the_next_prepare(tmp_path):
+    """A prepare --overwrite killed between setting the old dataset aside and removing it leaves .OUT.old-*: no live
+    process holds it, so the next prepare into OUT_DIR removes it as it removes a killed prepare's partial one."""
+    from mggcn.data.prepared.outdir import PartialDir, remove_stale
+
+    out = tmp_path / "ds"
+    live = PartialDir(out)  # another prepare's, still held: kept
+    left = tmp_path / ".ds.old-killed1"
+    (left / "ds").mkdir(parents=True)
+    (left / "ds" / "features.npy").write_bytes(b"x" * 1000)
+    try:
+        assert remove_stale(out) == [left]
+        assert sorted(os.listdir(tmp_path)) == [live.path.name]
+    finally:
+        live.discard()

@@ -1,6 +1,9 @@
+from __future__ import annotations
+
 import multiprocessing as mp
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -191,7 +194,6 @@ def test_a_killed_launcher_leaves_no_worker_and_no_job_directory(tmp_path):
 
 
 def _free_port() -> int:
-    import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -454,3 +456,42 @@ def test_a_killed_bench_leaves_no_copy_of_its_graphs(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_killed_launcher_leaves_no_worker_where_there_is_no_pidfd(tmp_path):
+    """As test_a_killed_launcher_leaves_no_worker_and_no_job_directory, on a system without pidfd_open (a kernel
+    before 5.3, a seccomp policy): the workers cannot watch the launcher, and only their letting go of the fork
+    server's pipe (let_go_of_the_fork_server) lets the killed launcher's server, and then them, end."""
+    import psutil
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import os\nif hasattr(os, 'pidfd_open'):\n    del os.pidfd_open\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    src = os.path.dirname(os.path.dirname(__import__("mggcn").__file__))
+    env = dict(os.environ, TMPDIR=str(tmp),
+               PYTHONPATH=os.pathsep.join([str(hook), src, os.environ.get("PYTHONPATH", "")]))
+    metrics = tmp_path / "m.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs", "2",
+                             "--epochs", "100000", "--quiet", "--metrics", str(metrics)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    family = []
+    try:
+        deadline = time.monotonic() + 180
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        family = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait(30)
+        _, alive = psutil.wait_procs(family, timeout=30)
+        assert alive == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in family:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass

@@ -1,6 +1,8 @@
 """``--partition metis`` (mggcn.distributed.metis): equal row blocks from unequal parts, balance and cut, the same order
 on every rank, and training with the sparse exchange equal to the plain single-process GCN."""
 
+from __future__ import annotations
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,43 @@ def test_training_with_metis_and_sparse_exchange_equals_reference():
     # the curves of a METIS/auto and a random/broadcast run agree too (same seed, same graph)
     np.testing.assert_allclose([r["loss"] for r in results[0][1][1]], [r["loss"] for r in results[0][2][1]],
                                rtol=2e-5)
+
+
+def _community():
+    from mggcn.data.generators import parse_spec
+
+    g = parse_spec("synthetic:n=600,degree=8")
+    return g.edge_index[1], g.edge_index[0]  # rows = targets
+
+
+def test_self_loops_do_not_change_the_metis_order():
+    """METIS cuts the pattern without self loops, weighting a vertex by its row of A + I: a graph and the same graph
+    with self loops on a third of its vertices (and a loop twice) get the same order."""
+    pytest.importorskip("pymetis")
+    from mggcn.distributed.metis import metis_partition, symmetric_pattern
+
+    rows, cols = _community()
+    loops = np.random.default_rng(0).choice(600, 200, replace=False)
+    looped_rows, looped_cols = np.concatenate([rows, loops, loops[:5]]), np.concatenate([cols, loops, loops[:5]])
+    assert symmetric_pattern(looped_rows, looped_cols, 600).diagonal().sum() == 0
+    assert np.array_equal(metis_partition(looped_rows, looped_cols, 600, 4, seed=0).order,
+                          metis_partition(rows, cols, 600, 4, seed=0).order)
+
+
+def test_as_many_parts_as_vertices_is_one_vertex_a_rank():
+    pytest.importorskip("pymetis")
+    from mggcn.distributed.metis import metis_partition
+
+    part = metis_partition(np.array([0, 1, 2]), np.array([1, 2, 0]), 3, 3)
+    assert part.rows_per_part == 1 and sorted(part.order.tolist()) == [0, 1, 2]
+
+
+def test_the_seed_reaches_metis():
+    """--seed is METIS' seed (options.seed): the same seed gives the same order, another seed another one."""
+    pytest.importorskip("pymetis")
+    from mggcn.distributed.metis import metis_partition
+
+    rows, cols = _community()
+    orders = {seed: metis_partition(rows, cols, 600, 4, seed=seed).order for seed in (0, 7)}
+    assert np.array_equal(orders[0], metis_partition(rows, cols, 600, 4, seed=0).order)
+    assert not np.array_equal(orders[0], orders[7])

@@ -2,6 +2,8 @@
 method left alone, Ctrl-C while the workers start, a reader of stdout that goes away under the installed command, a
 torchrun rank stopped while it imports torch. Each case runs in a fresh interpreter."""
 
+from __future__ import annotations
+
 import os
 import re
 import signal
@@ -503,3 +505,90 @@ def test_the_fork_server_ends_before_the_launcher_does(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert len(servers) == 1 and not lingering, (servers, lingering)
+
+
+def test_sigterm_to_the_process_group_stops_training_at_an_epoch_end_not_with_the_fork_server(tmp_path):
+    """A batch system stopping the job sends SIGTERM to its whole process group: the launcher, the fork server, the
+    workers. The server must not die of it (it keeps SIGTERM blocked), or the launcher reports "rank N exited with
+    status 255" instead of stopping at an epoch's end with status 130."""
+    import psutil
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    src = os.path.dirname(os.path.dirname(__import__("mggcn").__file__))
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "mggcn", "train", "synthetic:n=2000,features=8", "--nprocs", "2",
+                             "--epochs", "100000", "--log-every", "1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        for line in proc.stdout:  # the workers train
+            if line.lstrip().startswith("epoch"):
+                break
+        family = psutil.Process(proc.pid).children(recursive=True)
+        server = [p for p in family if "forkserver" in " ".join(p.cmdline())]
+        assert server, [p.cmdline() for p in family]
+        with open(f"/proc/{server[0].pid}/status") as status:
+            blocked = int(next(line for line in status if line.startswith("SigBlk:")).split()[1], 16)
+        assert blocked & (1 << (signal.SIGTERM - 1)), "the fork server does not block SIGTERM"
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, (out[-2000:], err)
+    assert "exited with status" not in err and "stopped by a signal after epoch" in out, (out[-2000:], err)
+
+
+def test_a_job_keeps_the_start_method_the_caller_chose(tmp_path):
+    """The other half of test_a_job_leaves_the_global_start_method_unchosen: a start method the caller set before
+    the job is still set after it (not put back to "not chosen", which then falls to the platform's fork)."""
+    import textwrap
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    src = os.path.dirname(os.path.dirname(__import__("mggcn").__file__))
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""\
+        import multiprocessing
+        import mggcn
+        if __name__ == "__main__":
+            multiprocessing.set_start_method("spawn")
+            mggcn.train("synthetic:n=200,features=4", nprocs=2, hidden=(4,), epochs=1, quiet=True)
+            print("after the job:", multiprocessing.get_start_method(allow_none=True))
+        """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["after the job: spawn"]
+
+
+_BIND_LISTENER = """\
+import multiprocessing.util as u, os, socket
+from mggcn.distributed.forkserver import _socket_directory_that_fits
+_socket_directory_that_fits()
+path = os.path.join(u.get_temp_dir(), "listener-12345678")  # multiprocessing's name for the server's socket
+with socket.socket(socket.AF_UNIX) as s:
+    s.bind(path)
+print(len(path))
+"""
+
+
+@pytest.mark.parametrize("length", [74, 75, 76, 77])
+def test_a_temporary_directory_at_the_socket_path_limit_still_holds_the_servers_socket(tmp_path, length):
+    """TMPDIR lengths around the limit: 75 bytes + "/pymp-XXXXXXXX/listener-XXXXXXXX" is 107 bytes (the longest
+    path a Unix socket takes), 76 makes 108 (too long: multiprocessing's directory must go to /tmp instead)."""
+    base = str(tmp_path)
+    if len(base) + 2 > length:
+        pytest.skip("pytest's tmp_path is too long for this length")
+    tmp = os.path.join(base, "d" * (length - len(base) - 1))
+    os.makedirs(tmp)
+    assert len(os.fsencode(tmp)) == length
+    src = os.path.dirname(os.path.dirname(__import__("mggcn").__file__))
+    env = dict(os.environ, TMPDIR=tmp, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _BIND_LISTENER], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) <= 107

@@ -1,6 +1,8 @@
 """The shared-memory outboxes of the CPU broadcast (mggcn.distributed.shm); the SpMM through them is checked against the
 unsharded Â·B in tests/distributed/test_spmm.py, training through them in tests/training/test_trainer.py."""
 
+from __future__ import annotations
+
 import os
 import signal
 import subprocess
@@ -211,3 +213,26 @@ def test_a_launcher_killed_in_the_handshake_leaves_no_worker_and_the_next_job_sw
     assert sorted(os.listdir(shm)) == sorted(b.name for b in boxes.values())  # the kill left them
     results = run_workers(workers.shm_worker, 2, (10, 4, str(shm)), timeout_s=120)  # the next job
     assert all(r["left"] == [] for r in results) and os.listdir(shm) == []
+
+
+def test_the_sweep_removes_an_outbox_whose_pid_a_later_process_reuses(tmp_path):
+    """An outbox of a dead rank whose pid now runs a process that started later is stale: removed. (_proc_start must
+    be the process's real start time, /proc/PID/stat's 22nd field; with another field every process "started" at
+    the same time and a reused pid keeps the dead rank's outbox in /dev/shm for good.)"""
+    import psutil
+
+    from mggcn.distributed.shm import _owner_tag, _proc_start, sweep_outboxes
+
+    boot, namespace, _, start = _owner_tag().split(".")
+    time.sleep(0.1)  # several clock ticks: the child starts at another tick than this process
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        for pid in (os.getpid(), later.pid):  # the start time psutil computes from the same field
+            assert abs(int(_proc_start(pid)) / ticks + psutil.boot_time() - psutil.Process(pid).create_time()) < 1
+        stale = tmp_path / f"mggcn-outbox-{boot}.{namespace}.{later.pid}.{start}-abcd-0"
+        stale.write_bytes(b"x")
+        assert sweep_outboxes(str(tmp_path)) == [str(stale)] and os.listdir(tmp_path) == []
+    finally:
+        later.kill()
+        later.wait()
