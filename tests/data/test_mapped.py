@@ -120,3 +120,15 @@ def test_rows_of_a_fortran_ordered_map_are_indexed(tmp_path):
     assert not mm.flags.c_contiguous and mapped.file_of(mm) is None
     ids = np.array([1, 7, 30, 7])
     np.testing.assert_array_equal(mapped.read_rows(mm, ids), rows[ids])
+
+
+def test_a_view_of_a_map_is_read_from_where_it_starts(tmp_path):
+    """numpy gives a view of a memory map (``mm[10:]``) its parent's offset: read from the file at that offset, its
+    rows were the parent's first ones."""
+    from mggcn.data.mapped import file_of, gather, read_rows
+
+    np.save(tmp_path / "a.npy", np.arange(40, dtype=np.float32).reshape(20, 2))
+    whole = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert file_of(whole)[1] == 128 and file_of(whole[10:]) is None
+    assert read_rows(whole[10:], np.array([0, 1])).tolist() == [[20, 21], [22, 23]]
+    assert gather(whole.reshape(-1)[6:], np.array([0]), np.array([3])).tolist() == [6, 7, 8]

@@ -41,8 +41,10 @@ def drop_pages(arr: Any) -> None:
 
 def file_of(arr: Any) -> tuple[str, int] | None:
     """``(path, byte offset)`` of a C-contiguous memory-mapped ``.npy`` array (``np.load(..., mmap_mode="r")``),
-    None for an array in memory."""
-    if isinstance(arr, np.memmap) and arr.filename and arr.flags.c_contiguous and hasattr(os, "preadv"):
+    None for an array in memory, or a view of a map (``mm[10:]``: numpy gives it its parent's ``offset``, and it is
+    read as any array)."""
+    if (isinstance(arr, np.memmap) and isinstance(arr.base, mmap.mmap) and arr.filename and arr.flags.c_contiguous
+            and hasattr(os, "preadv")):
         return arr.filename, int(arr.offset)
     return None
 

@@ -264,9 +264,10 @@ class SharedOutboxes:
         try:
             with open("/proc/self/smaps") as f:
                 for line in f:
-                    head = line.split(maxsplit=6)
+                    head = line.split(maxsplit=5)  # a mapping's path is the rest of its line (spaces kept)
                     if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
-                        counting = len(head) >= 6 and os.path.basename(head[5]) in peers
+                        path = head[5].rstrip("\n").removesuffix(" (deleted)") if len(head) >= 6 else ""
+                        counting = os.path.basename(path) in peers
                     elif counting and head[0] == "Rss:":
                         total += int(head[1]) * 1024
         except OSError:
