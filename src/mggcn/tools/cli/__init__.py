@@ -51,8 +51,9 @@ class _Parser(argparse.ArgumentParser):
 
     def _print_message(self, message: str, file=None) -> None:  # type: ignore[override]
         # argparse drops a failed write (OSError) silently: --help or --version onto a full disk exited 0
-        if message:
-            (file or sys.stderr).write(message)
+        file = file or sys.stderr
+        if message and file is not None:  # no stream at all (closed, a pythonw): nothing to say it on
+            file.write(message)
 
 
 def _description(module: ModuleType) -> str:
