@@ -96,7 +96,9 @@ def test_the_last_backward_spmm_reads_only_the_training_columns():
     """train=0.1 (≤ TRAINING_COLUMNS_MAX): the last SpMM (width 2, not the first layer's 4) reads 10% of the columns
     and of the nonzeros."""
     n, nnz, dims = 1000, 5000, [16, 8, 4, 2]
-    assert roofline.spmm_widths(dims, "auto", True) == [4, 4, 2, 2]
+    from mggcn.nn.model import spmm_widths
+
+    assert spmm_widths(dims, "auto", True) == [4, 4, 2, 2]
     full, part = mggcn_work(n, nnz, dims, train=1.0), mggcn_work(n, nnz, dims, train=0.1)
 
     def spmm(cols, z, w):
